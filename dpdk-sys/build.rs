@@ -1,0 +1,97 @@
+//! Generates bindings to the system DPDK (found with pkg-config) and compiles the
+//! C shim that gives DPDK's `static inline` fast-path functions a symbol.
+
+use std::env;
+use std::path::PathBuf;
+
+fn fail(msg: &str) -> ! {
+    // One line that says what to install: cargo shows it as the build error.
+    eprintln!("error: {msg}");
+    println!("cargo::error={msg}");
+    std::process::exit(1);
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=shim.h");
+    println!("cargo:rerun-if-changed=shim.c");
+    println!("cargo:rerun-if-changed=build.rs");
+
+    let dpdk = match pkg_config::Config::new()
+        .atleast_version("22.11")
+        .cargo_metadata(true)
+        .probe("libdpdk")
+    {
+        Ok(lib) => lib,
+        Err(e) => fail(&format!(
+            "DPDK 22.11 not found by pkg-config ({}); install it with: apt-get install -y libdpdk-dev pkg-config",
+            e.to_string().lines().next().unwrap_or("")
+        )),
+    };
+
+    // libdpdk.pc puts `-include rte_config.h -march=corei7` into CFLAGS; the same flags
+    // must reach both clang (bindgen) and cc, or struct layouts may differ.
+    let cflags = pkg_config::get_variable("libdpdk", "cflags").ok();
+    let mut clang_args: Vec<String> = Vec::new();
+    for p in &dpdk.include_paths {
+        clang_args.push(format!("-I{}", p.display()));
+    }
+    clang_args.push("-include".into());
+    clang_args.push("rte_config.h".into());
+    clang_args.push("-march=corei7".into());
+    let _ = cflags;
+
+    let mut build = cc::Build::new();
+    build.file("shim.c").opt_level(3).flag("-march=corei7");
+    build.flag("-include").flag("rte_config.h");
+    for p in &dpdk.include_paths {
+        build.include(p);
+    }
+    build.warnings(false).compile("fastpath_dpdk_shim");
+
+    if let Err(e) = std::panic::catch_unwind(|| bindgen::clang_version()) {
+        let _ = e;
+        fail("libclang not found; install it with: apt-get install -y clang libclang-dev");
+    }
+
+    let bindings = bindgen::Builder::default()
+        .header("shim.h")
+        .clang_args(&clang_args)
+        .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
+        // Only what the fast path and its control code use.
+        .allowlist_function("fp_.*")
+        .allowlist_function("rte_eal_(init|cleanup|mp_remote_launch|remote_launch|wait_lcore|mp_wait_lcore|process_type)")
+        .allowlist_function("rte_lcore_(count|is_enabled|to_socket_id)")
+        .allowlist_function("rte_get_(main_lcore|next_lcore|tsc_hz)")
+        .allowlist_function("rte_socket_id")
+        .allowlist_function("rte_strerror")
+        .allowlist_function("rte_pktmbuf_pool_create")
+        .allowlist_function("rte_mempool_free")
+        .allowlist_function("rte_eth_(dev_count_avail|dev_get_port_by_name|dev_info_get|dev_configure|rx_queue_setup|tx_queue_setup|dev_start|dev_stop|dev_close|stats_get|stats_reset|macaddr_get|promiscuous_enable|dev_socket_id|dev_get_name_by_port|dev_set_mtu|link_get_nowait|dev_adjust_nb_rx_tx_desc|xstats_get|xstats_get_names)")
+        .allowlist_function("rte_ring_(create|free)")
+        .allowlist_var("RTE_ETH_.*")
+        .allowlist_var("RTE_MBUF_.*")
+        .allowlist_var("RTE_PKTMBUF_.*")
+        .allowlist_var("RTE_MAX_.*")
+        .allowlist_var("RING_F_.*")
+        .allowlist_var("RTE_VER_.*")
+        .allowlist_var("SOCKET_ID_ANY")
+        .allowlist_type("rte_mbuf")
+        .allowlist_type("rte_eth_.*")
+        .allowlist_type("rte_rmt_call_main_t")
+        // Packed structs nested in aligned ones that rustc cannot lay out.
+        .opaque_type("rte_l2tpv2_.*")
+        .opaque_type("rte_gtp_.*")
+        .opaque_type("rte_arp_hdr")
+        .blocklist_type("max_align_t")
+        .derive_default(true)
+        .derive_debug(false)
+        .layout_tests(true)
+        .generate_comments(false)
+        .generate()
+        .unwrap_or_else(|e| fail(&format!("bindgen failed on the DPDK headers: {e}")));
+
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("bindings.rs");
+    bindings
+        .write_to_file(&out)
+        .unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", out.display())));
+}

@@ -1,0 +1,46 @@
+/* Out-of-line copies of DPDK's static inline fast-path functions: see shim.h. */
+#include "shim.h"
+
+uint16_t fp_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts, uint16_t nb_pkts)
+{
+	return rte_eth_rx_burst(port_id, queue_id, rx_pkts, nb_pkts);
+}
+
+uint16_t fp_eth_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts, uint16_t nb_pkts)
+{
+	return rte_eth_tx_burst(port_id, queue_id, tx_pkts, nb_pkts);
+}
+
+struct rte_mbuf *fp_pktmbuf_alloc(struct rte_mempool *mp) { return rte_pktmbuf_alloc(mp); }
+int fp_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count)
+{
+	return rte_pktmbuf_alloc_bulk(mp, mbufs, count);
+}
+void fp_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
+char *fp_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_prepend(m, len); }
+char *fp_pktmbuf_append(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_append(m, len); }
+char *fp_pktmbuf_adj(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_adj(m, len); }
+int fp_pktmbuf_trim(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_trim(m, len); }
+uint16_t fp_pktmbuf_headroom(const struct rte_mbuf *m) { return rte_pktmbuf_headroom(m); }
+uint16_t fp_pktmbuf_tailroom(const struct rte_mbuf *m) { return rte_pktmbuf_tailroom(m); }
+uint32_t fp_mbuf_rss_hash(const struct rte_mbuf *m) { return m->hash.rss; }
+int fp_mbuf_has_rss_hash(const struct rte_mbuf *m) { return (m->ol_flags & RTE_MBUF_F_RX_RSS_HASH) != 0; }
+unsigned fp_mempool_avail_count(const struct rte_mempool *mp) { return rte_mempool_avail_count(mp); }
+unsigned fp_mempool_in_use_count(const struct rte_mempool *mp) { return rte_mempool_in_use_count(mp); }
+
+unsigned fp_ring_enqueue_burst(struct rte_ring *r, void *const *objs, unsigned n, unsigned *free_space)
+{
+	return rte_ring_enqueue_burst(r, objs, n, free_space);
+}
+unsigned fp_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned n, unsigned *available)
+{
+	return rte_ring_dequeue_burst(r, objs, n, available);
+}
+unsigned fp_ring_count(const struct rte_ring *r) { return rte_ring_count(r); }
+unsigned fp_ring_free_count(const struct rte_ring *r) { return rte_ring_free_count(r); }
+
+unsigned fp_lcore_id(void) { return rte_lcore_id(); }
+int fp_errno(void) { return rte_errno; }
+uint64_t fp_rdtsc(void) { return rte_rdtsc(); }
+void fp_pause(void) { rte_pause(); }
+const char *fp_version(void) { return rte_version(); }

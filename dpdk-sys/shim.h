@@ -1,0 +1,57 @@
+/*
+ * Why this shim exists: DPDK's fast-path API (rte_eth_rx_burst, rte_eth_tx_burst,
+ * rte_pktmbuf_alloc, the ring bursts, rte_lcore_id, rte_errno, ...) is made of
+ * `static inline` functions and macros in the headers. They have no symbol in the
+ * shared libraries, so Rust cannot call them through bindgen's declarations alone.
+ * Each function below is a thin, out-of-line copy with the `fp_` prefix. They are
+ * meant to be called once per burst, not once per packet, so the call overhead is
+ * amortised. Field accesses on `struct rte_mbuf` that are plain members
+ * (data_off, data_len, pkt_len, port, ...) are done in Rust directly.
+ */
+#ifndef FASTPATH_DPDK_SHIM_H
+#define FASTPATH_DPDK_SHIM_H
+
+#include <stdint.h>
+#include <rte_config.h>
+#include <rte_common.h>
+#include <rte_errno.h>
+#include <rte_eal.h>
+#include <rte_lcore.h>
+#include <rte_launch.h>
+#include <rte_cycles.h>
+#include <rte_pause.h>
+#include <rte_mempool.h>
+#include <rte_mbuf.h>
+#include <rte_ethdev.h>
+#include <rte_ring.h>
+#include <rte_version.h>
+
+uint16_t fp_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts, uint16_t nb_pkts);
+uint16_t fp_eth_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts, uint16_t nb_pkts);
+
+struct rte_mbuf *fp_pktmbuf_alloc(struct rte_mempool *mp);
+int fp_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count);
+void fp_pktmbuf_free(struct rte_mbuf *m);
+char *fp_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len);
+char *fp_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
+char *fp_pktmbuf_adj(struct rte_mbuf *m, uint16_t len);
+int fp_pktmbuf_trim(struct rte_mbuf *m, uint16_t len);
+uint16_t fp_pktmbuf_headroom(const struct rte_mbuf *m);
+uint16_t fp_pktmbuf_tailroom(const struct rte_mbuf *m);
+uint32_t fp_mbuf_rss_hash(const struct rte_mbuf *m);
+int fp_mbuf_has_rss_hash(const struct rte_mbuf *m);
+unsigned fp_mempool_avail_count(const struct rte_mempool *mp);
+unsigned fp_mempool_in_use_count(const struct rte_mempool *mp);
+
+unsigned fp_ring_enqueue_burst(struct rte_ring *r, void *const *objs, unsigned n, unsigned *free_space);
+unsigned fp_ring_dequeue_burst(struct rte_ring *r, void **objs, unsigned n, unsigned *available);
+unsigned fp_ring_count(const struct rte_ring *r);
+unsigned fp_ring_free_count(const struct rte_ring *r);
+
+unsigned fp_lcore_id(void);
+int fp_errno(void);
+uint64_t fp_rdtsc(void);
+void fp_pause(void);
+const char *fp_version(void);
+
+#endif

@@ -1,0 +1,149 @@
+//! The packet buffer abstraction the pipeline runs over.
+//!
+//! The pipeline never sees an mbuf: it sees a [`PacketBuf`], implemented by the DPDK mbuf wrapper
+//! (`dpdk::Mbuf`) and by [`HeapBuf`], so every stage is unit-tested without DPDK. The data is one
+//! contiguous slice (ports are configured without scatter, so received frames are one segment).
+
+/// A packet: one contiguous run of bytes with room to grow at both ends.
+pub trait PacketBuf {
+    /// The packet bytes.
+    fn data(&self) -> &[u8];
+    /// The packet bytes, writable.
+    fn data_mut(&mut self) -> &mut [u8];
+    /// Grows the packet by `n` bytes at the front (for a new outer header). `None` when the
+    /// headroom is too small; the packet is then unchanged.
+    fn prepend(&mut self, n: usize) -> Option<&mut [u8]>;
+    /// Removes `n` bytes from the front. `false` (and no change) when the packet is shorter.
+    fn adj(&mut self, n: usize) -> bool;
+    /// Grows the packet by `n` bytes at the end. `None` when the tailroom is too small.
+    fn append(&mut self, n: usize) -> Option<&mut [u8]>;
+    /// Removes `n` bytes from the end. `false` (and no change) when the packet is shorter.
+    fn trim(&mut self, n: usize) -> bool;
+    /// The hash the NIC computed (RSS), if it supplied one.
+    fn rss_hash(&self) -> Option<u32>;
+
+    /// Length of the packet in bytes.
+    fn len(&self) -> usize {
+        self.data().len()
+    }
+    /// Whether the packet holds no byte.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Sets the length to `len`, growing or shrinking at the end.
+    fn set_len(&mut self, len: usize) -> bool {
+        let cur = self.len();
+        if len >= cur {
+            self.append(len - cur).is_some()
+        } else {
+            self.trim(cur - len)
+        }
+    }
+}
+
+/// Headroom a [`HeapBuf`] keeps by default, the same as DPDK's `RTE_PKTMBUF_HEADROOM`.
+pub const DEFAULT_HEADROOM: usize = 128;
+
+/// A heap-backed [`PacketBuf`] with head- and tailroom, for tests and tools.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeapBuf {
+    storage: Vec<u8>,
+    start: usize,
+    end: usize,
+    rss: Option<u32>,
+}
+
+impl HeapBuf {
+    /// A buffer holding `bytes`, with [`DEFAULT_HEADROOM`] in front and `tailroom` behind.
+    pub fn with_room(bytes: &[u8], headroom: usize, tailroom: usize) -> Self {
+        let mut storage = vec![0u8; headroom + bytes.len() + tailroom];
+        storage[headroom..headroom + bytes.len()].copy_from_slice(bytes);
+        HeapBuf {
+            storage,
+            start: headroom,
+            end: headroom + bytes.len(),
+            rss: None,
+        }
+    }
+
+    /// A buffer holding `bytes`, with room like a 2 KiB mbuf.
+    pub fn new(bytes: &[u8]) -> Self {
+        Self::with_room(
+            bytes,
+            DEFAULT_HEADROOM,
+            2048usize.saturating_sub(bytes.len()),
+        )
+    }
+
+    /// Sets the hash a NIC would have supplied.
+    pub fn set_rss_hash(&mut self, hash: Option<u32>) {
+        self.rss = hash;
+    }
+}
+
+impl PacketBuf for HeapBuf {
+    fn data(&self) -> &[u8] {
+        &self.storage[self.start..self.end]
+    }
+    fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.end]
+    }
+    fn prepend(&mut self, n: usize) -> Option<&mut [u8]> {
+        if n > self.start {
+            return None;
+        }
+        self.start -= n;
+        Some(&mut self.storage[self.start..self.end])
+    }
+    fn adj(&mut self, n: usize) -> bool {
+        if n > self.end - self.start {
+            return false;
+        }
+        self.start += n;
+        true
+    }
+    fn append(&mut self, n: usize) -> Option<&mut [u8]> {
+        if n > self.storage.len() - self.end {
+            return None;
+        }
+        let old = self.end;
+        self.end += n;
+        Some(&mut self.storage[old..self.end])
+    }
+    fn trim(&mut self, n: usize) -> bool {
+        if n > self.end - self.start {
+            return false;
+        }
+        self.end -= n;
+        true
+    }
+    fn rss_hash(&self) -> Option<u32> {
+        self.rss
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grow_and_shrink_at_both_ends() {
+        let mut b = HeapBuf::with_room(&[1, 2, 3], 2, 1);
+        assert!(b.prepend(3).is_none());
+        assert_eq!(b.data(), &[1, 2, 3]);
+        b.prepend(2).unwrap().copy_from_slice(&[9, 8, 1, 2, 3]);
+        assert_eq!(b.data(), &[9, 8, 1, 2, 3]);
+        assert!(b.append(2).is_none());
+        b.append(1).unwrap()[0] = 7;
+        assert_eq!(b.data(), &[9, 8, 1, 2, 3, 7]);
+        assert!(b.adj(2));
+        assert!(b.trim(1));
+        assert_eq!(b.data(), &[1, 2, 3]);
+        assert!(!b.adj(4));
+        assert!(!b.trim(4));
+        assert!(b.set_len(1));
+        assert_eq!(b.data(), &[1]);
+        assert!(b.set_len(3));
+        assert_eq!(b.len(), 3);
+    }
+}

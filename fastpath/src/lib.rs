@@ -1,0 +1,17 @@
+//! The fastpathd data plane.
+//!
+//! Layers never reach upward:
+//! - [`wire`]: zero-copy views over header bytes and writers for what we emit (no DPDK, no state);
+//! - [`buf`]: the [`buf::PacketBuf`] trait every stage works on, with a heap implementation for tests;
+//! - [`pipeline`]: the per-packet stages. Each is a plain struct that takes `now` and returns a
+//!   [`pipeline::Verdict`]; none reads a clock, allocates per packet or calls DPDK;
+//! - [`outcome`] and [`stats`]: the closed set of packet outcomes and the per-lcore counter blocks;
+//! - [`dpdk`] (feature `dpdk`): the only module that touches `dpdk-sys` and mbufs — EAL, mempools,
+//!   ports, the owned mbuf, bursts and lcore launch;
+//! - [`runtime`] (feature `dpdk`): the lcore loops that glue the two together.
+
+pub mod buf;
+pub mod outcome;
+pub mod pipeline;
+pub mod stats;
+pub mod wire;
