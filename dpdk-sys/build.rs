@@ -30,7 +30,6 @@ fn main() {
 
     // libdpdk.pc puts `-include rte_config.h -march=corei7` into CFLAGS; the same flags
     // must reach both clang (bindgen) and cc, or struct layouts may differ.
-    let cflags = pkg_config::get_variable("libdpdk", "cflags").ok();
     let mut clang_args: Vec<String> = Vec::new();
     for p in &dpdk.include_paths {
         clang_args.push(format!("-I{}", p.display()));
@@ -38,7 +37,6 @@ fn main() {
     clang_args.push("-include".into());
     clang_args.push("rte_config.h".into());
     clang_args.push("-march=corei7".into());
-    let _ = cflags;
 
     let mut build = cc::Build::new();
     build.file("shim.c").opt_level(3).flag("-march=corei7");
@@ -48,8 +46,7 @@ fn main() {
     }
     build.warnings(false).compile("fastpath_dpdk_shim");
 
-    if let Err(e) = std::panic::catch_unwind(|| bindgen::clang_version()) {
-        let _ = e;
+    if std::panic::catch_unwind(bindgen::clang_version).is_err() {
         fail("libclang not found; install it with: apt-get install -y clang libclang-dev");
     }
 
@@ -66,6 +63,7 @@ fn main() {
         .allowlist_function("rte_strerror")
         .allowlist_function("rte_pktmbuf_pool_create")
         .allowlist_function("rte_mempool_free")
+        .allowlist_function("rte_pktmbuf_free_bulk")
         .allowlist_function("rte_eth_(dev_count_avail|dev_get_port_by_name|dev_info_get|dev_configure|rx_queue_setup|tx_queue_setup|dev_start|dev_stop|dev_close|stats_get|stats_reset|macaddr_get|promiscuous_enable|dev_socket_id|dev_get_name_by_port|dev_set_mtu|link_get_nowait|dev_adjust_nb_rx_tx_desc|xstats_get|xstats_get_names)")
         .allowlist_function("rte_ring_(create|free)")
         .allowlist_var("RTE_ETH_.*")

@@ -44,3 +44,4 @@ int fp_errno(void) { return rte_errno; }
 uint64_t fp_rdtsc(void) { return rte_rdtsc(); }
 void fp_pause(void) { rte_pause(); }
 const char *fp_version(void) { return rte_version(); }
+uint64_t fp_rss_hf_ip_udp_tcp(void) { return RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | RTE_ETH_RSS_TCP; }

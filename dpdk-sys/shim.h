@@ -53,5 +53,7 @@ int fp_errno(void);
 uint64_t fp_rdtsc(void);
 void fp_pause(void);
 const char *fp_version(void);
+/* RTE_ETH_RSS_* are RTE_BIT64() macros bindgen cannot evaluate. */
+uint64_t fp_rss_hf_ip_udp_tcp(void);
 
 #endif

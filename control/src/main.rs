@@ -1,1 +1,29 @@
-fn main() {}
+//! `fastpathd`: the DPDK fast-path packet processor daemon.
+
+mod cli;
+mod config;
+mod daemon;
+mod locate;
+mod metrics;
+mod signals;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match cli::parse(&args) {
+        Ok(cli::Command::Help) => {
+            println!("{}", cli::USAGE);
+            ExitCode::SUCCESS
+        }
+        Ok(cli::Command::Version) => {
+            println!("fastpathd {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Ok(cli::Command::Run(opts)) => ExitCode::from(daemon::run(opts)),
+        Err(msg) => {
+            eprintln!("fastpathd: {msg}\n\n{}", cli::USAGE);
+            ExitCode::from(daemon::EXIT_USAGE)
+        }
+    }
+}

@@ -15,3 +15,8 @@ pub mod outcome;
 pub mod pipeline;
 pub mod stats;
 pub mod wire;
+
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
+#[cfg(feature = "dpdk")]
+pub mod runtime;

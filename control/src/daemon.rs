@@ -1,0 +1,432 @@
+//! Start-up, the control loop and the clean shutdown of the daemon.
+//!
+//! Order matters: EAL, mempool, ports, then the lcore loops; at stop, every lcore returns first,
+//! then ports are stopped and closed (drivers flush their output there: net_pcap completes its
+//! capture file), then the final metrics are written, then the EAL is cleaned up.
+
+use crate::cli::Options;
+use crate::config::{self, Config};
+use crate::metrics::{self, Sources};
+use crate::signals::Signals;
+use fastpath::dpdk::{self, Eal, Mempool, Port, PortConf};
+use fastpath::outcome::Outcome;
+use fastpath::pipeline::{Pipeline, PortAddrs};
+use fastpath::runtime::{IdlePolicy, RxLcore, TscClock, WorkerLcore};
+use fastpath::stats::{LcoreStats, QueueCounters};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Clean stop.
+pub const EXIT_OK: u8 = 0;
+/// The config is invalid.
+pub const EXIT_CONFIG: u8 = 1;
+/// The command line is invalid.
+pub const EXIT_USAGE: u8 = 2;
+/// DPDK or a port failed.
+pub const EXIT_DPDK: u8 = 3;
+
+/// An lcore's job, built before launch.
+enum Role {
+    Rx(RxLcore),
+    Worker(WorkerLcore),
+}
+
+impl Role {
+    fn run(self, stop: &AtomicBool) {
+        match self {
+            Role::Rx(l) => l.run(stop),
+            Role::Worker(w) => w.run(stop),
+        }
+    }
+}
+
+/// Runs the daemon; returns the process exit code.
+pub fn run(opts: Options) -> u8 {
+    let cfg = match config::load(&opts.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            eprintln!(
+                "fastpathd: {} is not a valid config ({} problem(s) above); nothing was started",
+                e.file,
+                e.errors.len()
+            );
+            return EXIT_CONFIG;
+        }
+    };
+    if opts.check_config {
+        eprintln!("{}: ok", opts.config.display());
+        return EXIT_OK;
+    }
+    let signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fastpathd: cannot install signal handlers: {e}");
+            return EXIT_DPDK;
+        }
+    };
+    match start_and_serve(&cfg, &opts, &signals) {
+        Ok(()) => EXIT_OK,
+        Err(msg) => {
+            eprintln!("fastpathd: {msg}");
+            EXIT_DPDK
+        }
+    }
+}
+
+fn start_and_serve(cfg: &Config, opts: &Options, signals: &Signals) -> Result<(), String> {
+    let started = Instant::now();
+    let start_time = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let argv = cfg.eal_argv(&opts.extra_eal_args);
+    let eal = Eal::init(&argv).map_err(|e| {
+        format!(
+            "{e}\n  EAL arguments: {}\n  Check [dpdk] eal_args: without hugepages use --no-huge -m 512; vdevs are \
+             --vdev=net_pcap0,rx_pcap=IN,tx_pcap=OUT; the lcores in [lcores] must exist on this machine.",
+            argv.join(" ")
+        )
+    })?;
+
+    let max_mtu = cfg.ports.iter().filter_map(|p| p.mtu).max().unwrap_or(1500) as u32;
+    let data_room = (dpdk_room(max_mtu)).max(2048 + 128) as u16;
+    let pool = Arc::new(
+        Mempool::new(
+            "fastpath_pkts",
+            cfg.dpdk.mbufs,
+            cfg.dpdk.mbuf_cache,
+            data_room,
+        )
+        .map_err(|e| format!("{e}\n  Give EAL more memory (-m) or lower [dpdk] mbufs."))?,
+    );
+
+    let mut ports = Vec::new();
+    for (i, p) in cfg.ports.iter().enumerate() {
+        let conf = PortConf {
+            rx_queues: p.rx_queues,
+            tx_queues: p.tx_queues,
+            rx_desc: cfg.dpdk.rx_desc,
+            tx_desc: cfg.dpdk.tx_desc,
+            mtu: p.mtu,
+            promiscuous: true,
+        };
+        let port = Port::open(&p.device, &conf, pool.clone()).map_err(|e| {
+            format!(
+                "port[{i}] ({}): {e}\n  Check the device name in [[port]] and the EAL arguments.",
+                p.device
+            )
+        })?;
+        eprintln!(
+            "fastpathd: port {} ({}) id {} mac {} rx {} tx {} rss {}",
+            p.device,
+            port.driver(),
+            port.id(),
+            p.mac.unwrap_or(port.mac()),
+            p.rx_queues,
+            p.tx_queues,
+            if port.rss() { "on" } else { "off" }
+        );
+        ports.push(port);
+    }
+
+    // Tables indexed by DPDK port id.
+    let max_id = ports.iter().map(|p| p.id() as usize).max().unwrap_or(0);
+    let mut addrs = vec![PortAddrs::default(); max_id + 1];
+    let mut port_names = vec![String::new(); max_id + 1];
+    for (p, port) in cfg.ports.iter().zip(&ports) {
+        addrs[port.id() as usize] = PortAddrs {
+            mac: p.mac.unwrap_or(port.mac()),
+            ipv4: p.ipv4.clone(),
+            ipv6: p.ipv6.clone(),
+        };
+        port_names[port.id() as usize] = p.device.clone();
+    }
+    let pipeline = Pipeline::new(addrs);
+    let idle = IdlePolicy {
+        spin_polls: 1024,
+        sleep: Duration::from_micros(cfg.lcores.idle_sleep_us),
+    };
+    let clock = TscClock::new(eal.tsc_hz());
+
+    // One role per lcore; RX lcore i owns TX queue i on every port.
+    let mut roles: Vec<(u32, Role)> = Vec::new();
+    let mut all_stats = Vec::new();
+    for (i, (&lcore, assigned)) in cfg.lcores.rx.iter().zip(cfg.rx_assignment()).enumerate() {
+        let rxqs: Vec<_> = assigned
+            .iter()
+            .filter_map(|&(p, q)| ports[p].rx_queue(q))
+            .collect();
+        let txqs: Vec<_> = ports.iter().filter_map(|p| p.tx_queue(i as u16)).collect();
+        let stats = Arc::new(LcoreStats::new(
+            lcore,
+            rxqs.iter()
+                .map(|q| QueueCounters::new(q.port(), q.queue()))
+                .collect(),
+            txqs.iter()
+                .map(|q| QueueCounters::new(q.port(), q.queue()))
+                .collect(),
+        ));
+        all_stats.push(stats.clone());
+        roles.push((
+            lcore,
+            Role::Rx(RxLcore::new(
+                rxqs,
+                txqs,
+                pipeline.clone(),
+                stats,
+                idle,
+                clock,
+            )),
+        ));
+    }
+    for &lcore in &cfg.lcores.workers {
+        let stats = Arc::new(LcoreStats::new(lcore, vec![], vec![]));
+        all_stats.push(stats.clone());
+        roles.push((lcore, Role::Worker(WorkerLcore::new(stats, idle))));
+    }
+
+    let pool_for_metrics = pool.clone();
+    let sources = Arc::new(Sources {
+        port_names,
+        lcores: all_stats.clone(),
+        dpdk_version: dpdk::version(),
+        start_time,
+        mbufs_in_use: Box::new(move || pool_for_metrics.in_use() as u64),
+    });
+    let registry = metrics::registry(sources.clone());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let main_lcore = eal.main_lcore();
+    let mut main_role = None;
+    let mut launched = Vec::new();
+    for (lcore, role) in roles {
+        if lcore == main_lcore {
+            main_role = Some(role);
+            continue;
+        }
+        let flag = stop.clone();
+        if let Err(e) = eal.launch(lcore, move || role.run(&flag)) {
+            stop.store(true, Ordering::SeqCst);
+            for l in &launched {
+                let _ = eal.wait(*l);
+            }
+            return Err(format!("{e}"));
+        }
+        launched.push(lcore);
+    }
+    eprintln!(
+        "fastpathd: running: rx lcores {:?}, workers {:?}, main lcore {main_lcore}; SIGINT/SIGTERM to stop",
+        cfg.lcores.rx, cfg.lcores.workers
+    );
+
+    let control = {
+        let stop = stop.clone();
+        let signals = signals.clone();
+        let sources = sources.clone();
+        let idle_exit = opts.exit_when_idle;
+        let interval = opts.stats_interval;
+        std::thread::Builder::new()
+            .name("fastpath-control".into())
+            .spawn(move || control_loop(&stop, &signals, &sources, idle_exit, interval))
+            .map_err(|e| format!("cannot start the control thread: {e}"))?
+    };
+
+    if let Some(role) = main_role {
+        role.run(&stop);
+    }
+    let mut failed_lcores = Vec::new();
+    for l in &launched {
+        if eal.wait(*l).is_err() {
+            failed_lcores.push(*l);
+        }
+    }
+    let _ = control.join();
+
+    let mut close_errors = Vec::new();
+    for p in ports.iter_mut() {
+        if let Err(e) = p.close() {
+            close_errors.push(e.to_string());
+        }
+    }
+
+    let text = metrics::render(&registry);
+    if let Some(path) = &opts.metrics_dump {
+        if let Err(e) = std::fs::write(path, &text) {
+            eprintln!(
+                "fastpathd: cannot write the metrics dump {}: {e}",
+                path.display()
+            );
+        }
+    }
+    summary(&sources, started.elapsed());
+    drop(ports);
+    let leaked = pool.in_use();
+    if leaked != 0 {
+        eprintln!("fastpathd: {leaked} mbufs were not returned to the pool at exit");
+    }
+    drop(registry);
+    drop(sources);
+    if let Ok(pool) = Arc::try_unwrap(pool) {
+        drop(pool);
+    }
+    eal.cleanup();
+    if !failed_lcores.is_empty() {
+        return Err(format!("lcores {failed_lcores:?} stopped abnormally"));
+    }
+    if !close_errors.is_empty() {
+        return Err(close_errors.join("; "));
+    }
+    Ok(())
+}
+
+/// Bytes of mbuf data room for frames of `mtu`: headroom + Ethernet + two VLAN tags + FCS.
+fn dpdk_room(mtu: u32) -> u32 {
+    128 + mtu + 14 + 8 + 4
+}
+
+fn total_rx(src: &Sources) -> u64 {
+    src.lcores.iter().map(|l| l.rx_packets()).sum()
+}
+
+fn outcome_totals(src: &Sources) -> Vec<(Outcome, u64)> {
+    Outcome::ALL
+        .iter()
+        .map(|&o| (o, fastpath::stats::total_outcome(&src.lcores, o)))
+        .collect()
+}
+
+/// Watches signals, the idle timer and the stats interval; sets `stop` when it is time.
+fn control_loop(
+    stop: &AtomicBool,
+    signals: &Signals,
+    src: &Sources,
+    exit_when_idle: Option<Duration>,
+    interval: Option<Duration>,
+) {
+    let tick = Duration::from_millis(10);
+    let mut last_rx = 0u64;
+    let mut last_change = Instant::now();
+    let mut next_line = interval.map(|i| Instant::now() + i);
+    let mut prev = Snapshot::take(src);
+    let started = Instant::now();
+    loop {
+        std::thread::sleep(tick);
+        if signals.stop_requested() {
+            eprintln!("fastpathd: stop requested by signal");
+            break;
+        }
+        if signals.take_hangup() {
+            eprintln!("fastpathd: SIGHUP received; live reload is not available in this version, keeping the running config");
+        }
+        let rx = total_rx(src);
+        if rx != last_rx {
+            last_rx = rx;
+            last_change = Instant::now();
+        } else if let Some(idle) = exit_when_idle {
+            if rx > 0 && last_change.elapsed() >= idle {
+                eprintln!(
+                    "fastpathd: no packet for {} ms, stopping (--exit-when-idle)",
+                    idle.as_millis()
+                );
+                break;
+            }
+        }
+        if let (Some(at), Some(every)) = (next_line, interval) {
+            if Instant::now() >= at {
+                let now = Snapshot::take(src);
+                eprintln!("{}", stats_line(src, &prev, &now, started.elapsed()));
+                prev = now;
+                next_line = Some(at + every);
+            }
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+}
+
+/// Counters at one instant, for the live view.
+struct Snapshot {
+    at: Instant,
+    rx: Vec<(u16, u64)>,
+    tx: Vec<(u16, u64)>,
+    outcomes: Vec<(Outcome, u64)>,
+}
+
+impl Snapshot {
+    fn take(src: &Sources) -> Snapshot {
+        let mut rx = Vec::new();
+        let mut tx = Vec::new();
+        for l in &src.lcores {
+            rx.extend(l.rx.iter().map(|q| (q.port, q.packets.get())));
+            tx.extend(l.tx.iter().map(|q| (q.port, q.packets.get())));
+        }
+        Snapshot {
+            at: Instant::now(),
+            rx,
+            tx,
+            outcomes: outcome_totals(src),
+        }
+    }
+}
+
+fn stats_line(src: &Sources, a: &Snapshot, b: &Snapshot, up: Duration) -> String {
+    let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-9);
+    let mut line = format!("[{:>7.1}s]", up.as_secs_f64());
+    for (id, name) in src.port_names.iter().enumerate() {
+        if name.is_empty() {
+            continue;
+        }
+        let sum = |v: &Vec<(u16, u64)>| {
+            v.iter()
+                .filter(|(p, _)| *p as usize == id)
+                .map(|(_, n)| n)
+                .sum::<u64>()
+        };
+        let rx = (sum(&b.rx) - sum(&a.rx)) as f64 / secs;
+        let tx = (sum(&b.tx) - sum(&a.tx)) as f64 / secs;
+        line.push_str(&format!(" {name}: rx {} tx {} |", human(rx), human(tx)));
+    }
+    let mut deltas: Vec<(Outcome, u64)> = b
+        .outcomes
+        .iter()
+        .zip(&a.outcomes)
+        .map(|(&(o, n), &(_, m))| (o, n - m))
+        .filter(|&(_, d)| d > 0)
+        .collect();
+    deltas.sort_by_key(|d| std::cmp::Reverse(d.1));
+    if deltas.is_empty() {
+        line.push_str(" idle");
+    }
+    for (o, d) in deltas.iter().take(4) {
+        line.push_str(&format!(" {} {}", o.name(), human(*d as f64 / secs)));
+    }
+    line
+}
+
+fn human(pps: f64) -> String {
+    if pps >= 1e6 {
+        format!("{:.2}Mpps", pps / 1e6)
+    } else if pps >= 1e3 {
+        format!("{:.1}kpps", pps / 1e3)
+    } else {
+        format!("{pps:.0}pps")
+    }
+}
+
+fn summary(src: &Sources, up: Duration) {
+    let rx = total_rx(src);
+    let totals = outcome_totals(src);
+    let counted: u64 = totals.iter().map(|(_, n)| n).sum();
+    let mut s = format!(
+        "fastpathd: stopped after {:.1}s: {rx} packets received;",
+        up.as_secs_f64()
+    );
+    for (o, n) in totals.iter().filter(|(_, n)| *n > 0) {
+        s.push_str(&format!(" {}={n}", o.name()));
+    }
+    eprintln!("{s}");
+    if counted != rx {
+        eprintln!("fastpathd: BUG: {rx} packets received but {counted} outcomes counted");
+    }
+}

@@ -1,0 +1,123 @@
+//! The Environment Abstraction Layer: start, lcores, launching loops, the TSC.
+
+use super::{Error, Result};
+use std::ffi::{c_char, c_int, c_void, CString};
+
+/// A started EAL. DPDK allows one per process, ever: a second `rte_eal_init` fails even after
+/// `rte_eal_cleanup`, so tests that need DPDK run the program in its own process.
+pub struct Eal {
+    _private: (),
+}
+
+impl Eal {
+    /// Starts the EAL with `args` (`args[0]` is the program name). Returns the EAL and how many
+    /// arguments it consumed.
+    pub fn init(args: &[String]) -> Result<Eal> {
+        let cargs: Vec<CString> = args
+            .iter()
+            .map(|a| {
+                CString::new(a.as_str()).map_err(|_| {
+                    Error::new(format!("EAL argument {a:?} contains NUL"), libc::EINVAL)
+                })
+            })
+            .collect::<Result<_>>()?;
+        // rte_eal_init may permute argv, so it gets its own array of pointers; the strings
+        // themselves are never written and outlive the EAL (leaked on purpose, EAL keeps some).
+        let mut argv: Vec<*mut c_char> = cargs.into_iter().map(|c| c.into_raw()).collect();
+        argv.push(std::ptr::null_mut());
+        let argc = (argv.len() - 1) as c_int;
+        let argv = Box::leak(argv.into_boxed_slice());
+        // SAFETY: argv holds argc valid NUL-terminated strings followed by a NULL, all leaked so
+        // they live as long as the process, as EAL expects.
+        let rc = unsafe { dpdk_sys::rte_eal_init(argc, argv.as_mut_ptr()) };
+        if rc < 0 {
+            return Err(Error::from_rte_errno("rte_eal_init"));
+        }
+        Ok(Eal { _private: () })
+    }
+
+    /// Releases EAL resources. Call after every port is closed and every lcore has returned.
+    pub fn cleanup(self) {
+        // SAFETY: called once, from the main thread, after all lcores finished (caller's
+        // contract, enforced by consuming the only Eal).
+        unsafe { dpdk_sys::rte_eal_cleanup() };
+    }
+
+    /// The main lcore's id (the thread that called `init`).
+    pub fn main_lcore(&self) -> u32 {
+        // SAFETY: plain getter, valid after init.
+        unsafe { dpdk_sys::rte_get_main_lcore() }
+    }
+
+    /// Whether `lcore` is enabled in the EAL's core list.
+    pub fn lcore_enabled(&self, lcore: u32) -> bool {
+        // SAFETY: plain getter, valid after init; out-of-range ids return 0.
+        unsafe { dpdk_sys::rte_lcore_is_enabled(lcore) != 0 }
+    }
+
+    /// TSC ticks per second.
+    pub fn tsc_hz(&self) -> u64 {
+        // SAFETY: plain getter, valid after init.
+        unsafe { dpdk_sys::rte_get_tsc_hz() }
+    }
+
+    /// Runs `f` on the (non-main) lcore `lcore`. Fails if the lcore is not idle or not enabled.
+    pub fn launch<F: FnOnce() + Send + 'static>(&self, lcore: u32, f: F) -> Result<()> {
+        extern "C" fn trampoline(arg: *mut c_void) -> c_int {
+            // SAFETY: arg is the Box<Box<dyn FnOnce>> leaked by `launch` below and is handed to
+            // exactly one trampoline call, so taking ownership back here is sound.
+            let f = unsafe { Box::from_raw(arg as *mut Box<dyn FnOnce() + Send>) };
+            // A panic must not unwind into C; the release profile aborts on panic anyway.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                Ok(()) => 0,
+                Err(_) => -1,
+            }
+        }
+        let boxed: Box<Box<dyn FnOnce() + Send>> = Box::new(Box::new(f));
+        let arg = Box::into_raw(boxed) as *mut c_void;
+        // SAFETY: trampoline has the lcore_function_t signature; arg is a valid leaked box that
+        // the trampoline frees; on failure the function is not run and we free it ourselves.
+        let rc = unsafe { dpdk_sys::rte_eal_remote_launch(Some(trampoline), arg, lcore) };
+        if rc != 0 {
+            // SAFETY: the launch failed, so the trampoline never received arg; we still own it.
+            drop(unsafe { Box::from_raw(arg as *mut Box<dyn FnOnce() + Send>) });
+            return Err(Error::new(
+                format!("rte_eal_remote_launch(lcore {lcore})"),
+                rc,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Waits for the function launched on `lcore` to return; `Ok` when it returned normally.
+    pub fn wait(&self, lcore: u32) -> std::result::Result<(), i32> {
+        // SAFETY: waits on a worker lcore; valid from the main lcore after init.
+        let rc = unsafe { dpdk_sys::rte_eal_wait_lcore(lcore) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(rc)
+        }
+    }
+}
+
+/// The calling thread's lcore id (`u32::MAX` for threads EAL did not launch).
+#[inline]
+pub fn lcore_id() -> u32 {
+    // SAFETY: reads a per-thread variable; valid on any thread.
+    unsafe { dpdk_sys::fp_lcore_id() }
+}
+
+/// The time stamp counter.
+#[inline(always)]
+pub fn rdtsc() -> u64 {
+    // SAFETY: reads the TSC; no memory is touched.
+    unsafe { dpdk_sys::fp_rdtsc() }
+}
+
+/// A CPU pause hint for spin loops.
+#[inline(always)]
+pub fn pause() {
+    // SAFETY: the pause instruction has no memory effects.
+    unsafe { dpdk_sys::fp_pause() }
+}

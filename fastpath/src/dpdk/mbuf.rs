@@ -1,0 +1,165 @@
+//! The owned mbuf.
+
+use crate::buf::PacketBuf;
+use std::ptr::NonNull;
+
+/// An mbuf we own: freed (returned to its pool) when dropped, unless it is handed to a TX queue.
+///
+/// `repr(transparent)` over a non-null pointer, so a slice of `Mbuf` has the layout of the
+/// `struct rte_mbuf *` array the burst functions read and write.
+#[repr(transparent)]
+pub struct Mbuf(NonNull<dpdk_sys::rte_mbuf>);
+
+// SAFETY: an owned mbuf can be moved to and freed from any lcore (mempools are MT-safe).
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    /// Takes ownership of a raw mbuf.
+    ///
+    /// # Safety
+    /// `m` must be a valid mbuf that nobody else owns or will free.
+    #[inline(always)]
+    pub(crate) unsafe fn from_raw(m: NonNull<dpdk_sys::rte_mbuf>) -> Self {
+        Mbuf(m)
+    }
+
+    #[inline(always)]
+    fn raw(&self) -> &dpdk_sys::rte_mbuf {
+        // SAFETY: we own a valid mbuf for as long as self lives.
+        unsafe { self.0.as_ref() }
+    }
+
+    #[inline(always)]
+    fn raw_mut(&mut self) -> &mut dpdk_sys::rte_mbuf {
+        // SAFETY: we own a valid mbuf exclusively for as long as self lives.
+        unsafe { self.0.as_mut() }
+    }
+
+    /// The port the packet arrived on.
+    #[inline]
+    pub fn port(&self) -> u16 {
+        self.raw().port
+    }
+
+    /// Total packet length over all segments.
+    #[inline]
+    pub fn pkt_len(&self) -> u32 {
+        self.raw().pkt_len
+    }
+
+    /// Number of segments; the pipeline only handles 1.
+    #[inline]
+    pub fn segments(&self) -> u16 {
+        self.raw().nb_segs
+    }
+
+    /// Frees a batch of mbufs at once (`rte_pktmbuf_free_bulk`), cheaper than one by one.
+    pub fn free_bulk(batch: &mut Vec<Mbuf>) {
+        if batch.is_empty() {
+            return;
+        }
+        // SAFETY: the Vec holds owned, valid mbufs laid out as `struct rte_mbuf *` (transparent);
+        // after the call they belong to their pools again, so we forget them by setting len 0.
+        unsafe {
+            dpdk_sys::rte_pktmbuf_free_bulk(
+                batch.as_mut_ptr() as *mut *mut dpdk_sys::rte_mbuf,
+                batch.len() as u32,
+            );
+            batch.set_len(0);
+        }
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf; it is freed exactly once, here.
+        unsafe { dpdk_sys::fp_pktmbuf_free(self.0.as_ptr()) }
+    }
+}
+
+impl PacketBuf for Mbuf {
+    #[inline(always)]
+    fn data(&self) -> &[u8] {
+        let m = self.raw();
+        // SAFETY: buf_addr + data_off points at data_len initialised bytes of the first
+        // segment, inside the mbuf's buffer, valid while we own the mbuf (rte_pktmbuf_mtod).
+        unsafe {
+            std::slice::from_raw_parts(
+                (m.buf_addr as *const u8).add(m.data_off as usize),
+                m.data_len as usize,
+            )
+        }
+    }
+
+    #[inline(always)]
+    fn data_mut(&mut self) -> &mut [u8] {
+        let m = self.raw_mut();
+        // SAFETY: as in `data`, and we own the mbuf exclusively (refcnt 1 for received mbufs and
+        // for mbufs we allocated), so writing does not race.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                (m.buf_addr as *mut u8).add(m.data_off as usize),
+                m.data_len as usize,
+            )
+        }
+    }
+
+    fn prepend(&mut self, n: usize) -> Option<&mut [u8]> {
+        let n16 = u16::try_from(n).ok()?;
+        // SAFETY: we own the mbuf; rte_pktmbuf_prepend checks headroom and returns NULL (changing
+        // nothing) when it is too small.
+        let p = unsafe { dpdk_sys::fp_pktmbuf_prepend(self.0.as_ptr(), n16) };
+        if p.is_null() {
+            None
+        } else {
+            Some(self.data_mut())
+        }
+    }
+
+    fn adj(&mut self, n: usize) -> bool {
+        let Ok(n16) = u16::try_from(n) else {
+            return false;
+        };
+        // SAFETY: we own the mbuf; rte_pktmbuf_adj checks the length and returns NULL when the
+        // first segment is shorter.
+        !unsafe { dpdk_sys::fp_pktmbuf_adj(self.0.as_ptr(), n16) }.is_null()
+    }
+
+    fn append(&mut self, n: usize) -> Option<&mut [u8]> {
+        if self.segments() != 1 {
+            // The pipeline's view is the first segment only.
+            return None;
+        }
+        let n16 = u16::try_from(n).ok()?;
+        // SAFETY: we own the mbuf; rte_pktmbuf_append checks the tailroom of the last segment.
+        let p = unsafe { dpdk_sys::fp_pktmbuf_append(self.0.as_ptr(), n16) };
+        if p.is_null() {
+            return None;
+        }
+        let len = self.len();
+        Some(&mut self.data_mut()[len - n..])
+    }
+
+    fn trim(&mut self, n: usize) -> bool {
+        if self.segments() != 1 {
+            return false;
+        }
+        let Ok(n16) = u16::try_from(n) else {
+            return false;
+        };
+        // SAFETY: we own the mbuf; rte_pktmbuf_trim checks the last segment's length.
+        unsafe { dpdk_sys::fp_pktmbuf_trim(self.0.as_ptr(), n16) == 0 }
+    }
+
+    #[inline]
+    fn rss_hash(&self) -> Option<u32> {
+        // SAFETY: reads ol_flags and the hash union of an mbuf we own.
+        unsafe {
+            if dpdk_sys::fp_mbuf_has_rss_hash(self.0.as_ptr()) != 0 {
+                Some(dpdk_sys::fp_mbuf_rss_hash(self.0.as_ptr()))
+            } else {
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! The one safe layer over `dpdk-sys`, and the only module that touches mbufs.
+//!
+//! - [`eal`]: EAL start from an argument list, lcores, launching loops on them, the TSC;
+//! - [`mempool`]: packet mbuf pools;
+//! - [`mbuf`]: [`Mbuf`], an owned mbuf that frees itself, implementing [`crate::buf::PacketBuf`];
+//! - [`port`]: ethdev ports (queues, RSS where the driver has it, start/stop/close, stats) and the
+//!   per-lcore [`RxQueue`]/[`TxQueue`] handles used for bursts.
+//!
+//! Every `unsafe` block says why it is sound in a `// SAFETY:` comment. C return codes become
+//! [`Error`]s formatted with `rte_strerror`.
+
+pub mod eal;
+pub mod mbuf;
+pub mod mempool;
+pub mod port;
+
+pub use eal::Eal;
+pub use mbuf::Mbuf;
+pub use mempool::Mempool;
+pub use port::{Port, PortConf, PortStats, RxQueue, TxQueue};
+
+use std::ffi::CStr;
+use std::fmt;
+
+/// A DPDK call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    /// What was being done, e.g. "rte_eth_dev_configure(port 0)".
+    pub what: String,
+    /// The (positive) errno DPDK reported.
+    pub errno: i32,
+}
+
+impl Error {
+    /// An error from a negative-errno return code or `rte_errno`.
+    pub(crate) fn new(what: impl Into<String>, code: i32) -> Self {
+        Error {
+            what: what.into(),
+            errno: code.abs(),
+        }
+    }
+
+    /// An error from the current `rte_errno`.
+    pub(crate) fn from_rte_errno(what: impl Into<String>) -> Self {
+        // SAFETY: fp_errno reads the calling thread's rte_errno, a per-thread variable; always valid.
+        let e = unsafe { dpdk_sys::fp_errno() };
+        Error::new(what, e)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        // SAFETY: rte_strerror accepts any int and returns a pointer to a static or per-thread
+        // NUL-terminated string that stays valid until the next call on this thread; we copy it
+        // out before returning.
+        let msg = unsafe { CStr::from_ptr(dpdk_sys::rte_strerror(self.errno)) };
+        write!(
+            f,
+            "{} failed: {} (errno {})",
+            self.what,
+            msg.to_string_lossy(),
+            self.errno
+        )
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Result of the DPDK layer.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The DPDK version string, e.g. "DPDK 22.11.11".
+pub fn version() -> String {
+    // SAFETY: rte_version returns a pointer to a static NUL-terminated string.
+    unsafe { CStr::from_ptr(dpdk_sys::fp_version()) }
+        .to_string_lossy()
+        .into_owned()
+}

@@ -1,0 +1,374 @@
+//! Ethdev ports and the per-lcore queue handles.
+
+use super::{Error, Mbuf, Mempool, Result};
+use crate::wire::EthernetAddress;
+use std::ffi::{CStr, CString};
+use std::sync::Arc;
+
+/// How to set a port up.
+#[derive(Clone, Debug)]
+pub struct PortConf {
+    /// RX queues.
+    pub rx_queues: u16,
+    /// TX queues.
+    pub tx_queues: u16,
+    /// RX descriptors per queue.
+    pub rx_desc: u16,
+    /// TX descriptors per queue.
+    pub tx_desc: u16,
+    /// MTU to set, if any.
+    pub mtu: Option<u16>,
+    /// Put the port in promiscuous mode (the pipeline filters by MAC itself).
+    pub promiscuous: bool,
+}
+
+/// A configured and started port. Stop and close it explicitly (capture files are complete only
+/// after close); dropping an open port closes it too.
+pub struct Port {
+    id: u16,
+    name: String,
+    driver: String,
+    mac: EthernetAddress,
+    rss: bool,
+    rx_queues: u16,
+    tx_queues: u16,
+    started: bool,
+    closed: bool,
+    _pool: Arc<Mempool>,
+}
+
+/// Port-level counters from `rte_eth_stats_get`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PortStats {
+    /// Packets received.
+    pub ipackets: u64,
+    /// Packets sent.
+    pub opackets: u64,
+    /// Bytes received.
+    pub ibytes: u64,
+    /// Bytes sent.
+    pub obytes: u64,
+    /// Packets the NIC dropped because RX queues were full.
+    pub imissed: u64,
+    /// Erroneous received packets.
+    pub ierrors: u64,
+    /// Failed transmissions.
+    pub oerrors: u64,
+    /// RX mbuf allocation failures.
+    pub rx_nombuf: u64,
+}
+
+fn check(what: impl FnOnce() -> String, rc: i32) -> Result<()> {
+    if rc < 0 {
+        Err(Error::new(what(), rc))
+    } else {
+        Ok(())
+    }
+}
+
+impl Port {
+    /// Finds the port DPDK probed under `device` (a vdev name such as `net_pcap0` or a PCI
+    /// address), configures `conf.rx_queues`/`conf.tx_queues` queues with RSS over IP/UDP/TCP when
+    /// the driver supports it, sets the queues up on `pool` and starts it.
+    pub fn open(device: &str, conf: &PortConf, pool: Arc<Mempool>) -> Result<Port> {
+        let cname = CString::new(device).map_err(|_| Error::new("port name", libc::EINVAL))?;
+        let mut id: u16 = 0;
+        // SAFETY: cname is a valid C string and id a valid out-pointer for the call.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
+        check(
+            || format!("finding port {device:?} (is it in the EAL arguments, e.g. --vdev or -a?)"),
+            rc,
+        )?;
+
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: id is a probed port; info is a valid out-pointer.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_info_get(id, &mut info) };
+        check(|| format!("rte_eth_dev_info_get({device})"), rc)?;
+        let driver = if info.driver_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: driver_name is a static NUL-terminated string owned by the driver.
+            unsafe { CStr::from_ptr(info.driver_name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        if conf.rx_queues > info.max_rx_queues || conf.tx_queues > info.max_tx_queues {
+            return Err(Error::new(
+                format!(
+                    "port {device} ({driver}) supports at most {} RX and {} TX queues, config asks {} and {}",
+                    info.max_rx_queues, info.max_tx_queues, conf.rx_queues, conf.tx_queues
+                ),
+                libc::EINVAL,
+            ));
+        }
+
+        let mut eth_conf = dpdk_sys::rte_eth_conf::default();
+        // SAFETY: returns a constant.
+        let wanted = unsafe { dpdk_sys::fp_rss_hf_ip_udp_tcp() };
+        let rss_hf = wanted & info.flow_type_rss_offloads;
+        let rss = rss_hf != 0 && conf.rx_queues > 1;
+        if rss {
+            eth_conf.rxmode.mq_mode = dpdk_sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
+            eth_conf.rx_adv_conf.rss_conf.rss_key = std::ptr::null_mut(); // the driver's default key
+            eth_conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+        }
+        // SAFETY: id is valid; eth_conf is a fully initialised config that DPDK copies.
+        let rc = unsafe {
+            dpdk_sys::rte_eth_dev_configure(id, conf.rx_queues, conf.tx_queues, &eth_conf)
+        };
+        check(
+            || {
+                format!(
+                    "rte_eth_dev_configure({device}, {} rx, {} tx)",
+                    conf.rx_queues, conf.tx_queues
+                )
+            },
+            rc,
+        )?;
+
+        let (mut nb_rx, mut nb_tx) = (conf.rx_desc, conf.tx_desc);
+        // SAFETY: id is valid and configured; the pointers are valid in/out parameters.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut nb_rx, &mut nb_tx) };
+        check(|| format!("rte_eth_dev_adjust_nb_rx_tx_desc({device})"), rc)?;
+        // SAFETY: id is a valid port.
+        let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id) };
+        let socket = if socket < 0 {
+            dpdk_sys::SOCKET_ID_ANY
+        } else {
+            socket
+        } as u32;
+        for q in 0..conf.rx_queues {
+            // SAFETY: port configured with rx_queues queues; NULL rx_conf means driver defaults;
+            // the pool outlives the port (the Port holds an Arc to it).
+            let rc = unsafe {
+                dpdk_sys::rte_eth_rx_queue_setup(
+                    id,
+                    q,
+                    nb_rx,
+                    socket,
+                    std::ptr::null(),
+                    pool.as_ptr(),
+                )
+            };
+            check(
+                || format!("rte_eth_rx_queue_setup({device}, queue {q})"),
+                rc,
+            )?;
+        }
+        for q in 0..conf.tx_queues {
+            // SAFETY: port configured with tx_queues queues; NULL tx_conf means driver defaults.
+            let rc =
+                unsafe { dpdk_sys::rte_eth_tx_queue_setup(id, q, nb_tx, socket, std::ptr::null()) };
+            check(
+                || format!("rte_eth_tx_queue_setup({device}, queue {q})"),
+                rc,
+            )?;
+        }
+        if let Some(mtu) = conf.mtu {
+            // SAFETY: id is a valid configured port.
+            let rc = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id, mtu) };
+            check(|| format!("rte_eth_dev_set_mtu({device}, {mtu})"), rc)?;
+        }
+        let mut addr = dpdk_sys::rte_ether_addr::default();
+        // SAFETY: id is valid; addr is a valid out-pointer.
+        let rc = unsafe { dpdk_sys::rte_eth_macaddr_get(id, &mut addr) };
+        check(|| format!("rte_eth_macaddr_get({device})"), rc)?;
+
+        // SAFETY: id is a configured port with all queues set up.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_start(id) };
+        check(|| format!("rte_eth_dev_start({device})"), rc)?;
+        if conf.promiscuous {
+            // SAFETY: id is a started port. Failure is harmless (some vdevs do not support it):
+            // the pipeline filters by destination MAC itself.
+            let _ = unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
+        }
+        Ok(Port {
+            id,
+            name: device.to_string(),
+            driver,
+            mac: EthernetAddress(addr.addr_bytes),
+            rss,
+            rx_queues: conf.rx_queues,
+            tx_queues: conf.tx_queues,
+            started: true,
+            closed: false,
+            _pool: pool,
+        })
+    }
+
+    /// DPDK port id.
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+    /// The device name from the config.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The driver's name, e.g. `net_pcap`.
+    pub fn driver(&self) -> &str {
+        &self.driver
+    }
+    /// The port's own MAC address.
+    pub fn mac(&self) -> EthernetAddress {
+        self.mac
+    }
+    /// Whether RSS spreads packets over the RX queues (in hardware, or the driver's own).
+    pub fn rss(&self) -> bool {
+        self.rss
+    }
+
+    /// The handle for RX queue `queue`. Each handle must be polled by one lcore only: that is
+    /// what makes the burst calls safe without a lock, so handles are not `Clone`.
+    pub fn rx_queue(&self, queue: u16) -> Option<RxQueue> {
+        (queue < self.rx_queues).then_some(RxQueue {
+            port: self.id,
+            queue,
+        })
+    }
+
+    /// The handle for TX queue `queue`; one lcore per handle, as for RX.
+    pub fn tx_queue(&self, queue: u16) -> Option<TxQueue> {
+        (queue < self.tx_queues).then_some(TxQueue {
+            port: self.id,
+            queue,
+        })
+    }
+
+    /// Port counters.
+    pub fn stats(&self) -> Result<PortStats> {
+        let mut s = dpdk_sys::rte_eth_stats::default();
+        // SAFETY: id is a valid port; s is a valid out-pointer.
+        let rc = unsafe { dpdk_sys::rte_eth_stats_get(self.id, &mut s) };
+        check(|| format!("rte_eth_stats_get({})", self.name), rc)?;
+        Ok(PortStats {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        })
+    }
+
+    /// Stops the port. Call only after every lcore stopped polling its queues.
+    pub fn stop(&mut self) -> Result<()> {
+        if self.started {
+            self.started = false;
+            // SAFETY: no lcore polls this port any more (caller's contract: lcores are joined).
+            let rc = unsafe { dpdk_sys::rte_eth_dev_stop(self.id) };
+            check(|| format!("rte_eth_dev_stop({})", self.name), rc)?;
+        }
+        Ok(())
+    }
+
+    /// Stops (if needed) and closes the port; drivers flush their output here (net_pcap writes
+    /// the end of its capture file).
+    pub fn close(&mut self) -> Result<()> {
+        self.stop()?;
+        if !self.closed {
+            self.closed = true;
+            // SAFETY: the port is stopped and no lcore uses it.
+            let rc = unsafe { dpdk_sys::rte_eth_dev_close(self.id) };
+            check(|| format!("rte_eth_dev_close({})", self.name), rc)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+/// One RX queue, owned by the lcore that polls it.
+#[derive(Debug)]
+pub struct RxQueue {
+    port: u16,
+    queue: u16,
+}
+
+impl RxQueue {
+    /// DPDK port id.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+    /// Queue index.
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    /// Receives up to the spare capacity of `out` (at most 65535) packets, appending them.
+    /// Returns how many arrived. Never allocates: size `out` once with `Vec::with_capacity`.
+    #[inline]
+    pub fn recv(&mut self, out: &mut Vec<Mbuf>) -> usize {
+        let spare = out.spare_capacity_mut();
+        let want = spare.len().min(u16::MAX as usize) as u16;
+        if want == 0 {
+            return 0;
+        }
+        // SAFETY: the spare capacity holds `want` slots laid out as `struct rte_mbuf *` (Mbuf is
+        // transparent over a non-null pointer); rx_burst writes `n <= want` valid mbuf pointers
+        // that we then own. This handle is used by one lcore only, as the PMD requires.
+        let n = unsafe {
+            dpdk_sys::fp_eth_rx_burst(
+                self.port,
+                self.queue,
+                spare.as_mut_ptr() as *mut *mut dpdk_sys::rte_mbuf,
+                want,
+            )
+        } as usize;
+        // SAFETY: the first n spare slots were initialised by rx_burst with owned mbufs.
+        unsafe { out.set_len(out.len() + n) };
+        n
+    }
+}
+
+/// One TX queue, owned by the lcore that sends on it.
+#[derive(Debug)]
+pub struct TxQueue {
+    port: u16,
+    queue: u16,
+}
+
+impl TxQueue {
+    /// DPDK port id.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+    /// Queue index.
+    pub fn queue(&self) -> u16 {
+        self.queue
+    }
+
+    /// Sends as many packets from the front of `pkts` as the queue takes; they leave `pkts`,
+    /// the ones refused stay in it (in order) for the caller to retry or drop. Returns how many
+    /// were sent.
+    #[inline]
+    pub fn send(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        let len = pkts.len();
+        if len == 0 {
+            return 0;
+        }
+        let want = len.min(u16::MAX as usize) as u16;
+        // SAFETY: pkts holds `len` owned mbufs laid out as `struct rte_mbuf *`. tx_burst takes
+        // ownership of the first n; this handle is used by one lcore only.
+        let n = unsafe {
+            dpdk_sys::fp_eth_tx_burst(
+                self.port,
+                self.queue,
+                pkts.as_mut_ptr() as *mut *mut dpdk_sys::rte_mbuf,
+                want,
+            )
+        } as usize;
+        // SAFETY: the first n mbufs now belong to the driver: move the unsent tail to the front
+        // without dropping anything, then shorten the Vec so the sent ones are never freed here.
+        unsafe {
+            std::ptr::copy(pkts.as_ptr().add(n), pkts.as_mut_ptr(), len - n);
+            pkts.set_len(len - n);
+        }
+        n
+    }
+}
