@@ -11,7 +11,10 @@ control/tests/replay.rs checks those counts and the ARP replies in the output ca
 import os
 import sys
 
-from scapy.all import ARP, IP, UDP, Dot1Q, Ether, IPv6, Raw, wrpcap
+import logging
+
+logging.getLogger("scapy.runtime").setLevel(logging.ERROR)  # linktype note about the raw runts
+from scapy.all import ARP, IP, UDP, Dot1Q, Ether, IPv6, Raw, wrpcap  # noqa: E402
 
 ME_MAC = "02:00:00:00:00:01"
 ME_IP = "192.0.2.1"

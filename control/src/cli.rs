@@ -73,9 +73,9 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             "--check-config" => o.check_config = true,
             "--exit-when-idle" => {
                 let v = value("--exit-when-idle")?;
-                let ms: u64 = v.parse().map_err(|_| {
-                    format!("--exit-when-idle: {v:?} is not a number of milliseconds")
-                })?;
+                let ms: u64 = v
+                    .parse()
+                    .map_err(|_| format!("--exit-when-idle: {v:?} is not a number of milliseconds"))?;
                 o.exit_when_idle = Some(Duration::from_millis(ms));
             }
             "--metrics-dump" => o.metrics_dump = Some(PathBuf::from(value("--metrics-dump")?)),
@@ -85,16 +85,10 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
                     .parse()
                     .ok()
                     .filter(|s: &f64| s.is_finite() && *s > 0.0)
-                    .ok_or_else(|| {
-                        format!("--stats-interval: {v:?} is not a positive number of seconds")
-                    })?;
+                    .ok_or_else(|| format!("--stats-interval: {v:?} is not a positive number of seconds"))?;
                 o.stats_interval = Some(Duration::from_secs_f64(s));
             }
-            other => {
-                return Err(format!(
-                    "unknown argument {other:?} (EAL arguments go after `--`)"
-                ))
-            }
+            other => return Err(format!("unknown argument {other:?} (EAL arguments go after `--`)")),
         }
     }
     o.config = config.ok_or("--config FILE is required")?;
@@ -112,7 +106,8 @@ mod tests {
     #[test]
     fn full_command_line() {
         let Command::Run(o) =
-            p("--config c.toml --exit-when-idle 500 --metrics-dump=m.prom --stats-interval 0.5 -- --vdev=x -m 64").unwrap()
+            p("--config c.toml --exit-when-idle 500 --metrics-dump=m.prom --stats-interval 0.5 -- --vdev=x -m 64")
+                .unwrap()
         else {
             panic!()
         };
@@ -132,9 +127,7 @@ mod tests {
             .unwrap_err()
             .contains("milliseconds"));
         assert!(p("--config c --stats-interval 0").is_err());
-        assert!(p("--config c --bogus")
-            .unwrap_err()
-            .contains("unknown argument"));
+        assert!(p("--config c --bogus").unwrap_err().contains("unknown argument"));
         assert_eq!(p("--help").unwrap(), Command::Help);
     }
 }

@@ -303,9 +303,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
     // [dpdk]
     for (i, a) in raw.dpdk.eal_args.iter().enumerate() {
         let flag = a.split('=').next().unwrap_or("");
-        if LCORE_FLAGS.contains(&flag)
-            || (a.starts_with("-l") && a.len() > 2 && !a.starts_with("--"))
-        {
+        if LCORE_FLAGS.contains(&flag) || (a.starts_with("-l") && a.len() > 2 && !a.starts_with("--")) {
             errs.add(
                 &[Key("dpdk"), Key("eal_args"), Index(i)],
                 format!("{a:?}: the lcore list is derived from [lcores]; remove it from eal_args"),
@@ -343,10 +341,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
     // [lcores]
     let lc = raw.lcores;
     if lc.rx.is_empty() {
-        errs.add(
-            &[Key("lcores"), Key("rx")],
-            "at least one RX lcore is needed",
-        );
+        errs.add(&[Key("lcores"), Key("rx")], "at least one RX lcore is needed");
     }
     let mut seen = BTreeSet::new();
     for (name, list) in [("rx", &lc.rx), ("workers", &lc.workers)] {
@@ -386,10 +381,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
     for (pi, p) in raw.port.into_iter().enumerate() {
         let at = |k: &'static str| [Key("port"), Index(pi), Key(k)];
         if p.device.trim().is_empty() {
-            errs.add(
-                &at("device"),
-                "expected a DPDK device name (vdev name or PCI address)",
-            );
+            errs.add(&at("device"), "expected a DPDK device name (vdev name or PCI address)");
         } else if !devices.insert(p.device.clone()) {
             errs.add(
                 &at("device"),
@@ -398,17 +390,11 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         }
         let rx_queues = p.rx_queues.unwrap_or(1);
         if !(1..=MAX_QUEUES).contains(&rx_queues) {
-            errs.add(
-                &at("rx_queues"),
-                format!("expected 1 to {MAX_QUEUES} RX queues"),
-            );
+            errs.add(&at("rx_queues"), format!("expected 1 to {MAX_QUEUES} RX queues"));
         }
         let tx_queues = p.tx_queues.unwrap_or(transmitters.max(1) as u16);
         if !(1..=MAX_QUEUES).contains(&tx_queues) {
-            errs.add(
-                &at("tx_queues"),
-                format!("expected 1 to {MAX_QUEUES} TX queues"),
-            );
+            errs.add(&at("tx_queues"), format!("expected 1 to {MAX_QUEUES} TX queues"));
         } else if (tx_queues as usize) < transmitters {
             errs.add(
                 &at("tx_queues"),
@@ -462,10 +448,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
                 None
             }
             Some(Err(())) => {
-                errs.add(
-                    &at("mac"),
-                    "expected a MAC address like \"02:00:00:00:00:01\"",
-                );
+                errs.add(&at("mac"), "expected a MAC address like \"02:00:00:00:00:01\"");
                 None
             }
         };
@@ -495,11 +478,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         );
     }
 
-    Config {
-        dpdk,
-        ports,
-        lcores,
-    }
+    Config { dpdk, ports, lcores }
 }
 
 #[cfg(test)]
@@ -534,14 +513,7 @@ workers = [1]
         assert_eq!(c.lcores.idle_sleep_us, 50);
         assert_eq!(
             c.eal_argv(&["--x".into()]),
-            vec![
-                "fastpathd",
-                "-l",
-                "0,1",
-                "--no-huge",
-                "--vdev=net_null0",
-                "--x"
-            ]
+            vec!["fastpathd", "-l", "0,1", "--no-huge", "--vdev=net_null0", "--x"]
         );
         assert_eq!(c.rx_assignment(), vec![vec![(0, 0)]]);
     }
@@ -551,11 +523,7 @@ workers = [1]
         let e = errors(&GOOD.replace("rx_queues = 1", "rx_queue = 1"));
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].line, Some(7));
-        assert!(
-            e[0].message.contains("unknown field `rx_queue`"),
-            "{:?}",
-            e[0]
-        );
+        assert!(e[0].message.contains("unknown field `rx_queue`"), "{:?}", e[0]);
         assert!(e[0].key.starts_with("port[0]"), "{:?}", e[0]);
     }
 
@@ -572,32 +540,16 @@ workers = [1]
             .replace("tx_queues = 2", "tx_queues = 1")
             .replace("\"192.0.2.1\"", "\"192.0.2.300\"")
             .replace("workers = [1]", "workers = [0]")
-            .replace(
-                "\"--vdev=net_null0\"",
-                "\"--vdev=net_null0\", \"-l\", \"0\"",
-            );
+            .replace("\"--vdev=net_null0\"", "\"--vdev=net_null0\", \"-l\", \"0\"");
         let e = errors(&bad);
-        let msgs: Vec<String> = e
-            .iter()
-            .map(|e| format!("{:?}:{}", e.line, e.key))
-            .collect();
+        let msgs: Vec<String> = e.iter().map(|e| format!("{:?}:{}", e.line, e.key)).collect();
+        assert!(msgs.contains(&"Some(3):dpdk.eal_args[2]".to_string()), "{msgs:?}");
         assert!(
-            msgs.contains(&"Some(3):dpdk.eal_args[2]".to_string()),
+            msgs.contains(&"Some(8):port[0].tx_queues".to_string()) || msgs.iter().any(|m| m.ends_with("tx_queues")),
             "{msgs:?}"
         );
-        assert!(
-            msgs.contains(&"Some(8):port[0].tx_queues".to_string())
-                || msgs.iter().any(|m| m.ends_with("tx_queues")),
-            "{msgs:?}"
-        );
-        assert!(
-            msgs.contains(&"Some(9):port[0].ipv4[0]".to_string()),
-            "{msgs:?}"
-        );
-        assert!(
-            msgs.contains(&"Some(14):lcores.workers[0]".to_string()),
-            "{msgs:?}"
-        );
+        assert!(msgs.contains(&"Some(9):port[0].ipv4[0]".to_string()), "{msgs:?}");
+        assert!(msgs.contains(&"Some(14):lcores.workers[0]".to_string()), "{msgs:?}");
         let text = ConfigErrors {
             file: "t.toml".into(),
             errors: e,

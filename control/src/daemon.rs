@@ -93,13 +93,8 @@ fn start_and_serve(cfg: &Config, opts: &Options, signals: &Signals) -> Result<()
     let max_mtu = cfg.ports.iter().filter_map(|p| p.mtu).max().unwrap_or(1500) as u32;
     let data_room = (dpdk_room(max_mtu)).max(2048 + 128) as u16;
     let pool = Arc::new(
-        Mempool::new(
-            "fastpath_pkts",
-            cfg.dpdk.mbufs,
-            cfg.dpdk.mbuf_cache,
-            data_room,
-        )
-        .map_err(|e| format!("{e}\n  Give EAL more memory (-m) or lower [dpdk] mbufs."))?,
+        Mempool::new("fastpath_pkts", cfg.dpdk.mbufs, cfg.dpdk.mbuf_cache, data_room)
+            .map_err(|e| format!("{e}\n  Give EAL more memory (-m) or lower [dpdk] mbufs."))?,
     );
 
     let mut ports = Vec::new();
@@ -154,31 +149,17 @@ fn start_and_serve(cfg: &Config, opts: &Options, signals: &Signals) -> Result<()
     let mut roles: Vec<(u32, Role)> = Vec::new();
     let mut all_stats = Vec::new();
     for (i, (&lcore, assigned)) in cfg.lcores.rx.iter().zip(cfg.rx_assignment()).enumerate() {
-        let rxqs: Vec<_> = assigned
-            .iter()
-            .filter_map(|&(p, q)| ports[p].rx_queue(q))
-            .collect();
+        let rxqs: Vec<_> = assigned.iter().filter_map(|&(p, q)| ports[p].rx_queue(q)).collect();
         let txqs: Vec<_> = ports.iter().filter_map(|p| p.tx_queue(i as u16)).collect();
         let stats = Arc::new(LcoreStats::new(
             lcore,
-            rxqs.iter()
-                .map(|q| QueueCounters::new(q.port(), q.queue()))
-                .collect(),
-            txqs.iter()
-                .map(|q| QueueCounters::new(q.port(), q.queue()))
-                .collect(),
+            rxqs.iter().map(|q| QueueCounters::new(q.port(), q.queue())).collect(),
+            txqs.iter().map(|q| QueueCounters::new(q.port(), q.queue())).collect(),
         ));
         all_stats.push(stats.clone());
         roles.push((
             lcore,
-            Role::Rx(RxLcore::new(
-                rxqs,
-                txqs,
-                pipeline.clone(),
-                stats,
-                idle,
-                clock,
-            )),
+            Role::Rx(RxLcore::new(rxqs, txqs, pipeline.clone(), stats, idle, clock)),
         ));
     }
     for &lcore in &cfg.lcores.workers {
@@ -254,10 +235,7 @@ fn start_and_serve(cfg: &Config, opts: &Options, signals: &Signals) -> Result<()
     let text = metrics::render(&registry);
     if let Some(path) = &opts.metrics_dump {
         if let Err(e) = std::fs::write(path, &text) {
-            eprintln!(
-                "fastpathd: cannot write the metrics dump {}: {e}",
-                path.display()
-            );
+            eprintln!("fastpathd: cannot write the metrics dump {}: {e}", path.display());
         }
     }
     summary(&sources, started.elapsed());
@@ -318,7 +296,9 @@ fn control_loop(
             break;
         }
         if signals.take_hangup() {
-            eprintln!("fastpathd: SIGHUP received; live reload is not available in this version, keeping the running config");
+            eprintln!(
+                "fastpathd: SIGHUP received; live reload is not available in this version, keeping the running config"
+            );
         }
         let rx = total_rx(src);
         if rx != last_rx {
@@ -377,12 +357,7 @@ fn stats_line(src: &Sources, a: &Snapshot, b: &Snapshot, up: Duration) -> String
         if name.is_empty() {
             continue;
         }
-        let sum = |v: &Vec<(u16, u64)>| {
-            v.iter()
-                .filter(|(p, _)| *p as usize == id)
-                .map(|(_, n)| n)
-                .sum::<u64>()
-        };
+        let sum = |v: &Vec<(u16, u64)>| v.iter().filter(|(p, _)| *p as usize == id).map(|(_, n)| n).sum::<u64>();
         let rx = (sum(&b.rx) - sum(&a.rx)) as f64 / secs;
         let tx = (sum(&b.tx) - sum(&a.tx)) as f64 / secs;
         line.push_str(&format!(" {name}: rx {} tx {} |", human(rx), human(tx)));

@@ -86,9 +86,7 @@ enum Node<'a> {
 fn node_of_item(item: &Item) -> Node<'_> {
     match item {
         Item::Table(t) => Node::Table(t),
-        Item::Value(Value::InlineTable(_)) | Item::ArrayOfTables(_) | Item::None => {
-            Node::Item(item)
-        }
+        Item::Value(Value::InlineTable(_)) | Item::ArrayOfTables(_) | Item::None => Node::Item(item),
         Item::Value(v) => Node::Value(v),
     }
 }
@@ -112,10 +110,7 @@ fn walk_table(t: &Table, offset: usize, path: &mut String) -> bool {
         match item {
             Item::Table(sub) => {
                 push_key(path, k);
-                if walk_table(sub, offset, path)
-                    || contains(sub.span(), offset)
-                    || contains(key_span.clone(), offset)
-                {
+                if walk_table(sub, offset, path) || contains(sub.span(), offset) || contains(key_span.clone(), offset) {
                     return true;
                 }
             }
@@ -157,15 +152,13 @@ fn walk_table(t: &Table, offset: usize, path: &mut String) -> bool {
 mod tests {
     use super::*;
 
-    const SRC: &str = "[dpdk]\neal_args = [\"a\", \"b\"]\n\n[[port]]\ndevice = \"x\"\n\n[[port]]\ndevice = \"y\"\nrx_queues = 2\n";
+    const SRC: &str =
+        "[dpdk]\neal_args = [\"a\", \"b\"]\n\n[[port]]\ndevice = \"x\"\n\n[[port]]\ndevice = \"y\"\nrx_queues = 2\n";
 
     #[test]
     fn lines_of_keys() {
         let l = Locator::new(SRC);
-        assert_eq!(
-            l.line_of(&[Seg::Key("dpdk"), Seg::Key("eal_args")]),
-            Some(2)
-        );
+        assert_eq!(l.line_of(&[Seg::Key("dpdk"), Seg::Key("eal_args")]), Some(2));
         assert_eq!(
             l.line_of(&[Seg::Key("port"), Seg::Index(1), Seg::Key("rx_queues")]),
             Some(9)

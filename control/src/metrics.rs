@@ -43,12 +43,7 @@ fn labels(pairs: &[(&str, String)]) -> Vec<LabelPair> {
         .collect()
 }
 
-fn family(
-    name: &str,
-    help: &str,
-    ty: MetricType,
-    samples: Vec<(Vec<(&str, String)>, f64)>,
-) -> MetricFamily {
+fn family(name: &str, help: &str, ty: MetricType, samples: Vec<(Vec<(&str, String)>, f64)>) -> MetricFamily {
     let mut mf = MetricFamily::default();
     mf.set_name(name.to_string());
     mf.set_help(help.to_string());
@@ -147,10 +142,7 @@ impl DataPlaneCollector {
     pub fn new(src: Arc<Sources>) -> Self {
         let descs = FAMILIES
             .iter()
-            .map(|(n, h, _)| {
-                Desc::new(n.to_string(), h.to_string(), vec![], Default::default())
-                    .expect("valid desc")
-            })
+            .map(|(n, h, _)| Desc::new(n.to_string(), h.to_string(), vec![], Default::default()).expect("valid desc"))
             .collect();
         DataPlaneCollector { src, descs }
     }
@@ -192,12 +184,7 @@ impl Collector for DataPlaneCollector {
         }
         let outcome_samples = Outcome::ALL
             .iter()
-            .map(|o| {
-                (
-                    vec![("outcome", o.name().to_string())],
-                    outcomes[o.index()] as f64,
-                )
-            })
+            .map(|o| (vec![("outcome", o.name().to_string())], outcomes[o.index()] as f64))
             .collect();
         let values = vec![
             rx_p,
@@ -284,10 +271,7 @@ mod tests {
             text.contains("fastpath_packets_total{outcome=\"malformed\"} 0"),
             "{text}"
         );
-        assert!(
-            text.contains("# TYPE fastpath_packets_total counter"),
-            "{text}"
-        );
+        assert!(text.contains("# TYPE fastpath_packets_total counter"), "{text}");
         assert!(text.contains("fastpath_mbufs_in_use 7"), "{text}");
         assert!(text.contains("dpdk_version=\"DPDK 22.11.11\""), "{text}");
     }

@@ -3,12 +3,7 @@
 //! DPDK's `static inline` fast-path functions. Nothing here is safe to call
 //! directly; the `fastpath::dpdk` module is the one safe layer over it.
 
-#![allow(
-    non_upper_case_globals,
-    non_camel_case_types,
-    non_snake_case,
-    dead_code
-)]
+#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
 #![allow(unsafe_op_in_unsafe_fn)]
 #![allow(clippy::all, clippy::undocumented_unsafe_blocks)]
 

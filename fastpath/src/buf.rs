@@ -68,11 +68,7 @@ impl HeapBuf {
 
     /// A buffer holding `bytes`, with room like a 2 KiB mbuf.
     pub fn new(bytes: &[u8]) -> Self {
-        Self::with_room(
-            bytes,
-            DEFAULT_HEADROOM,
-            2048usize.saturating_sub(bytes.len()),
-        )
+        Self::with_room(bytes, DEFAULT_HEADROOM, 2048usize.saturating_sub(bytes.len()))
     }
 
     /// Sets the hash a NIC would have supplied.

@@ -117,11 +117,7 @@ mod tests {
 
     #[test]
     fn counts_and_sums() {
-        let s = LcoreStats::new(
-            3,
-            vec![QueueCounters::new(0, 0), QueueCounters::new(1, 0)],
-            vec![],
-        );
+        let s = LcoreStats::new(3, vec![QueueCounters::new(0, 0), QueueCounters::new(1, 0)], vec![]);
         s.rx[0].packets.add(5);
         s.rx[1].packets.inc();
         s.outcome(Outcome::Malformed);

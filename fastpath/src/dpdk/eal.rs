@@ -16,9 +16,8 @@ impl Eal {
         let cargs: Vec<CString> = args
             .iter()
             .map(|a| {
-                CString::new(a.as_str()).map_err(|_| {
-                    Error::new(format!("EAL argument {a:?} contains NUL"), libc::EINVAL)
-                })
+                CString::new(a.as_str())
+                    .map_err(|_| Error::new(format!("EAL argument {a:?} contains NUL"), libc::EINVAL))
             })
             .collect::<Result<_>>()?;
         // rte_eal_init may permute argv, so it gets its own array of pointers; the strings
@@ -81,10 +80,7 @@ impl Eal {
         if rc != 0 {
             // SAFETY: the launch failed, so the trampoline never received arg; we still own it.
             drop(unsafe { Box::from_raw(arg as *mut Box<dyn FnOnce() + Send>) });
-            return Err(Error::new(
-                format!("rte_eal_remote_launch(lcore {lcore})"),
-                rc,
-            ));
+            return Err(Error::new(format!("rte_eal_remote_launch(lcore {lcore})"), rc));
         }
         Ok(())
     }

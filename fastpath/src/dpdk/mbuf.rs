@@ -61,10 +61,7 @@ impl Mbuf {
         // SAFETY: the Vec holds owned, valid mbufs laid out as `struct rte_mbuf *` (transparent);
         // after the call they belong to their pools again, so we forget them by setting len 0.
         unsafe {
-            dpdk_sys::rte_pktmbuf_free_bulk(
-                batch.as_mut_ptr() as *mut *mut dpdk_sys::rte_mbuf,
-                batch.len() as u32,
-            );
+            dpdk_sys::rte_pktmbuf_free_bulk(batch.as_mut_ptr() as *mut *mut dpdk_sys::rte_mbuf, batch.len() as u32);
             batch.set_len(0);
         }
     }
@@ -83,12 +80,7 @@ impl PacketBuf for Mbuf {
         let m = self.raw();
         // SAFETY: buf_addr + data_off points at data_len initialised bytes of the first
         // segment, inside the mbuf's buffer, valid while we own the mbuf (rte_pktmbuf_mtod).
-        unsafe {
-            std::slice::from_raw_parts(
-                (m.buf_addr as *const u8).add(m.data_off as usize),
-                m.data_len as usize,
-            )
-        }
+        unsafe { std::slice::from_raw_parts((m.buf_addr as *const u8).add(m.data_off as usize), m.data_len as usize) }
     }
 
     #[inline(always)]
@@ -96,12 +88,7 @@ impl PacketBuf for Mbuf {
         let m = self.raw_mut();
         // SAFETY: as in `data`, and we own the mbuf exclusively (refcnt 1 for received mbufs and
         // for mbufs we allocated), so writing does not race.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                (m.buf_addr as *mut u8).add(m.data_off as usize),
-                m.data_len as usize,
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut((m.buf_addr as *mut u8).add(m.data_off as usize), m.data_len as usize) }
     }
 
     fn prepend(&mut self, n: usize) -> Option<&mut [u8]> {

@@ -24,20 +24,11 @@ impl Mempool {
         // SAFETY: cname is a valid C string for the duration of the call; DPDK copies it. The
         // numeric arguments are plain values; a NULL return is handled below.
         let raw = unsafe {
-            dpdk_sys::rte_pktmbuf_pool_create(
-                cname.as_ptr(),
-                n,
-                cache,
-                0,
-                data_room,
-                dpdk_sys::SOCKET_ID_ANY,
-            )
+            dpdk_sys::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache, 0, data_room, dpdk_sys::SOCKET_ID_ANY)
         };
         NonNull::new(raw)
             .map(|raw| Mempool { raw, size: n })
-            .ok_or_else(|| {
-                Error::from_rte_errno(format!("rte_pktmbuf_pool_create({name}, {n} mbufs)"))
-            })
+            .ok_or_else(|| Error::from_rte_errno(format!("rte_pktmbuf_pool_create({name}, {n} mbufs)")))
     }
 
     /// The raw pool, for the port and mbuf modules.

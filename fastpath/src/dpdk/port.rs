@@ -113,9 +113,7 @@ impl Port {
             eth_conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
         }
         // SAFETY: id is valid; eth_conf is a fully initialised config that DPDK copies.
-        let rc = unsafe {
-            dpdk_sys::rte_eth_dev_configure(id, conf.rx_queues, conf.tx_queues, &eth_conf)
-        };
+        let rc = unsafe { dpdk_sys::rte_eth_dev_configure(id, conf.rx_queues, conf.tx_queues, &eth_conf) };
         check(
             || {
                 format!(
@@ -132,37 +130,17 @@ impl Port {
         check(|| format!("rte_eth_dev_adjust_nb_rx_tx_desc({device})"), rc)?;
         // SAFETY: id is a valid port.
         let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id) };
-        let socket = if socket < 0 {
-            dpdk_sys::SOCKET_ID_ANY
-        } else {
-            socket
-        } as u32;
+        let socket = if socket < 0 { dpdk_sys::SOCKET_ID_ANY } else { socket } as u32;
         for q in 0..conf.rx_queues {
             // SAFETY: port configured with rx_queues queues; NULL rx_conf means driver defaults;
             // the pool outlives the port (the Port holds an Arc to it).
-            let rc = unsafe {
-                dpdk_sys::rte_eth_rx_queue_setup(
-                    id,
-                    q,
-                    nb_rx,
-                    socket,
-                    std::ptr::null(),
-                    pool.as_ptr(),
-                )
-            };
-            check(
-                || format!("rte_eth_rx_queue_setup({device}, queue {q})"),
-                rc,
-            )?;
+            let rc = unsafe { dpdk_sys::rte_eth_rx_queue_setup(id, q, nb_rx, socket, std::ptr::null(), pool.as_ptr()) };
+            check(|| format!("rte_eth_rx_queue_setup({device}, queue {q})"), rc)?;
         }
         for q in 0..conf.tx_queues {
             // SAFETY: port configured with tx_queues queues; NULL tx_conf means driver defaults.
-            let rc =
-                unsafe { dpdk_sys::rte_eth_tx_queue_setup(id, q, nb_tx, socket, std::ptr::null()) };
-            check(
-                || format!("rte_eth_tx_queue_setup({device}, queue {q})"),
-                rc,
-            )?;
+            let rc = unsafe { dpdk_sys::rte_eth_tx_queue_setup(id, q, nb_tx, socket, std::ptr::null()) };
+            check(|| format!("rte_eth_tx_queue_setup({device}, queue {q})"), rc)?;
         }
         if let Some(mtu) = conf.mtu {
             // SAFETY: id is a valid configured port.
@@ -220,18 +198,12 @@ impl Port {
     /// The handle for RX queue `queue`. Each handle must be polled by one lcore only: that is
     /// what makes the burst calls safe without a lock, so handles are not `Clone`.
     pub fn rx_queue(&self, queue: u16) -> Option<RxQueue> {
-        (queue < self.rx_queues).then_some(RxQueue {
-            port: self.id,
-            queue,
-        })
+        (queue < self.rx_queues).then_some(RxQueue { port: self.id, queue })
     }
 
     /// The handle for TX queue `queue`; one lcore per handle, as for RX.
     pub fn tx_queue(&self, queue: u16) -> Option<TxQueue> {
-        (queue < self.tx_queues).then_some(TxQueue {
-            port: self.id,
-            queue,
-        })
+        (queue < self.tx_queues).then_some(TxQueue { port: self.id, queue })
     }
 
     /// Port counters.

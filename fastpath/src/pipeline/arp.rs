@@ -73,10 +73,7 @@ mod tests {
             Ipv4Addr::new(192, 0, 2, 2),
             Ipv4Addr::new(192, 0, 2, 1),
         );
-        assert_eq!(
-            p.process(0, &mut b, Instant(0)),
-            Verdict::Transmit(Outcome::ArpReply)
-        );
+        assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Transmit(Outcome::ArpReply));
         let f = EthernetFrame::new_checked(b.data()).unwrap();
         assert_eq!(f.dst_addr(), PEER);
         assert_eq!(f.src_addr(), MAC);
@@ -101,11 +98,7 @@ mod tests {
             Verdict::Transmit(Outcome::ArpReply)
         );
 
-        let plain = request(
-            MAC,
-            Ipv4Addr::new(192, 0, 2, 2),
-            Ipv4Addr::new(192, 0, 2, 1),
-        );
+        let plain = request(MAC, Ipv4Addr::new(192, 0, 2, 2), Ipv4Addr::new(192, 0, 2, 1));
         let mut v = plain.data()[..12].to_vec();
         v.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]);
         v.extend_from_slice(&plain.data()[12..]);
@@ -130,38 +123,26 @@ mod tests {
             Ipv4Addr::new(192, 0, 2, 2),
             Ipv4Addr::new(192, 0, 2, 99),
         );
-        assert_eq!(
-            p.process(0, &mut other, Instant(0)),
-            Verdict::Drop(Outcome::ArpIgnored)
-        );
+        assert_eq!(p.process(0, &mut other, Instant(0)), Verdict::Drop(Outcome::ArpIgnored));
         let mut grat = request(
             EthernetAddress::BROADCAST,
             Ipv4Addr::new(192, 0, 2, 1),
             Ipv4Addr::new(192, 0, 2, 1),
         );
-        assert_eq!(
-            p.process(0, &mut grat, Instant(0)),
-            Verdict::Drop(Outcome::ArpIgnored)
-        );
+        assert_eq!(p.process(0, &mut grat, Instant(0)), Verdict::Drop(Outcome::ArpIgnored));
         let mut reply = request(
             EthernetAddress::BROADCAST,
             Ipv4Addr::new(192, 0, 2, 2),
             Ipv4Addr::new(192, 0, 2, 1),
         );
         reply.data_mut()[14 + 7] = 2;
-        assert_eq!(
-            p.process(0, &mut reply, Instant(0)),
-            Verdict::Drop(Outcome::ArpIgnored)
-        );
+        assert_eq!(p.process(0, &mut reply, Instant(0)), Verdict::Drop(Outcome::ArpIgnored));
         let mut short = request(
             EthernetAddress::BROADCAST,
             Ipv4Addr::new(192, 0, 2, 2),
             Ipv4Addr::new(192, 0, 2, 1),
         );
         assert!(short.trim(1));
-        assert_eq!(
-            p.process(0, &mut short, Instant(0)),
-            Verdict::Drop(Outcome::Malformed)
-        );
+        assert_eq!(p.process(0, &mut short, Instant(0)), Verdict::Drop(Outcome::Malformed));
     }
 }

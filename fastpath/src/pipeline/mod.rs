@@ -122,20 +122,14 @@ pub(crate) mod tests {
     fn l2_filter() {
         let mut p = pipeline();
         let mut other = frame(EthernetAddress([2, 9, 9, 9, 9, 9]), PEER, 0x0800, &[0; 20]);
-        assert_eq!(
-            p.process(0, &mut other, Instant(0)),
-            Verdict::Drop(Outcome::NotForUs)
-        );
+        assert_eq!(p.process(0, &mut other, Instant(0)), Verdict::Drop(Outcome::NotForUs));
         let mut bad_src = frame(MAC, EthernetAddress::BROADCAST, 0x0800, &[0; 20]);
         assert_eq!(
             p.process(0, &mut bad_src, Instant(0)),
             Verdict::Drop(Outcome::Malformed)
         );
         let mut ip = frame(MAC, PEER, 0x0800, &[0; 20]);
-        assert_eq!(
-            p.process(0, &mut ip, Instant(0)),
-            Verdict::Drop(Outcome::Unhandled)
-        );
+        assert_eq!(p.process(0, &mut ip, Instant(0)), Verdict::Drop(Outcome::Unhandled));
         let mut unknown_port = frame(MAC, PEER, 0x0800, &[0; 20]);
         assert_eq!(
             p.process(7, &mut unknown_port, Instant(0)),

@@ -100,10 +100,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpPacket<T> {
     /// sender fields, set the opcode to reply").
     pub fn make_reply(&mut self, answer_hw: EthernetAddress, answer_ip: Ipv4Addr) {
         let b = self.buffer.as_mut();
-        let (sha, spa) = (
-            EthernetAddress::from_bytes(&b[field::SHA]),
-            ip(&b[field::SPA]),
-        );
+        let (sha, spa) = (EthernetAddress::from_bytes(&b[field::SHA]), ip(&b[field::SPA]));
         b[field::THA].copy_from_slice(&sha.0);
         b[field::TPA].copy_from_slice(&spa.octets());
         b[field::SHA].copy_from_slice(&answer_hw.0);
@@ -113,14 +110,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpPacket<T> {
 }
 
 /// Writes a complete Ethernet/IPv4 ARP packet into the first [`PACKET_LEN`] bytes of `b`.
-pub fn emit(
-    b: &mut [u8],
-    op: ArpOperation,
-    sha: EthernetAddress,
-    spa: Ipv4Addr,
-    tha: EthernetAddress,
-    tpa: Ipv4Addr,
-) {
+pub fn emit(b: &mut [u8], op: ArpOperation, sha: EthernetAddress, spa: Ipv4Addr, tha: EthernetAddress, tpa: Ipv4Addr) {
     put_be16(b, field::HTYPE, 1);
     put_be16(b, field::PTYPE, 0x0800);
     b[field::HLEN] = 6;
@@ -183,21 +173,12 @@ mod tests {
 
     #[test]
     fn rejects_short_and_foreign() {
-        assert_eq!(
-            ArpPacket::new_checked(&REQUEST[..27]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(ArpPacket::new_checked(&REQUEST[..27]).unwrap_err(), Error::Truncated);
         let mut b = REQUEST;
         b[1] = 6; // IEEE 802 hardware
-        assert_eq!(
-            ArpPacket::new_checked(&b[..]).unwrap_err(),
-            Error::Unsupported
-        );
+        assert_eq!(ArpPacket::new_checked(&b[..]).unwrap_err(), Error::Unsupported);
         let mut b = REQUEST;
         b[4] = 8;
-        assert_eq!(
-            ArpPacket::new_checked(&b[..]).unwrap_err(),
-            Error::Malformed
-        );
+        assert_eq!(ArpPacket::new_checked(&b[..]).unwrap_err(), Error::Malformed);
     }
 }

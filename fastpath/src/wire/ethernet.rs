@@ -252,9 +252,7 @@ mod tests {
     #[test]
     fn parse_qinq() {
         let mut v = FRAME[..12].to_vec();
-        v.extend_from_slice(&[
-            0x88, 0xa8, 0x00, 0x0a, 0x81, 0x00, 0x00, 0x14, 0x86, 0xdd, 1,
-        ]);
+        v.extend_from_slice(&[0x88, 0xa8, 0x00, 0x0a, 0x81, 0x00, 0x00, 0x14, 0x86, 0xdd, 1]);
         let f = EthernetFrame::new_checked(&v[..]).unwrap();
         assert_eq!(f.vlan_tags(), 2);
         assert_eq!(f.inner_vlan_id(), Some(20));
@@ -264,21 +262,12 @@ mod tests {
 
     #[test]
     fn truncated_and_too_many_tags() {
-        assert_eq!(
-            EthernetFrame::new_checked(&FRAME[..13]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(EthernetFrame::new_checked(&FRAME[..13]).unwrap_err(), Error::Truncated);
         let mut v = FRAME[..12].to_vec();
         v.extend_from_slice(&[0x81, 0x00, 0x00, 0x0a]);
-        assert_eq!(
-            EthernetFrame::new_checked(&v[..]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(EthernetFrame::new_checked(&v[..]).unwrap_err(), Error::Truncated);
         v.extend_from_slice(&[0x81, 0x00, 0x00, 0x0a, 0x81, 0x00, 0, 1, 8, 0]);
-        assert_eq!(
-            EthernetFrame::new_checked(&v[..]).unwrap_err(),
-            Error::Unsupported
-        );
+        assert_eq!(EthernetFrame::new_checked(&v[..]).unwrap_err(), Error::Unsupported);
     }
 
     #[test]

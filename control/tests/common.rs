@@ -1,0 +1,148 @@
+//! Helpers for tests that run the real fastpathd over DPDK vdevs, each in its own process
+//! (EAL initialises once per process).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// A fresh scratch directory for one test, removed when dropped.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let p = std::env::temp_dir().join(format!("fastpath-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+    pub fn path(&self, f: &str) -> PathBuf {
+        self.0.join(f)
+    }
+    /// Writes a file and returns its path.
+    pub fn write(&self, f: &str, text: &str) -> PathBuf {
+        let p = self.path(f);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The daemon binary.
+pub fn fastpathd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_fastpathd"))
+}
+
+/// Runs the daemon and shows its stderr when the test fails.
+pub fn run(args: &[&str]) -> Output {
+    let out = fastpathd().args(args).output().expect("run fastpathd");
+    eprintln!(
+        "--- fastpathd {args:?} exit {:?}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Parses a Prometheus text dump into `series -> value`, e.g.
+/// `fastpath_packets_total{outcome="malformed"} -> 5`.
+pub fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    for line in text.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        m.insert(series.to_string(), value.parse().unwrap());
+    }
+    m
+}
+
+/// Sum of every series of `family`.
+pub fn family_sum(m: &BTreeMap<String, f64>, family: &str) -> f64 {
+    m.iter()
+        .filter(|(k, _)| k.as_str() == family || k.starts_with(&format!("{family}{{")))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// `fastpath_packets_total{outcome="NAME"}`.
+pub fn outcome(m: &BTreeMap<String, f64>, name: &str) -> u64 {
+    m.get(&format!("fastpath_packets_total{{outcome=\"{name}\"}}"))
+        .copied()
+        .unwrap_or(0.0) as u64
+}
+
+/// Asserts the conservation invariant: every received packet has exactly one outcome.
+pub fn assert_conservation(m: &BTreeMap<String, f64>) -> u64 {
+    let rx = family_sum(m, "fastpath_rx_packets_total");
+    let outcomes = family_sum(m, "fastpath_packets_total");
+    assert_eq!(rx, outcomes, "sum(rx) must equal sum(outcomes)");
+    assert_eq!(
+        m.get("fastpath_mbufs_in_use").copied(),
+        Some(0.0),
+        "every mbuf returned to the pool at exit"
+    );
+    rx as u64
+}
+
+/// Runs tshark on a capture and returns one Vec of fields per packet.
+pub fn tshark_fields(pcap: &Path, filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
+    let mut cmd = Command::new("tshark");
+    cmd.arg("-r").arg(pcap).args(["-T", "fields", "-E", "separator=|"]);
+    if !filter.is_empty() {
+        cmd.args(["-Y", filter]);
+    }
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd
+        .output()
+        .expect("tshark is needed for this test: apt-get install -y tshark (ci/setup does it)");
+    assert!(
+        out.status.success(),
+        "tshark failed on {}: {}",
+        pcap.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.split('|').map(String::from).collect())
+        .collect()
+}
+
+/// Number of packets in a capture, by tshark.
+pub fn packet_count(pcap: &Path) -> usize {
+    tshark_fields(pcap, "", &["frame.number"]).len()
+}
+
+/// EAL arguments for tests: no hugepages, no PCI, a unique file prefix.
+pub fn eal_args(name: &str, vdevs: &[String]) -> String {
+    let mut v = vec![
+        "--no-huge".to_string(),
+        "-m".into(),
+        "256".into(),
+        "--no-pci".into(),
+        "--no-shconf".into(),
+        format!("--file-prefix=fpt-{name}-{}", std::process::id()),
+        "--no-telemetry".into(),
+        "--log-level=lib.eal:warning".into(),
+    ];
+    v.extend(vdevs.iter().cloned());
+    format!(
+        "[{}]",
+        v.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ")
+    )
+}

@@ -1,0 +1,222 @@
+//! The real fastpathd over DPDK vdevs: replay, clean stop under load, exit codes.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+
+#[test]
+fn replays_arp_and_junk_and_answers_arp() {
+    let s = Scratch::new("replay");
+    let input = repo().join("configs/captures/demo.pcap");
+    let (out0, out1) = (s.path("out-q0.pcap"), s.path("out-q1.pcap"));
+    let vdev = format!(
+        "--vdev=net_pcap0,rx_pcap={},tx_pcap={},tx_pcap={}",
+        input.display(),
+        out0.display(),
+        out1.display()
+    );
+    let cfg = s.write(
+        "c.toml",
+        &format!(
+            "[dpdk]\neal_args = {}\nmbufs = 2047\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+             ipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\nmac = \"02:00:00:00:00:01\"\n\n\
+             [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 200\n",
+            eal_args("replay", &[vdev])
+        ),
+    );
+    let dump = s.path("metrics.prom");
+    let out = run(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--exit-when-idle",
+        "300",
+        "--metrics-dump",
+        dump.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    assert_eq!(assert_conservation(&m), 18, "demo.pcap holds 18 frames");
+    // Expected outcomes, one per frame of configs/captures/gen_demo.py.
+    for (name, n) in [
+        ("arp_reply", 6),
+        ("arp_ignored", 3),
+        ("malformed", 5),
+        ("not_for_us", 1),
+        ("unhandled", 3),
+    ] {
+        assert_eq!(outcome(&m, name), n, "outcome {name}");
+    }
+    assert_eq!(m["fastpath_tx_packets_total{port=\"net_pcap0\",queue=\"0\"}"], 6.0);
+
+    // The replies, read back by tshark from the capture the closed port completed.
+    let replies = tshark_fields(
+        &out0,
+        "",
+        &[
+            "eth.src",
+            "eth.dst",
+            "arp.opcode",
+            "arp.src.hw_mac",
+            "arp.src.proto_ipv4",
+            "arp.dst.hw_mac",
+            "arp.dst.proto_ipv4",
+            "vlan.id",
+        ],
+    );
+    let expect = [
+        ("02:00:00:00:01:01", "192.0.2.11", ""),
+        ("02:00:00:00:01:02", "192.0.2.12", ""),
+        ("02:00:00:00:01:03", "192.0.2.13", ""),
+        ("02:00:00:00:01:04", "192.0.2.14", ""),
+        ("02:00:00:00:01:05", "0.0.0.0", ""),
+        ("02:00:00:00:01:06", "192.0.2.16", "100"),
+    ];
+    assert_eq!(replies.len(), expect.len(), "{replies:?}");
+    for (r, (peer_mac, peer_ip, vlan)) in replies.iter().zip(expect) {
+        let want = [
+            "02:00:00:00:00:01",
+            peer_mac,
+            "2",
+            "02:00:00:00:00:01",
+            "192.0.2.1",
+            peer_mac,
+            peer_ip,
+            vlan,
+        ];
+        assert_eq!(r, &want, "reply fields");
+    }
+    assert_eq!(packet_count(&out1), 0, "the worker sent nothing");
+}
+
+fn null_config(s: &Scratch, name: &str) -> std::path::PathBuf {
+    s.write(
+        "c.toml",
+        &format!(
+            "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_null0\"\ntx_queues = 1\n\
+             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\n",
+            eal_args(name, &["--vdev=net_null0,size=64".to_string()])
+        ),
+    )
+}
+
+#[test]
+fn sigterm_under_load_stops_cleanly_and_counts_every_packet() {
+    let s = Scratch::new("sigterm");
+    let cfg = null_config(&s, "sigterm");
+    let dump = s.path("metrics.prom");
+    // net_null receives zeroed 64-byte frames as fast as we poll: traffic never stops.
+    let child = fastpathd()
+        .args([
+            "--config",
+            cfg.to_str().unwrap(),
+            "--metrics-dump",
+            dump.to_str().unwrap(),
+            "--stats-interval",
+            "0.2",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let t = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(t.elapsed() < Duration::from_secs(10), "stop took {:?}", t.elapsed());
+    assert!(stderr.contains("stop requested by signal"));
+    assert!(stderr.contains("net_null0: rx "), "the live view shows per-port rates");
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    let rx = assert_conservation(&m);
+    assert!(rx > 1000, "traffic flowed: {rx}");
+    // Zeroed frames are unicast to 00:00:00:00:00:00, not us.
+    assert_eq!(outcome(&m, "not_for_us"), rx);
+}
+
+#[test]
+fn check_config_accepts_good_and_rejects_bad_with_key_and_line() {
+    let s = Scratch::new("check");
+    let good = null_config(&s, "check");
+    let out = run(&["--config", good.to_str().unwrap(), "--check-config"]);
+    assert_eq!(out.status.code(), Some(0));
+
+    let text = std::fs::read_to_string(&good)
+        .unwrap()
+        .replace("tx_queues = 1", "tx_queues = 0")
+        .replace("ipv4 = [\"192.0.2.1\"]", "ipv4 = [\"192.0.2.1\", \"not-an-ip\"]");
+    let bad = s.write("bad.toml", &text);
+    let out = run(&["--config", bad.to_str().unwrap(), "--check-config"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let file = bad.display().to_string();
+    assert!(
+        err.contains(&format!("{file}:7: port[0].tx_queues: expected 1 to 64 TX queues")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{file}:8: port[0].ipv4[1]: \"not-an-ip\"")),
+        "{err}"
+    );
+
+    // A bad config never starts the data plane, with or without --check-config.
+    let out = run(&["--config", bad.to_str().unwrap(), "--exit-when-idle", "100"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("running"));
+
+    let unknown = s.write(
+        "unknown.toml",
+        &std::fs::read_to_string(&good)
+            .unwrap()
+            .replace("[lcores]", "[lcores]\nrx_lcores = [0]"),
+    );
+    let out = run(&["--config", unknown.to_str().unwrap(), "--check-config"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(":11: lcores") && err.contains("unknown field `rx_lcores`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn usage_and_dpdk_failures_have_their_exit_codes() {
+    let out = run(&["--config"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&["--bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("usage:"));
+
+    // A device that DPDK did not probe: the port cannot be found.
+    let s = Scratch::new("nodev");
+    let cfg = s.write(
+        "c.toml",
+        &std::fs::read_to_string(null_config(&s, "nodev"))
+            .unwrap()
+            .replace("device = \"net_null0\"", "device = \"net_null7\""),
+    );
+    let out = run(&["--config", cfg.to_str().unwrap(), "--exit-when-idle", "100"]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("net_null7") && err.contains("Check the device name"),
+        "{err}"
+    );
+
+    // EAL itself refuses its arguments.
+    let cfg = s.write(
+        "eal.toml",
+        &std::fs::read_to_string(s.path("c.toml"))
+            .unwrap()
+            .replace("\"--no-pci\"", "\"--no-such-eal-flag\""),
+    );
+    let out = run(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rte_eal_init"));
+}
