@@ -22,10 +22,7 @@ fn main() {
         .probe("libdpdk")
     {
         Ok(lib) => lib,
-        Err(e) => fail(&format!(
-            "DPDK 22.11 not found by pkg-config ({}); install it with: apt-get install -y libdpdk-dev pkg-config",
-            e.to_string().lines().next().unwrap_or("")
-        )),
+        Err(_) => fail("DPDK 22.11 (pkg-config libdpdk) not found; install it with: apt-get install -y libdpdk-dev pkg-config"),
     };
 
     // libdpdk.pc puts `-include rte_config.h -march=corei7` into CFLAGS; the same flags
@@ -46,7 +43,11 @@ fn main() {
     }
     build.warnings(false).compile("fastpath_dpdk_shim");
 
-    if std::panic::catch_unwind(bindgen::clang_version).is_err() {
+    // clang-sys panics when it cannot load libclang: turn that into the one-line message.
+    std::panic::set_hook(Box::new(|_| {}));
+    let clang = std::panic::catch_unwind(bindgen::clang_version);
+    let _ = std::panic::take_hook();
+    if clang.is_err() {
         fail("libclang not found; install it with: apt-get install -y clang libclang-dev");
     }
 
