@@ -25,6 +25,14 @@ struct FileConfig {
     #[serde(default)]
     port: Vec<PortSection>,
     lcores: LcoresSection,
+    metrics: Option<MetricsSection>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct MetricsSection {
+    listen: Option<String>,
+    enabled: Option<bool>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -73,6 +81,18 @@ pub struct Config {
     pub ports: Vec<PortConfig>,
     /// Lcore roles.
     pub lcores: LcoreConfig,
+    /// The metrics endpoint.
+    pub metrics: MetricsConfig,
+}
+
+/// Default `[metrics] listen`: loopback only.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
+
+/// `[metrics]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricsConfig {
+    /// Where `GET /metrics` and `GET /healthz` are served; `None` when disabled.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// `[dpdk]`.
@@ -478,7 +498,101 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         );
     }
 
-    Config { dpdk, ports, lcores }
+    // [metrics]
+    let m = raw.metrics.unwrap_or(MetricsSection {
+        listen: None,
+        enabled: None,
+    });
+    let listen_text = m.listen.unwrap_or_else(|| DEFAULT_METRICS_LISTEN.to_string());
+    let listen = match listen_text.parse::<std::net::SocketAddr>() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            errs.add(
+                &[Key("metrics"), Key("listen")],
+                format!("{listen_text:?}: expected ADDRESS:PORT, e.g. \"127.0.0.1:9464\" or \"[::1]:9464\""),
+            );
+            None
+        }
+    };
+    let metrics = MetricsConfig {
+        listen: if m.enabled.unwrap_or(true) { listen } else { None },
+    };
+
+    Config {
+        dpdk,
+        ports,
+        lcores,
+        metrics,
+    }
+}
+
+impl Config {
+    /// The settings that a reload cannot change (they size or start DPDK resources), named by
+    /// key, where `new` differs from `self`.
+    pub fn restart_only_changes(&self, new: &Config) -> Vec<String> {
+        let mut out = Vec::new();
+        let d = (&self.dpdk, &new.dpdk);
+        if d.0.eal_args != d.1.eal_args {
+            out.push("dpdk.eal_args".to_string());
+        }
+        for (k, a, b) in [
+            ("dpdk.mbufs", d.0.mbufs as u64, d.1.mbufs as u64),
+            ("dpdk.mbuf_cache", d.0.mbuf_cache as u64, d.1.mbuf_cache as u64),
+            ("dpdk.rx_desc", d.0.rx_desc as u64, d.1.rx_desc as u64),
+            ("dpdk.tx_desc", d.0.tx_desc as u64, d.1.tx_desc as u64),
+        ] {
+            if a != b {
+                out.push(k.to_string());
+            }
+        }
+        if self.ports.len() != new.ports.len() {
+            out.push("port (number of [[port]] sections)".to_string());
+        }
+        for (i, (a, b)) in self.ports.iter().zip(&new.ports).enumerate() {
+            if a.device != b.device {
+                out.push(format!("port[{i}].device"));
+            }
+            if a.rx_queues != b.rx_queues {
+                out.push(format!("port[{i}].rx_queues"));
+            }
+            if a.tx_queues != b.tx_queues {
+                out.push(format!("port[{i}].tx_queues"));
+            }
+            if a.mtu != b.mtu {
+                out.push(format!("port[{i}].mtu"));
+            }
+        }
+        if self.lcores.rx != new.lcores.rx {
+            out.push("lcores.rx".to_string());
+        }
+        if self.lcores.workers != new.lcores.workers {
+            out.push("lcores.workers".to_string());
+        }
+        if self.lcores.idle_sleep_us != new.lcores.idle_sleep_us {
+            out.push("lcores.idle_sleep_us".to_string());
+        }
+        if self.metrics != new.metrics {
+            out.push("metrics.listen".to_string());
+        }
+        out
+    }
+
+    /// What a reload from `self` to `new` changes, one line per change, for the log.
+    pub fn describe_changes(&self, new: &Config) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, (a, b)) in self.ports.iter().zip(&new.ports).enumerate() {
+            if a.ipv4 != b.ipv4 {
+                out.push(format!("port[{i}].ipv4 {:?} -> {:?}", a.ipv4, b.ipv4));
+            }
+            if a.ipv6 != b.ipv6 {
+                out.push(format!("port[{i}].ipv6 {:?} -> {:?}", a.ipv6, b.ipv6));
+            }
+            if a.mac != b.mac {
+                out.push(format!("port[{i}].mac {:?} -> {:?}", a.mac, b.mac));
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -576,6 +690,38 @@ workers = [1]
         assert!(e[0].message.contains("missing field `lcores`"), "{e:?}");
         let e = errors("[dpdk]\n[lcores]\nrx = [0]\n");
         assert_eq!(e[0].key, "port");
+    }
+
+    #[test]
+    fn metrics_listen() {
+        let c = parse(GOOD, "t.toml").unwrap();
+        assert_eq!(c.metrics.listen, Some("127.0.0.1:9464".parse().unwrap()));
+        let c = parse(&format!("{GOOD}\n[metrics]\nlisten = \"[::1]:0\"\n"), "t.toml").unwrap();
+        assert_eq!(c.metrics.listen, Some("[::1]:0".parse().unwrap()));
+        let c = parse(&format!("{GOOD}\n[metrics]\nenabled = false\n"), "t.toml").unwrap();
+        assert_eq!(c.metrics.listen, None);
+        let e = errors(&format!("{GOOD}\n[metrics]\nlisten = \"localhost\"\n"));
+        assert_eq!((e[0].key.as_str(), e[0].line), ("metrics.listen", Some(17)));
+    }
+
+    #[test]
+    fn reload_classifies_changes() {
+        let a = parse(GOOD, "t.toml").unwrap();
+        let b = parse(
+            &GOOD.replace("[\"192.0.2.1\"]", "[\"192.0.2.1\", \"192.0.2.5\"]"),
+            "t.toml",
+        )
+        .unwrap();
+        assert!(a.restart_only_changes(&b).is_empty());
+        assert_eq!(a.describe_changes(&b).len(), 1);
+        let c = parse(
+            &GOOD
+                .replace("rx_queues = 1", "rx_queues = 2")
+                .replace("workers = [1]", "workers = [2]"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(a.restart_only_changes(&c), vec!["port[0].rx_queues", "lcores.workers"]);
     }
 
     #[test]

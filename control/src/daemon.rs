@@ -7,10 +7,11 @@
 use crate::cli::Options;
 use crate::config::{self, Config};
 use crate::metrics::{self, Sources};
+use crate::reload::{build_tables, OpenedPort, ReloadStats, Reloader};
 use crate::signals::Signals;
 use fastpath::dpdk::{self, Eal, Mempool, Port, PortConf};
+use fastpath::generation::Published;
 use fastpath::outcome::Outcome;
-use fastpath::pipeline::{Pipeline, PortAddrs};
 use fastpath::runtime::{IdlePolicy, RxLcore, TscClock, WorkerLcore};
 use fastpath::stats::{LcoreStats, QueueCounters};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,6 +60,18 @@ pub fn run(opts: Options) -> u8 {
         eprintln!("{}: ok", opts.config.display());
         return EXIT_OK;
     }
+    // Bind the metrics endpoint before anything starts, so a taken address is a config error.
+    let server = match cfg.metrics.listen.map(crate::http::Server::bind).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "{}: metrics.listen: cannot listen on {}: {e}; pick another address or set [metrics] enabled = false",
+                opts.config.display(),
+                cfg.metrics.listen.map(|a| a.to_string()).unwrap_or_default()
+            );
+            return EXIT_CONFIG;
+        }
+    };
     let signals = match Signals::install() {
         Ok(s) => s,
         Err(e) => {
@@ -66,7 +79,7 @@ pub fn run(opts: Options) -> u8 {
             return EXIT_DPDK;
         }
     };
-    match start_and_serve(&cfg, &opts, &signals) {
+    match start_and_serve(cfg, &opts, &signals, server) {
         Ok(()) => EXIT_OK,
         Err(msg) => {
             eprintln!("fastpathd: {msg}");
@@ -75,7 +88,12 @@ pub fn run(opts: Options) -> u8 {
     }
 }
 
-fn start_and_serve(cfg: &Config, opts: &Options, signals: &Signals) -> Result<(), String> {
+fn start_and_serve(
+    cfg: Config,
+    opts: &Options,
+    signals: &Signals,
+    server: Option<crate::http::Server>,
+) -> Result<(), String> {
     let started = Instant::now();
     let start_time = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -126,19 +144,20 @@ fn start_and_serve(cfg: &Config, opts: &Options, signals: &Signals) -> Result<()
         ports.push(port);
     }
 
-    // Tables indexed by DPDK port id.
-    let max_id = ports.iter().map(|p| p.id() as usize).max().unwrap_or(0);
-    let mut addrs = vec![PortAddrs::default(); max_id + 1];
-    let mut port_names = vec![String::new(); max_id + 1];
+    let mut opened = Vec::new();
+    let mut port_names = Vec::new();
     for (p, port) in cfg.ports.iter().zip(&ports) {
-        addrs[port.id() as usize] = PortAddrs {
-            mac: p.mac.unwrap_or(port.mac()),
-            ipv4: p.ipv4.clone(),
-            ipv6: p.ipv6.clone(),
-        };
-        port_names[port.id() as usize] = p.device.clone();
+        opened.push(OpenedPort {
+            id: port.id(),
+            mac: port.mac(),
+        });
+        let id = port.id() as usize;
+        if port_names.len() <= id {
+            port_names.resize(id + 1, String::new());
+        }
+        port_names[id] = p.device.clone();
     }
-    let pipeline = Pipeline::new(addrs);
+    let published = Arc::new(Published::new(Arc::new(build_tables(&cfg, &opened, 1))));
     let idle = IdlePolicy {
         spin_polls: 1024,
         sleep: Duration::from_micros(cfg.lcores.idle_sleep_us),
@@ -159,13 +178,13 @@ fn start_and_serve(cfg: &Config, opts: &Options, signals: &Signals) -> Result<()
         all_stats.push(stats.clone());
         roles.push((
             lcore,
-            Role::Rx(RxLcore::new(rxqs, txqs, pipeline.clone(), stats, idle, clock)),
+            Role::Rx(RxLcore::new(rxqs, txqs, published.clone(), stats, idle, clock)),
         ));
     }
     for &lcore in &cfg.lcores.workers {
         let stats = Arc::new(LcoreStats::new(lcore, vec![], vec![]));
         all_stats.push(stats.clone());
-        roles.push((lcore, Role::Worker(WorkerLcore::new(stats, idle))));
+        roles.push((lcore, Role::Worker(WorkerLcore::new(published.clone(), stats, idle))));
     }
 
     let pool_for_metrics = pool.clone();
@@ -175,8 +194,22 @@ fn start_and_serve(cfg: &Config, opts: &Options, signals: &Signals) -> Result<()
         dpdk_version: dpdk::version(),
         start_time,
         mbufs_in_use: Box::new(move || pool_for_metrics.in_use() as u64),
+        published: published.clone(),
+        reload: Arc::new(ReloadStats::default()),
     });
     let registry = metrics::registry(sources.clone());
+    let http_stop = Arc::new(AtomicBool::new(false));
+    let http = match server {
+        Some(server) => {
+            eprintln!("fastpathd: metrics on http://{}/metrics", server.local_addr());
+            Some(
+                server
+                    .spawn(registry.clone(), http_stop.clone())
+                    .map_err(|e| format!("cannot start the metrics thread: {e}"))?,
+            )
+        }
+        None => None,
+    };
 
     let stop = Arc::new(AtomicBool::new(false));
     let main_lcore = eal.main_lcore();
@@ -208,9 +241,16 @@ fn start_and_serve(cfg: &Config, opts: &Options, signals: &Signals) -> Result<()
         let sources = sources.clone();
         let idle_exit = opts.exit_when_idle;
         let interval = opts.stats_interval;
+        let mut reloader = Reloader::new(
+            opts.config.clone(),
+            cfg.clone(),
+            opened,
+            published.clone(),
+            sources.reload.clone(),
+        );
         std::thread::Builder::new()
             .name("fastpath-control".into())
-            .spawn(move || control_loop(&stop, &signals, &sources, idle_exit, interval))
+            .spawn(move || control_loop(&stop, &signals, &sources, &mut reloader, idle_exit, interval))
             .map_err(|e| format!("cannot start the control thread: {e}"))?
     };
 
@@ -224,6 +264,10 @@ fn start_and_serve(cfg: &Config, opts: &Options, signals: &Signals) -> Result<()
         }
     }
     let _ = control.join();
+    http_stop.store(true, Ordering::SeqCst);
+    if let Some(h) = http {
+        let _ = h.join();
+    }
 
     let mut close_errors = Vec::new();
     for p in ports.iter_mut() {
@@ -280,6 +324,7 @@ fn control_loop(
     stop: &AtomicBool,
     signals: &Signals,
     src: &Sources,
+    reloader: &mut Reloader,
     exit_when_idle: Option<Duration>,
     interval: Option<Duration>,
 ) {
@@ -296,10 +341,9 @@ fn control_loop(
             break;
         }
         if signals.take_hangup() {
-            eprintln!(
-                "fastpathd: SIGHUP received; live reload is not available in this version, keeping the running config"
-            );
+            reloader.reload("SIGHUP");
         }
+        reloader.tick();
         let rx = total_rx(src);
         if rx != last_rx {
             last_rx = rx;

@@ -3,8 +3,10 @@
 mod cli;
 mod config;
 mod daemon;
+mod http;
 mod locate;
 mod metrics;
+mod reload;
 mod signals;
 
 use std::process::ExitCode;

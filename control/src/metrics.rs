@@ -1,11 +1,14 @@
 //! Prometheus metrics. Collectors read the per-lcore counter blocks at scrape (or dump) time:
 //! the data plane keeps writing plain per-lcore counters and never waits for a reader.
 
+use crate::reload::ReloadStats;
+use fastpath::generation::Published;
 use fastpath::outcome::Outcome;
 use fastpath::stats::LcoreStats;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Encoder, Registry, TextEncoder};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// What the collectors read.
@@ -20,6 +23,10 @@ pub struct Sources {
     pub start_time: f64,
     /// Mbufs currently allocated from the pool.
     pub mbufs_in_use: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// The published config generation.
+    pub published: Arc<Published>,
+    /// Reload outcomes.
+    pub reload: Arc<ReloadStats>,
 }
 
 impl Sources {
@@ -135,6 +142,26 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         "Start time of the process since the Unix epoch.",
         MetricType::GAUGE,
     ),
+    (
+        "fastpath_config_reloads_total",
+        "Config reloads by result (success, failure).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_config_generation",
+        "The config generation published to the lcores.",
+        MetricType::GAUGE,
+    ),
+    (
+        "fastpath_config_last_reload_success_timestamp_seconds",
+        "Unix time of the last successful config load (the start counts).",
+        MetricType::GAUGE,
+    ),
+    (
+        "fastpath_lcore_config_generation",
+        "The config generation each lcore runs.",
+        MetricType::GAUGE,
+    ),
 ];
 
 impl DataPlaneCollector {
@@ -162,6 +189,7 @@ impl Collector for DataPlaneCollector {
         let mut idle = Vec::new();
         let mut busy = Vec::new();
         let mut cycles = Vec::new();
+        let mut generations = Vec::new();
         let mut outcomes = [0u64; Outcome::COUNT];
         for l in &s.lcores {
             for q in l.rx.iter() {
@@ -180,7 +208,8 @@ impl Collector for DataPlaneCollector {
             let lb = vec![("lcore", l.lcore.to_string())];
             idle.push((lb.clone(), l.idle_polls.get() as f64));
             busy.push((lb.clone(), l.busy_polls.get() as f64));
-            cycles.push((lb, l.busy_cycles.get() as f64));
+            cycles.push((lb.clone(), l.busy_cycles.get() as f64));
+            generations.push((lb, l.generation() as f64));
         }
         let outcome_samples = Outcome::ALL
             .iter()
@@ -204,6 +233,19 @@ impl Collector for DataPlaneCollector {
                 1.0,
             )],
             vec![(vec![], s.start_time)],
+            vec![
+                (
+                    vec![("result", "success".to_string())],
+                    s.reload.success.load(Relaxed) as f64,
+                ),
+                (
+                    vec![("result", "failure".to_string())],
+                    s.reload.failure.load(Relaxed) as f64,
+                ),
+            ],
+            vec![(vec![], s.published.generation() as f64)],
+            vec![(vec![], s.reload.last_success_seconds())],
+            generations,
         ];
         FAMILIES
             .iter()
@@ -230,9 +272,59 @@ pub fn render(r: &Registry) -> String {
     String::from_utf8(out).expect("text format is UTF-8")
 }
 
+/// Metric families fixed by the user-facing contract (`shared/CONFIG.md`) that later stages
+/// emit; the dashboard may already chart them.
+#[cfg(test)]
+const CONTRACT_FAMILIES: &[&str] = &[
+    "fastpath_rx_packets_total",
+    "fastpath_tx_packets_total",
+    "fastpath_packets_total",
+    "fastpath_rollover_total",
+    "fastpath_rollover_huge_total",
+    "fastpath_rollover_failed_total",
+    "fastpath_socket_queue_depth",
+    "fastpath_flow_limit_dropped_total",
+    "fastpath_icmp_sent_total",
+    "fastpath_icmp_rate_limited_total",
+    "fastpath_reasm_completed_total",
+    "fastpath_reasm_timeouts_total",
+    "fastpath_reasm_refused_total",
+    "fastpath_reasm_memory_bytes",
+    "fastpath_gre_encap_total",
+    "fastpath_gre_decap_total",
+    "fastpath_gre_seq_dropped_total",
+    "fastpath_gre_recursion_dropped_total",
+    "fastpath_config_reloads_total",
+    "fastpath_config_generation",
+    "fastpath_config_last_reload_success_timestamp_seconds",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dashboard_charts_only_known_families() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/grafana-dashboard.json");
+        let dash: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut exprs = 0;
+        for panel in dash["panels"].as_array().unwrap() {
+            assert!(panel["title"].is_string());
+            for t in panel["targets"].as_array().unwrap() {
+                let e = t["expr"].as_str().unwrap();
+                exprs += 1;
+                for word in e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                    if word.starts_with("fastpath_") {
+                        assert!(
+                            FAMILIES.iter().any(|f| f.0 == word) || CONTRACT_FAMILIES.contains(&word),
+                            "dashboard uses unknown family {word}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(exprs >= 10);
+    }
     use fastpath::stats::QueueCounters;
 
     #[test]
@@ -257,6 +349,11 @@ mod tests {
             dpdk_version: "DPDK 22.11.11".into(),
             start_time: 1.0,
             mbufs_in_use: Box::new(|| 7),
+            published: Arc::new(Published::new(Arc::new(fastpath::pipeline::Tables {
+                generation: 3,
+                ports: vec![],
+            }))),
+            reload: Arc::new(ReloadStats::default()),
         });
         let text = render(&registry(src));
         assert!(
@@ -274,5 +371,10 @@ mod tests {
         assert!(text.contains("# TYPE fastpath_packets_total counter"), "{text}");
         assert!(text.contains("fastpath_mbufs_in_use 7"), "{text}");
         assert!(text.contains("dpdk_version=\"DPDK 22.11.11\""), "{text}");
+        assert!(text.contains("fastpath_config_generation 3"), "{text}");
+        assert!(
+            text.contains("fastpath_config_reloads_total{result=\"failure\"} 0"),
+            "{text}"
+        );
     }
 }

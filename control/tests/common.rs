@@ -4,8 +4,11 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -145,4 +148,122 @@ pub fn eal_args(name: &str, vdevs: &[String]) -> String {
         "[{}]",
         v.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ")
     )
+}
+
+/// `[metrics]` for tests: an ephemeral loopback port, so tests can run in parallel.
+pub const METRICS_ANY_PORT: &str = "\n[metrics]\nlisten = \"127.0.0.1:0\"\n";
+
+/// A running daemon whose stderr goes to a file.
+pub struct Daemon {
+    pub child: Child,
+    pub log: PathBuf,
+    pub metrics: Option<SocketAddr>,
+}
+
+impl Daemon {
+    /// Starts `fastpathd args...` and waits until it runs (and serves metrics, if enabled).
+    pub fn start(s: &Scratch, args: &[&str]) -> Daemon {
+        let log = s.path("daemon.log");
+        let f = std::fs::File::create(&log).unwrap();
+        let child = fastpathd().args(args).stderr(f).spawn().expect("spawn fastpathd");
+        let mut d = Daemon {
+            child,
+            log,
+            metrics: None,
+        };
+        let t = Instant::now();
+        loop {
+            let text = d.log_text();
+            if let Some(i) = text.find("metrics on http://") {
+                let rest = &text[i + "metrics on http://".len()..];
+                d.metrics = Some(rest[..rest.find("/metrics").unwrap()].parse().unwrap());
+            }
+            if text.contains("fastpathd: running") {
+                return d;
+            }
+            if let Ok(Some(st)) = d.child.try_wait() {
+                panic!("fastpathd exited early ({st}):\n{text}");
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "fastpathd did not start:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// GET `path` from the metrics endpoint: (status line, body).
+    pub fn get(&self, path: &str) -> (String, String) {
+        http_get(self.metrics.expect("metrics enabled"), path)
+    }
+
+    /// Scrapes and parses /metrics.
+    pub fn scrape(&self) -> BTreeMap<String, f64> {
+        let (status, body) = self.get("/metrics");
+        assert!(status.contains("200"), "{status}");
+        parse_metrics(&body)
+    }
+
+    /// SIGTERM, wait, and return the exit code and the log.
+    pub fn stop(mut self) -> (Option<i32>, String) {
+        self.signal("TERM");
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                let log = self.log_text();
+                eprintln!("--- fastpathd log\n{log}");
+                return (st.code(), log);
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "fastpathd did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP/1.1 GET: (status line, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    (head.lines().next().unwrap_or("").to_string(), body.to_string())
+}
+
+/// Polls `cond` every 10 ms until it holds or `secs` pass.
+pub fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < Duration::from_secs(secs), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

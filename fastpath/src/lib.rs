@@ -11,6 +11,7 @@
 //! - [`runtime`] (feature `dpdk`): the lcore loops that glue the two together.
 
 pub mod buf;
+pub mod generation;
 pub mod outcome;
 pub mod pipeline;
 pub mod stats;

@@ -73,6 +73,8 @@ pub struct LcoreStats {
     pub busy_polls: Counter,
     /// TSC cycles spent in iterations that received packets.
     pub busy_cycles: Counter,
+    /// The config generation this lcore runs (it stores it after adopting one).
+    pub generation: AtomicU64,
 }
 
 impl LcoreStats {
@@ -86,6 +88,7 @@ impl LcoreStats {
             idle_polls: Counter::default(),
             busy_polls: Counter::default(),
             busy_cycles: Counter::default(),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -93,6 +96,16 @@ impl LcoreStats {
     #[inline(always)]
     pub fn outcome(&self, o: Outcome) {
         self.outcomes[o.index()].inc();
+    }
+
+    /// Records the generation this lcore switched to.
+    pub fn set_generation(&self, g: u64) {
+        self.generation.store(g, Relaxed);
+    }
+
+    /// The generation this lcore runs.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Relaxed)
     }
 
     /// Packets this lcore received.

@@ -10,6 +10,7 @@ use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::wire::{self, EtherType, EthernetAddress, EthernetFrame};
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 /// Monotonic time in nanoseconds, supplied by the caller (the lcore loop reads the TSC once per
 /// burst). Stages never read a clock.
@@ -55,23 +56,46 @@ impl PortAddrs {
     }
 }
 
-/// One RX lcore's pipeline: its own copy of the tables, so nothing is shared on the per-packet
-/// path.
+/// The read-only tables of one config generation, shared by every lcore.
+///
+/// A reload builds a whole new `Tables` off the data path and publishes it; each lcore adopts it
+/// between bursts with [`Pipeline::apply`]. Nothing in here changes once published.
+#[derive(Clone, Debug, Default)]
+pub struct Tables {
+    /// The config generation these tables belong to (1 for the config loaded at start).
+    pub generation: u64,
+    /// Indexed by DPDK port id.
+    pub ports: Vec<PortAddrs>,
+}
+
+/// One lcore's pipeline: the current generation's shared tables plus the lcore's own mutable
+/// state, so nothing is shared for writing on the per-packet path.
 #[derive(Clone, Debug)]
 pub struct Pipeline {
-    /// Indexed by DPDK port id.
-    ports: Vec<PortAddrs>,
+    tables: Arc<Tables>,
 }
 
 impl Pipeline {
-    /// A pipeline for ports whose addresses are `ports[port_id]`.
-    pub fn new(ports: Vec<PortAddrs>) -> Self {
-        Pipeline { ports }
+    /// A pipeline over `tables`.
+    pub fn new(tables: Arc<Tables>) -> Self {
+        Pipeline { tables }
+    }
+
+    /// Adopts a new generation. Called by the owning lcore at a quiescent point (between
+    /// bursts), so no packet ever sees a mix of two generations. Per-lcore state that depends on
+    /// the tables is carried over or rebuilt here.
+    pub fn apply(&mut self, tables: Arc<Tables>) {
+        self.tables = tables;
+    }
+
+    /// The generation in use.
+    pub fn generation(&self) -> u64 {
+        self.tables.generation
     }
 
     /// Runs every stage on one packet received on `port`.
     pub fn process<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, _now: Instant) -> Verdict {
-        let Some(local) = self.ports.get(port as usize) else {
+        let Some(local) = self.tables.ports.get(port as usize) else {
             return Verdict::Drop(Outcome::Unhandled);
         };
         let frame = match EthernetFrame::new_checked(pkt.data()) {
@@ -104,11 +128,14 @@ pub(crate) mod tests {
     pub(crate) const PEER: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
 
     pub(crate) fn pipeline() -> Pipeline {
-        Pipeline::new(vec![PortAddrs {
-            mac: MAC,
-            ipv4: vec![Ipv4Addr::new(192, 0, 2, 1)],
-            ipv6: vec!["2001:db8::1".parse().unwrap()],
-        }])
+        Pipeline::new(Arc::new(Tables {
+            generation: 1,
+            ports: vec![PortAddrs {
+                mac: MAC,
+                ipv4: vec![Ipv4Addr::new(192, 0, 2, 1)],
+                ipv6: vec!["2001:db8::1".parse().unwrap()],
+            }],
+        }))
     }
 
     fn frame(dst: EthernetAddress, src: EthernetAddress, ty: u16, payload: &[u8]) -> HeapBuf {

@@ -6,6 +6,7 @@
 
 use crate::buf::PacketBuf;
 use crate::dpdk::{eal, Mbuf, RxQueue, TxQueue};
+use crate::generation::Published;
 use crate::outcome::Outcome;
 use crate::pipeline::{Instant, Pipeline, Verdict};
 use crate::stats::LcoreStats;
@@ -72,6 +73,7 @@ pub struct RxLcore {
     /// Indexed by port id; `None` for ports this lcore cannot send on.
     tx: Vec<Option<TxBatch>>,
     pipeline: Pipeline,
+    published: Arc<Published>,
     stats: Arc<LcoreStats>,
     idle: IdlePolicy,
     clock: TscClock,
@@ -83,7 +85,7 @@ impl RxLcore {
     pub fn new(
         rx: Vec<RxQueue>,
         tx: Vec<TxQueue>,
-        pipeline: Pipeline,
+        published: Arc<Published>,
         stats: Arc<LcoreStats>,
         idle: IdlePolicy,
         clock: TscClock,
@@ -99,10 +101,13 @@ impl RxLcore {
                 outcomes: Vec::with_capacity(BURST),
             });
         }
+        let pipeline = Pipeline::new(published.current());
+        stats.set_generation(pipeline.generation());
         RxLcore {
             rx,
             tx: by_port,
             pipeline,
+            published,
             stats,
             idle,
             clock,
@@ -163,6 +168,11 @@ impl RxLcore {
                 flush(b, &self.stats, &mut drops);
             }
             Mbuf::free_bulk(&mut drops);
+            // Quiescent point: no packet is in flight, so a new generation applies to whole bursts.
+            if let Some(t) = self.published.newer_than(self.pipeline.generation()) {
+                self.pipeline.apply(t);
+                self.stats.set_generation(self.pipeline.generation());
+            }
             if got == 0 {
                 self.stats.idle_polls.inc();
                 empty_in_a_row = empty_in_a_row.saturating_add(1);
@@ -204,20 +214,27 @@ fn flush(b: &mut TxBatch, stats: &LcoreStats, drops: &mut Vec<Mbuf>) {
 /// A worker lcore: drains the service sockets assigned to it and runs their actions. Until
 /// services are configured it only idles and watches for shutdown.
 pub struct WorkerLcore {
+    published: Arc<Published>,
     stats: Arc<LcoreStats>,
     idle: IdlePolicy,
 }
 
 impl WorkerLcore {
-    /// A worker counting into `stats`.
-    pub fn new(stats: Arc<LcoreStats>, idle: IdlePolicy) -> Self {
-        WorkerLcore { stats, idle }
+    /// A worker counting into `stats`, following the generations in `published`.
+    pub fn new(published: Arc<Published>, stats: Arc<LcoreStats>, idle: IdlePolicy) -> Self {
+        WorkerLcore { published, stats, idle }
     }
 
     /// Runs until `stop` is set.
     pub fn run(self, stop: &AtomicBool) {
         let mut empty_in_a_row = 0u32;
+        let mut tables = self.published.current();
+        self.stats.set_generation(tables.generation);
         while !stop.load(Ordering::Relaxed) {
+            if let Some(t) = self.published.newer_than(tables.generation) {
+                tables = t;
+                self.stats.set_generation(tables.generation);
+            }
             self.stats.idle_polls.inc();
             empty_in_a_row = empty_in_a_row.saturating_add(1);
             self.idle.idle(empty_in_a_row);

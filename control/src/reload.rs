@@ -1,0 +1,198 @@
+//! Live reload: on SIGHUP or when the config file changes on disk, the new file is parsed and
+//! fully validated here, on the control thread; the runtime tables are built from it and
+//! published to the lcores in one step (see `fastpath::generation`). A file that is invalid, or
+//! that changes settings only a restart can apply, is refused with a message naming the keys, and
+//! the running config stays.
+//!
+//! The file is watched by polling its metadata (device, inode, size, mtime) every control tick:
+//! that sees in-place writes and editors' write-to-temp-then-rename alike, works on any file
+//! system, and cannot miss an event. A change is applied once the file has been stable for
+//! [`DEBOUNCE`], so a half-written file is not read.
+
+use crate::config::{self, Config};
+use fastpath::generation::{Published, Retired};
+use fastpath::pipeline::{PortAddrs, Tables};
+use fastpath::wire::EthernetAddress;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long the file must stay unchanged before a change is applied.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// What a port looks like once DPDK opened it.
+#[derive(Clone, Debug)]
+pub struct OpenedPort {
+    /// DPDK port id.
+    pub id: u16,
+    /// The port's own MAC address.
+    pub mac: EthernetAddress,
+}
+
+/// Builds the runtime tables of `cfg` for the opened ports (same order as `cfg.ports`).
+pub fn build_tables(cfg: &Config, ports: &[OpenedPort], generation: u64) -> Tables {
+    let max_id = ports.iter().map(|p| p.id as usize).max().unwrap_or(0);
+    let mut addrs = vec![PortAddrs::default(); max_id + 1];
+    for (p, opened) in cfg.ports.iter().zip(ports) {
+        addrs[opened.id as usize] = PortAddrs {
+            mac: p.mac.unwrap_or(opened.mac),
+            ipv4: p.ipv4.clone(),
+            ipv6: p.ipv6.clone(),
+        };
+    }
+    Tables {
+        generation,
+        ports: addrs,
+    }
+}
+
+/// Reload counters, read by the metrics collector.
+#[derive(Default, Debug)]
+pub struct ReloadStats {
+    /// Reloads applied.
+    pub success: AtomicU64,
+    /// Reloads refused.
+    pub failure: AtomicU64,
+    /// Unix time of the last applied reload (or of the start), as f64 bits.
+    pub last_success: AtomicU64,
+}
+
+impl ReloadStats {
+    fn mark_success_now(&self) {
+        let t = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        self.last_success.store(t.to_bits(), Ordering::Relaxed);
+    }
+    /// Unix time of the last success.
+    pub fn last_success_seconds(&self) -> f64 {
+        f64::from_bits(self.last_success.load(Ordering::Relaxed))
+    }
+}
+
+/// A file's identity and version, to notice writes and renames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileSig {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+fn signature(path: &Path) -> Option<FileSig> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(FileSig {
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.size(),
+        mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+    })
+}
+
+/// The reload machinery, owned by the control thread.
+pub struct Reloader {
+    path: PathBuf,
+    running: Config,
+    ports: Vec<OpenedPort>,
+    published: Arc<Published>,
+    retired: Retired,
+    stats: Arc<ReloadStats>,
+    loaded_sig: Option<FileSig>,
+    seen_sig: Option<FileSig>,
+    changed_at: Option<Instant>,
+}
+
+impl Reloader {
+    /// A reloader for the config at `path`, currently running `running` as published.
+    pub fn new(
+        path: PathBuf,
+        running: Config,
+        ports: Vec<OpenedPort>,
+        published: Arc<Published>,
+        stats: Arc<ReloadStats>,
+    ) -> Self {
+        stats.mark_success_now();
+        let sig = signature(&path);
+        Reloader {
+            path,
+            running,
+            ports,
+            published,
+            retired: Retired::default(),
+            stats,
+            loaded_sig: sig,
+            seen_sig: sig,
+            changed_at: None,
+        }
+    }
+
+    /// Called every control tick: applies a change of the file once it is stable, and frees
+    /// generations no lcore runs any more.
+    pub fn tick(&mut self) {
+        let sig = signature(&self.path);
+        if sig != self.seen_sig {
+            self.seen_sig = sig;
+            self.changed_at = Some(Instant::now());
+        }
+        if let Some(t) = self.changed_at {
+            if t.elapsed() >= DEBOUNCE {
+                self.changed_at = None;
+                // A SIGHUP may already have loaded exactly this version.
+                if sig.is_some() && sig != self.loaded_sig {
+                    self.reload("file changed");
+                }
+            }
+        }
+        self.retired.collect();
+    }
+
+    /// Reads, validates and applies the config file. Returns whether it was applied.
+    pub fn reload(&mut self, why: &str) -> bool {
+        let sig = signature(&self.path);
+        let new = match config::load(&self.path) {
+            Ok(c) => c,
+            Err(e) => {
+                self.loaded_sig = sig;
+                return self.fail(why, &format!("the new config is invalid:\n{e}"));
+            }
+        };
+        self.loaded_sig = sig;
+        let restart = self.running.restart_only_changes(&new);
+        if !restart.is_empty() {
+            return self.fail(
+                why,
+                &format!(
+                    "these settings need a restart, not a reload: {}; edit them back or restart",
+                    restart.join(", ")
+                ),
+            );
+        }
+        let generation = self.published.generation() + 1;
+        let tables = Arc::new(build_tables(&new, &self.ports, generation));
+        let old = self.published.publish(tables);
+        self.retired.retire(old);
+        let changes = self.running.describe_changes(&new);
+        self.running = new;
+        self.stats.success.fetch_add(1, Ordering::Relaxed);
+        self.stats.mark_success_now();
+        let what = if changes.is_empty() {
+            "no table changed".to_string()
+        } else {
+            changes.join("; ")
+        };
+        eprintln!("fastpathd: reload ({why}): generation {generation} published: {what}");
+        true
+    }
+
+    fn fail(&mut self, why: &str, msg: &str) -> bool {
+        self.stats.failure.fetch_add(1, Ordering::Relaxed);
+        eprintln!(
+            "fastpathd: reload ({why}) refused, generation {} keeps running: {msg}",
+            self.published.generation()
+        );
+        false
+    }
+}

@@ -1,0 +1,254 @@
+//! The control thread against real components: promtool, a real Prometheus server, and live
+//! reloads while traffic flows through the real daemon on DPDK.
+
+mod common;
+
+use common::*;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// A config over net_null (endless zeroed 64-byte frames) with metrics on an ephemeral port.
+fn null_config(s: &Scratch, name: &str) -> std::path::PathBuf {
+    s.write(
+        "c.toml",
+        &format!(
+            "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_null0\"\ntx_queues = 1\n\
+             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\n{METRICS_ANY_PORT}",
+            eal_args(name, &["--vdev=net_null0,size=64".to_string()])
+        ),
+    )
+}
+
+#[test]
+fn promtool_accepts_a_live_scrape_and_health_answers() {
+    let s = Scratch::new("promtool");
+    let cfg = null_config(&s, "promtool");
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    wait_for(10, "traffic", || {
+        family_sum(&d.scrape(), "fastpath_rx_packets_total") > 0.0
+    });
+    let (status, body) = d.get("/metrics");
+    assert!(status.contains("200 OK"), "{status}");
+    for family in [
+        "fastpath_rx_packets_total",
+        "fastpath_tx_packets_total",
+        "fastpath_packets_total",
+        "fastpath_config_reloads_total",
+        "fastpath_config_generation",
+        "fastpath_config_last_reload_success_timestamp_seconds",
+        "fastpath_build_info",
+    ] {
+        assert!(body.contains(&format!("# HELP {family} ")), "HELP for {family}");
+        assert!(body.contains(&format!("# TYPE {family} ")), "TYPE for {family}");
+    }
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is needed: apt-get install -y prometheus (ci/setup does it)");
+    use std::io::Write;
+    promtool.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "promtool check metrics: {report}"
+    );
+
+    assert_eq!(d.get("/healthz"), ("HTTP/1.1 200 OK".to_string(), "ok\n".to_string()));
+    assert!(d.get("/nope").0.contains("404"));
+    let (code, _) = d.stop();
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn a_real_prometheus_scrapes_our_counters() {
+    let s = Scratch::new("prometheus");
+    let cfg = null_config(&s, "prometheus");
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let target = d.metrics.unwrap();
+    let prom_port = free_port();
+    let prom_cfg = s.write(
+        "prometheus.yml",
+        &format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: fastpathd\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+    );
+    let prom_log = std::fs::File::create(s.path("prometheus.log")).unwrap();
+    let mut prom = Command::new("prometheus")
+        .arg(format!("--config.file={}", prom_cfg.display()))
+        .arg(format!("--storage.tsdb.path={}", s.path("tsdb").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+        .stdout(Stdio::null())
+        .stderr(prom_log)
+        .spawn()
+        .expect("prometheus is needed: apt-get install -y prometheus (ci/setup does it)");
+    let api: std::net::SocketAddr = format!("127.0.0.1:{prom_port}").parse().unwrap();
+    let mut seen = String::new();
+    let t = std::time::Instant::now();
+    // Ask Prometheus (not us) for our counter until it has scraped it.
+    let ok = loop {
+        if t.elapsed() > Duration::from_secs(40) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        if std::net::TcpStream::connect_timeout(&api, Duration::from_millis(200)).is_err() {
+            continue;
+        }
+        let (_, body) = http_get(api, "/api/v1/query?query=sum(fastpath_rx_packets_total)");
+        seen = body.clone();
+        // {"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[t,"1234"]}]}}
+        if let Some(v) = body.split("\"value\":[").nth(1).and_then(|r| r.split('"').nth(1)) {
+            if v.parse::<f64>().map(|v| v > 0.0).unwrap_or(false) {
+                break true;
+            }
+        }
+    };
+    let _ = prom.kill();
+    let _ = prom.wait();
+    assert!(
+        ok,
+        "Prometheus never returned our counter; last answer: {seen}\n{}",
+        std::fs::read_to_string(s.path("prometheus.log")).unwrap_or_default()
+    );
+    let (code, _) = d.stop();
+    assert_eq!(code, Some(0));
+}
+
+/// Two valid configs that differ in what the tables hold, for the reload test.
+fn replay_config(name: &str, variant: usize) -> String {
+    let vdev = format!(
+        "--vdev=net_pcap0,rx_pcap={},infinite_rx=1,tx_pcap=/dev/null,tx_pcap=/dev/null",
+        repo().join("configs/captures/demo.pcap").display()
+    );
+    let (ipv4, mac) = match variant {
+        0 => ("[\"192.0.2.1\"]", "02:00:00:00:00:01"),
+        _ => ("[\"192.0.2.1\", \"192.0.2.99\"]", "02:00:00:00:00:01"),
+    };
+    format!(
+        "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+         ipv4 = {ipv4}\nipv6 = [\"2001:db8::1\"]\nmac = \"{mac}\"\n\n[lcores]\nrx = [0]\nworkers = [1]\n\
+         idle_sleep_us = 100\n{METRICS_ANY_PORT}",
+        eal_args(name, &[vdev])
+    )
+}
+
+#[test]
+fn reloads_under_load_lose_no_packet_and_bad_configs_never_replace_good_ones() {
+    let s = Scratch::new("reload");
+    let path = s.write("c.toml", &replay_config("reload", 0));
+    let dump = s.path("metrics.prom");
+    let d = Daemon::start(
+        &s,
+        &[
+            "--config",
+            path.to_str().unwrap(),
+            "--metrics-dump",
+            dump.to_str().unwrap(),
+        ],
+    );
+    wait_for(10, "traffic", || {
+        family_sum(&d.scrape(), "fastpath_rx_packets_total") > 0.0
+    });
+
+    let good = [replay_config("reload", 0), replay_config("reload", 1)];
+    let bad = [
+        // Syntax error.
+        good[0].replace("[lcores]", "[lcores"),
+        // Unknown key.
+        good[1].replace("idle_sleep_us", "idle_sleep_usec"),
+        // Invalid value.
+        good[0].replace("\"192.0.2.1\"", "\"192.0.2.256\""),
+        // A change that needs a restart.
+        good[1]
+            .replace("workers = [1]", "workers = []")
+            .replace("tx_queues = 2", "tx_queues = 1"),
+    ];
+    let reloads = |m: &std::collections::BTreeMap<String, f64>| family_sum(m, "fastpath_config_reloads_total");
+    let mut expected = 0.0;
+    let mut bad_done = 0;
+    for i in 0..100 {
+        std::fs::write(&path, &good[(i + 1) % 2]).unwrap();
+        d.signal("HUP");
+        expected += 1.0;
+        wait_for(10, "a reload", || reloads(&d.scrape()) >= expected);
+        if i % 5 == 4 {
+            std::fs::write(&path, &bad[bad_done % bad.len()]).unwrap();
+            d.signal("HUP");
+            expected += 1.0;
+            bad_done += 1;
+            wait_for(10, "a refused reload", || reloads(&d.scrape()) >= expected);
+        }
+    }
+    let live = d.scrape();
+    assert_eq!(live["fastpath_config_generation"], 101.0);
+    // Every lcore picks the last generation up between bursts.
+    wait_for(10, "lcores on generation 101", || {
+        let m = d.scrape();
+        m.iter()
+            .filter(|(k, _)| k.starts_with("fastpath_lcore_config_generation{"))
+            .all(|(_, v)| *v == 101.0)
+    });
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0));
+    assert!(
+        log.contains("generation 101 published: port[0].ipv4"),
+        "reload log says what changed"
+    );
+    assert!(
+        log.contains("need a restart, not a reload: port[0].tx_queues, lcores.workers"),
+        "{log}"
+    );
+    assert!(
+        log.contains("port[0].ipv4[0]: \"192.0.2.256\""),
+        "invalid file logged with key and line"
+    );
+
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    assert_eq!(m["fastpath_config_reloads_total{result=\"success\"}"], 100.0);
+    assert_eq!(m["fastpath_config_reloads_total{result=\"failure\"}"], 20.0);
+    assert_eq!(m["fastpath_config_generation"], 101.0);
+    let rx = assert_conservation(&m);
+    assert!(rx > 10_000, "traffic flowed during the reloads: {rx}");
+    // Only what the capture itself causes: a reload must never drop, truncate or refuse packets.
+    for o in ["tx_full", "oversize"] {
+        assert_eq!(outcome(&m, o), 0, "outcome {o} can only come from a reload");
+    }
+    // With both configs, the capture's 5 malformed frames in 18 stay malformed.
+    let malformed = outcome(&m, "malformed") as f64 / rx as f64;
+    assert!((malformed - 5.0 / 18.0).abs() < 0.01, "malformed share {malformed}");
+}
+
+#[test]
+fn a_changed_file_is_reloaded_without_a_signal() {
+    let s = Scratch::new("watch");
+    let path = s.write("c.toml", &replay_config("watch", 0));
+    let d = Daemon::start(&s, &["--config", path.to_str().unwrap()]);
+    let gen = |d: &Daemon| d.scrape()["fastpath_config_generation"];
+    assert_eq!(gen(&d), 1.0);
+    // Editors write a temporary file and rename it over the config.
+    let tmp = s.write("c.toml.swp", &replay_config("watch", 1));
+    std::fs::rename(&tmp, &path).unwrap();
+    wait_for(10, "generation 2 after a rename", || gen(&d) == 2.0);
+    // An in-place write of an invalid file is refused and changes nothing.
+    std::fs::write(&path, "[dpdk\n").unwrap();
+    wait_for(10, "a refused reload", || {
+        d.scrape()["fastpath_config_reloads_total{result=\"failure\"}"] == 1.0
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(gen(&d), 2.0);
+    let m = d.scrape();
+    assert_eq!(
+        m["fastpath_config_reloads_total{result=\"success\"}"], 1.0,
+        "one change, one reload"
+    );
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0));
+    assert!(log.contains("reload (file changed): generation 2 published"), "{log}");
+}
