@@ -65,11 +65,7 @@ pub fn update16(hc: u16, old: u16, new: u16) -> u16 {
 /// [`update16`] for a 32-bit field (an IPv4 address): both halves at once.
 #[inline]
 pub fn update32(hc: u16, old: u32, new: u32) -> u16 {
-    let s = !hc as u32
-        + (!old >> 16)
-        + (!old & 0xffff)
-        + (new >> 16)
-        + (new & 0xffff);
+    let s = !hc as u32 + (!old >> 16) + (!old & 0xffff) + (new >> 16) + (new & 0xffff);
     !fold(s)
 }
 

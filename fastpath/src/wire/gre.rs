@@ -243,15 +243,30 @@ mod tests {
     #[test]
     fn truncated_unsupported_and_bad_checksum() {
         let b = full();
-        assert_eq!(GrePacket::new_checked(&b[..3]).unwrap_err(), Error::Truncated);
-        assert_eq!(GrePacket::new_checked(&b[..15]).unwrap_err(), Error::Truncated);
-        assert!(GrePacket::new_checked(&b[..16]).unwrap().payload().is_empty());
+        assert_eq!(
+            GrePacket::new_checked(&b[..3]).unwrap_err(),
+            Error::Truncated
+        );
+        assert_eq!(
+            GrePacket::new_checked(&b[..15]).unwrap_err(),
+            Error::Truncated
+        );
+        assert!(GrePacket::new_checked(&b[..16])
+            .unwrap()
+            .payload()
+            .is_empty());
         let mut v = b;
         v[1] = 0x01; // version 1
-        assert_eq!(GrePacket::new_checked(&v[..]).unwrap_err(), Error::Unsupported);
+        assert_eq!(
+            GrePacket::new_checked(&v[..]).unwrap_err(),
+            Error::Unsupported
+        );
         let mut v = b;
         v[0] |= 0x40; // RFC 1701 routing present
-        assert_eq!(GrePacket::new_checked(&v[..]).unwrap_err(), Error::Unsupported);
+        assert_eq!(
+            GrePacket::new_checked(&v[..]).unwrap_err(),
+            Error::Unsupported
+        );
         let mut v = b;
         v[1] |= 0x08; // a bit of 6-12: ignored on receipt
         assert!(GrePacket::new_checked(&v[..]).is_ok());

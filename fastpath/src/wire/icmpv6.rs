@@ -335,7 +335,9 @@ mod tests {
         let opts: Vec<_> = n.options().collect();
         assert_eq!(
             opts,
-            vec![Ok(NdpOption::SourceLinkLayer(EthernetAddress([2, 0, 0, 0, 0, 2])))]
+            vec![Ok(NdpOption::SourceLinkLayer(EthernetAddress([
+                2, 0, 0, 0, 0, 2
+            ])))]
         );
     }
 
@@ -372,7 +374,9 @@ mod tests {
         );
         assert_eq!(
             n.options().next(),
-            Some(Ok(NdpOption::TargetLinkLayer(EthernetAddress([2, 0, 0, 0, 0, 1]))))
+            Some(Ok(NdpOption::TargetLinkLayer(EthernetAddress([
+                2, 0, 0, 0, 0, 1
+            ]))))
         );
     }
 

@@ -291,20 +291,32 @@ mod tests {
         );
         let mut b = PACKET;
         b[0] = 0x65; // version 6
-        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            Error::Malformed
+        );
         let mut b = PACKET;
         b[0] = 0x44; // IHL 4
-        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            Error::Malformed
+        );
         let mut b = PACKET;
         b[3] = 19; // total length below the header
-        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            Error::Malformed
+        );
         let mut b = PACKET;
         b[0] = 0x47; // 28-byte header claimed, but total length 28 leaves no payload: fine
         let p = Ipv4Packet::new_checked(&b[..]).unwrap();
         assert_eq!(p.options().len(), 8);
         assert!(p.payload().is_empty());
         b[0] = 0x48; // 32-byte header, total 28
-        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            Error::Malformed
+        );
     }
 
     #[test]

@@ -349,7 +349,10 @@ mod tests {
         );
         let mut b = PACKET;
         b[0] = 0x40;
-        assert_eq!(Ipv6Packet::new_checked(&b[..]).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            Ipv6Packet::new_checked(&b[..]).unwrap_err(),
+            Error::Malformed
+        );
         let mut v = PACKET.to_vec();
         v.extend_from_slice(&[0; 10]);
         let p = Ipv6Packet::new_checked(&v[..]).unwrap();
@@ -384,7 +387,10 @@ mod tests {
     fn non_first_fragment_stops_the_walk() {
         let frag: &[u8] = &[17, 0, 0x05, 0x28, 0, 0, 0, 7]; // offset 1320, M clear
         let v = with_ext(44, &[frag]);
-        let c = Ipv6Packet::new_checked(&v[..]).unwrap().ext_chain().unwrap();
+        let c = Ipv6Packet::new_checked(&v[..])
+            .unwrap()
+            .ext_chain()
+            .unwrap();
         assert_eq!(c.upper, IpProtocol::Udp);
         assert_eq!(c.upper_offset, 48);
         let f = c.fragment.unwrap();
@@ -406,7 +412,11 @@ mod tests {
         eight.push(last);
         let v = with_ext(60, &eight);
         assert_eq!(
-            Ipv6Packet::new_checked(&v[..]).unwrap().ext_chain().unwrap().count,
+            Ipv6Packet::new_checked(&v[..])
+                .unwrap()
+                .ext_chain()
+                .unwrap()
+                .count,
             8
         );
         // hop-by-hop not first
@@ -449,6 +459,9 @@ mod tests {
         assert_eq!(s, "ff02::1:ff12:3456".parse::<Ipv6Addr>().unwrap());
         assert!(is_solicited_node(&s));
         assert!(!is_solicited_node(&ALL_NODES));
-        assert_eq!(multicast_mac(&s), EthernetAddress([0x33, 0x33, 0xff, 0x12, 0x34, 0x56]));
+        assert_eq!(
+            multicast_mac(&s),
+            EthernetAddress([0x33, 0x33, 0xff, 0x12, 0x34, 0x56])
+        );
     }
 }

@@ -22,7 +22,7 @@ pub use arp::{ArpOperation, ArpPacket};
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame};
 pub use gre::{GrePacket, GreRepr};
 pub use icmpv4::{Icmpv4Message, Icmpv4Packet};
-pub use icmpv6::{Icmpv6Message, Icmpv6Packet, NeighborFlags, NeighborPacket, NdpOption};
+pub use icmpv6::{Icmpv6Message, Icmpv6Packet, NdpOption, NeighborFlags, NeighborPacket};
 pub use ip::IpProtocol;
 pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6ExtChain, Ipv6FragmentHeader, Ipv6Packet, Ipv6Repr};

@@ -254,7 +254,10 @@ mod tests {
         );
         let mut b = SYN;
         b[12] = 0x40; // data offset 4
-        assert_eq!(TcpPacket::new_checked(&b[..]).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            TcpPacket::new_checked(&b[..]).unwrap_err(),
+            Error::Malformed
+        );
         let mut v = SYN.to_vec();
         v.extend_from_slice(b"data");
         assert_eq!(TcpPacket::new_checked(&v[..]).unwrap().payload(), b"data");

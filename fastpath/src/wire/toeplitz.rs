@@ -64,11 +64,13 @@ impl Default for Toeplitz {
 impl Toeplitz {
     /// Builds the lookup tables for `key`.
     pub fn new(key: &[u8; KEY_LEN], symmetric: bool) -> Self {
-        let mut table: Box<[[u32; 256]; MAX_INPUT_LEN]> =
-            match vec![[0u32; 256]; MAX_INPUT_LEN].into_boxed_slice().try_into() {
-                Ok(t) => t,
-                Err(_) => unreachable!("the vector has MAX_INPUT_LEN rows"),
-            };
+        let mut table: Box<[[u32; 256]; MAX_INPUT_LEN]> = match vec![[0u32; 256]; MAX_INPUT_LEN]
+            .into_boxed_slice()
+            .try_into()
+        {
+            Ok(t) => t,
+            Err(_) => unreachable!("the vector has MAX_INPUT_LEN rows"),
+        };
         for (i, row) in table.iter_mut().enumerate() {
             // The 40 key bits starting at input byte i: enough for the 32-bit window of each of
             // the byte's 8 bits (i + 4 <= 39 since i < 36).
@@ -160,15 +162,64 @@ mod tests {
     /// Microsoft, "Verifying the RSS Hash Calculation": (source, sport, destination, dport,
     /// hash of the addresses, hash with ports), default key.
     const V4: [(&str, u16, &str, u16, u32, u32); 5] = [
-        ("66.9.149.187", 2794, "161.142.100.80", 1766, 0x323e8fc2, 0x51ccc178),
-        ("199.92.111.2", 14230, "65.69.140.83", 4739, 0xd718262a, 0xc626b0ea),
-        ("24.19.198.95", 12898, "12.22.207.184", 38024, 0xd2d0a5de, 0x5c2b394a),
-        ("38.27.205.30", 48228, "209.142.163.6", 2217, 0x82989176, 0xafc7327f),
-        ("153.39.163.191", 44251, "202.188.127.2", 1303, 0x5d1809c5, 0x10e828a2),
+        (
+            "66.9.149.187",
+            2794,
+            "161.142.100.80",
+            1766,
+            0x323e8fc2,
+            0x51ccc178,
+        ),
+        (
+            "199.92.111.2",
+            14230,
+            "65.69.140.83",
+            4739,
+            0xd718262a,
+            0xc626b0ea,
+        ),
+        (
+            "24.19.198.95",
+            12898,
+            "12.22.207.184",
+            38024,
+            0xd2d0a5de,
+            0x5c2b394a,
+        ),
+        (
+            "38.27.205.30",
+            48228,
+            "209.142.163.6",
+            2217,
+            0x82989176,
+            0xafc7327f,
+        ),
+        (
+            "153.39.163.191",
+            44251,
+            "202.188.127.2",
+            1303,
+            0x5d1809c5,
+            0x10e828a2,
+        ),
     ];
     const V6: [(&str, u16, &str, u16, u32, u32); 3] = [
-        ("3ffe:2501:200:1fff::7", 2794, "3ffe:2501:200:3::1", 1766, 0x2cc18cd5, 0x40207d3d),
-        ("3ffe:501:8::260:97ff:fe40:efab", 14230, "ff02::1", 4739, 0x0f0c461c, 0xdde51bbf),
+        (
+            "3ffe:2501:200:1fff::7",
+            2794,
+            "3ffe:2501:200:3::1",
+            1766,
+            0x2cc18cd5,
+            0x40207d3d,
+        ),
+        (
+            "3ffe:501:8::260:97ff:fe40:efab",
+            14230,
+            "ff02::1",
+            4739,
+            0x0f0c461c,
+            0xdde51bbf,
+        ),
         (
             "3ffe:1900:4545:3:200:f8ff:fe21:67cf",
             44251,
@@ -203,7 +254,9 @@ mod tests {
     /// order, and for every set bit `i` (from 31 down) of word `j`, XOR the 32 key bits that start
     /// `31 - i` bits into key word `j`.
     fn softrss(words: &[u32], key: &[u8; KEY_LEN]) -> u32 {
-        let kw = |j: usize| u32::from_be_bytes([key[4 * j], key[4 * j + 1], key[4 * j + 2], key[4 * j + 3]]);
+        let kw = |j: usize| {
+            u32::from_be_bytes([key[4 * j], key[4 * j + 1], key[4 * j + 2], key[4 * j + 3]])
+        };
         let mut ret = 0u32;
         for (j, &w) in words.iter().enumerate() {
             for i in (0..32).rev() {
@@ -304,7 +357,10 @@ mod tests {
     #[test]
     fn plain_mode_is_not_symmetric() {
         let t = Toeplitz::default();
-        let (s, d) = ("66.9.149.187".parse().unwrap(), "161.142.100.80".parse().unwrap());
+        let (s, d) = (
+            "66.9.149.187".parse().unwrap(),
+            "161.142.100.80".parse().unwrap(),
+        );
         assert_ne!(t.hash_v4(s, d, None), t.hash_v4(d, s, None));
         assert!(!t.is_symmetric());
         assert_eq!(t.key(), &MICROSOFT_KEY);

@@ -184,7 +184,10 @@ mod tests {
         );
         let mut b = DATAGRAM;
         b[5] = 7;
-        assert_eq!(UdpPacket::new_checked(&b[..]).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            UdpPacket::new_checked(&b[..]).unwrap_err(),
+            Error::Malformed
+        );
         let mut v = DATAGRAM.to_vec();
         v.push(0);
         assert_eq!(UdpPacket::new_checked(&v[..]).unwrap().payload(), b"hi");
