@@ -142,7 +142,7 @@ fn swap_ethernet(b: &mut [u8], mac: EthernetAddress) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::parse::tests::{v4_frame, v6_frame, MAC, PEER};
     use super::super::tests::pipeline;
     use super::super::*;
@@ -153,7 +153,7 @@ mod tests {
     const ME: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
     const THEM: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
 
-    fn echo4(data: &[u8]) -> Vec<u8> {
+    pub(crate) fn echo4(data: &[u8]) -> Vec<u8> {
         let mut m = vec![8u8, 0, 0, 0, 0x12, 0x34, 0, 1];
         m.extend_from_slice(data);
         let c = checksum::checksum(&m);
@@ -161,7 +161,7 @@ mod tests {
         m
     }
 
-    fn echo6(src: &Ipv6Addr, dst: &Ipv6Addr, data: &[u8]) -> Vec<u8> {
+    pub(crate) fn echo6(src: &Ipv6Addr, dst: &Ipv6Addr, data: &[u8]) -> Vec<u8> {
         let mut m = vec![128u8, 0, 0, 0, 0x12, 0x34, 0, 1];
         m.extend_from_slice(data);
         let c = checksum::finish(checksum::sum(

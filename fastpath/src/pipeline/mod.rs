@@ -5,8 +5,8 @@
 //! a [`Verdict`] carrying exactly one [`Outcome`].
 
 mod arp;
-mod echo;
-mod ndp;
+pub(crate) mod echo;
+pub(crate) mod ndp;
 pub mod parse;
 
 pub use parse::{FragmentInfo, IpVersion, Parsed};
@@ -316,11 +316,11 @@ pub(crate) mod tests {
                     *b = seed as u8;
                 }
                 // Bias towards frames that reach the ARP stage.
-                if len >= 14 && seed % 2 == 0 {
+                if len >= 14 && seed & 1 == 0 {
                     v[..6].copy_from_slice(&MAC.0);
                     v[6..12].copy_from_slice(&PEER.0);
                     v[12..14].copy_from_slice(&[0x08, 0x06]);
-                    if len >= 22 && seed % 4 == 0 {
+                    if len >= 22 && seed & 3 == 0 {
                         v[14..20].copy_from_slice(&[0, 1, 8, 0, 6, 4]);
                     }
                 }

@@ -139,7 +139,7 @@ pub(super) fn answer<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B) -
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::parse::tests::{v6_frame, MAC, PEER};
     use super::super::tests::pipeline;
     use super::super::*;
@@ -156,7 +156,13 @@ mod tests {
     }
 
     /// A solicitation for `target`, checksum right, with the given options.
-    fn ns(src: Ipv6Addr, dst: Ipv6Addr, target: Ipv6Addr, hop: u8, opts: &[u8]) -> HeapBuf {
+    pub(crate) fn ns(
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        target: Ipv6Addr,
+        hop: u8,
+        opts: &[u8],
+    ) -> HeapBuf {
         let mut m = vec![135u8, 0, 0, 0, 0, 0, 0, 0];
         m.extend_from_slice(&target.octets());
         m.extend_from_slice(opts);
@@ -168,7 +174,7 @@ mod tests {
         HeapBuf::new(&v)
     }
 
-    const SLLA: [u8; 8] = [1, 1, 2, 0, 0, 0, 0, 0x22];
+    pub(crate) const SLLA: [u8; 8] = [1, 1, 2, 0, 0, 0, 0, 0x22];
 
     fn check_na(b: &HeapBuf, eth_dst: EthernetAddress, ip_dst: Ipv6Addr, solicited: bool) {
         let f = EthernetFrame::new_checked(b.data()).unwrap();

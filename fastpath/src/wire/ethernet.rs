@@ -149,19 +149,14 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         }
         let mut at = field::ETHERTYPE;
         let mut tags = 0u8;
-        loop {
-            match EtherType::from(be16(b, at)) {
-                EtherType::Vlan | EtherType::QinQ => {
-                    if tags as usize == MAX_VLAN_TAGS {
-                        return Err(Error::Unsupported);
-                    }
-                    tags += 1;
-                    at += field::VLAN_TAG_LEN;
-                    if b.len() < at + 2 {
-                        return Err(Error::Truncated);
-                    }
-                }
-                _ => break,
+        while let EtherType::Vlan | EtherType::QinQ = EtherType::from(be16(b, at)) {
+            if tags as usize == MAX_VLAN_TAGS {
+                return Err(Error::Unsupported);
+            }
+            tags += 1;
+            at += field::VLAN_TAG_LEN;
+            if b.len() < at + 2 {
+                return Err(Error::Truncated);
             }
         }
         Ok(EthernetFrame {
