@@ -161,8 +161,8 @@ mod tests {
         // 0x0800.
         assert_eq!(update16(0x2104, 0x0800, 0x0000), 0x2904);
         assert_eq!(update16(0x1234, 0x0800, 0x0000), 0x1a34);
-        // RFC 1624 §4: eqn. 3 gives 0x0000 where the message is all zero but the changed word;
-        // that is the -0 a full recompute writes as 0xffff, the one case the two differ.
+        // Where every other word is zero, eqn. 3 gives 0x0000: the -0 that a full recompute
+        // writes as 0xffff, the one case in which the two differ (see `update16`).
         assert_eq!(update16(0xf7ff, 0x0800, 0x0000), 0x0000);
     }
 
