@@ -14,7 +14,8 @@ import sys
 import logging
 
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)  # linktype note about the raw runts
-from scapy.all import ARP, IP, UDP, Dot1Q, Ether, IPv6, Raw, wrpcap  # noqa: E402
+from scapy.all import (  # noqa: E402
+    ARP, ICMP, IP, UDP, Dot1Q, Ether, ICMPv6EchoRequest, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr, IPv6, Raw, wrpcap)
 
 ME_MAC = "02:00:00:00:00:01"
 ME_IP = "192.0.2.1"
@@ -60,6 +61,15 @@ def packets():
     out.append(Ether(dst=ME_MAC, src=mac) / IP(src=ip, dst=ME_IP) / UDP(sport=40000, dport=7) / Raw(b"hello"))
     out.append(Ether(dst=ME_MAC, src=mac) / IPv6(src="2001:db8::17", dst="2001:db8::1") / UDP(sport=40000, dport=7))
     out.append(Ether(dst=ME_MAC, src=mac, type=0x88B5) / Raw(b"\x00" * 46))
+    # echo_reply: ICMP and ICMPv6 echo requests to our addresses.
+    out.append(Ether(dst=ME_MAC, src=mac) / IP(src=ip, dst=ME_IP, id=7) / ICMP(id=0x77, seq=1) / Raw(b"ping-v4-payload"))
+    out.append(Ether(dst=ME_MAC, src=mac) / IPv6(src="2001:db8::17", dst="2001:db8::1")
+               / ICMPv6EchoRequest(id=0x66, seq=2, data=b"ping-v6-payload"))
+    # ndp_reply: a Neighbor Solicitation for our IPv6 address, to its solicited-node group.
+    out.append(Ether(dst="33:33:ff:00:00:01", src=mac) / IPv6(src="2001:db8::17", dst="ff02::1:ff00:1", hlim=255)
+               / ICMPv6ND_NS(tgt="2001:db8::1") / ICMPv6NDOptSrcLLAddr(lladdr=mac))
+    # not_local: to our MAC but another IP address.
+    out.append(Ether(dst=ME_MAC, src=mac) / IP(src=ip, dst="192.0.2.99") / ICMP() / Raw(b"x"))
     for i, p in enumerate(out):
         p.time = 1_700_000_000 + i / 1000
     return out

@@ -26,6 +26,14 @@ struct FileConfig {
     port: Vec<PortSection>,
     lcores: LcoresSection,
     metrics: Option<MetricsSection>,
+    rss: Option<RssSection>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RssSection {
+    key: Option<String>,
+    symmetric: Option<bool>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -83,6 +91,18 @@ pub struct Config {
     pub lcores: LcoreConfig,
     /// The metrics endpoint.
     pub metrics: MetricsConfig,
+    /// The flow hash.
+    pub rss: RssConfig,
+}
+
+/// `[rss]`: the Toeplitz key programmed into the NICs and used by the software hash when a
+/// driver supplies none, so both agree.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RssConfig {
+    /// The 40-byte key.
+    pub key: [u8; 40],
+    /// Hash (a, b) and (b, a) alike in software (both directions of a flow on one lcore).
+    pub symmetric: bool,
 }
 
 /// Default `[metrics] listen`: loopback only.
@@ -518,12 +538,45 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         listen: if m.enabled.unwrap_or(true) { listen } else { None },
     };
 
+    // [rss]
+    let r = raw.rss.unwrap_or(RssSection {
+        key: None,
+        symmetric: None,
+    });
+    let mut key = fastpath::wire::toeplitz::MICROSOFT_KEY;
+    if let Some(text) = &r.key {
+        match parse_hex_key(text) {
+            Some(k) => key = k,
+            None => errs.add(
+                &[Key("rss"), Key("key")],
+                "expected 40 bytes as 80 hex digits (separators ':' or ' ' allowed)",
+            ),
+        }
+    }
+    let rss = RssConfig {
+        key,
+        symmetric: r.symmetric.unwrap_or(false),
+    };
+
     Config {
         dpdk,
         ports,
         lcores,
         metrics,
+        rss,
     }
+}
+
+fn parse_hex_key(text: &str) -> Option<[u8; 40]> {
+    let digits: Vec<u8> = text.bytes().filter(|b| *b != b':' && *b != b' ').collect();
+    if digits.len() != 80 {
+        return None;
+    }
+    let mut key = [0u8; 40];
+    for (i, pair) in digits.chunks(2).enumerate() {
+        key[i] = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(key)
 }
 
 impl Config {
@@ -573,6 +626,12 @@ impl Config {
         }
         if self.metrics != new.metrics {
             out.push("metrics.listen".to_string());
+        }
+        if self.rss.key != new.rss.key {
+            out.push("rss.key (programmed into the NICs at start)".to_string());
+        }
+        if self.rss.symmetric != new.rss.symmetric {
+            out.push("rss.symmetric".to_string());
         }
         out
     }
@@ -702,6 +761,18 @@ workers = [1]
         assert_eq!(c.metrics.listen, None);
         let e = errors(&format!("{GOOD}\n[metrics]\nlisten = \"localhost\"\n"));
         assert_eq!((e[0].key.as_str(), e[0].line), ("metrics.listen", Some(17)));
+    }
+
+    #[test]
+    fn rss_key() {
+        let c = parse(GOOD, "t.toml").unwrap();
+        assert_eq!(c.rss.key[..4], [0x6d, 0x5a, 0x56, 0xda]);
+        let k = "6d:5a".repeat(20);
+        let c = parse(&format!("{GOOD}\n[rss]\nkey = \"{k}\"\nsymmetric = true\n"), "t.toml").unwrap();
+        assert_eq!(c.rss.key, [0x6d, 0x5a].repeat(20)[..]);
+        assert!(c.rss.symmetric);
+        let e = errors(&format!("{GOOD}\n[rss]\nkey = \"6d5a\"\n"));
+        assert_eq!((e[0].key.as_str(), e[0].line), ("rss.key", Some(17)));
     }
 
     #[test]

@@ -124,6 +124,7 @@ fn start_and_serve(
             tx_desc: cfg.dpdk.tx_desc,
             mtu: p.mtu,
             promiscuous: true,
+            rss_key: cfg.rss.key,
         };
         let port = Port::open(&p.device, &conf, pool.clone()).map_err(|e| {
             format!(

@@ -351,7 +351,7 @@ mod tests {
             mbufs_in_use: Box::new(|| 7),
             published: Arc::new(Published::new(Arc::new(fastpath::pipeline::Tables {
                 generation: 3,
-                ports: vec![],
+                ..Default::default()
             }))),
             reload: Arc::new(ReloadStats::default()),
         });

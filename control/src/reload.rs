@@ -45,6 +45,7 @@ pub fn build_tables(cfg: &Config, ports: &[OpenedPort], generation: u64) -> Tabl
     Tables {
         generation,
         ports: addrs,
+        hasher: fastpath::wire::Toeplitz::new(&cfg.rss.key, cfg.rss.symmetric),
     }
 }
 

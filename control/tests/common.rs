@@ -102,8 +102,33 @@ pub fn assert_conservation(m: &BTreeMap<String, f64>) -> u64 {
 
 /// Runs tshark on a capture and returns one Vec of fields per packet.
 pub fn tshark_fields(pcap: &Path, filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
+    tshark(pcap, filter, fields, &[])
+}
+
+/// Like [`tshark_fields`], with IPv4/UDP/TCP checksum validation turned on (ICMP and ICMPv6
+/// checksums are always validated): `*.checksum.status` is 1 when good, 0 when bad.
+pub fn tshark_checked(pcap: &Path, filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
+    tshark(
+        pcap,
+        filter,
+        fields,
+        &[
+            "-o",
+            "ip.check_checksum:TRUE",
+            "-o",
+            "udp.check_checksum:TRUE",
+            "-o",
+            "tcp.check_checksum:TRUE",
+        ],
+    )
+}
+
+fn tshark(pcap: &Path, filter: &str, fields: &[&str], opts: &[&str]) -> Vec<Vec<String>> {
     let mut cmd = Command::new("tshark");
-    cmd.arg("-r").arg(pcap).args(["-T", "fields", "-E", "separator=|"]);
+    cmd.arg("-r")
+        .arg(pcap)
+        .args(opts)
+        .args(["-T", "fields", "-E", "separator=|"]);
     if !filter.is_empty() {
         cmd.args(["-Y", filter]);
     }

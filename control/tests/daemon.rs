@@ -37,7 +37,7 @@ fn replays_arp_and_junk_and_answers_arp() {
     assert_eq!(out.status.code(), Some(0));
 
     let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
-    assert_eq!(assert_conservation(&m), 18, "demo.pcap holds 18 frames");
+    assert_eq!(assert_conservation(&m), 22, "demo.pcap holds 22 frames");
     // Expected outcomes, one per frame of configs/captures/gen_demo.py.
     for (name, n) in [
         ("arp_reply", 6),
@@ -45,15 +45,18 @@ fn replays_arp_and_junk_and_answers_arp() {
         ("malformed", 5),
         ("not_for_us", 1),
         ("unhandled", 3),
+        ("echo_reply", 2),
+        ("ndp_reply", 1),
+        ("not_local", 1),
     ] {
         assert_eq!(outcome(&m, name), n, "outcome {name}");
     }
-    assert_eq!(m["fastpath_tx_packets_total{port=\"net_pcap0\",queue=\"0\"}"], 6.0);
+    assert_eq!(m["fastpath_tx_packets_total{port=\"net_pcap0\",queue=\"0\"}"], 9.0);
 
     // The replies, read back by tshark from the capture the closed port completed.
     let replies = tshark_fields(
         &out0,
-        "",
+        "arp",
         &[
             "eth.src",
             "eth.dst",
@@ -87,6 +90,53 @@ fn replays_arp_and_junk_and_answers_arp() {
         ];
         assert_eq!(r, &want, "reply fields");
     }
+    // Echo and neighbor discovery answers, with every checksum validated by tshark.
+    let icmp = tshark_checked(
+        &out0,
+        "icmp || icmpv6",
+        &[
+            "eth.src",
+            "eth.dst",
+            "ip.src",
+            "ip.dst",
+            "ip.checksum.status",
+            "icmp.type",
+            "icmp.checksum.status",
+            "icmp.ident",
+            "ipv6.src",
+            "ipv6.dst",
+            "ipv6.hlim",
+            "icmpv6.type",
+            "icmpv6.checksum.status",
+            "icmpv6.nd.na.flag.s",
+            "icmpv6.opt.linkaddr",
+            "data.data",
+        ],
+    );
+    let peer = "02:00:00:00:01:07";
+    let me = "02:00:00:00:00:01";
+    assert_eq!(icmp.len(), 3, "{icmp:?}");
+    let v4 = &icmp[0];
+    assert_eq!(
+        &v4[..8],
+        [me, peer, "192.0.2.1", "192.0.2.17", "1", "0", "1", "119"],
+        "ICMP echo reply"
+    );
+    assert_eq!(v4[15], hex(b"ping-v4-payload"), "payload echoed");
+    let v6 = &icmp[1];
+    assert_eq!(
+        &v6[8..13],
+        ["2001:db8::1", "2001:db8::17", "64", "129", "1"],
+        "ICMPv6 echo reply: {v6:?}"
+    );
+    assert_eq!(v6[15], hex(b"ping-v6-payload"));
+    let na = &icmp[2];
+    assert_eq!(&na[..2], [me, peer]);
+    assert_eq!(
+        &na[8..15],
+        ["2001:db8::1", "2001:db8::17", "255", "136", "1", "1", me],
+        "NA: {na:?}"
+    );
     assert_eq!(packet_count(&out1), 0, "the worker sent nothing");
 }
 
@@ -219,4 +269,8 @@ fn usage_and_dpdk_failures_have_their_exit_codes() {
     let out = run(&["--config", cfg.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("rte_eal_init"));
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -11,6 +11,8 @@
 //! - [`runtime`] (feature `dpdk`): the lcore loops that glue the two together.
 
 pub mod buf;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod generation;
 pub mod outcome;
 pub mod pipeline;

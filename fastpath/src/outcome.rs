@@ -23,11 +23,21 @@ pub enum Outcome {
     Unhandled,
     /// An answer was built but the TX queue had no room for it.
     TxFull,
+    /// An IP packet whose destination is not one of the port's addresses (nor a group it
+    /// listens to).
+    NotLocal,
+    /// An ICMP or ICMPv6 echo request for a local address, answered.
+    EchoReply,
+    /// A Neighbor Solicitation for a local IPv6 address, answered with an advertisement.
+    NdpReply,
+    /// A Neighbor Discovery message that needs no answer (not for a local target, an
+    /// advertisement, a router message) or that RFC 4861 §7.1.1 says to discard.
+    NdpIgnored,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 7] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -35,6 +45,10 @@ impl Outcome {
         Outcome::ArpIgnored,
         Outcome::Unhandled,
         Outcome::TxFull,
+        Outcome::NotLocal,
+        Outcome::EchoReply,
+        Outcome::NdpReply,
+        Outcome::NdpIgnored,
     ];
     /// Number of outcomes.
     pub const COUNT: usize = Self::ALL.len();
@@ -55,6 +69,10 @@ impl Outcome {
             Outcome::ArpIgnored => "arp_ignored",
             Outcome::Unhandled => "unhandled",
             Outcome::TxFull => "tx_full",
+            Outcome::NotLocal => "not_local",
+            Outcome::EchoReply => "echo_reply",
+            Outcome::NdpReply => "ndp_reply",
+            Outcome::NdpIgnored => "ndp_ignored",
         }
     }
 }
@@ -72,5 +90,9 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), Outcome::COUNT);
+        // Label values are snake_case.
+        for n in names {
+            assert!(n.bytes().all(|c| c.is_ascii_lowercase() || c == b'_'), "{n}");
+        }
     }
 }

@@ -20,6 +20,8 @@ pub struct PortConf {
     pub mtu: Option<u16>,
     /// Put the port in promiscuous mode (the pipeline filters by MAC itself).
     pub promiscuous: bool,
+    /// The 40-byte Toeplitz key for RSS (the software hash uses the same one).
+    pub rss_key: [u8; 40],
 }
 
 /// A configured and started port. Stop and close it explicitly (capture files are complete only
@@ -107,12 +109,19 @@ impl Port {
         let wanted = unsafe { dpdk_sys::fp_rss_hf_ip_udp_tcp() };
         let rss_hf = wanted & info.flow_type_rss_offloads;
         let rss = rss_hf != 0 && conf.rx_queues > 1;
+        let mut key = conf.rss_key;
         if rss {
             eth_conf.rxmode.mq_mode = dpdk_sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
-            eth_conf.rx_adv_conf.rss_conf.rss_key = std::ptr::null_mut(); // the driver's default key
             eth_conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+            // Our key when the NIC takes a 40-byte key; otherwise the driver's default, and the
+            // NIC's hash still spreads flows (the software hash is used only without one).
+            if info.hash_key_size as usize == key.len() {
+                eth_conf.rx_adv_conf.rss_conf.rss_key = key.as_mut_ptr();
+                eth_conf.rx_adv_conf.rss_conf.rss_key_len = key.len() as u8;
+            }
         }
-        // SAFETY: id is valid; eth_conf is a fully initialised config that DPDK copies.
+        // SAFETY: id is valid; eth_conf is a fully initialised config that DPDK copies, and the
+        // key it points to lives on this stack frame across the call.
         let rc = unsafe { dpdk_sys::rte_eth_dev_configure(id, conf.rx_queues, conf.tx_queues, &eth_conf) };
         check(
             || {

@@ -5,11 +5,18 @@
 //! a [`Verdict`] carrying exactly one [`Outcome`].
 
 mod arp;
+pub(crate) mod echo;
+pub(crate) mod ndp;
+pub mod parse;
+
+pub use parse::{FragmentInfo, IpVersion, Parsed};
 
 use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
-use crate::wire::{self, EtherType, EthernetAddress, EthernetFrame};
-use std::net::{Ipv4Addr, Ipv6Addr};
+use crate::wire::icmpv6::Icmpv6Message;
+use crate::wire::ipv6::{is_solicited_node, solicited_node, ALL_NODES};
+use crate::wire::{self, EtherType, EthernetAddress, EthernetFrame, IpProtocol, Toeplitz};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 /// Monotonic time in nanoseconds, supplied by the caller (the lcore loop reads the TSC once per
@@ -54,6 +61,28 @@ impl PortAddrs {
     pub fn has_ipv4(&self, ip: Ipv4Addr) -> bool {
         self.ipv4.contains(&ip)
     }
+
+    /// Whether `ip` is one of the port's IPv6 addresses.
+    #[inline]
+    pub fn has_ipv6(&self, ip: &Ipv6Addr) -> bool {
+        self.ipv6.contains(ip)
+    }
+
+    /// The local address a packet to `dst` is for: `dst` itself when it is a local address;
+    /// for the solicited-node group of a local address (RFC 4291 §2.7.1), that address; for
+    /// all-nodes ff02::1, the first local address. `None`: the packet is not for us.
+    pub fn ipv6_local_for(&self, dst: &Ipv6Addr) -> Option<Ipv6Addr> {
+        if self.has_ipv6(dst) {
+            return Some(*dst);
+        }
+        if *dst == ALL_NODES {
+            return self.ipv6.first().copied();
+        }
+        if is_solicited_node(dst) {
+            return self.ipv6.iter().find(|a| solicited_node(a) == *dst).copied();
+        }
+        None
+    }
 }
 
 /// The read-only tables of one config generation, shared by every lcore.
@@ -66,6 +95,9 @@ pub struct Tables {
     pub generation: u64,
     /// Indexed by DPDK port id.
     pub ports: Vec<PortAddrs>,
+    /// The flow hash used when the NIC supplies none, built from the configured RSS key (the
+    /// ports' RSS is programmed with the same key, so hardware and software hashes agree).
+    pub hasher: Toeplitz,
 }
 
 /// One lcore's pipeline: the current generation's shared tables plus the lcore's own mutable
@@ -86,6 +118,20 @@ impl Pipeline {
     /// the tables is carried over or rebuilt here.
     pub fn apply(&mut self, tables: Arc<Tables>) {
         self.tables = tables;
+    }
+
+    /// A pipeline over `ports` alone (generation 1, Microsoft RSS key): for tests and tools.
+    pub fn for_ports(ports: Vec<PortAddrs>) -> Self {
+        Self::new(Arc::new(Tables {
+            generation: 1,
+            ports,
+            hasher: Toeplitz::default(),
+        }))
+    }
+
+    /// The flow hasher of the current generation.
+    pub fn hasher(&self) -> &Toeplitz {
+        &self.tables.hasher
     }
 
     /// The generation in use.
@@ -112,9 +158,56 @@ impl Pipeline {
             return Verdict::Drop(Outcome::Malformed);
         }
         let l3 = frame.header_len();
-        match frame.ethertype() {
-            EtherType::Arp => arp::answer(local, pkt.data_mut(), l3),
-            _ => Verdict::Drop(Outcome::Unhandled),
+        let parsed = match frame.ethertype() {
+            EtherType::Arp => return arp::answer(local, pkt.data_mut(), l3),
+            EtherType::Ipv4 | EtherType::Ipv6 => match Parsed::parse_ip(&frame, &self.tables.hasher, pkt.rss_hash()) {
+                Ok(p) => p,
+                Err(wire::Error::Unsupported) => return Verdict::Drop(Outcome::Unhandled),
+                Err(_) => return Verdict::Drop(Outcome::Malformed),
+            },
+            _ => return Verdict::Drop(Outcome::Unhandled),
+        };
+        // Link-layer padding past the IP datagram is not part of it: drop it so every later
+        // stage (and every answer built in place) sees the datagram only.
+        let end = parsed.ip_end as usize;
+        if pkt.len() > end {
+            let _trimmed = pkt.trim(pkt.len() - end);
+        }
+        local_delivery(local, &parsed, pkt)
+    }
+}
+
+/// Packets for the host itself: the services every host must offer (echo, neighbor discovery).
+fn local_delivery<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B) -> Verdict {
+    match p.dst {
+        IpAddr::V4(dst) => {
+            if !local.has_ipv4(dst) {
+                return Verdict::Drop(Outcome::NotLocal);
+            }
+            match p.protocol {
+                IpProtocol::Icmp if p.fragment.is_none() => echo::answer_v4(local, p, pkt),
+                _ => Verdict::Drop(Outcome::Unhandled),
+            }
+        }
+        IpAddr::V6(dst) => {
+            let Some(me) = local.ipv6_local_for(&dst) else {
+                return Verdict::Drop(Outcome::NotLocal);
+            };
+            if p.protocol != IpProtocol::Icmpv6 || p.fragment.is_some() {
+                return Verdict::Drop(Outcome::Unhandled);
+            }
+            let Some(&ty) = pkt.data().get(p.l4_offset as usize) else {
+                return Verdict::Drop(Outcome::Malformed);
+            };
+            match Icmpv6Message::from(ty) {
+                Icmpv6Message::EchoRequest => echo::answer_v6(local, me, p, pkt),
+                Icmpv6Message::NeighborSolicit => ndp::answer(local, p, pkt),
+                Icmpv6Message::NeighborAdvert
+                | Icmpv6Message::RouterSolicit
+                | Icmpv6Message::RouterAdvert
+                | Icmpv6Message::Redirect => Verdict::Drop(Outcome::NdpIgnored),
+                _ => Verdict::Drop(Outcome::Unhandled),
+            }
         }
     }
 }
@@ -135,6 +228,7 @@ pub(crate) mod tests {
                 ipv4: vec![Ipv4Addr::new(192, 0, 2, 1)],
                 ipv6: vec!["2001:db8::1".parse().unwrap()],
             }],
+            hasher: Toeplitz::default(),
         }))
     }
 
@@ -155,13 +249,67 @@ pub(crate) mod tests {
             p.process(0, &mut bad_src, Instant(0)),
             Verdict::Drop(Outcome::Malformed)
         );
-        let mut ip = frame(MAC, PEER, 0x0800, &[0; 20]);
-        assert_eq!(p.process(0, &mut ip, Instant(0)), Verdict::Drop(Outcome::Unhandled));
+        let mut zeros = frame(MAC, PEER, 0x0800, &[0; 20]);
+        assert_eq!(p.process(0, &mut zeros, Instant(0)), Verdict::Drop(Outcome::Malformed));
+        let mut lldp = frame(MAC, PEER, 0x88cc, &[0; 20]);
+        assert_eq!(p.process(0, &mut lldp, Instant(0)), Verdict::Drop(Outcome::Unhandled));
         let mut unknown_port = frame(MAC, PEER, 0x0800, &[0; 20]);
         assert_eq!(
             p.process(7, &mut unknown_port, Instant(0)),
             Verdict::Drop(Outcome::Unhandled)
         );
+    }
+
+    #[test]
+    fn local_and_not_local() {
+        use parse::tests::{udp_bytes, v4_frame, v6_frame};
+        let mut p = pipeline();
+        let me = Ipv4Addr::new(192, 0, 2, 1);
+        let them = Ipv4Addr::new(198, 51, 100, 7);
+        let udp = udp_bytes(1, 7, b"x");
+        let mut v = v4_frame(them, me, IpProtocol::Udp, &[], 0, &udp);
+        let ip_len = v.len();
+        v.extend_from_slice(&[0xaa; 13]);
+        let mut b = HeapBuf::new(&v);
+        assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::Unhandled));
+        assert_eq!(b.len(), ip_len, "padding trimmed");
+        let mut b = HeapBuf::new(&v4_frame(me, them, IpProtocol::Udp, &[], 0, &udp));
+        assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::NotLocal));
+        let bcast = v4_frame(them, Ipv4Addr::BROADCAST, IpProtocol::Udp, &[], 0, &udp);
+        assert_eq!(
+            p.process(0, &mut HeapBuf::new(&bcast), Instant(0)),
+            Verdict::Drop(Outcome::NotLocal)
+        );
+
+        let me6: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let them6: Ipv6Addr = "2001:db8::7".parse().unwrap();
+        for (dst, want) in [
+            (me6, Outcome::Unhandled),
+            (ALL_NODES, Outcome::Unhandled),
+            (solicited_node(&me6), Outcome::Unhandled),
+            (them6, Outcome::NotLocal),
+            (solicited_node(&them6), Outcome::NotLocal),
+            ("ff02::2".parse().unwrap(), Outcome::NotLocal),
+        ] {
+            let v = v6_frame(them6, dst, IpProtocol::Udp, &[], 64, &udp);
+            assert_eq!(
+                p.process(0, &mut HeapBuf::new(&v), Instant(0)),
+                Verdict::Drop(want),
+                "{dst}"
+            );
+        }
+    }
+
+    #[test]
+    fn ipv6_local_for() {
+        let a = pipeline().tables.ports[0].clone();
+        let me6: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        assert_eq!(a.ipv6_local_for(&me6), Some(me6));
+        assert_eq!(a.ipv6_local_for(&ALL_NODES), Some(me6));
+        assert_eq!(a.ipv6_local_for(&solicited_node(&me6)), Some(me6));
+        assert_eq!(a.ipv6_local_for(&"2001:db8::2".parse().unwrap()), None);
+        let none = PortAddrs::default();
+        assert_eq!(none.ipv6_local_for(&ALL_NODES), None);
     }
 
     #[test]
@@ -178,11 +326,11 @@ pub(crate) mod tests {
                     *b = seed as u8;
                 }
                 // Bias towards frames that reach the ARP stage.
-                if len >= 14 && seed.is_multiple_of(2) {
+                if len >= 14 && seed & 1 == 0 {
                     v[..6].copy_from_slice(&MAC.0);
                     v[6..12].copy_from_slice(&PEER.0);
                     v[12..14].copy_from_slice(&[0x08, 0x06]);
-                    if len >= 22 && seed.is_multiple_of(4) {
+                    if len >= 22 && seed & 3 == 0 {
                         v[14..20].copy_from_slice(&[0, 1, 8, 0, 6, 4]);
                     }
                 }

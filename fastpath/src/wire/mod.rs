@@ -6,10 +6,29 @@
 //! emits. This module knows nothing of the pipeline, of DPDK, or of time.
 
 pub mod arp;
+pub mod checksum;
 pub mod ethernet;
+pub mod gre;
+pub mod icmpv4;
+pub mod icmpv6;
+pub mod ip;
+pub mod ipv4;
+pub mod ipv6;
+pub mod tcp;
+pub mod toeplitz;
+pub mod udp;
 
 pub use arp::{ArpOperation, ArpPacket};
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame};
+pub use gre::{GrePacket, GreRepr};
+pub use icmpv4::{Icmpv4Message, Icmpv4Packet};
+pub use icmpv6::{Icmpv6Message, Icmpv6Packet, NdpOption, NeighborFlags, NeighborPacket};
+pub use ip::IpProtocol;
+pub use ipv4::{Ipv4Packet, Ipv4Repr};
+pub use ipv6::{Ipv6ExtChain, Ipv6FragmentHeader, Ipv6Packet, Ipv6Repr};
+pub use tcp::{TcpFlags, TcpPacket};
+pub use toeplitz::Toeplitz;
+pub use udp::UdpPacket;
 
 /// Why bytes are not a valid header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,4 +54,30 @@ pub(crate) fn be16(b: &[u8], at: usize) -> u16 {
 #[inline]
 pub(crate) fn put_be16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Reads a big-endian u32 at `at`; caller guarantees bounds (checked by `new_checked`).
+#[inline]
+pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Writes a big-endian u32 at `at`.
+#[inline]
+pub(crate) fn put_be32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+/// An IPv4 address from the four bytes at `at`.
+#[inline]
+pub(crate) fn ipv4_at(b: &[u8], at: usize) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::new(b[at], b[at + 1], b[at + 2], b[at + 3])
+}
+
+/// An IPv6 address from the sixteen bytes at `at`.
+#[inline]
+pub(crate) fn ipv6_at(b: &[u8], at: usize) -> std::net::Ipv6Addr {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&b[at..at + 16]);
+    std::net::Ipv6Addr::from(a)
 }

@@ -1,0 +1,519 @@
+//! The per-packet parse result: computed once, at the start of the pipeline, and read by every
+//! later stage (offsets, addresses, protocol, ports, flags, fragment info, flow hash).
+//!
+//! Validation here is structural; a packet that fails it is `malformed`:
+//! - IPv4 (RFC 791 §3.1): version 4, IHL >= 5, IHL <= total length <= frame; header checksum
+//!   right (RFC 1122 §3.2.1.2: "A host MUST verify the IP header checksum on every received
+//!   datagram and silently discard every datagram that has a bad checksum");
+//! - IPv6 (RFC 8200 §3, §4): version 6, payload length within the frame, an extension chain
+//!   that is complete and at most [`crate::wire::ipv6::MAX_EXT_HEADERS`] long;
+//! - UDP and TCP headers of unfragmented datagrams must be complete (RFC 768 length >= 8 and
+//!   within the datagram; RFC 9293 data offset >= 5 and within the segment).
+//!
+//! Frames may carry Ethernet padding past the IP datagram; `ip_end` marks where it ends.
+
+use crate::wire::{
+    self, EtherType, EthernetFrame, IpProtocol, Ipv4Packet, Ipv6Packet, TcpFlags, TcpPacket, Toeplitz, UdpPacket,
+};
+use std::net::IpAddr;
+
+/// IP version of a parsed packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpVersion {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+/// Where a fragment sits in its datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FragmentInfo {
+    /// Fragment offset in bytes.
+    pub offset: u16,
+    /// More Fragments.
+    pub more: bool,
+    /// Identification (IPv4's 16 bits widened; IPv6's 32).
+    pub ident: u32,
+}
+
+impl FragmentInfo {
+    /// Whether this is the first fragment (offset zero): only it carries the upper-layer header.
+    pub fn is_first(&self) -> bool {
+        self.offset == 0
+    }
+}
+
+/// Everything later stages need to know about an IP packet, computed once.
+///
+/// Offsets are from the start of the frame. `ports` and `tcp_flags` are set only when the
+/// upper-layer header is in this packet: never for non-first fragments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parsed {
+    /// Offset of the IP header (after Ethernet and VLAN tags).
+    pub l3_offset: u16,
+    /// Offset of the upper-layer header (after IPv4 options or IPv6 extension headers). For a
+    /// non-first fragment: the start of its slice of the fragmentable part.
+    pub l4_offset: u16,
+    /// Offset just past the IP datagram (IPv4 total length, IPv6 40 + payload length); bytes
+    /// after it are link-layer padding.
+    pub ip_end: u16,
+    /// VLAN id of the innermost tag.
+    pub vlan_id: Option<u16>,
+    /// Number of VLAN tags (0 to 2).
+    pub vlan_tags: u8,
+    /// EtherType after the VLAN tags.
+    pub ethertype: EtherType,
+    /// IP version.
+    pub version: IpVersion,
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address (of the fixed header; a routing header is not followed).
+    pub dst: IpAddr,
+    /// Upper-layer protocol (after extension headers).
+    pub protocol: IpProtocol,
+    /// TTL or hop limit.
+    pub hop_limit: u8,
+    /// (source, destination) ports for UDP and TCP.
+    pub ports: Option<(u16, u16)>,
+    /// TCP control bits.
+    pub tcp_flags: Option<TcpFlags>,
+    /// Fragment info, when the packet is a fragment (an IPv6 atomic fragment, offset 0 and M
+    /// clear, is not: RFC 6946 §4 processes it in isolation).
+    pub fragment: Option<FragmentInfo>,
+    /// The flow hash, see [`Parsed::parse_ip`].
+    pub hash: u32,
+}
+
+impl Parsed {
+    /// Parses an Ethernet frame carrying IPv4 or IPv6. Other EtherTypes and more VLAN tags than
+    /// supported are [`wire::Error::Unsupported`]; anything else that fails is truncated or
+    /// malformed.
+    pub fn parse(frame: &[u8], hasher: &Toeplitz, nic_hash: Option<u32>) -> wire::Result<Self> {
+        let f = EthernetFrame::new_checked(frame)?;
+        Self::parse_ip(&f, hasher, nic_hash)
+    }
+
+    /// Parses the IP packet in an already validated frame.
+    ///
+    /// The flow hash is the Toeplitz RSS hash: over the 4-tuple for UDP and TCP, the 2-tuple for
+    /// everything else and for **every fragment, first included**, so all fragments of a
+    /// datagram hash alike. `nic_hash` is used instead when the driver supplied one, except
+    /// where it may differ from what software computes: fragments and packets with an IPv6
+    /// Fragment header (NICs disagree on what they hash there) and symmetric mode (a NIC hashes
+    /// the tuple as received).
+    pub fn parse_ip<T: AsRef<[u8]>>(
+        frame: &EthernetFrame<T>,
+        hasher: &Toeplitz,
+        nic_hash: Option<u32>,
+    ) -> wire::Result<Self> {
+        let l3 = frame.header_len();
+        let bytes = frame.payload();
+        let ethertype = frame.ethertype();
+        // `nic_ok`: whether a NIC hash would equal the software one (no fragment header).
+        let (mut p, nic_ok) = match ethertype {
+            EtherType::Ipv4 => Self::ipv4(bytes, l3)?,
+            EtherType::Ipv6 => Self::ipv6(bytes, l3)?,
+            _ => return Err(wire::Error::Unsupported),
+        };
+        p.vlan_id = frame.inner_vlan_id();
+        p.vlan_tags = frame.vlan_tags() as u8;
+        p.ethertype = ethertype;
+        let l4 = &bytes[p.l4_offset as usize - l3..p.ip_end as usize - l3];
+        let whole = p.fragment.is_none();
+        let first = p.fragment.is_some_and(|f| f.is_first());
+        match p.protocol {
+            IpProtocol::Udp if whole => {
+                let u = UdpPacket::new_checked(l4)?;
+                p.ports = Some((u.src_port(), u.dst_port()));
+            }
+            IpProtocol::Tcp if whole => {
+                let t = TcpPacket::new_checked(l4)?;
+                p.ports = Some((t.src_port(), t.dst_port()));
+                p.tcp_flags = Some(t.flags());
+            }
+            // A first fragment may be too short for the header (RFC 1858's tiny fragments): take
+            // what is there, without judging it; reassembly sees the whole datagram.
+            IpProtocol::Udp | IpProtocol::Tcp if first && l4.len() >= 4 => {
+                p.ports = Some((wire::be16(l4, 0), wire::be16(l4, 2)));
+                if p.protocol == IpProtocol::Tcp {
+                    p.tcp_flags = TcpPacket::new_checked(l4).ok().map(|t| t.flags());
+                }
+            }
+            _ => {}
+        }
+        let hash_ports = if p.fragment.is_some() { None } else { p.ports };
+        let software = match (p.src, p.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => hasher.hash_v4(s, d, hash_ports),
+            (IpAddr::V6(s), IpAddr::V6(d)) => hasher.hash_v6(&s, &d, hash_ports),
+            _ => 0, // versions never mix: both come from one header
+        };
+        p.hash = match nic_hash {
+            Some(h) if nic_ok && !hasher.is_symmetric() => h,
+            _ => software,
+        };
+        Ok(p)
+    }
+
+    fn ipv4(b: &[u8], l3: usize) -> wire::Result<(Self, bool)> {
+        let ip = Ipv4Packet::new_checked(b)?;
+        if !ip.verify_checksum() {
+            return Err(wire::Error::Malformed);
+        }
+        let fragment = ip.is_fragment().then(|| FragmentInfo {
+            offset: ip.frag_offset(),
+            more: ip.more_frags(),
+            ident: ip.ident() as u32,
+        });
+        let nic_ok = fragment.is_none();
+        let p = Parsed {
+            l3_offset: l3 as u16,
+            l4_offset: (l3 + ip.header_len()) as u16,
+            ip_end: offset(l3 + ip.total_len())?,
+            vlan_id: None,
+            vlan_tags: 0,
+            ethertype: EtherType::Ipv4,
+            version: IpVersion::V4,
+            src: IpAddr::V4(ip.src_addr()),
+            dst: IpAddr::V4(ip.dst_addr()),
+            protocol: ip.protocol(),
+            hop_limit: ip.ttl(),
+            ports: None,
+            tcp_flags: None,
+            fragment,
+            hash: 0,
+        };
+        Ok((p, nic_ok))
+    }
+
+    fn ipv6(b: &[u8], l3: usize) -> wire::Result<(Self, bool)> {
+        let ip = Ipv6Packet::new_checked(b)?;
+        let chain = ip.ext_chain()?;
+        let fragment = chain
+            .fragment
+            .filter(|f| f.offset != 0 || f.more)
+            .map(|f| FragmentInfo {
+                offset: f.offset,
+                more: f.more,
+                ident: f.ident,
+            });
+        let p = Parsed {
+            l3_offset: l3 as u16,
+            l4_offset: offset(l3 + chain.upper_offset)?,
+            ip_end: offset(l3 + ip.total_len())?,
+            vlan_id: None,
+            vlan_tags: 0,
+            ethertype: EtherType::Ipv6,
+            version: IpVersion::V6,
+            src: IpAddr::V6(ip.src_addr()),
+            dst: IpAddr::V6(ip.dst_addr()),
+            protocol: chain.upper,
+            hop_limit: ip.hop_limit(),
+            ports: None,
+            tcp_flags: None,
+            fragment,
+            hash: 0,
+        };
+        Ok((p, chain.fragment.is_none()))
+    }
+
+    /// Whether the packet is a fragment.
+    pub fn is_fragment(&self) -> bool {
+        self.fragment.is_some()
+    }
+
+    /// Length of the upper-layer part: from `l4_offset` to `ip_end`.
+    pub fn l4_len(&self) -> usize {
+        (self.ip_end - self.l4_offset) as usize
+    }
+}
+
+/// A frame offset as u16: frames fit a 2 KiB mbuf, but a 64 KiB IPv6 payload behind VLAN tags
+/// could exceed u16 in theory; such a packet is refused rather than wrapped.
+fn offset(v: usize) -> wire::Result<u16> {
+    u16::try_from(v).map_err(|_| wire::Error::Unsupported)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::wire::{checksum, ethernet, tcp, udp, EthernetAddress, Ipv4Repr, Ipv6Repr};
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    pub(crate) const MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
+    pub(crate) const PEER: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
+
+    /// Ethernet + IPv4 (+ options) + `l4` bytes, checksums right.
+    pub(crate) fn v4_frame(
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        proto: IpProtocol,
+        options: &[u8],
+        flags_frag: u16,
+        l4: &[u8],
+    ) -> Vec<u8> {
+        let mut v = vec![0u8; 14 + 20];
+        ethernet::emit_header(&mut v, MAC, PEER, EtherType::Ipv4);
+        Ipv4Repr {
+            src,
+            dst,
+            protocol: proto,
+            payload_len: (options.len() + l4.len()) as u16,
+            ttl: 64,
+            dscp_ecn: 0,
+            ident: 0x1234,
+            dont_frag: false,
+        }
+        .emit(&mut v[14..]);
+        v.extend_from_slice(options);
+        v.extend_from_slice(l4);
+        v[14] = 0x40 | ((20 + options.len()) / 4) as u8;
+        v[20..22].copy_from_slice(&flags_frag.to_be_bytes());
+        v[24..26].copy_from_slice(&[0, 0]);
+        let c = checksum::checksum(&v[14..34 + options.len()]);
+        v[24..26].copy_from_slice(&c.to_be_bytes());
+        v
+    }
+
+    /// Ethernet + IPv6 + extension header bytes + `l4`.
+    pub(crate) fn v6_frame(
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        first: IpProtocol,
+        exts: &[u8],
+        hop_limit: u8,
+        l4: &[u8],
+    ) -> Vec<u8> {
+        let mut v = vec![0u8; 14 + 40];
+        ethernet::emit_header(&mut v, MAC, PEER, EtherType::Ipv6);
+        Ipv6Repr {
+            src,
+            dst,
+            next_header: first,
+            payload_len: (exts.len() + l4.len()) as u16,
+            hop_limit,
+        }
+        .emit(&mut v[14..]);
+        v.extend_from_slice(exts);
+        v.extend_from_slice(l4);
+        v
+    }
+
+    pub(crate) fn udp_bytes(sp: u16, dp: u16, payload: &[u8]) -> Vec<u8> {
+        let mut u = vec![0u8; 8];
+        udp::emit_header(&mut u, sp, dp, payload.len() as u16);
+        u.extend_from_slice(payload);
+        u
+    }
+
+    fn tcp_bytes(sp: u16, dp: u16, flags: TcpFlags) -> Vec<u8> {
+        let mut t = vec![0u8; tcp::MIN_HEADER_LEN];
+        t[0..2].copy_from_slice(&sp.to_be_bytes());
+        t[2..4].copy_from_slice(&dp.to_be_bytes());
+        t[12] = 0x50;
+        t[13] = flags.0;
+        t
+    }
+
+    const A: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
+    const B: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+
+    fn a6() -> Ipv6Addr {
+        "2001:db8::7".parse().unwrap()
+    }
+    fn b6() -> Ipv6Addr {
+        "2001:db8::1".parse().unwrap()
+    }
+
+    fn parse(v: &[u8]) -> wire::Result<Parsed> {
+        Parsed::parse(v, &Toeplitz::default(), None)
+    }
+
+    #[test]
+    fn ipv4_udp() {
+        let mut v = v4_frame(A, B, IpProtocol::Udp, &[], 0, &udp_bytes(5000, 53, b"q"));
+        v.extend_from_slice(&[0; 9]); // Ethernet padding
+        let p = parse(&v).unwrap();
+        assert_eq!(p.l3_offset, 14);
+        assert_eq!(p.l4_offset, 34);
+        assert_eq!(p.ip_end, 34 + 9);
+        assert_eq!(p.l4_len(), 9);
+        assert_eq!(p.version, IpVersion::V4);
+        assert_eq!(p.ethertype, EtherType::Ipv4);
+        assert_eq!((p.src, p.dst), (IpAddr::V4(A), IpAddr::V4(B)));
+        assert_eq!(p.protocol, IpProtocol::Udp);
+        assert_eq!(p.hop_limit, 64);
+        assert_eq!(p.ports, Some((5000, 53)));
+        assert_eq!(p.tcp_flags, None);
+        assert_eq!(p.fragment, None);
+        assert_eq!(p.hash, Toeplitz::default().hash_v4(A, B, Some((5000, 53))));
+        assert_eq!(p.vlan_id, None);
+    }
+
+    #[test]
+    fn ipv4_tcp_with_options_and_vlan() {
+        let opts = [1, 1, 1, 0]; // NOP NOP NOP EOL
+        let v = v4_frame(
+            A,
+            B,
+            IpProtocol::Tcp,
+            &opts,
+            0x4000,
+            &tcp_bytes(40000, 80, TcpFlags::SYN),
+        );
+        let mut t = v[..12].to_vec();
+        t.extend_from_slice(&[0x81, 0x00, 0x00, 0x2a]);
+        t.extend_from_slice(&v[12..]);
+        let p = parse(&t).unwrap();
+        assert_eq!(p.vlan_id, Some(42));
+        assert_eq!(p.vlan_tags, 1);
+        assert_eq!(p.l3_offset, 18);
+        assert_eq!(p.l4_offset, 18 + 24);
+        assert_eq!(p.ports, Some((40000, 80)));
+        assert_eq!(p.tcp_flags, Some(TcpFlags::SYN));
+    }
+
+    #[test]
+    fn ipv4_fragments_hash_on_the_two_tuple() {
+        let h = Toeplitz::default();
+        let two = h.hash_v4(A, B, None);
+        let first = v4_frame(A, B, IpProtocol::Udp, &[], 0x2000, &udp_bytes(1, 2, &[0; 16]));
+        let p = Parsed::parse(&first, &h, Some(0xdead)).unwrap();
+        assert_eq!(
+            p.fragment,
+            Some(FragmentInfo {
+                offset: 0,
+                more: true,
+                ident: 0x1234
+            })
+        );
+        assert!(p.fragment.unwrap().is_first());
+        assert_eq!(p.ports, Some((1, 2)));
+        assert_eq!(p.hash, two, "NIC hash ignored for fragments");
+        let later = v4_frame(A, B, IpProtocol::Udp, &[], 3, &[9; 8]);
+        let p = parse(&later).unwrap();
+        assert_eq!(p.fragment.unwrap().offset, 24);
+        assert!(!p.fragment.unwrap().more);
+        assert_eq!(p.ports, None);
+        assert_eq!(p.hash, two);
+        // tiny first fragment: no ports, no error
+        let tiny = v4_frame(A, B, IpProtocol::Tcp, &[], 0x2000, &[0, 1]);
+        assert_eq!(parse(&tiny).unwrap().ports, None);
+    }
+
+    #[test]
+    fn nic_hash_used_when_equivalent() {
+        let v = v4_frame(A, B, IpProtocol::Udp, &[], 0, &udp_bytes(1, 2, &[]));
+        let h = Toeplitz::default();
+        assert_eq!(Parsed::parse(&v, &h, Some(77)).unwrap().hash, 77);
+        let sym = Toeplitz::new(&wire::toeplitz::MICROSOFT_KEY, true);
+        let p = Parsed::parse(&v, &sym, Some(77)).unwrap();
+        assert_eq!(p.hash, sym.hash_v4(A, B, Some((1, 2))));
+        assert_eq!(p.hash, sym.hash_v4(B, A, Some((2, 1))));
+    }
+
+    #[test]
+    fn ipv4_malformed() {
+        let good = v4_frame(A, B, IpProtocol::Udp, &[], 0, &udp_bytes(1, 2, b"xy"));
+        let m = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut v = good.clone();
+            f(&mut v);
+            parse(&v)
+        };
+        assert!(m(&|_| {}).is_ok());
+        // bad checksum
+        assert_eq!(m(&|v| v[25] ^= 1), Err(wire::Error::Malformed));
+        // bad version
+        assert_eq!(m(&|v| v[14] = 0x55), Err(wire::Error::Malformed));
+        // bad IHL
+        assert_eq!(m(&|v| v[14] = 0x44), Err(wire::Error::Malformed));
+        // total length beyond the frame
+        assert_eq!(m(&|v| v.truncate(v.len() - 1)), Err(wire::Error::Truncated));
+        // UDP length beyond the datagram (checksum kept right)
+        assert_eq!(
+            m(&|v| {
+                v[38..40].copy_from_slice(&20u16.to_be_bytes());
+            }),
+            Err(wire::Error::Truncated)
+        );
+        // not IP at all
+        assert_eq!(
+            m(&|v| v[12..14].copy_from_slice(&[0x88, 0xcc])),
+            Err(wire::Error::Unsupported)
+        );
+    }
+
+    #[test]
+    fn ipv6_with_extension_headers_and_fragments() {
+        let hbh = [60u8, 0, 1, 4, 0, 0, 0, 0];
+        let dst = [17u8, 0, 1, 4, 0, 0, 0, 0];
+        let mut exts = hbh.to_vec();
+        exts.extend_from_slice(&dst);
+        let v = v6_frame(a6(), b6(), IpProtocol::HopByHop, &exts, 64, &udp_bytes(7, 9, b"z"));
+        let p = parse(&v).unwrap();
+        assert_eq!(p.version, IpVersion::V6);
+        assert_eq!(p.l4_offset, 14 + 40 + 16);
+        assert_eq!(p.ip_end as usize, v.len());
+        assert_eq!(p.protocol, IpProtocol::Udp);
+        assert_eq!(p.ports, Some((7, 9)));
+        assert_eq!(p.fragment, None);
+        assert_eq!(p.hash, Toeplitz::default().hash_v6(&a6(), &b6(), Some((7, 9))));
+
+        let h = Toeplitz::default();
+        let two = h.hash_v6(&a6(), &b6(), None);
+        let frag_first = [17u8, 0, 0, 1, 0, 0, 0, 5];
+        let v = v6_frame(
+            a6(),
+            b6(),
+            IpProtocol::Ipv6Frag,
+            &frag_first,
+            64,
+            &udp_bytes(7, 9, &[0; 16]),
+        );
+        let p = Parsed::parse(&v, &h, Some(1)).unwrap();
+        assert_eq!(
+            p.fragment,
+            Some(FragmentInfo {
+                offset: 0,
+                more: true,
+                ident: 5
+            })
+        );
+        assert_eq!(p.ports, Some((7, 9)));
+        assert_eq!(p.hash, two);
+        let frag_later = [17u8, 0, 0, 0x10, 0, 0, 0, 5];
+        let v = v6_frame(a6(), b6(), IpProtocol::Ipv6Frag, &frag_later, 64, &[1; 8]);
+        let p = parse(&v).unwrap();
+        assert_eq!(p.fragment.unwrap().offset, 16);
+        assert_eq!(p.ports, None);
+        assert_eq!(p.hash, two);
+        // atomic fragment: not a fragment, ports read, software hash over the 4-tuple
+        let atomic = [17u8, 0, 0, 0, 0, 0, 0, 5];
+        let v = v6_frame(a6(), b6(), IpProtocol::Ipv6Frag, &atomic, 64, &udp_bytes(7, 9, &[]));
+        let p = Parsed::parse(&v, &h, Some(1)).unwrap();
+        assert_eq!(p.fragment, None);
+        assert_eq!(p.ports, Some((7, 9)));
+        assert_eq!(p.hash, h.hash_v6(&a6(), &b6(), Some((7, 9))));
+    }
+
+    #[test]
+    fn ipv6_malformed() {
+        let opts = [60u8, 0, 1, 4, 0, 0, 0, 0];
+        let long: Vec<u8> = opts.repeat(9);
+        let v = v6_frame(a6(), b6(), IpProtocol::Ipv6Opts, &long, 64, &[]);
+        assert_eq!(parse(&v), Err(wire::Error::Malformed));
+        let v = v6_frame(a6(), b6(), IpProtocol::Ipv6Opts, &opts[..4], 64, &[]);
+        assert_eq!(parse(&v), Err(wire::Error::Truncated));
+        let mut v = v6_frame(a6(), b6(), IpProtocol::Udp, &[], 64, &udp_bytes(1, 2, &[]));
+        v[14] = 0x70;
+        assert_eq!(parse(&v), Err(wire::Error::Malformed));
+        let mut v = v6_frame(a6(), b6(), IpProtocol::Udp, &[], 64, &udp_bytes(1, 2, &[]));
+        v.pop();
+        assert_eq!(parse(&v), Err(wire::Error::Truncated));
+        // TCP data offset below 5 in an unfragmented segment
+        let mut t = tcp_bytes(1, 2, TcpFlags::ACK);
+        t[12] = 0x40;
+        let v = v6_frame(a6(), b6(), IpProtocol::Tcp, &[], 64, &t);
+        assert_eq!(parse(&v), Err(wire::Error::Malformed));
+    }
+}

@@ -1,0 +1,28 @@
+//! Replays the committed cargo-fuzz corpus (`fuzz/corpus/parse/`) on stable, so every input that
+//! once mattered keeps being checked without nightly or libFuzzer. Files named
+//! `<outcome>--<what>` must also end in that outcome; other names (fuzzer finds) only must not
+//! panic.
+
+use std::path::Path;
+
+#[test]
+fn replay_parse_corpus() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/parse");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "corpus has {} files", files.len());
+    let mut named = 0;
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        let outcome = fastpath::fuzzing::parse_one(&bytes);
+        let name = f.file_name().unwrap().to_string_lossy();
+        if let Some((want, _)) = name.split_once("--") {
+            assert_eq!(outcome.name(), want, "{name}");
+            named += 1;
+        }
+    }
+    assert!(named >= 10, "only {named} corpus files name their outcome");
+}
