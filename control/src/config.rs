@@ -27,6 +27,25 @@ struct FileConfig {
     lcores: LcoresSection,
     metrics: Option<MetricsSection>,
     rss: Option<RssSection>,
+    #[serde(default)]
+    service: Vec<ServiceSection>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct ServiceSection {
+    name: String,
+    protocol: Option<String>,
+    ports: Vec<i64>,
+    addresses: Option<Vec<String>>,
+    sockets: Option<i64>,
+    socket_capacity: Option<i64>,
+    fanout: Option<String>,
+    rollover: Option<bool>,
+    action: String,
+    tunnels: Option<Vec<String>>,
+    tunnel: Option<String>,
+    cost_ns: Option<u32>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -93,6 +112,38 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// The flow hash.
     pub rss: RssConfig,
+    /// Local services, in file order.
+    pub services: Vec<ServiceConfig>,
+}
+
+/// Most sockets per service.
+pub const MAX_SOCKETS: usize = 64;
+/// Largest socket capacity (packets).
+pub const MAX_SOCKET_CAPACITY: usize = 1 << 24;
+
+/// One `[[service]]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServiceConfig {
+    /// Name (the `service` label).
+    pub name: String,
+    /// UDP or TCP.
+    pub protocol: fastpath::wire::IpProtocol,
+    /// Destination ports.
+    pub ports: Vec<u16>,
+    /// Local addresses it listens on; empty = all.
+    pub addresses: Vec<std::net::IpAddr>,
+    /// Number of sockets.
+    pub sockets: usize,
+    /// Packets each socket holds.
+    pub socket_capacity: usize,
+    /// Fanout mode.
+    pub fanout: fastpath::pipeline::FanoutMode,
+    /// Rollover on or off.
+    pub rollover: bool,
+    /// Action run by the workers.
+    pub action: fastpath::pipeline::Action,
+    /// Simulated per-packet processing cost in the worker (ns), for tests and benchmarks.
+    pub cost_ns: u32,
 }
 
 /// `[rss]`: the Toeplitz key programmed into the NICs and used by the software hash when a
@@ -558,13 +609,191 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         symmetric: r.symmetric.unwrap_or(false),
     };
 
+    let services = validate_services(raw.service, &ports, &lcores, &dpdk, errs);
     Config {
         dpdk,
         ports,
         lcores,
         metrics,
         rss,
+        services,
     }
+}
+
+fn validate_services(
+    raw: Vec<ServiceSection>,
+    ports: &[PortConfig],
+    lcores: &LcoreConfig,
+    dpdk: &DpdkConfig,
+    errs: &mut Errs,
+) -> Vec<ServiceConfig> {
+    use fastpath::pipeline::{Action, FanoutMode};
+    use fastpath::wire::IpProtocol;
+    use Seg::{Index, Key};
+    let mut out: Vec<ServiceConfig> = Vec::new();
+    let mut names = BTreeSet::new();
+    let mut taken: std::collections::BTreeMap<(u8, u16), String> = Default::default();
+    if !raw.is_empty() && lcores.workers.is_empty() {
+        errs.add(
+            &[Key("lcores"), Key("workers")],
+            "services need at least one worker lcore to drain their sockets",
+        );
+    }
+    for (si, r) in raw.into_iter().enumerate() {
+        let at = |k: &'static str| [Key("service"), Index(si), Key(k)];
+        let who = format!("service {:?}", r.name);
+        if r.name.is_empty()
+            || !r
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            errs.add(
+                &at("name"),
+                format!("{who}: expected a name of letters, digits, '-' and '_'"),
+            );
+        } else if !names.insert(r.name.clone()) {
+            errs.add(&at("name"), format!("{who}: two services have this name"));
+        }
+        let protocol = match r.protocol.as_deref().unwrap_or("udp") {
+            "udp" => IpProtocol::Udp,
+            "tcp" => IpProtocol::Tcp,
+            other => {
+                errs.add(
+                    &at("protocol"),
+                    format!("{who}: {other:?}: expected \"udp\" or \"tcp\""),
+                );
+                IpProtocol::Udp
+            }
+        };
+        let mut svc_ports = Vec::new();
+        if r.ports.is_empty() {
+            errs.add(&at("ports"), format!("{who}: at least one port is needed"));
+        }
+        for (pi, &p) in r.ports.iter().enumerate() {
+            let here = [Key("service"), Index(si), Key("ports"), Index(pi)];
+            let port = match u16::try_from(p) {
+                Ok(port) if port != 0 => port,
+                _ => {
+                    errs.add(&here, format!("{who}: {p}: expected a port 1..65535"));
+                    continue;
+                }
+            };
+            match taken.get(&(u8::from(protocol), port)) {
+                Some(other) => errs.add(
+                    &here,
+                    format!("{who}: port {port} already belongs to service {other:?}"),
+                ),
+                None => {
+                    taken.insert((u8::from(protocol), port), r.name.clone());
+                    svc_ports.push(port);
+                }
+            }
+        }
+        let mut addresses = Vec::new();
+        for (ai, a) in r.addresses.iter().flatten().enumerate() {
+            let here = [Key("service"), Index(si), Key("addresses"), Index(ai)];
+            match a.parse::<std::net::IpAddr>() {
+                Ok(ip) => {
+                    let local = ports.iter().any(|p| match ip {
+                        std::net::IpAddr::V4(v4) => p.ipv4.contains(&v4),
+                        std::net::IpAddr::V6(v6) => p.ipv6.contains(&v6),
+                    });
+                    if local {
+                        addresses.push(ip);
+                    } else {
+                        errs.add(&here, format!("{who}: {ip} is not a local address of any [[port]]"));
+                    }
+                }
+                Err(_) => errs.add(&here, format!("{who}: {a:?}: expected an IP address")),
+            }
+        }
+        let sockets = r.sockets.unwrap_or(1);
+        if !(1..=MAX_SOCKETS as i64).contains(&sockets) {
+            errs.add(
+                &at("sockets"),
+                format!("{who}: {sockets} sockets: expected 1 to {MAX_SOCKETS}"),
+            );
+        }
+        let cap = r.socket_capacity.unwrap_or(1024);
+        if !(1..=MAX_SOCKET_CAPACITY as i64).contains(&cap) {
+            errs.add(
+                &at("socket_capacity"),
+                format!("{who}: capacity {cap}: a socket ring holds 1 to {MAX_SOCKET_CAPACITY} packets"),
+            );
+        } else if cap > dpdk.mbufs as i64 {
+            errs.add(
+                &at("socket_capacity"),
+                format!(
+                    "{who}: capacity {cap} is more than the whole mbuf pool (dpdk.mbufs = {}): the ring could never fill \
+                     and a full one would starve RX",
+                    dpdk.mbufs
+                ),
+            );
+        }
+        if r.cost_ns.is_some_and(|c| c > 10_000_000) {
+            errs.add(
+                &at("cost_ns"),
+                format!("{who}: cost_ns is at most 10000000 (10 ms per packet)"),
+            );
+        }
+        let fanout = match r.fanout.as_deref().unwrap_or("hash") {
+            "hash" => FanoutMode::Hash,
+            "roundrobin" => FanoutMode::RoundRobin,
+            "random" => FanoutMode::Random,
+            other => {
+                errs.add(
+                    &at("fanout"),
+                    format!("{who}: {other:?}: expected \"hash\", \"roundrobin\" or \"random\""),
+                );
+                FanoutMode::Hash
+            }
+        };
+        let action = match r.action.as_str() {
+            "echo" if protocol == IpProtocol::Tcp => {
+                errs.add(
+                    &at("action"),
+                    format!("{who}: echo is a UDP echo server; a tcp service can use \"sink\""),
+                );
+                Action::Sink
+            }
+            "echo" => Action::Echo,
+            "sink" => Action::Sink,
+            "tunnel" => {
+                errs.add(
+                    &at("action"),
+                    format!("{who}: action \"tunnel\" needs GRE tunnels, which this build does not have yet"),
+                );
+                Action::Sink
+            }
+            other => {
+                errs.add(
+                    &at("action"),
+                    format!("{who}: unknown action {other:?}: expected \"echo\" or \"sink\""),
+                );
+                Action::Sink
+            }
+        };
+        if r.tunnel.is_some() || r.tunnels.is_some() {
+            errs.add(
+                &at("action"),
+                format!("{who}: tunnel/tunnels need action = \"tunnel\" and GRE tunnels, not available yet"),
+            );
+        }
+        out.push(ServiceConfig {
+            name: r.name,
+            protocol,
+            ports: svc_ports,
+            addresses,
+            sockets: sockets.clamp(1, MAX_SOCKETS as i64) as usize,
+            socket_capacity: cap.clamp(1, MAX_SOCKET_CAPACITY as i64) as usize,
+            fanout,
+            rollover: r.rollover.unwrap_or(true),
+            action,
+            cost_ns: r.cost_ns.unwrap_or(0),
+        });
+    }
+    out
 }
 
 fn parse_hex_key(text: &str) -> Option<[u8; 40]> {
@@ -639,6 +868,39 @@ impl Config {
     /// What a reload from `self` to `new` changes, one line per change, for the log.
     pub fn describe_changes(&self, new: &Config) -> Vec<String> {
         let mut out = Vec::new();
+        for s in &new.services {
+            match self.services.iter().find(|o| o.name == s.name) {
+                None => out.push(format!("service {:?} added", s.name)),
+                Some(o) if o != s => {
+                    let mut what = Vec::new();
+                    if o.action != s.action {
+                        what.push(format!("action {} -> {}", o.action.name(), s.action.name()));
+                    }
+                    if o.ports != s.ports || o.protocol != s.protocol || o.addresses != s.addresses {
+                        what.push("listen ports/addresses".to_string());
+                    }
+                    if o.sockets != s.sockets || o.socket_capacity != s.socket_capacity {
+                        what.push(format!(
+                            "sockets {}x{} -> {}x{}",
+                            o.sockets, o.socket_capacity, s.sockets, s.socket_capacity
+                        ));
+                    }
+                    if o.fanout != s.fanout || o.rollover != s.rollover {
+                        what.push(format!(
+                            "fanout {:?}/rollover {} -> {:?}/{}",
+                            o.fanout, o.rollover, s.fanout, s.rollover
+                        ));
+                    }
+                    out.push(format!("service {:?} changed: {}", s.name, what.join(", ")));
+                }
+                Some(_) => {}
+            }
+        }
+        for o in &self.services {
+            if !new.services.iter().any(|s| s.name == o.name) {
+                out.push(format!("service {:?} removed", o.name));
+            }
+        }
         for (i, (a, b)) in self.ports.iter().zip(&new.ports).enumerate() {
             if a.ipv4 != b.ipv4 {
                 out.push(format!("port[{i}].ipv4 {:?} -> {:?}", a.ipv4, b.ipv4));
@@ -773,6 +1035,77 @@ workers = [1]
         assert!(c.rss.symmetric);
         let e = errors(&format!("{GOOD}\n[rss]\nkey = \"6d5a\"\n"));
         assert_eq!((e[0].key.as_str(), e[0].line), ("rss.key", Some(17)));
+    }
+
+    const SERVICE: &str =
+        "\n[[service]]\nname = \"echo\"\nports = [7]\nsockets = 4\nsocket_capacity = 256\naction = \"echo\"\n";
+
+    #[test]
+    fn services() {
+        let c = parse(&format!("{GOOD}{SERVICE}"), "t.toml").unwrap();
+        let s = &c.services[0];
+        assert_eq!(
+            (s.name.as_str(), s.ports.as_slice(), s.sockets, s.socket_capacity),
+            ("echo", &[7u16][..], 4, 256)
+        );
+        assert!(s.rollover);
+        assert_eq!(s.fanout, fastpath::pipeline::FanoutMode::Hash);
+    }
+
+    #[test]
+    fn bad_services_are_rejected_naming_the_service() {
+        let cases = [
+            (
+                "sockets = 4",
+                "sockets = 0",
+                "service[0].sockets",
+                "service \"echo\": 0 sockets",
+            ),
+            (
+                "socket_capacity = 256",
+                "socket_capacity = 100000",
+                "service[0].socket_capacity",
+                "more than the whole mbuf pool",
+            ),
+            (
+                "socket_capacity = 256",
+                "socket_capacity = 0",
+                "service[0].socket_capacity",
+                "a socket ring holds",
+            ),
+            (
+                "action = \"echo\"",
+                "action = \"mirror\"",
+                "service[0].action",
+                "unknown action \"mirror\"",
+            ),
+            (
+                "name = \"echo\"\n",
+                "name = \"echo\"\nprotocol = \"tcp\"\n",
+                "service[0].action",
+                "UDP echo server",
+            ),
+        ];
+        for (from, to, key, msg) in cases {
+            let e = errors(&format!("{GOOD}{}", SERVICE.replace(from, to)));
+            assert!(e.iter().any(|e| e.key == key && e.message.contains(msg)), "{to}: {e:?}");
+        }
+        let dup = format!(
+            "{GOOD}{SERVICE}{}",
+            SERVICE.replace("\"echo\"\nports", "\"other\"\nports")
+        );
+        let e = errors(&dup);
+        assert!(
+            e.iter()
+                .any(|e| e.key == "service[1].ports[0]" && e.message.contains("already belongs to service \"echo\"")),
+            "{e:?}"
+        );
+        let no_workers = format!(
+            "{}{SERVICE}",
+            GOOD.replace("workers = [1]", "workers = []")
+                .replace("tx_queues = 2", "tx_queues = 1")
+        );
+        assert!(errors(&no_workers).iter().any(|e| e.key == "lcores.workers"));
     }
 
     #[test]

@@ -7,12 +7,13 @@
 use crate::cli::Options;
 use crate::config::{self, Config};
 use crate::metrics::{self, Sources};
-use crate::reload::{build_tables, OpenedPort, ReloadStats, Reloader};
+use crate::reload::{ReloadStats, Reloader};
 use crate::signals::Signals;
+use crate::tables::{OpenedPort, TableBuilder};
 use fastpath::dpdk::{self, Eal, Mempool, Port, PortConf};
 use fastpath::generation::Published;
 use fastpath::outcome::Outcome;
-use fastpath::runtime::{IdlePolicy, RxLcore, TscClock, WorkerLcore};
+use fastpath::runtime::{IdlePolicy, RunControl, RxLcore, TscClock, WorkerLcore};
 use fastpath::stats::{LcoreStats, QueueCounters};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,7 +35,7 @@ enum Role {
 }
 
 impl Role {
-    fn run(self, stop: &AtomicBool) {
+    fn run(self, stop: &RunControl) {
         match self {
             Role::Rx(l) => l.run(stop),
             Role::Worker(w) => w.run(stop),
@@ -158,7 +159,11 @@ fn start_and_serve(
         }
         port_names[id] = p.device.clone();
     }
-    let published = Arc::new(Published::new(Arc::new(build_tables(&cfg, &opened, 1))));
+    let mut builder = TableBuilder::new(opened, cfg.lcores.rx.len(), cfg.lcores.workers.len());
+    let first = builder
+        .build(&cfg, 1)
+        .map_err(|e| format!("{e}\n  Give EAL more memory (-m) for the socket rings."))?;
+    let published = Arc::new(Published::new(Arc::new(first)));
     let idle = IdlePolicy {
         spin_polls: 1024,
         sleep: Duration::from_micros(cfg.lcores.idle_sleep_us),
@@ -179,13 +184,24 @@ fn start_and_serve(
         all_stats.push(stats.clone());
         roles.push((
             lcore,
-            Role::Rx(RxLcore::new(rxqs, txqs, published.clone(), stats, idle, clock)),
+            Role::Rx(RxLcore::new(i, rxqs, txqs, published.clone(), stats, idle, clock)),
         ));
     }
-    for &lcore in &cfg.lcores.workers {
-        let stats = Arc::new(LcoreStats::new(lcore, vec![], vec![]));
+    let run_control = Arc::new(RunControl::new(all_stats.clone()));
+    // Worker w owns TX queue rx.len() + w on every port.
+    let nrx = cfg.lcores.rx.len();
+    for (w, &lcore) in cfg.lcores.workers.iter().enumerate() {
+        let txqs: Vec<_> = ports.iter().filter_map(|p| p.tx_queue((nrx + w) as u16)).collect();
+        let stats = Arc::new(LcoreStats::new(
+            lcore,
+            vec![],
+            txqs.iter().map(|q| QueueCounters::new(q.port(), q.queue())).collect(),
+        ));
         all_stats.push(stats.clone());
-        roles.push((lcore, Role::Worker(WorkerLcore::new(published.clone(), stats, idle))));
+        roles.push((
+            lcore,
+            Role::Worker(WorkerLcore::new(w, txqs, published.clone(), stats, idle, eal.tsc_hz())),
+        ));
     }
 
     let pool_for_metrics = pool.clone();
@@ -212,7 +228,6 @@ fn start_and_serve(
         None => None,
     };
 
-    let stop = Arc::new(AtomicBool::new(false));
     let main_lcore = eal.main_lcore();
     let mut main_role = None;
     let mut launched = Vec::new();
@@ -221,9 +236,9 @@ fn start_and_serve(
             main_role = Some(role);
             continue;
         }
-        let flag = stop.clone();
+        let flag = run_control.clone();
         if let Err(e) = eal.launch(lcore, move || role.run(&flag)) {
-            stop.store(true, Ordering::SeqCst);
+            run_control.abort();
             for l in &launched {
                 let _ = eal.wait(*l);
             }
@@ -237,7 +252,7 @@ fn start_and_serve(
     );
 
     let control = {
-        let stop = stop.clone();
+        let stop = run_control.clone();
         let signals = signals.clone();
         let sources = sources.clone();
         let idle_exit = opts.exit_when_idle;
@@ -245,7 +260,7 @@ fn start_and_serve(
         let mut reloader = Reloader::new(
             opts.config.clone(),
             cfg.clone(),
-            opened,
+            builder,
             published.clone(),
             sources.reload.clone(),
         );
@@ -256,7 +271,7 @@ fn start_and_serve(
     };
 
     if let Some(role) = main_role {
-        role.run(&stop);
+        role.run(&run_control);
     }
     let mut failed_lcores = Vec::new();
     for l in &launched {
@@ -289,8 +304,19 @@ fn start_and_serve(
     if leaked != 0 {
         eprintln!("fastpathd: {leaked} mbufs were not returned to the pool at exit");
     }
+    // Everything that holds DPDK objects goes before the EAL: the tables' socket rings (which
+    // return any packet still queued to the pool), then the pool.
     drop(registry);
     drop(sources);
+    drop(run_control);
+    let last = Arc::strong_count(&published);
+    drop(published);
+    if last != 1 {
+        eprintln!(
+            "fastpathd: BUG: {} references to the config tables outlive the lcores",
+            last - 1
+        );
+    }
     if let Ok(pool) = Arc::try_unwrap(pool) {
         drop(pool);
     }
@@ -322,7 +348,7 @@ fn outcome_totals(src: &Sources) -> Vec<(Outcome, u64)> {
 
 /// Watches signals, the idle timer and the stats interval; sets `stop` when it is time.
 fn control_loop(
-    stop: &AtomicBool,
+    stop: &RunControl,
     signals: &Signals,
     src: &Sources,
     reloader: &mut Reloader,
@@ -367,7 +393,7 @@ fn control_loop(
             }
         }
     }
-    stop.store(true, Ordering::SeqCst);
+    stop.request_stop();
 }
 
 /// Counters at one instant, for the live view.

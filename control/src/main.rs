@@ -8,6 +8,7 @@ mod locate;
 mod metrics;
 mod reload;
 mod signals;
+mod tables;
 
 use std::process::ExitCode;
 

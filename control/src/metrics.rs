@@ -162,6 +162,51 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         "The config generation each lcore runs.",
         MetricType::GAUGE,
     ),
+    (
+        "fastpath_socket_queue_depth",
+        "Packets queued in each service socket.",
+        MetricType::GAUGE,
+    ),
+    (
+        "fastpath_socket_capacity",
+        "Packets each service socket can hold.",
+        MetricType::GAUGE,
+    ),
+    (
+        "fastpath_socket_pressure",
+        "1 while a socket is flagged under pressure (rollover skips it).",
+        MetricType::GAUGE,
+    ),
+    (
+        "fastpath_socket_delivered_total",
+        "Packets enqueued to each service socket.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_socket_full_total",
+        "Packets for a socket that had no room (outcome socket_full).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_rollover_total",
+        "Packets moved from the socket their fanout chose to another.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_rollover_huge_total",
+        "Rollovers of a huge flow while its socket still had some room.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_rollover_failed_total",
+        "Rollovers that found no socket with normal room.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_socket_processed_total",
+        "Packets workers took off each socket, by what the action did (echoed, sunk, tx_full, invalid).",
+        MetricType::COUNTER,
+    ),
 ];
 
 impl DataPlaneCollector {
@@ -247,6 +292,43 @@ impl Collector for DataPlaneCollector {
             vec![(vec![], s.reload.last_success_seconds())],
             generations,
         ];
+        let tables = s.published.current();
+        let mut depth = Vec::new();
+        let mut capacity = Vec::new();
+        let mut pressure = Vec::new();
+        let mut delivered = Vec::new();
+        let mut full = Vec::new();
+        let mut rollover = Vec::new();
+        let mut huge = Vec::new();
+        let mut failed = Vec::new();
+        let mut processed = Vec::new();
+        for sock in &tables.sockets {
+            let lb = vec![("service", sock.service.clone()), ("socket", sock.index.to_string())];
+            let c = &sock.counters;
+            depth.push((lb.clone(), sock.queue.len() as f64));
+            capacity.push((lb.clone(), sock.queue.capacity() as f64));
+            pressure.push((lb.clone(), sock.under_pressure() as u8 as f64));
+            delivered.push((lb.clone(), c.sum(|x| &x.delivered) as f64));
+            full.push((lb.clone(), c.sum(|x| &x.full) as f64));
+            rollover.push((lb.clone(), c.sum(|x| &x.rollover) as f64));
+            huge.push((lb.clone(), c.sum(|x| &x.rollover_huge) as f64));
+            failed.push((lb.clone(), c.sum(|x| &x.rollover_failed) as f64));
+            for (result, n) in [
+                ("echoed", c.sum(|x| &x.echoed)),
+                ("sunk", c.sum(|x| &x.sunk)),
+                ("tx_full", c.sum(|x| &x.tx_full)),
+                ("invalid", c.sum(|x| &x.invalid)),
+            ] {
+                let mut l = lb.clone();
+                l.push(("result", result.to_string()));
+                processed.push((l, n as f64));
+            }
+        }
+        let mut values = values;
+        values.extend([
+            depth, capacity, pressure, delivered, full, rollover, huge, failed, processed,
+        ]);
+        assert_eq!(values.len(), FAMILIES.len(), "one sample list per family");
         FAMILIES
             .iter()
             .zip(values)

@@ -10,9 +10,8 @@
 //! [`DEBOUNCE`], so a half-written file is not read.
 
 use crate::config::{self, Config};
+use crate::tables::TableBuilder;
 use fastpath::generation::{Published, Retired};
-use fastpath::pipeline::{PortAddrs, Tables};
-use fastpath::wire::EthernetAddress;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,33 +20,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long the file must stay unchanged before a change is applied.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
-
-/// What a port looks like once DPDK opened it.
-#[derive(Clone, Debug)]
-pub struct OpenedPort {
-    /// DPDK port id.
-    pub id: u16,
-    /// The port's own MAC address.
-    pub mac: EthernetAddress,
-}
-
-/// Builds the runtime tables of `cfg` for the opened ports (same order as `cfg.ports`).
-pub fn build_tables(cfg: &Config, ports: &[OpenedPort], generation: u64) -> Tables {
-    let max_id = ports.iter().map(|p| p.id as usize).max().unwrap_or(0);
-    let mut addrs = vec![PortAddrs::default(); max_id + 1];
-    for (p, opened) in cfg.ports.iter().zip(ports) {
-        addrs[opened.id as usize] = PortAddrs {
-            mac: p.mac.unwrap_or(opened.mac),
-            ipv4: p.ipv4.clone(),
-            ipv6: p.ipv6.clone(),
-        };
-    }
-    Tables {
-        generation,
-        ports: addrs,
-        hasher: fastpath::wire::Toeplitz::new(&cfg.rss.key, cfg.rss.symmetric),
-    }
-}
 
 /// Reload counters, read by the metrics collector.
 #[derive(Default, Debug)]
@@ -97,7 +69,7 @@ fn signature(path: &Path) -> Option<FileSig> {
 pub struct Reloader {
     path: PathBuf,
     running: Config,
-    ports: Vec<OpenedPort>,
+    builder: TableBuilder,
     published: Arc<Published>,
     retired: Retired,
     stats: Arc<ReloadStats>,
@@ -111,7 +83,7 @@ impl Reloader {
     pub fn new(
         path: PathBuf,
         running: Config,
-        ports: Vec<OpenedPort>,
+        builder: TableBuilder,
         published: Arc<Published>,
         stats: Arc<ReloadStats>,
     ) -> Self {
@@ -120,7 +92,7 @@ impl Reloader {
         Reloader {
             path,
             running,
-            ports,
+            builder,
             published,
             retired: Retired::default(),
             stats,
@@ -172,7 +144,10 @@ impl Reloader {
             );
         }
         let generation = self.published.generation() + 1;
-        let tables = Arc::new(build_tables(&new, &self.ports, generation));
+        let tables = match self.builder.build(&new, generation) {
+            Ok(t) => Arc::new(t),
+            Err(e) => return self.fail(why, &format!("cannot build the new tables: {e}")),
+        };
         let old = self.published.publish(tables);
         self.retired.retire(old);
         let changes = self.running.describe_changes(&new);

@@ -21,7 +21,8 @@ fn replays_arp_and_junk_and_answers_arp() {
         &format!(
             "[dpdk]\neal_args = {}\nmbufs = 2047\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
              ipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\nmac = \"02:00:00:00:00:01\"\n\n\
-             [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 200\n{METRICS_ANY_PORT}",
+             [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 200\n{METRICS_ANY_PORT}\n\
+             [[service]]\nname = \"echo\"\nports = [7]\nsockets = 2\nsocket_capacity = 64\naction = \"echo\"\n",
             eal_args("replay", &[vdev])
         ),
     );
@@ -44,7 +45,8 @@ fn replays_arp_and_junk_and_answers_arp() {
         ("arp_ignored", 3),
         ("malformed", 5),
         ("not_for_us", 1),
-        ("unhandled", 3),
+        ("unhandled", 1),
+        ("delivered", 2),
         ("echo_reply", 2),
         ("ndp_reply", 1),
         ("not_local", 1),
@@ -137,7 +139,61 @@ fn replays_arp_and_junk_and_answers_arp() {
         ["2001:db8::1", "2001:db8::17", "255", "136", "1", "1", me],
         "NA: {na:?}"
     );
-    assert_eq!(packet_count(&out1), 0, "the worker sent nothing");
+    // The echo service's replies leave on the worker's own TX queue (queue 1).
+    let echoes = tshark_checked(
+        &out1,
+        "",
+        &[
+            "eth.src",
+            "eth.dst",
+            "ip.src",
+            "ip.dst",
+            "ip.checksum.status",
+            "ipv6.src",
+            "ipv6.dst",
+            "udp.srcport",
+            "udp.dstport",
+            "udp.checksum.status",
+            "udp.length",
+        ],
+    );
+    assert_eq!(
+        echoes,
+        vec![
+            vec![
+                me,
+                peer,
+                "192.0.2.1",
+                "192.0.2.17",
+                "1",
+                "",
+                "",
+                "7",
+                "40000",
+                "1",
+                "13"
+            ],
+            vec![
+                me,
+                peer,
+                "",
+                "",
+                "",
+                "2001:db8::1",
+                "2001:db8::17",
+                "7",
+                "40000",
+                "1",
+                "8"
+            ],
+        ],
+        "UDP echo replies"
+    );
+    assert_eq!(
+        m["fastpath_socket_processed_total{service=\"echo\",socket=\"0\",result=\"echoed\"}"]
+            + m["fastpath_socket_processed_total{service=\"echo\",socket=\"1\",result=\"echoed\"}"],
+        2.0
+    );
 }
 
 fn null_config(s: &Scratch, name: &str) -> std::path::PathBuf {

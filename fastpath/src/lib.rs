@@ -16,6 +16,7 @@ pub mod fuzzing;
 pub mod generation;
 pub mod outcome;
 pub mod pipeline;
+pub mod socket;
 pub mod stats;
 pub mod wire;
 

@@ -33,11 +33,17 @@ pub enum Outcome {
     /// A Neighbor Discovery message that needs no answer (not for a local target, an
     /// advertisement, a router message) or that RFC 4861 §7.1.1 says to discard.
     NdpIgnored,
+    /// Enqueued to one of a local service's sockets.
+    Delivered,
+    /// For a service whose sockets had no room (after rollover, where enabled).
+    SocketFull,
+    /// UDP or TCP to a local address and a port no service listens on.
+    NoService,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 11] = [
+    pub const ALL: [Outcome; 14] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -49,6 +55,9 @@ impl Outcome {
         Outcome::EchoReply,
         Outcome::NdpReply,
         Outcome::NdpIgnored,
+        Outcome::Delivered,
+        Outcome::SocketFull,
+        Outcome::NoService,
     ];
     /// Number of outcomes.
     pub const COUNT: usize = Self::ALL.len();
@@ -73,6 +82,9 @@ impl Outcome {
             Outcome::EchoReply => "echo_reply",
             Outcome::NdpReply => "ndp_reply",
             Outcome::NdpIgnored => "ndp_ignored",
+            Outcome::Delivered => "delivered",
+            Outcome::SocketFull => "socket_full",
+            Outcome::NoService => "no_service",
         }
     }
 }

@@ -4,7 +4,8 @@
 //! - [`mempool`]: packet mbuf pools;
 //! - [`mbuf`]: [`Mbuf`], an owned mbuf that frees itself, implementing [`crate::buf::PacketBuf`];
 //! - [`port`]: ethdev ports (queues, RSS where the driver has it, start/stop/close, stats) and the
-//!   per-lcore [`RxQueue`]/[`TxQueue`] handles used for bursts.
+//!   per-lcore [`RxQueue`]/[`TxQueue`] handles used for bursts;
+//! - [`ring`]: [`MbufRing`], the bounded queue behind a service socket.
 //!
 //! Every `unsafe` block says why it is sound in a `// SAFETY:` comment. C return codes become
 //! [`Error`]s formatted with `rte_strerror`.
@@ -13,11 +14,13 @@ pub mod eal;
 pub mod mbuf;
 pub mod mempool;
 pub mod port;
+pub mod ring;
 
 pub use eal::Eal;
 pub use mbuf::Mbuf;
 pub use mempool::Mempool;
 pub use port::{Port, PortConf, PortStats, RxQueue, TxQueue};
+pub use ring::MbufRing;
 
 use std::ffi::CStr;
 use std::fmt;

@@ -343,7 +343,7 @@ pub(crate) mod tests {
             ),
             (
                 v6_frame(them6(), me6(), IpProtocol::Udp, &[], 64, &[0, 1, 0, 2, 0, 8, 0, 0]),
-                Outcome::Unhandled,
+                Outcome::NoService,
             ),
         ] {
             let mut b = HeapBuf::new(&v);

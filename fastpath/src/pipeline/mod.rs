@@ -6,10 +6,16 @@
 
 mod arp;
 pub(crate) mod echo;
+pub mod fanout;
 pub(crate) mod ndp;
 pub mod parse;
+pub mod service;
 
+pub use fanout::{Choice, FanoutMode, FanoutState, Group};
 pub use parse::{FragmentInfo, IpVersion, Parsed};
+pub use service::{Action, Service, ServiceTable};
+
+use crate::socket::Socket;
 
 use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
@@ -33,6 +39,10 @@ pub enum Verdict {
     /// The packet was rewritten in place into an answer: send it out of the port it came in
     /// on, then count the outcome (or [`Outcome::TxFull`] if the queue refuses it).
     Transmit(Outcome),
+    /// Hand the packet to this socket (index into [`Tables::sockets`]); it is staged and
+    /// enqueued at the end of the burst: outcome `delivered`, or `socket_full` if the ring
+    /// refuses it.
+    Deliver(usize),
 }
 
 impl Verdict {
@@ -40,6 +50,7 @@ impl Verdict {
     pub fn outcome(self) -> Outcome {
         match self {
             Verdict::Drop(o) | Verdict::Transmit(o) => o,
+            Verdict::Deliver(_) => Outcome::Delivered,
         }
     }
 }
@@ -98,6 +109,10 @@ pub struct Tables {
     /// The flow hash used when the NIC supplies none, built from the configured RSS key (the
     /// ports' RSS is programmed with the same key, so hardware and software hashes agree).
     pub hasher: Toeplitz,
+    /// Local services by protocol and port.
+    pub services: ServiceTable,
+    /// Every service's sockets; services' groups index into it.
+    pub sockets: Vec<Arc<Socket>>,
 }
 
 /// One lcore's pipeline: the current generation's shared tables plus the lcore's own mutable
@@ -105,28 +120,58 @@ pub struct Tables {
 #[derive(Clone, Debug)]
 pub struct Pipeline {
     tables: Arc<Tables>,
+    fanout: FanoutState,
 }
 
 impl Pipeline {
-    /// A pipeline over `tables`.
-    pub fn new(tables: Arc<Tables>) -> Self {
-        Pipeline { tables }
+    /// A pipeline over `tables` for the RX lcore in counter slot `slot`.
+    pub fn new(tables: Arc<Tables>, slot: usize) -> Self {
+        let fanout = FanoutState::new(tables.sockets.len(), slot, 0x9e37_79b9_7f4a_7c15 ^ slot as u64);
+        Pipeline { tables, fanout }
     }
 
     /// Adopts a new generation. Called by the owning lcore at a quiescent point (between
     /// bursts), so no packet ever sees a mix of two generations. Per-lcore state that depends on
     /// the tables is carried over or rebuilt here.
     pub fn apply(&mut self, tables: Arc<Tables>) {
-        self.tables = tables;
+        debug_assert!(
+            self.fanout.touched().is_empty(),
+            "generations change between bursts only"
+        );
+        let slot = self.fanout.slot;
+        *self = Pipeline::new(tables, slot);
+    }
+
+    /// This lcore's counter slot.
+    pub fn slot(&self) -> usize {
+        self.fanout.slot
+    }
+
+    /// The tables in use.
+    pub fn tables(&self) -> &Arc<Tables> {
+        &self.tables
+    }
+
+    /// The sockets packets were staged for in this burst, with how many each.
+    pub fn staged(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.fanout.touched().iter().map(|&s| (s, self.fanout.staged(s)))
+    }
+
+    /// The caller enqueued (or dropped) every staged packet.
+    pub fn burst_done(&mut self) {
+        self.fanout.burst_done();
     }
 
     /// A pipeline over `ports` alone (generation 1, Microsoft RSS key): for tests and tools.
     pub fn for_ports(ports: Vec<PortAddrs>) -> Self {
-        Self::new(Arc::new(Tables {
-            generation: 1,
-            ports,
-            hasher: Toeplitz::default(),
-        }))
+        Self::new(
+            Arc::new(Tables {
+                generation: 1,
+                ports,
+                ..Default::default()
+            }),
+            0,
+        )
     }
 
     /// The flow hasher of the current generation.
@@ -173,7 +218,33 @@ impl Pipeline {
         if pkt.len() > end {
             let _trimmed = pkt.trim(pkt.len() - end);
         }
-        local_delivery(local, &parsed, pkt)
+        let v = local_delivery(local, &parsed, pkt);
+        if v != Verdict::Drop(Outcome::NoService) {
+            return v;
+        }
+        self.service_socket(&parsed)
+    }
+
+    /// A UDP or TCP packet for a local address: its service's socket, or `no_service`.
+    #[inline]
+    fn service_socket(&mut self, p: &Parsed) -> Verdict {
+        let Some((_, dport)) = p.ports else {
+            return Verdict::Drop(Outcome::NoService);
+        };
+        let t = &*self.tables;
+        let Some(svc) = t.services.lookup(p.protocol, dport, p.dst) else {
+            return Verdict::Drop(Outcome::NoService);
+        };
+        match self
+            .fanout
+            .choose(&t.services.services()[svc].group, &t.sockets, p.hash)
+        {
+            Choice::Socket(s) => Verdict::Deliver(s),
+            Choice::Full(s) => {
+                t.sockets[s].counters.rx[self.fanout.slot].full.inc();
+                Verdict::Drop(Outcome::SocketFull)
+            }
+        }
     }
 }
 
@@ -186,6 +257,7 @@ fn local_delivery<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B) -> V
             }
             match p.protocol {
                 IpProtocol::Icmp if p.fragment.is_none() => echo::answer_v4(local, p, pkt),
+                IpProtocol::Udp | IpProtocol::Tcp if p.fragment.is_none() => Verdict::Drop(Outcome::NoService),
                 _ => Verdict::Drop(Outcome::Unhandled),
             }
         }
@@ -193,6 +265,9 @@ fn local_delivery<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B) -> V
             let Some(me) = local.ipv6_local_for(&dst) else {
                 return Verdict::Drop(Outcome::NotLocal);
             };
+            if matches!(p.protocol, IpProtocol::Udp | IpProtocol::Tcp) && p.fragment.is_none() && dst == me {
+                return Verdict::Drop(Outcome::NoService);
+            }
             if p.protocol != IpProtocol::Icmpv6 || p.fragment.is_some() {
                 return Verdict::Drop(Outcome::Unhandled);
             }
@@ -220,16 +295,16 @@ pub(crate) mod tests {
     pub(crate) const MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
     pub(crate) const PEER: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
 
+    pub(crate) fn port() -> PortAddrs {
+        PortAddrs {
+            mac: MAC,
+            ipv4: vec![Ipv4Addr::new(192, 0, 2, 1)],
+            ipv6: vec!["2001:db8::1".parse().unwrap()],
+        }
+    }
+
     pub(crate) fn pipeline() -> Pipeline {
-        Pipeline::new(Arc::new(Tables {
-            generation: 1,
-            ports: vec![PortAddrs {
-                mac: MAC,
-                ipv4: vec![Ipv4Addr::new(192, 0, 2, 1)],
-                ipv6: vec!["2001:db8::1".parse().unwrap()],
-            }],
-            hasher: Toeplitz::default(),
-        }))
+        Pipeline::for_ports(vec![port()])
     }
 
     fn frame(dst: EthernetAddress, src: EthernetAddress, ty: u16, payload: &[u8]) -> HeapBuf {
@@ -271,7 +346,7 @@ pub(crate) mod tests {
         let ip_len = v.len();
         v.extend_from_slice(&[0xaa; 13]);
         let mut b = HeapBuf::new(&v);
-        assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::Unhandled));
+        assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::NoService));
         assert_eq!(b.len(), ip_len, "padding trimmed");
         let mut b = HeapBuf::new(&v4_frame(me, them, IpProtocol::Udp, &[], 0, &udp));
         assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::NotLocal));
@@ -284,7 +359,7 @@ pub(crate) mod tests {
         let me6: Ipv6Addr = "2001:db8::1".parse().unwrap();
         let them6: Ipv6Addr = "2001:db8::7".parse().unwrap();
         for (dst, want) in [
-            (me6, Outcome::Unhandled),
+            (me6, Outcome::NoService),
             (ALL_NODES, Outcome::Unhandled),
             (solicited_node(&me6), Outcome::Unhandled),
             (them6, Outcome::NotLocal),

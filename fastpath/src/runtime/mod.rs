@@ -1,16 +1,23 @@
-//! The lcore loops: burst receive, run the pipeline on each packet, burst transmit, count.
+//! The lcore loops: burst receive, run the pipeline on each packet, burst transmit, count; and
+//! the workers that drain service sockets.
 //!
 //! Each loop owns its queue handles, its pipeline copy and its counter block, so the per-packet
-//! path takes no lock and writes no memory another lcore writes. The only shared word read in the
-//! loop is the stop flag, written once at shutdown.
+//! path takes no lock and writes no memory another lcore writes (the socket rings' own
+//! head/tail and, only when a socket is short of room, its rollover hints excepted). Shared words
+//! read in the loops: the stop flag and the published generation number, both written rarely.
+//!
+//! Stopping: RX lcores stop first and say so; workers then drain their sockets to empty, run
+//! the action on every packet, and stop. So at a clean stop no packet is left in a socket and
+//! every one has been counted.
 
 use crate::buf::PacketBuf;
-use crate::dpdk::{eal, Mbuf, RxQueue, TxQueue};
+use crate::dpdk::{eal, Mbuf, MbufRing, RxQueue, TxQueue};
 use crate::generation::Published;
 use crate::outcome::Outcome;
-use crate::pipeline::{Instant, Pipeline, Verdict};
+use crate::pipeline::{service, Action, Instant, Pipeline, Tables, Verdict};
+use crate::socket::Socket;
 use crate::stats::LcoreStats;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,21 +65,112 @@ impl TscClock {
     }
 }
 
-/// Packets waiting for one TX queue, with the outcome each gets once sent.
-struct TxBatch {
+/// Start and stop coordination between the control thread, RX lcores and workers.
+pub struct RunControl {
+    stop: AtomicBool,
+    rx_running: AtomicUsize,
+    rx_lcores: Vec<Arc<LcoreStats>>,
+}
+
+impl RunControl {
+    /// Coordination for these RX lcores.
+    pub fn new(rx_lcores: Vec<Arc<LcoreStats>>) -> Self {
+        RunControl {
+            stop: AtomicBool::new(false),
+            rx_running: AtomicUsize::new(rx_lcores.len()),
+            rx_lcores,
+        }
+    }
+    /// Asks every loop to stop (RX lcores at once, workers once their sockets are empty).
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+    /// Whether a stop was requested.
+    #[inline]
+    pub fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+    /// Start-up failed before every RX lcore ran: let the ones that did stop, and workers finish.
+    pub fn abort(&self) {
+        self.request_stop();
+        self.rx_running.store(0, Ordering::SeqCst);
+    }
+    fn rx_exited(&self) {
+        self.rx_running.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn rx_all_exited(&self) -> bool {
+        self.rx_running.load(Ordering::SeqCst) == 0
+    }
+    /// Whether every RX lcore runs generation `g` or later (or has exited).
+    fn rx_all_reached(&self, g: u64) -> bool {
+        self.rx_all_exited() || self.rx_lcores.iter().all(|l| l.generation() >= g)
+    }
+}
+
+/// Packets waiting for one TX queue, with a tag each (what to count once it is sent or not).
+struct TxBatch<T> {
     queue: TxQueue,
     /// Index of this queue in the lcore's `stats.tx`.
     stats_index: usize,
     pkts: Vec<Mbuf>,
-    outcomes: Vec<Outcome>,
+    tags: Vec<T>,
 }
 
-/// An RX lcore: polls its RX queues and answers on its own TX queue of each port.
+impl<T: Copy> TxBatch<T> {
+    fn by_port(tx: Vec<TxQueue>) -> Vec<Option<TxBatch<T>>> {
+        let ports = tx.iter().map(|q| q.port() as usize + 1).max().unwrap_or(0);
+        let mut by_port: Vec<Option<TxBatch<T>>> = (0..ports).map(|_| None).collect();
+        for (i, q) in tx.into_iter().enumerate() {
+            let p = q.port() as usize;
+            by_port[p] = Some(TxBatch {
+                queue: q,
+                stats_index: i,
+                pkts: Vec::with_capacity(BURST),
+                tags: Vec::with_capacity(BURST),
+            });
+        }
+        by_port
+    }
+
+    /// Sends the batch; `counted(tag, sent)` is called once per packet. Unsent packets go to
+    /// `drops` to be freed.
+    #[inline]
+    fn flush(&mut self, stats: &LcoreStats, drops: &mut Vec<Mbuf>, mut counted: impl FnMut(T, bool)) {
+        if self.pkts.is_empty() {
+            return;
+        }
+        let bytes: u64 = self.pkts.iter().map(|m| m.len() as u64).sum();
+        let sent = self.queue.send(&mut self.pkts);
+        for (i, t) in self.tags.iter().enumerate() {
+            counted(*t, i < sent);
+        }
+        let unsent_bytes: u64 = self.pkts.iter().map(|m| m.len() as u64).sum();
+        let q = &stats.tx[self.stats_index];
+        q.packets.add(sent as u64);
+        q.bytes.add(bytes - unsent_bytes);
+        self.tags.clear();
+        drops.append(&mut self.pkts);
+    }
+}
+
+/// The concrete ring behind a socket.
+#[inline]
+fn ring(s: &Socket) -> &MbufRing {
+    s.queue
+        .as_any()
+        .downcast_ref::<MbufRing>()
+        .expect("daemon sockets are DPDK rings")
+}
+
+/// An RX lcore: polls its RX queues, answers on its own TX queue of each port and hands
+/// service packets to sockets.
 pub struct RxLcore {
     rx: Vec<RxQueue>,
     /// Indexed by port id; `None` for ports this lcore cannot send on.
-    tx: Vec<Option<TxBatch>>,
+    tx: Vec<Option<TxBatch<Outcome>>>,
     pipeline: Pipeline,
+    /// Per socket of the current generation: packets staged in this burst.
+    staged: Vec<Vec<Mbuf>>,
     published: Arc<Published>,
     stats: Arc<LcoreStats>,
     idle: IdlePolicy,
@@ -80,9 +178,10 @@ pub struct RxLcore {
 }
 
 impl RxLcore {
-    /// An RX lcore over `rx` queues (their counters are `stats.rx[i]`, same order) that transmits
-    /// on `tx` queues (counters `stats.tx[i]`, same order; at most one per port).
+    /// An RX lcore in counter slot `slot` over `rx` queues (their counters are `stats.rx[i]`,
+    /// same order) that transmits on `tx` queues (counters `stats.tx[i]`, at most one per port).
     pub fn new(
+        slot: usize,
         rx: Vec<RxQueue>,
         tx: Vec<TxQueue>,
         published: Arc<Published>,
@@ -90,23 +189,14 @@ impl RxLcore {
         idle: IdlePolicy,
         clock: TscClock,
     ) -> Self {
-        let ports = tx.iter().map(|q| q.port() as usize + 1).max().unwrap_or(0);
-        let mut by_port: Vec<Option<TxBatch>> = (0..ports).map(|_| None).collect();
-        for (i, q) in tx.into_iter().enumerate() {
-            let p = q.port() as usize;
-            by_port[p] = Some(TxBatch {
-                queue: q,
-                stats_index: i,
-                pkts: Vec::with_capacity(BURST),
-                outcomes: Vec::with_capacity(BURST),
-            });
-        }
-        let pipeline = Pipeline::new(published.current());
+        let pipeline = Pipeline::new(published.current(), slot);
         stats.set_generation(pipeline.generation());
+        let staged = staging(pipeline.tables());
         RxLcore {
             rx,
-            tx: by_port,
+            tx: TxBatch::by_port(tx),
             pipeline,
+            staged,
             published,
             stats,
             idle,
@@ -114,12 +204,12 @@ impl RxLcore {
         }
     }
 
-    /// Runs until `stop` is set. On return every received packet has been counted once.
-    pub fn run(mut self, stop: &AtomicBool) {
+    /// Runs until a stop is requested. On return every received packet has been counted once.
+    pub fn run(mut self, control: &RunControl) {
         let mut burst: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut drops: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut empty_in_a_row = 0u32;
-        while !stop.load(Ordering::Relaxed) {
+        while !control.stop_requested() {
             let t0 = eal::rdtsc();
             let mut got = 0usize;
             for qi in 0..self.rx.len() {
@@ -147,9 +237,12 @@ impl RxLcore {
                         Verdict::Transmit(o) => match self.tx.get_mut(port as usize) {
                             Some(Some(b)) => {
                                 b.pkts.push(m);
-                                b.outcomes.push(o);
+                                b.tags.push(o);
                                 if b.pkts.len() == BURST {
-                                    flush(b, &self.stats, &mut drops);
+                                    let stats = &self.stats;
+                                    b.flush(stats, &mut drops, |o, sent| {
+                                        stats.outcome(if sent { o } else { Outcome::TxFull })
+                                    });
                                 }
                             }
                             _ => {
@@ -157,20 +250,27 @@ impl RxLcore {
                                 drops.push(m);
                             }
                         },
+                        Verdict::Deliver(s) => self.staged[s].push(m),
                     }
                     if drops.len() == BURST {
                         Mbuf::free_bulk(&mut drops);
                     }
                 }
+                self.enqueue_staged(&mut drops);
                 Mbuf::free_bulk(&mut drops);
             }
+            let stats = &self.stats;
             for b in self.tx.iter_mut().flatten() {
-                flush(b, &self.stats, &mut drops);
+                b.flush(stats, &mut drops, |o, sent| {
+                    stats.outcome(if sent { o } else { Outcome::TxFull })
+                });
             }
             Mbuf::free_bulk(&mut drops);
-            // Quiescent point: no packet is in flight, so a new generation applies to whole bursts.
+            // Quiescent point: nothing staged or in flight, so a new generation applies to whole
+            // bursts.
             if let Some(t) = self.published.newer_than(self.pipeline.generation()) {
                 self.pipeline.apply(t);
+                self.staged = staging(self.pipeline.tables());
                 self.stats.set_generation(self.pipeline.generation());
             }
             if got == 0 {
@@ -183,61 +283,221 @@ impl RxLcore {
                 empty_in_a_row = 0;
             }
         }
+        control.rx_exited();
+    }
+
+    /// Enqueues every socket's staged packets in one burst each: `delivered` for what the ring
+    /// took, `socket_full` for what it refused (another lcore filled it meanwhile).
+    #[inline]
+    fn enqueue_staged(&mut self, drops: &mut Vec<Mbuf>) {
+        let slot = self.pipeline.slot();
+        let tables = self.pipeline.tables().clone();
+        for (s, _) in self.pipeline.staged() {
+            let pkts = &mut self.staged[s];
+            let socket = &tables.sockets[s];
+            let n = ring(socket).enqueue(pkts) as u64;
+            let c = &socket.counters.rx[slot];
+            c.delivered.add(n);
+            self.stats.outcomes[Outcome::Delivered.index()].add(n);
+            let refused = pkts.len() as u64;
+            if refused > 0 {
+                c.full.add(refused);
+                self.stats.outcomes[Outcome::SocketFull.index()].add(refused);
+                drops.append(pkts);
+            }
+        }
+        self.pipeline.burst_done();
     }
 }
 
-/// Sends a TX batch; counts each sent packet's outcome and each refused one as `tx_full`.
-#[inline]
-fn flush(b: &mut TxBatch, stats: &LcoreStats, drops: &mut Vec<Mbuf>) {
-    if b.pkts.is_empty() {
-        return;
+/// The sockets worker `slot` drains in `t`.
+fn sockets_of(slot: usize, t: &Tables, tsc_hz: u64) -> Vec<Drained> {
+    let mut out = Vec::new();
+    for svc in t.services.services() {
+        let cost_cycles = (svc.cost_ns as u128 * tsc_hz as u128 / 1_000_000_000) as u64;
+        for &i in &svc.group.sockets {
+            let s = &t.sockets[i];
+            if s.worker == slot {
+                out.push(Drained {
+                    socket: s.clone(),
+                    action: svc.action,
+                    cost_cycles,
+                    retired_at: None,
+                });
+            }
+        }
     }
-    let mut bytes = 0u64;
-    for m in &b.pkts {
-        bytes += m.len() as u64;
-    }
-    let sent = b.queue.send(&mut b.pkts);
-    for o in &b.outcomes[..sent] {
-        stats.outcome(*o);
-    }
-    for _ in sent..b.outcomes.len() {
-        stats.outcome(Outcome::TxFull);
-    }
-    let unsent_bytes: u64 = b.pkts.iter().map(|m| m.len() as u64).sum();
-    let q = &stats.tx[b.stats_index];
-    q.packets.add(sent as u64);
-    q.bytes.add(bytes - unsent_bytes);
-    b.outcomes.clear();
-    drops.append(&mut b.pkts);
+    out
 }
 
-/// A worker lcore: drains the service sockets assigned to it and runs their actions. Until
-/// services are configured it only idles and watches for shutdown.
+fn staging(t: &Tables) -> Vec<Vec<Mbuf>> {
+    (0..t.sockets.len()).map(|_| Vec::with_capacity(BURST)).collect()
+}
+
+/// A socket a worker drains, with the action to run on its packets.
+struct Drained {
+    socket: Arc<Socket>,
+    action: Action,
+    /// Busy-wait per packet, in TSC cycles.
+    cost_cycles: u64,
+    /// For a socket the current generation no longer has: the generation every RX lcore must
+    /// reach before it can receive nothing more.
+    retired_at: Option<u64>,
+}
+
+/// A worker lcore: drains the service sockets assigned to its slot and runs their actions,
+/// sending on its own TX queue of each port.
 pub struct WorkerLcore {
+    slot: usize,
+    tsc_hz: u64,
+    tx: Vec<Option<TxBatch<u32>>>,
     published: Arc<Published>,
     stats: Arc<LcoreStats>,
     idle: IdlePolicy,
 }
 
 impl WorkerLcore {
-    /// A worker counting into `stats`, following the generations in `published`.
-    pub fn new(published: Arc<Published>, stats: Arc<LcoreStats>, idle: IdlePolicy) -> Self {
-        WorkerLcore { published, stats, idle }
+    /// The worker in socket slot `slot`, sending on `tx` (at most one queue per port; counters
+    /// `stats.tx[i]`).
+    pub fn new(
+        slot: usize,
+        tx: Vec<TxQueue>,
+        published: Arc<Published>,
+        stats: Arc<LcoreStats>,
+        idle: IdlePolicy,
+        tsc_hz: u64,
+    ) -> Self {
+        WorkerLcore {
+            slot,
+            tsc_hz,
+            tx: TxBatch::by_port(tx),
+            published,
+            stats,
+            idle,
+        }
     }
 
-    /// Runs until `stop` is set.
-    pub fn run(self, stop: &AtomicBool) {
-        let mut empty_in_a_row = 0u32;
+    /// Runs until a stop is requested, every RX lcore has stopped and its sockets are empty.
+    pub fn run(self, control: &RunControl) {
         let mut tables = self.published.current();
         self.stats.set_generation(tables.generation);
-        while !stop.load(Ordering::Relaxed) {
+        let mut work: Vec<Drained> = sockets_of(self.slot, &tables, self.tsc_hz);
+        let mut tx = self.tx;
+        let mut buf: Vec<Mbuf> = Vec::with_capacity(BURST);
+        let mut drops: Vec<Mbuf> = Vec::with_capacity(BURST);
+        let mut empty_in_a_row = 0u32;
+        loop {
+            // Read before draining: if RX had already stopped, an empty pass means truly empty.
+            let finishing = control.stop_requested() && control.rx_all_exited();
+            let t0 = eal::rdtsc();
+            let mut got = 0usize;
+            for (wi, d) in work.iter().enumerate() {
+                let n = ring(&d.socket).dequeue(&mut buf);
+                if n == 0 {
+                    d.socket.consumer_update_pressure();
+                    continue;
+                }
+                got += n;
+                let c = &d.socket.counters.workers[self.slot];
+                c.dequeued.add(n as u64);
+                for mut m in buf.drain(..) {
+                    if d.cost_cycles > 0 {
+                        let until = eal::rdtsc().wrapping_add(d.cost_cycles);
+                        while eal::rdtsc() < until {
+                            eal::pause();
+                        }
+                    }
+                    match d.action {
+                        Action::Sink => {
+                            c.sunk.inc();
+                            drops.push(m);
+                        }
+                        Action::Echo => {
+                            if !service::echo_in_place(&mut m) {
+                                c.invalid.inc();
+                                drops.push(m);
+                                continue;
+                            }
+                            match tx.get_mut(m.port() as usize) {
+                                Some(Some(b)) => {
+                                    b.pkts.push(m);
+                                    b.tags.push(wi as u32);
+                                    if b.pkts.len() == BURST {
+                                        flush_worker(b, &self.stats, &mut drops, &work, self.slot);
+                                    }
+                                }
+                                _ => {
+                                    c.tx_full.inc();
+                                    drops.push(m);
+                                }
+                            }
+                        }
+                    }
+                    if drops.len() == BURST {
+                        Mbuf::free_bulk(&mut drops);
+                    }
+                }
+                d.socket.consumer_update_pressure();
+            }
+            for b in tx.iter_mut().flatten() {
+                flush_worker(b, &self.stats, &mut drops, &work, self.slot);
+            }
+            Mbuf::free_bulk(&mut drops);
+
+            // Sockets a reload removed: dropped once no RX lcore can still enqueue to them and
+            // they are empty.
+            work.retain(|d| match d.retired_at {
+                Some(g) => !(control.rx_all_reached(g) && d.socket.queue.is_empty()),
+                None => true,
+            });
             if let Some(t) = self.published.newer_than(tables.generation) {
+                let next = sockets_of(self.slot, &t, self.tsc_hz);
+                for d in work.iter_mut() {
+                    if !next.iter().any(|n| Arc::ptr_eq(&n.socket, &d.socket)) && d.retired_at.is_none() {
+                        d.retired_at = Some(t.generation);
+                    }
+                }
+                let mut merged: Vec<Drained> = work.into_iter().filter(|d| d.retired_at.is_some()).collect();
+                merged.extend(next);
+                work = merged;
                 tables = t;
                 self.stats.set_generation(tables.generation);
             }
-            self.stats.idle_polls.inc();
-            empty_in_a_row = empty_in_a_row.saturating_add(1);
-            self.idle.idle(empty_in_a_row);
+            if got == 0 {
+                if finishing {
+                    break;
+                }
+                self.stats.idle_polls.inc();
+                empty_in_a_row = empty_in_a_row.saturating_add(1);
+                self.idle.idle(empty_in_a_row);
+            } else {
+                self.stats.busy_polls.inc();
+                self.stats.busy_cycles.add(eal::rdtsc().wrapping_sub(t0));
+                empty_in_a_row = 0;
+            }
         }
     }
+}
+
+#[inline]
+fn flush_worker(b: &mut TxBatch<u32>, stats: &LcoreStats, drops: &mut Vec<Mbuf>, work: &[Drained], slot: usize) {
+    b.flush(stats, drops, |wi, sent| {
+        let c = &work[wi as usize].socket.counters.workers[slot];
+        if sent {
+            c.echoed.inc()
+        } else {
+            c.tx_full.inc()
+        }
+    });
+}
+
+/// The action of every socket of `t`, by global socket index.
+pub fn socket_actions(t: &Tables) -> Vec<Action> {
+    let mut out = vec![Action::Sink; t.sockets.len()];
+    for svc in t.services.services() {
+        for &s in &svc.group.sockets {
+            out[s] = svc.action;
+        }
+    }
+    out
 }

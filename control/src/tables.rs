@@ -1,0 +1,138 @@
+//! Building the runtime tables of a config generation: port addresses, the flow hasher, the
+//! service table and the services' sockets (DPDK rings).
+//!
+//! Sockets persist across reloads: a socket whose service keeps its name, index and capacity
+//! keeps its ring (so queued packets are not lost), its pressure flag and flow history, and its
+//! counters. A socket that changes capacity gets a new ring but keeps its counters; a removed
+//! socket's ring is drained by its worker and freed once no lcore can reach it.
+
+use crate::config::Config;
+use fastpath::dpdk::MbufRing;
+use fastpath::pipeline::{Group, PortAddrs, Service, ServiceTable, Tables};
+use fastpath::socket::{Socket, SocketCounters};
+use fastpath::wire::{EthernetAddress, Toeplitz};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What a port looks like once DPDK opened it.
+#[derive(Clone, Debug)]
+pub struct OpenedPort {
+    /// DPDK port id.
+    pub id: u16,
+    /// The port's own MAC address.
+    pub mac: EthernetAddress,
+}
+
+/// Builds generations, remembering the sockets of the last one.
+pub struct TableBuilder {
+    ports: Vec<OpenedPort>,
+    rx_lcores: usize,
+    workers: usize,
+    sockets: HashMap<(String, usize), Arc<Socket>>,
+    counters: HashMap<(String, usize), Arc<SocketCounters>>,
+}
+
+/// The worker slot that drains socket `index` of `service`: stable across reloads (it depends
+/// only on the name and the index), spread over the workers.
+pub fn worker_for(service: &str, index: usize, workers: usize) -> usize {
+    // FNV-1a of the name.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in service.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    ((h as usize).wrapping_add(index)) % workers.max(1)
+}
+
+impl TableBuilder {
+    /// A builder for these opened ports (same order as the config's) and lcore counts.
+    pub fn new(ports: Vec<OpenedPort>, rx_lcores: usize, workers: usize) -> Self {
+        TableBuilder {
+            ports,
+            rx_lcores,
+            workers,
+            sockets: HashMap::new(),
+            counters: HashMap::new(),
+        }
+    }
+
+    /// The tables of `cfg` as generation `generation`. Fails only if a ring cannot be created.
+    pub fn build(&mut self, cfg: &Config, generation: u64) -> Result<Tables, String> {
+        let max_id = self.ports.iter().map(|p| p.id as usize).max().unwrap_or(0);
+        let mut addrs = vec![PortAddrs::default(); max_id + 1];
+        for (p, opened) in cfg.ports.iter().zip(&self.ports) {
+            addrs[opened.id as usize] = PortAddrs {
+                mac: p.mac.unwrap_or(opened.mac),
+                ipv4: p.ipv4.clone(),
+                ipv6: p.ipv6.clone(),
+            };
+        }
+
+        let mut sockets: Vec<Arc<Socket>> = Vec::new();
+        let mut kept: HashMap<(String, usize), Arc<Socket>> = HashMap::new();
+        let mut services = Vec::new();
+        for s in &cfg.services {
+            let mut group = Vec::new();
+            for i in 0..s.sockets {
+                let key = (s.name.clone(), i);
+                let worker = worker_for(&s.name, i, self.workers);
+                let reuse = self
+                    .sockets
+                    .get(&key)
+                    .filter(|old| old.queue.capacity() == s.socket_capacity && old.worker == worker)
+                    .cloned();
+                let socket = match reuse {
+                    Some(old) => old,
+                    None => {
+                        let ring = MbufRing::new(s.socket_capacity)
+                            .map_err(|e| format!("service {:?} socket {i}: {e}", s.name))?;
+                        let counters = self
+                            .counters
+                            .entry(key.clone())
+                            .or_insert_with(|| Arc::new(SocketCounters::new(self.rx_lcores, self.workers)))
+                            .clone();
+                        Arc::new(Socket::new(&s.name, i, Box::new(ring), worker, counters))
+                    }
+                };
+                group.push(sockets.len());
+                kept.insert(key, socket.clone());
+                sockets.push(socket);
+            }
+            let svc = Service {
+                name: s.name.clone(),
+                protocol: s.protocol,
+                addresses: s.addresses.clone(),
+                group: Group {
+                    sockets: group,
+                    mode: s.fanout,
+                    rollover: s.rollover,
+                },
+                action: s.action,
+                cost_ns: s.cost_ns,
+            };
+            services.push((svc, s.ports.clone()));
+        }
+        // Only the new generation's sockets stay reachable from here; counters of removed
+        // sockets are kept so a service that comes back continues its series.
+        self.sockets = kept;
+        Ok(Tables {
+            generation,
+            ports: addrs,
+            hasher: Toeplitz::new(&cfg.rss.key, cfg.rss.symmetric),
+            services: ServiceTable::new(services),
+            sockets,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_assignment_is_stable_and_spread() {
+        let a: Vec<usize> = (0..8).map(|i| worker_for("echo", i, 2)).collect();
+        assert_eq!(a, (0..8).map(|i| worker_for("echo", i, 2)).collect::<Vec<_>>());
+        assert_eq!(a.iter().filter(|&&w| w == 0).count(), 4);
+        assert!((0..8).all(|i| worker_for("x", i, 1) == 0));
+    }
+}

@@ -1,0 +1,310 @@
+//! Service sockets: bounded packet queues that RX lcores fill and worker lcores drain, plus the
+//! per-socket state the fanout rollover of seed 002 reads (room, pressure flag, recent flow
+//! hashes) and the per-lcore counters it writes.
+//!
+//! The queue itself is a [`PacketQueue`] (a DPDK ring in the daemon, [`SimQueue`] in tests), so
+//! the rollover decision is tested without DPDK. What is shared between lcores, and why:
+//! - the queue's occupancy: read per decision, written by the ring's producers and consumer;
+//! - the pressure flag: read per rollover scan; written by a sender only when it changes (so a
+//!   socket under pressure does not bounce a cache line), and cleared by the socket's one
+//!   consumer when occupancy falls to half — a single clearer, so no clearer races another;
+//! - the flow-hash history: read and written only when the socket is already short of room
+//!   (never on the common path), one cache line, no lock and no index — a random slot is
+//!   overwritten, as the seed's review settled; a lost update only blurs a hint.
+//!
+//! Counters are per lcore (one cache-line-aligned slot per lcore), summed when read.
+
+use crate::stats::Counter;
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+
+/// Flow hashes remembered per socket: 16 × 4 bytes, one cache line.
+pub const HISTORY_LEN: usize = 16;
+
+/// A bounded packet queue as the fanout sees it.
+pub trait PacketQueue: Send + Sync + 'static {
+    /// Packets queued now (may be stale by the time it is used; the ring's own enqueue is the
+    /// final arbiter of room).
+    fn len(&self) -> usize;
+    /// Packets the queue can hold.
+    fn capacity(&self) -> usize;
+    /// For the runtime, to reach the concrete queue type.
+    fn as_any(&self) -> &dyn Any;
+    /// Whether nothing is queued.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Room class of a socket for one more packet (seed 002, `packet_rcv_has_room`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Room {
+    /// More than 25% of the capacity stays free after this packet.
+    Normal,
+    /// Some room stays free, but not more than 25%.
+    Low,
+    /// Nothing would stay free.
+    None,
+}
+
+impl Room {
+    /// The room class for a queue of `capacity` holding `queued` packets, after one more.
+    #[inline]
+    pub fn after_one_more(queued: usize, capacity: usize) -> Room {
+        let free_after = capacity as isize - queued as isize - 1;
+        if free_after > (capacity >> 2) as isize {
+            Room::Normal
+        } else if free_after > 0 {
+            Room::Low
+        } else {
+            Room::None
+        }
+    }
+}
+
+/// Counters one lcore keeps for one socket.
+#[derive(Default, Debug)]
+#[repr(align(64))]
+pub struct SocketLcoreCounters {
+    /// Packets this RX lcore enqueued to the socket (outcome `delivered`).
+    pub delivered: Counter,
+    /// Packets this RX lcore chose the socket for but could not enqueue (outcome `socket_full`).
+    pub full: Counter,
+    /// Packets whose chosen socket was this one and that moved to another.
+    pub rollover: Counter,
+    /// Of those, packets of a huge flow moved while this socket still had some room.
+    pub rollover_huge: Counter,
+    /// Rollovers that found no socket with NORMAL room.
+    pub rollover_failed: Counter,
+    /// Packets a worker took off the socket.
+    pub dequeued: Counter,
+    /// Echo action: datagrams sent back.
+    pub echoed: Counter,
+    /// Echo action: replies the worker's TX queue refused.
+    pub tx_full: Counter,
+    /// Echo action: packets that were not a complete UDP datagram (nothing to echo).
+    pub invalid: Counter,
+    /// Sink action: packets consumed.
+    pub sunk: Counter,
+}
+
+/// Counters of one socket, one slot per lcore. Kept across reloads for a socket that stays.
+#[derive(Debug)]
+pub struct SocketCounters {
+    /// Indexed by RX lcore slot (position in `[lcores] rx`).
+    pub rx: Box<[SocketLcoreCounters]>,
+    /// Indexed by worker slot (position in `[lcores] workers`).
+    pub workers: Box<[SocketLcoreCounters]>,
+}
+
+impl SocketCounters {
+    /// Zeroed counters for `rx` RX lcores and `workers` worker lcores.
+    pub fn new(rx: usize, workers: usize) -> Self {
+        SocketCounters {
+            rx: (0..rx).map(|_| SocketLcoreCounters::default()).collect(),
+            workers: (0..workers).map(|_| SocketLcoreCounters::default()).collect(),
+        }
+    }
+
+    /// Sum of one counter over every slot.
+    pub fn sum(&self, f: impl Fn(&SocketLcoreCounters) -> &Counter) -> u64 {
+        self.rx.iter().chain(self.workers.iter()).map(|c| f(c).get()).sum()
+    }
+}
+
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct History([AtomicU32; HISTORY_LEN]);
+
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Pressure(AtomicBool);
+
+/// One socket of a service.
+pub struct Socket {
+    /// The service's name.
+    pub service: String,
+    /// Index of the socket in its service.
+    pub index: usize,
+    /// The queue.
+    pub queue: Box<dyn PacketQueue>,
+    /// The worker slot that drains it.
+    pub worker: usize,
+    /// Counters, shared with the socket's successor across reloads.
+    pub counters: std::sync::Arc<SocketCounters>,
+    pressure: Pressure,
+    history: History,
+}
+
+impl std::fmt::Debug for Socket {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "Socket({}/{}, {}/{})",
+            self.service,
+            self.index,
+            self.queue.len(),
+            self.queue.capacity()
+        )
+    }
+}
+
+impl Socket {
+    /// A socket over `queue`, drained by worker slot `worker`.
+    pub fn new(
+        service: &str,
+        index: usize,
+        queue: Box<dyn PacketQueue>,
+        worker: usize,
+        counters: std::sync::Arc<SocketCounters>,
+    ) -> Self {
+        Socket {
+            service: service.to_string(),
+            index,
+            queue,
+            worker,
+            counters,
+            pressure: Pressure::default(),
+            history: History::default(),
+        }
+    }
+
+    /// Room for one more packet, counting `staged` packets this lcore holds for it but has not
+    /// enqueued yet (they are enqueued at the end of the burst).
+    #[inline]
+    pub fn room(&self, staged: usize) -> Room {
+        Room::after_one_more(self.queue.len() + staged, self.queue.capacity())
+    }
+
+    /// Whether the socket is flagged under pressure.
+    #[inline]
+    pub fn under_pressure(&self) -> bool {
+        self.pressure.0.load(Relaxed)
+    }
+
+    /// A sender found no NORMAL room: flag it (written only when it changes).
+    #[inline]
+    pub fn mark_pressure(&self) {
+        if !self.pressure.0.load(Relaxed) {
+            self.pressure.0.store(true, Relaxed);
+        }
+    }
+
+    /// Called by the socket's consumer after draining: clears the flag once occupancy is at most
+    /// half the capacity (the seed review's threshold, not "empty"). Only the consumer clears.
+    #[inline]
+    pub fn consumer_update_pressure(&self) {
+        if self.pressure.0.load(Relaxed) && self.queue.len() * 2 <= self.queue.capacity() {
+            self.pressure.0.store(false, Relaxed);
+        }
+    }
+
+    /// Whether more than half of the last [`HISTORY_LEN`] recorded hashes equal `hash`; records
+    /// `hash` in slot `slot` (the caller's random number), with no lock and no index.
+    #[inline]
+    pub fn flow_is_huge(&self, hash: u32, slot: usize) -> bool {
+        let mut count = 0;
+        for h in &self.history.0 {
+            count += (h.load(Relaxed) == hash) as usize;
+        }
+        self.history.0[slot % HISTORY_LEN].store(hash, Relaxed);
+        count > HISTORY_LEN / 2
+    }
+}
+
+/// A queue for tests and simulations: only a length and a capacity.
+#[derive(Debug)]
+pub struct SimQueue {
+    len: std::sync::atomic::AtomicUsize,
+    capacity: usize,
+}
+
+impl SimQueue {
+    /// An empty queue of `capacity`.
+    pub fn new(capacity: usize) -> Self {
+        SimQueue {
+            len: Default::default(),
+            capacity,
+        }
+    }
+    /// Sets the length.
+    pub fn set_len(&self, n: usize) {
+        self.len.store(n.min(self.capacity), Relaxed);
+    }
+    /// Adds `n` packets if they fit; returns how many did.
+    pub fn push(&self, n: usize) -> usize {
+        let l = self.len.load(Relaxed);
+        let take = n.min(self.capacity - l);
+        self.len.store(l + take, Relaxed);
+        take
+    }
+    /// Removes up to `n` packets; returns how many.
+    pub fn pop(&self, n: usize) -> usize {
+        let l = self.len.load(Relaxed);
+        let take = n.min(l);
+        self.len.store(l - take, Relaxed);
+        take
+    }
+}
+
+impl PacketQueue for SimQueue {
+    fn len(&self) -> usize {
+        self.len.load(Relaxed)
+    }
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn room_classes_at_the_boundaries() {
+        // capacity 100: NORMAL while more than 25 stay free after the packet.
+        assert_eq!(Room::after_one_more(73, 100), Room::Normal); // 26 free after
+        assert_eq!(Room::after_one_more(74, 100), Room::Low); // 25 free after
+        assert_eq!(Room::after_one_more(98, 100), Room::Low); // 1 free after
+        assert_eq!(Room::after_one_more(99, 100), Room::None); // 0 free after
+        assert_eq!(Room::after_one_more(100, 100), Room::None);
+        assert_eq!(Room::after_one_more(0, 1), Room::None);
+    }
+
+    #[test]
+    fn pressure_is_cleared_by_the_consumer_at_half() {
+        let q = SimQueue::new(100);
+        q.set_len(90);
+        let s = Socket::new("s", 0, Box::new(q), 0, Arc::new(SocketCounters::new(1, 1)));
+        s.mark_pressure();
+        assert!(s.under_pressure());
+        s.consumer_update_pressure();
+        assert!(s.under_pressure(), "still above half");
+        s.queue.as_any().downcast_ref::<SimQueue>().unwrap().set_len(50);
+        s.consumer_update_pressure();
+        assert!(!s.under_pressure());
+    }
+
+    #[test]
+    fn huge_flow_needs_more_than_half_of_the_history() {
+        let s = Socket::new(
+            "s",
+            0,
+            Box::new(SimQueue::new(8)),
+            0,
+            Arc::new(SocketCounters::new(1, 1)),
+        );
+        // Fill 8 of 16 slots with hash 7: exactly half is not huge.
+        for slot in 0..8 {
+            assert!(!s.flow_is_huge(7, slot));
+        }
+        assert!(!s.flow_is_huge(7, 8), "8 of 16 before this packet: not more than half");
+        // Now 9 of 16 hold 7.
+        assert!(s.flow_is_huge(7, 9));
+        assert!(!s.flow_is_huge(8, 0), "another flow is not huge");
+    }
+}
