@@ -46,6 +46,7 @@ struct ServiceSection {
     tunnels: Option<Vec<String>>,
     tunnel: Option<String>,
     cost_ns: Option<u32>,
+    huge_flow_rollover: Option<bool>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -140,6 +141,8 @@ pub struct ServiceConfig {
     pub fanout: fastpath::pipeline::FanoutMode,
     /// Rollover on or off.
     pub rollover: bool,
+    /// Huge flows roll over early (at LOW room).
+    pub huge_flows: bool,
     /// Action run by the workers.
     pub action: fastpath::pipeline::Action,
     /// Simulated per-packet processing cost in the worker (ns), for tests and benchmarks.
@@ -789,6 +792,7 @@ fn validate_services(
             socket_capacity: cap.clamp(1, MAX_SOCKET_CAPACITY as i64) as usize,
             fanout,
             rollover: r.rollover.unwrap_or(true),
+            huge_flows: r.huge_flow_rollover.unwrap_or(true),
             action,
             cost_ns: r.cost_ns.unwrap_or(0),
         });

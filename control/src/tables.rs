@@ -105,6 +105,7 @@ impl TableBuilder {
                     sockets: group,
                     mode: s.fanout,
                     rollover: s.rollover,
+                    huge_flows: s.huge_flows,
                 },
                 action: s.action,
                 cost_ns: s.cost_ns,

@@ -41,6 +41,9 @@ pub struct Group {
     pub mode: FanoutMode,
     /// Whether packets may roll over to another socket.
     pub rollover: bool,
+    /// Whether huge flows roll over early, at LOW room (seed 002 patch 6); without it packets
+    /// move only when their socket has no room (patch 5 alone).
+    pub huge_flows: bool,
 }
 
 /// Where a packet goes.
@@ -143,7 +146,7 @@ impl FanoutState {
         s.mark_pressure();
         if room == Room::Low {
             let slot = self.next_random() as usize;
-            if !s.flow_is_huge(hash, slot) {
+            if !group.huge_flows || !s.flow_is_huge(hash, slot) {
                 self.stage(gi);
                 return Choice::Socket(gi);
             }
@@ -210,6 +213,7 @@ mod tests {
                 sockets: (0..n).collect(),
                 mode: FanoutMode::Hash,
                 rollover,
+                huge_flows: true,
             },
             sockets,
         )
@@ -347,6 +351,26 @@ mod tests {
         assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
     }
 
+    #[test]
+    fn without_the_huge_flow_rule_packets_move_only_at_no_room() {
+        let (mut g, s) = group(2, 100, true);
+        g.huge_flows = false;
+        q(&s[0]).set_len(80); // LOW
+        let mut st = FanoutState::new(2, 0, 3);
+        for _ in 0..40 {
+            assert_eq!(
+                st.choose(&g, &s, hash_for(0, 2)),
+                Choice::Socket(0),
+                "LOW room: stays, however huge"
+            );
+            st.burst_done();
+        }
+        q(&s[0]).set_len(99); // NONE
+        assert_eq!(st.choose(&g, &s, hash_for(0, 2)), Choice::Socket(1));
+        let c = &s[0].counters.rx[0];
+        assert_eq!((c.rollover.get(), c.rollover_huge.get()), (1, 0));
+    }
+
     /// The seed's experiment in small: 4 sockets, one flow far beyond one consumer's rate.
     /// Without the huge-flow rule the flow fills its socket and overflows at NONE; with it, the
     /// flow is spread while its socket still has room, and nothing is dropped.
@@ -383,6 +407,103 @@ mod tests {
                 assert!(c > 0);
             } else {
                 assert!(dropped > 40_000, "one consumer serves 10 of 32: {dropped}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod ordering {
+    use super::*;
+    use crate::socket::{SimQueue, SocketCounters};
+    use std::collections::VecDeque;
+
+    /// With a huge flow rolled over, every other flow keeps its order: its packets all go to
+    /// one socket, so their consumption order is their sending order.
+    #[test]
+    fn small_flows_keep_their_order_while_a_huge_flow_rolls_over() {
+        let n = 4;
+        let sockets: Vec<Arc<Socket>> = (0..n)
+            .map(|i| {
+                Arc::new(Socket::new(
+                    "svc",
+                    i,
+                    Box::new(SimQueue::new(64)),
+                    0,
+                    Arc::new(SocketCounters::new(1, 1)),
+                ))
+            })
+            .collect();
+        let g = Group {
+            sockets: (0..n).collect(),
+            mode: FanoutMode::Hash,
+            rollover: true,
+            huge_flows: true,
+        };
+        let mut fifo: Vec<VecDeque<(u32, u32)>> = vec![VecDeque::new(); n];
+        let mut st = FanoutState::new(n, 0, 5);
+        let huge: u32 = 0x1000_0000; // maps to socket 0
+        let small: Vec<u32> = (0..30u32)
+            .map(|i| 0x4000_0000u32.wrapping_add(i.wrapping_mul(0x0813_5a7f)))
+            .collect();
+        let mut next_seq = vec![0u32; small.len() + 1];
+        let mut consumed: Vec<(u32, u32)> = Vec::new();
+        let mut dropped = 0;
+        for round in 0..3000u32 {
+            let mut burst: Vec<u32> = vec![huge; 20];
+            for (i, &h) in small.iter().enumerate() {
+                if (round + i as u32).is_multiple_of(3) {
+                    burst.insert((i * 7) % burst.len(), h);
+                }
+            }
+            for h in burst {
+                let flow = if h == huge {
+                    small.len() as u32
+                } else {
+                    small.iter().position(|&x| x == h).unwrap() as u32
+                };
+                let seq = next_seq[flow as usize];
+                next_seq[flow as usize] += 1;
+                match st.choose(&g, &sockets, h) {
+                    Choice::Socket(s) => fifo[s].push_back((flow, seq)),
+                    Choice::Full(_) => dropped += 1,
+                }
+            }
+            for (i, s) in sockets.iter().enumerate() {
+                s.queue
+                    .as_any()
+                    .downcast_ref::<SimQueue>()
+                    .unwrap()
+                    .set_len(fifo[i].len());
+            }
+            st.burst_done();
+            // Consumers: 8 packets per round each (32 in all, for 30 sent).
+            for (i, s) in sockets.iter().enumerate() {
+                for _ in 0..8 {
+                    if let Some(p) = fifo[i].pop_front() {
+                        consumed.push(p);
+                    }
+                }
+                s.queue
+                    .as_any()
+                    .downcast_ref::<SimQueue>()
+                    .unwrap()
+                    .set_len(fifo[i].len());
+                s.consumer_update_pressure();
+            }
+        }
+        assert_eq!(dropped, 0);
+        let rolled: u64 = sockets.iter().map(|s| s.counters.sum(|c| &c.rollover)).sum();
+        let rolled_huge: u64 = sockets.iter().map(|s| s.counters.sum(|c| &c.rollover_huge)).sum();
+        assert!(rolled_huge > 1000, "the huge flow was spread: {rolled_huge}");
+        assert_eq!(rolled, rolled_huge, "only the huge flow moved");
+        let mut last = vec![None; small.len()];
+        for (flow, seq) in consumed {
+            if (flow as usize) < small.len() {
+                if let Some(prev) = last[flow as usize] {
+                    assert!(seq > prev, "flow {flow} reordered: {seq} after {prev}");
+                }
+                last[flow as usize] = Some(seq);
             }
         }
     }

@@ -148,3 +148,186 @@ pub fn echo_in_place<B: PacketBuf>(pkt: &mut B) -> bool {
     data[6..12].copy_from_slice(&dst_mac.0);
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buf::HeapBuf;
+    use crate::outcome::Outcome;
+    use crate::pipeline::fanout::FanoutMode;
+    use crate::pipeline::parse::tests::{udp_bytes, v4_frame, v6_frame};
+    use crate::pipeline::tests::port;
+    use crate::pipeline::{Instant, Pipeline, Tables, Verdict};
+    use crate::socket::{SimQueue, Socket, SocketCounters};
+    use crate::wire::Toeplitz;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+    use std::sync::Arc;
+
+    const ME: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+    const THEM: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
+
+    fn pipeline(addresses: Vec<IpAddr>, rollover: bool) -> Pipeline {
+        let sockets: Vec<Arc<Socket>> = (0..2)
+            .map(|i| {
+                Arc::new(Socket::new(
+                    "svc",
+                    i,
+                    Box::new(SimQueue::new(4)),
+                    0,
+                    Arc::new(SocketCounters::new(1, 1)),
+                ))
+            })
+            .collect();
+        let svc = Service {
+            name: "svc".into(),
+            protocol: IpProtocol::Udp,
+            addresses,
+            group: Group {
+                sockets: vec![0, 1],
+                mode: FanoutMode::Hash,
+                rollover,
+                huge_flows: true,
+            },
+            action: Action::Echo,
+            cost_ns: 0,
+        };
+        let tables = Tables {
+            generation: 1,
+            ports: vec![port()],
+            hasher: Toeplitz::default(),
+            services: ServiceTable::new(vec![(svc, vec![7, 5353])]),
+            sockets,
+        };
+        Pipeline::new(Arc::new(tables), 0)
+    }
+
+    fn udp4(dport: u16, frag: u16) -> HeapBuf {
+        HeapBuf::new(&v4_frame(
+            THEM,
+            ME,
+            IpProtocol::Udp,
+            &[],
+            frag,
+            &udp_bytes(4000, dport, b"abc"),
+        ))
+    }
+
+    fn sim(p: &Pipeline, s: usize) -> &SimQueue {
+        p.tables().sockets[s].queue.as_any().downcast_ref::<SimQueue>().unwrap()
+    }
+
+    #[test]
+    fn lookup_by_protocol_port_and_address() {
+        let mut p = pipeline(vec![], false);
+        let Verdict::Deliver(s) = p.process(0, &mut udp4(7, 0), Instant(0)) else {
+            panic!("not delivered")
+        };
+        assert!(s < 2);
+        assert_eq!(p.staged().collect::<Vec<_>>(), vec![(s, 1)]);
+        p.burst_done();
+        assert!(matches!(
+            p.process(0, &mut udp4(5353, 0), Instant(0)),
+            Verdict::Deliver(_)
+        ));
+        assert_eq!(
+            p.process(0, &mut udp4(8, 0), Instant(0)),
+            Verdict::Drop(Outcome::NoService)
+        );
+        let tcp = v4_frame(
+            THEM,
+            ME,
+            IpProtocol::Tcp,
+            &[],
+            0,
+            &[0, 1, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0x50, 2, 0, 0, 0, 0, 0, 0],
+        );
+        assert_eq!(
+            p.process(0, &mut HeapBuf::new(&tcp), Instant(0)),
+            Verdict::Drop(Outcome::NoService)
+        );
+        // A fragment is not a datagram yet: reassembly comes first.
+        assert_eq!(
+            p.process(0, &mut udp4(7, 0x2000), Instant(0)),
+            Verdict::Drop(Outcome::Unhandled)
+        );
+
+        let mut only_other = pipeline(vec![IpAddr::V4(Ipv4Addr::new(192, 0, 2, 5))], false);
+        assert_eq!(
+            only_other.process(0, &mut udp4(7, 0), Instant(0)),
+            Verdict::Drop(Outcome::NoService)
+        );
+        let mut only_me = pipeline(vec![IpAddr::V4(ME)], false);
+        assert!(matches!(
+            only_me.process(0, &mut udp4(7, 0), Instant(0)),
+            Verdict::Deliver(_)
+        ));
+    }
+
+    #[test]
+    fn a_full_socket_drops_and_counts() {
+        let mut p = pipeline(vec![], false);
+        let Verdict::Deliver(s) = p.process(0, &mut udp4(7, 0), Instant(0)) else {
+            panic!()
+        };
+        p.burst_done();
+        sim(&p, s).set_len(4);
+        assert_eq!(
+            p.process(0, &mut udp4(7, 0), Instant(0)),
+            Verdict::Drop(Outcome::SocketFull)
+        );
+        assert_eq!(p.tables().sockets[s].counters.rx[0].full.get(), 1);
+        // With rollover the same packet goes to the other socket.
+        let mut p = pipeline(vec![], true);
+        let Verdict::Deliver(s) = p.process(0, &mut udp4(7, 0), Instant(0)) else {
+            panic!()
+        };
+        p.burst_done();
+        sim(&p, s).set_len(4);
+        assert_eq!(p.process(0, &mut udp4(7, 0), Instant(0)), Verdict::Deliver(1 - s));
+        assert_eq!(p.tables().sockets[s].counters.rx[0].rollover.get(), 1);
+    }
+
+    #[test]
+    fn echo_swaps_and_keeps_checksums_valid() {
+        let mut udp = udp_bytes(40000, 7, b"hello");
+        let mut v = v4_frame(THEM, ME, IpProtocol::Udp, &[], 0, &udp);
+        {
+            let l4 = v.len() - udp.len();
+            let mut u = UdpPacket::new_checked(&mut v[l4..]).unwrap();
+            u.fill_checksum_v4(THEM, ME);
+            udp = v[l4..].to_vec();
+        }
+        let mut b = HeapBuf::new(&v);
+        assert!(echo_in_place(&mut b));
+        let d = b.data();
+        assert_eq!(&d[0..6], &v[6..12], "back to the sender's MAC");
+        let ip = Ipv4Packet::new_checked(&d[14..]).unwrap();
+        assert_eq!((ip.src_addr(), ip.dst_addr(), ip.ttl()), (ME, THEM, ECHO_TTL));
+        assert!(ip.verify_checksum());
+        let u = UdpPacket::new_checked(ip.payload()).unwrap();
+        assert_eq!((u.src_port(), u.dst_port(), u.payload()), (7, 40000, &b"hello"[..]));
+        assert!(u.verify_checksum_v4(ME, THEM));
+        assert_ne!(u.checksum(), 0);
+        let _ = udp;
+
+        let (me6, them6): (Ipv6Addr, Ipv6Addr) = ("2001:db8::1".parse().unwrap(), "2001:db8::7".parse().unwrap());
+        let mut v = v6_frame(them6, me6, IpProtocol::Udp, &[], 64, &udp_bytes(40000, 7, b"hi"));
+        {
+            let mut u = UdpPacket::new_checked(&mut v[54..]).unwrap();
+            u.fill_checksum_v6(&them6, &me6);
+        }
+        let mut b = HeapBuf::new(&v);
+        assert!(echo_in_place(&mut b));
+        let ip = Ipv6Packet::new_checked(&b.data()[14..]).unwrap();
+        assert_eq!((ip.src_addr(), ip.dst_addr(), ip.hop_limit()), (me6, them6, ECHO_TTL));
+        let u = UdpPacket::new_checked(&b.data()[54..]).unwrap();
+        assert!(u.verify_checksum_v6(&me6, &them6));
+        assert_eq!((u.src_port(), u.dst_port()), (7, 40000));
+
+        // Not UDP, or a fragment: nothing to echo.
+        let mut icmp = HeapBuf::new(&v4_frame(THEM, ME, IpProtocol::Icmp, &[], 0, &[8, 0, 0, 0, 0, 0, 0, 0]));
+        assert!(!echo_in_place(&mut icmp));
+        assert!(!echo_in_place(&mut udp4(7, 0x2000)));
+        assert!(!echo_in_place(&mut HeapBuf::new(&[1, 2, 3])));
+    }
+}
