@@ -29,6 +29,15 @@ struct FileConfig {
     rss: Option<RssSection>,
     #[serde(default)]
     service: Vec<ServiceSection>,
+    flow_limit: Option<FlowLimitSection>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct FlowLimitSection {
+    enabled: Option<bool>,
+    table_len: Option<i64>,
+    lcores: Option<Vec<u32>>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -115,6 +124,8 @@ pub struct Config {
     pub rss: RssConfig,
     /// Local services, in file order.
     pub services: Vec<ServiceConfig>,
+    /// Flow-limit shedding (`lcores` as RX slots).
+    pub flow_limit: fastpath::pipeline::flow_limit::FlowLimitConfig,
 }
 
 /// Most sockets per service.
@@ -613,6 +624,39 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
     };
 
     let services = validate_services(raw.service, &ports, &lcores, &dpdk, errs);
+
+    // [flow_limit]
+    use fastpath::pipeline::flow_limit::{FlowLimitConfig, DEFAULT_TABLE_LEN, MAX_TABLE_LEN};
+    let fl = raw.flow_limit.unwrap_or(FlowLimitSection {
+        enabled: None,
+        table_len: None,
+        lcores: None,
+    });
+    let len = fl.table_len.unwrap_or(DEFAULT_TABLE_LEN as i64);
+    if len <= 0 || len > MAX_TABLE_LEN as i64 || (len as u64).count_ones() != 1 {
+        errs.add(
+            &[Key("flow_limit"), Key("table_len")],
+            format!("{len}: expected a power of two from 1 to {MAX_TABLE_LEN} (2^20)"),
+        );
+    }
+    let rx_slots = fl.lcores.map(|list| {
+        let mut slots = Vec::new();
+        for (i, l) in list.iter().enumerate() {
+            match lcores.rx.iter().position(|r| r == l) {
+                Some(slot) => slots.push(slot),
+                None => errs.add(
+                    &[Key("flow_limit"), Key("lcores"), Index(i)],
+                    format!("lcore {l} is not an RX lcore (lcores.rx = {:?})", lcores.rx),
+                ),
+            }
+        }
+        slots
+    });
+    let flow_limit = FlowLimitConfig {
+        enabled: fl.enabled.unwrap_or(true),
+        table_len: len.clamp(1, MAX_TABLE_LEN as i64) as u32,
+        rx_slots,
+    };
     Config {
         dpdk,
         ports,
@@ -620,6 +664,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         metrics,
         rss,
         services,
+        flow_limit,
     }
 }
 
@@ -872,6 +917,15 @@ impl Config {
     /// What a reload from `self` to `new` changes, one line per change, for the log.
     pub fn describe_changes(&self, new: &Config) -> Vec<String> {
         let mut out = Vec::new();
+        if self.flow_limit != new.flow_limit {
+            out.push(format!(
+                "flow_limit {} table_len {} -> {} table_len {}",
+                if self.flow_limit.enabled { "on" } else { "off" },
+                self.flow_limit.table_len,
+                if new.flow_limit.enabled { "on" } else { "off" },
+                new.flow_limit.table_len
+            ));
+        }
         for s in &new.services {
             match self.services.iter().find(|o| o.name == s.name) {
                 None => out.push(format!("service {:?} added", s.name)),
@@ -1110,6 +1164,31 @@ workers = [1]
                 .replace("tx_queues = 2", "tx_queues = 1")
         );
         assert!(errors(&no_workers).iter().any(|e| e.key == "lcores.workers"));
+    }
+
+    #[test]
+    fn flow_limit_table_len_is_checked() {
+        let c = parse(GOOD, "t.toml").unwrap();
+        assert_eq!(c.flow_limit.for_slot(0), Some(4096));
+        for bad in ["0", "1000", "2097152", "-4"] {
+            let e = errors(&format!("{GOOD}\n[flow_limit]\ntable_len = {bad}\n"));
+            assert_eq!(
+                (e[0].key.as_str(), e[0].line),
+                ("flow_limit.table_len", Some(17)),
+                "{bad}"
+            );
+            assert!(e[0].message.contains("power of two"));
+        }
+        let c = parse(
+            &format!("{GOOD}\n[flow_limit]\ntable_len = 1048576\nlcores = [0]\n"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(c.flow_limit.for_slot(0), Some(1 << 20));
+        let e = errors(&format!("{GOOD}\n[flow_limit]\nlcores = [1]\n"));
+        assert_eq!(e[0].key, "flow_limit.lcores[0]");
+        let c = parse(&format!("{GOOD}\n[flow_limit]\nenabled = false\n"), "t.toml").unwrap();
+        assert_eq!(c.flow_limit.for_slot(0), None);
     }
 
     #[test]

@@ -163,6 +163,11 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::GAUGE,
     ),
     (
+        "fastpath_flow_limit_dropped_total",
+        "Packets shed by the flow limit, per RX lcore.",
+        MetricType::COUNTER,
+    ),
+    (
         "fastpath_socket_queue_depth",
         "Packets queued in each service socket.",
         MetricType::GAUGE,
@@ -324,9 +329,29 @@ impl Collector for DataPlaneCollector {
                 processed.push((l, n as f64));
             }
         }
+        let flow_limited = s
+            .lcores
+            .iter()
+            .filter(|l| !l.rx.is_empty())
+            .map(|l| {
+                (
+                    vec![("lcore", l.lcore.to_string())],
+                    l.outcomes[Outcome::FlowLimited.index()].get() as f64,
+                )
+            })
+            .collect();
         let mut values = values;
         values.extend([
-            depth, capacity, pressure, delivered, full, rollover, huge, failed, processed,
+            flow_limited,
+            depth,
+            capacity,
+            pressure,
+            delivered,
+            full,
+            rollover,
+            huge,
+            failed,
+            processed,
         ]);
         assert_eq!(values.len(), FAMILIES.len(), "one sample list per family");
         FAMILIES

@@ -121,6 +121,7 @@ impl TableBuilder {
             hasher: Toeplitz::new(&cfg.rss.key, cfg.rss.symmetric),
             services: ServiceTable::new(services),
             sockets,
+            flow_limit: cfg.flow_limit.clone(),
         })
     }
 }

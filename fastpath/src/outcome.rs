@@ -39,11 +39,13 @@ pub enum Outcome {
     SocketFull,
     /// UDP or TCP to a local address and a port no service listens on.
     NoService,
+    /// Shed by the flow limit: its socket was at least half full and its flow dominated.
+    FlowLimited,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 14] = [
+    pub const ALL: [Outcome; 15] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -58,6 +60,7 @@ impl Outcome {
         Outcome::Delivered,
         Outcome::SocketFull,
         Outcome::NoService,
+        Outcome::FlowLimited,
     ];
     /// Number of outcomes.
     pub const COUNT: usize = Self::ALL.len();
@@ -85,6 +88,7 @@ impl Outcome {
             Outcome::Delivered => "delivered",
             Outcome::SocketFull => "socket_full",
             Outcome::NoService => "no_service",
+            Outcome::FlowLimited => "flow_limited",
         }
     }
 }

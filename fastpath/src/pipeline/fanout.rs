@@ -18,6 +18,7 @@
 //! changing the rule). Room counts the packets this lcore has staged for a socket in the current
 //! burst and not yet enqueued.
 
+use super::flow_limit::FlowLimit;
 use crate::socket::{Room, Socket};
 use std::sync::Arc;
 
@@ -53,6 +54,8 @@ pub enum Choice {
     Socket(usize),
     /// No room anywhere it may go: drop as `socket_full`, counted on this socket.
     Full(usize),
+    /// Its socket is at least half full and its flow dominates: drop as `flow_limited`.
+    FlowLimited(usize),
 }
 
 /// One RX lcore's fanout state for one generation.
@@ -68,6 +71,8 @@ pub struct FanoutState {
     staged: Vec<u32>,
     /// Global sockets with staged packets, in first-staged order.
     touched: Vec<usize>,
+    /// This lcore's flow-limit table, if the limit is on here.
+    pub flow_limit: Option<FlowLimit>,
 }
 
 impl FanoutState {
@@ -81,6 +86,7 @@ impl FanoutState {
             remembered: vec![0; sockets],
             staged: vec![0; sockets],
             touched: Vec::with_capacity(sockets),
+            flow_limit: None,
         }
     }
 
@@ -135,7 +141,15 @@ impl FanoutState {
         };
         let gi = group.sockets[pos];
         let s = &sockets[gi];
-        let room = s.room(self.staged(gi));
+        let queued = s.queue.len() + self.staged(gi);
+        // Flow limit first (seed 003): a dominant flow is shed, a merely large one may still
+        // roll over below.
+        if let Some(fl) = &mut self.flow_limit {
+            if queued * 2 >= s.queue.capacity() && fl.over_limit(hash) {
+                return Choice::FlowLimited(gi);
+            }
+        }
+        let room = Room::after_one_more(queued, s.queue.capacity());
         if !group.rollover {
             return self.stay_if_it_fits(gi, s);
         }
@@ -384,7 +398,7 @@ mod tests {
                 for _ in 0..32 {
                     match st.choose(&g, &s, 0xdead_beef) {
                         Choice::Socket(_) => {}
-                        Choice::Full(_) => dropped += 1,
+                        Choice::Full(_) | Choice::FlowLimited(_) => dropped += 1,
                     }
                 }
                 for (i, sock) in s.iter().enumerate() {
@@ -466,7 +480,7 @@ mod ordering {
                 next_seq[flow as usize] += 1;
                 match st.choose(&g, &sockets, h) {
                     Choice::Socket(s) => fifo[s].push_back((flow, seq)),
-                    Choice::Full(_) => dropped += 1,
+                    Choice::Full(_) | Choice::FlowLimited(_) => dropped += 1,
                 }
             }
             for (i, s) in sockets.iter().enumerate() {
@@ -506,5 +520,134 @@ mod ordering {
                 last[flow as usize] = Some(seq);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod flow_limit_tests {
+    use super::*;
+    use crate::pipeline::flow_limit::{FlowLimit, FlowLimitConfig};
+    use crate::pipeline::{Pipeline, Tables};
+    use crate::socket::{SimQueue, SocketCounters};
+
+    fn one_socket(cap: usize, len: usize) -> (Group, Vec<Arc<Socket>>) {
+        let q = SimQueue::new(cap);
+        q.set_len(len);
+        let s = vec![Arc::new(Socket::new(
+            "svc",
+            0,
+            Box::new(q),
+            0,
+            Arc::new(SocketCounters::new(1, 1)),
+        ))];
+        (
+            Group {
+                sockets: vec![0],
+                mode: FanoutMode::Hash,
+                rollover: true,
+                huge_flows: true,
+            },
+            s,
+        )
+    }
+
+    #[test]
+    fn no_effect_below_half_backlog() {
+        let (g, s) = one_socket(100, 49);
+        let mut st = FanoutState::new(1, 0, 1);
+        st.flow_limit = Some(FlowLimit::new(4096));
+        for _ in 0..1000 {
+            assert_eq!(st.choose(&g, &s, 42), Choice::Socket(0));
+            st.burst_done();
+        }
+        assert_eq!(
+            st.flow_limit.as_ref().unwrap().bucket(42),
+            0,
+            "nothing recorded below half"
+        );
+    }
+
+    #[test]
+    fn a_dominant_flow_is_shed_at_half_backlog_before_rollover() {
+        let (g, s) = one_socket(100, 50);
+        let mut st = FanoutState::new(1, 0, 1);
+        st.flow_limit = Some(FlowLimit::new(4096));
+        let mut first_drop = None;
+        for i in 0..300 {
+            let c = st.choose(&g, &s, 42);
+            st.burst_done();
+            if c == Choice::FlowLimited(0) && first_drop.is_none() {
+                first_drop = Some(i);
+            }
+        }
+        assert_eq!(
+            first_drop,
+            Some(128),
+            "the 129th packet of the last 256 is the first shed"
+        );
+        assert_eq!(s[0].counters.sum(|c| &c.rollover), 0, "shed, not rolled over");
+        // Another flow still passes.
+        assert_eq!(st.choose(&g, &s, 7), Choice::Socket(0));
+    }
+
+    fn tables(generation: u64, flow_limit: FlowLimitConfig) -> Arc<Tables> {
+        Arc::new(Tables {
+            generation,
+            flow_limit,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn reload_keeps_the_table_unless_its_length_changes() {
+        let mut p = Pipeline::new(tables(1, FlowLimitConfig::default()), 0);
+        assert_eq!(p.flow_limit_len(), Some(4096));
+        p.fanout.flow_limit.as_mut().unwrap().over_limit(5);
+        p.apply(tables(2, FlowLimitConfig::default()));
+        assert_eq!(
+            p.fanout.flow_limit.as_ref().unwrap().bucket(5),
+            1,
+            "same length: history kept"
+        );
+        p.apply(tables(
+            3,
+            FlowLimitConfig {
+                table_len: 1024,
+                ..Default::default()
+            },
+        ));
+        assert_eq!(p.flow_limit_len(), Some(1024));
+        assert_eq!(
+            p.fanout.flow_limit.as_ref().unwrap().bucket(5),
+            0,
+            "new length: a whole new table"
+        );
+        p.apply(tables(
+            4,
+            FlowLimitConfig {
+                enabled: false,
+                ..Default::default()
+            },
+        ));
+        assert_eq!(p.flow_limit_len(), None);
+        p.apply(tables(
+            5,
+            FlowLimitConfig {
+                rx_slots: Some(vec![1]),
+                ..Default::default()
+            },
+        ));
+        assert_eq!(p.flow_limit_len(), None, "slot 0 is not in the list");
+        let q = Pipeline::new(
+            tables(
+                5,
+                FlowLimitConfig {
+                    rx_slots: Some(vec![1]),
+                    ..Default::default()
+                },
+            ),
+            1,
+        );
+        assert_eq!(q.flow_limit_len(), Some(4096));
     }
 }

@@ -7,6 +7,7 @@
 mod arp;
 pub(crate) mod echo;
 pub mod fanout;
+pub mod flow_limit;
 pub(crate) mod ndp;
 pub mod parse;
 pub mod service;
@@ -113,6 +114,8 @@ pub struct Tables {
     pub services: ServiceTable,
     /// Every service's sockets; services' groups index into it.
     pub sockets: Vec<Arc<Socket>>,
+    /// Flow-limit shedding.
+    pub flow_limit: flow_limit::FlowLimitConfig,
 }
 
 /// One lcore's pipeline: the current generation's shared tables plus the lcore's own mutable
@@ -126,7 +129,8 @@ pub struct Pipeline {
 impl Pipeline {
     /// A pipeline over `tables` for the RX lcore in counter slot `slot`.
     pub fn new(tables: Arc<Tables>, slot: usize) -> Self {
-        let fanout = FanoutState::new(tables.sockets.len(), slot, 0x9e37_79b9_7f4a_7c15 ^ slot as u64);
+        let mut fanout = FanoutState::new(tables.sockets.len(), slot, 0x9e37_79b9_7f4a_7c15 ^ slot as u64);
+        fanout.flow_limit = tables.flow_limit.for_slot(slot).map(flow_limit::FlowLimit::new);
         Pipeline { tables, fanout }
     }
 
@@ -139,7 +143,21 @@ impl Pipeline {
             "generations change between bursts only"
         );
         let slot = self.fanout.slot;
+        // The flow-limit table (and its history) carries over unless its length changed; a new
+        // length means a whole new table, mask included.
+        let keep = match (self.fanout.flow_limit.take(), tables.flow_limit.for_slot(slot)) {
+            (Some(t), Some(len)) if t.table_len() == len => Some(t),
+            _ => None,
+        };
         *self = Pipeline::new(tables, slot);
+        if keep.is_some() {
+            self.fanout.flow_limit = keep;
+        }
+    }
+
+    /// The flow-limit table length in use, if the limit is on for this lcore.
+    pub fn flow_limit_len(&self) -> Option<u32> {
+        self.fanout.flow_limit.as_ref().map(|t| t.table_len())
     }
 
     /// This lcore's counter slot.
@@ -244,6 +262,7 @@ impl Pipeline {
                 t.sockets[s].counters.rx[self.fanout.slot].full.inc();
                 Verdict::Drop(Outcome::SocketFull)
             }
+            Choice::FlowLimited(_) => Verdict::Drop(Outcome::FlowLimited),
         }
     }
 }

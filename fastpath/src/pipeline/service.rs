@@ -197,6 +197,7 @@ mod tests {
             hasher: Toeplitz::default(),
             services: ServiceTable::new(vec![(svc, vec![7, 5353])]),
             sockets,
+            flow_limit: Default::default(),
         };
         Pipeline::new(Arc::new(tables), 0)
     }
