@@ -188,9 +188,16 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `fastpathd args...` and waits until it runs (and serves metrics, if enabled).
     pub fn start(s: &Scratch, args: &[&str]) -> Daemon {
+        let mut cmd = fastpathd();
+        cmd.args(args);
+        Self::start_cmd(s, &mut cmd)
+    }
+
+    /// Like [`Daemon::start`] for a prepared command (e.g. under `ip netns exec`).
+    pub fn start_cmd(s: &Scratch, cmd: &mut Command) -> Daemon {
         let log = s.path("daemon.log");
         let f = std::fs::File::create(&log).unwrap();
-        let child = fastpathd().args(args).stderr(f).spawn().expect("spawn fastpathd");
+        let child = cmd.stderr(f).spawn().expect("spawn fastpathd");
         let mut d = Daemon {
             child,
             log,
