@@ -30,6 +30,23 @@ struct FileConfig {
     #[serde(default)]
     service: Vec<ServiceSection>,
     flow_limit: Option<FlowLimitSection>,
+    #[serde(default)]
+    tunnel: Vec<TunnelSection>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct TunnelSection {
+    name: String,
+    local: String,
+    remote: String,
+    key: Option<u32>,
+    sequence: Option<bool>,
+    checksum: Option<bool>,
+    ttl: Option<i64>,
+    port: Option<String>,
+    via: Option<String>,
+    next_hop_mac: Option<String>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -126,6 +143,40 @@ pub struct Config {
     pub services: Vec<ServiceConfig>,
     /// Flow-limit shedding (`lcores` as RX slots).
     pub flow_limit: fastpath::pipeline::flow_limit::FlowLimitConfig,
+    /// GRE tunnels, in file order.
+    pub tunnels: Vec<TunnelConfig>,
+}
+
+/// Where a tunnel's packets leave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TunnelVia {
+    /// Out of `port[index]` to this next hop.
+    Port(usize, EthernetAddress),
+    /// Through `tunnel[index]`.
+    Tunnel(usize),
+}
+
+/// One `[[tunnel]]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunnelConfig {
+    /// Name.
+    pub name: String,
+    /// Our underlay address.
+    pub local: std::net::IpAddr,
+    /// The far end.
+    pub remote: std::net::IpAddr,
+    /// GRE key.
+    pub key: Option<u32>,
+    /// Sequence numbers.
+    pub sequence: bool,
+    /// GRE checksums.
+    pub checksum: bool,
+    /// Outer TTL.
+    pub ttl: u8,
+    /// How packets leave.
+    pub via: TunnelVia,
+    /// Tunnel headers around a packet sent through it (1 = straight to a port).
+    pub depth: usize,
 }
 
 /// Most sockets per service.
@@ -623,7 +674,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         symmetric: r.symmetric.unwrap_or(false),
     };
 
-    let services = validate_services(raw.service, &ports, &lcores, &dpdk, errs);
+    let (services, tunnel_refs) = validate_services(raw.service, &ports, &lcores, &dpdk, errs);
 
     // [flow_limit]
     use fastpath::pipeline::flow_limit::{FlowLimitConfig, DEFAULT_TABLE_LEN, MAX_TABLE_LEN};
@@ -657,6 +708,9 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         table_len: len.clamp(1, MAX_TABLE_LEN as i64) as u32,
         rx_slots,
     };
+    let tunnels = validate_tunnels(raw.tunnel, &ports, errs);
+    let mut services = services;
+    resolve_service_tunnels(&mut services, &tunnel_refs, &tunnels, errs);
     Config {
         dpdk,
         ports,
@@ -665,6 +719,185 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         rss,
         services,
         flow_limit,
+        tunnels,
+    }
+}
+
+fn validate_tunnels(raw: Vec<TunnelSection>, ports: &[PortConfig], errs: &mut Errs) -> Vec<TunnelConfig> {
+    use fastpath::pipeline::tunnel::MAX_DEPTH;
+    use std::net::IpAddr;
+    use Seg::{Index, Key};
+    let names: Vec<String> = raw.iter().map(|t| t.name.clone()).collect();
+    let mut out = Vec::new();
+    let mut vias: Vec<Option<usize>> = Vec::new();
+    for (ti, r) in raw.iter().enumerate() {
+        let at = |k: &'static str| [Key("tunnel"), Index(ti), Key(k)];
+        let who = format!("tunnel {:?}", r.name);
+        if r.name.is_empty()
+            || !r
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            errs.add(
+                &at("name"),
+                format!("{who}: expected a name of letters, digits, '-' and '_'"),
+            );
+        } else if names.iter().filter(|n| **n == r.name).count() > 1 {
+            errs.add(&at("name"), format!("{who}: two tunnels have this name"));
+        }
+        let local = r
+            .local
+            .parse::<IpAddr>()
+            .map_err(|_| errs.add(&at("local"), format!("{who}: {:?}: expected an IP address", r.local)))
+            .ok();
+        let remote = r
+            .remote
+            .parse::<IpAddr>()
+            .map_err(|_| errs.add(&at("remote"), format!("{who}: {:?}: expected an IP address", r.remote)))
+            .ok();
+        if let (Some(l), Some(rm)) = (local, remote) {
+            if l.is_ipv4() != rm.is_ipv4() {
+                errs.add(
+                    &at("remote"),
+                    format!("{who}: local {l} and remote {rm} are of different families"),
+                );
+            }
+            let ours = ports.iter().any(|p| match l {
+                IpAddr::V4(a) => p.ipv4.contains(&a),
+                IpAddr::V6(a) => p.ipv6.contains(&a),
+            });
+            if !ours {
+                errs.add(
+                    &at("local"),
+                    format!("{who}: {l} is not a local address of any [[port]]"),
+                );
+            }
+        }
+        let ttl = r.ttl.unwrap_or(64);
+        if !(1..=255).contains(&ttl) {
+            errs.add(&at("ttl"), format!("{who}: ttl {ttl}: expected 1 to 255"));
+        }
+        let mut via_idx = None;
+        let via = match (&r.port, &r.via) {
+            (Some(dev), None) => {
+                let pi = ports.iter().position(|p| &p.device == dev);
+                if pi.is_none() {
+                    errs.add(&at("port"), format!("{who}: no [[port]] has device {dev:?}"));
+                }
+                let mac = match r.next_hop_mac.as_deref().map(str::parse::<EthernetAddress>) {
+                    Some(Ok(m)) if m.is_unicast() => m,
+                    Some(_) => {
+                        errs.add(
+                            &at("next_hop_mac"),
+                            format!("{who}: expected a unicast MAC like \"02:00:00:00:00:fe\""),
+                        );
+                        EthernetAddress::default()
+                    }
+                    None => {
+                        errs.add(
+                            &at("next_hop_mac"),
+                            format!("{who}: a tunnel that leaves by a port needs next_hop_mac"),
+                        );
+                        EthernetAddress::default()
+                    }
+                };
+                TunnelVia::Port(pi.unwrap_or(0), mac)
+            }
+            (None, Some(name)) => {
+                match names.iter().position(|n| n == name) {
+                    Some(i) => via_idx = Some(i),
+                    None => errs.add(&at("via"), format!("{who}: no tunnel is named {name:?}")),
+                }
+                if r.next_hop_mac.is_some() {
+                    errs.add(
+                        &at("next_hop_mac"),
+                        format!("{who}: next_hop_mac belongs to the tunnel that carries it"),
+                    );
+                }
+                TunnelVia::Tunnel(via_idx.unwrap_or(0))
+            }
+            _ => {
+                errs.add(
+                    &at("port"),
+                    format!("{who}: give exactly one of port (a [[port]] device) or via (another tunnel)"),
+                );
+                TunnelVia::Port(0, EthernetAddress::default())
+            }
+        };
+        vias.push(via_idx);
+        out.push(TunnelConfig {
+            name: r.name.clone(),
+            local: local.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+            remote: remote.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+            key: r.key,
+            sequence: r.sequence.unwrap_or(false),
+            checksum: r.checksum.unwrap_or(false),
+            ttl: ttl.clamp(1, 255) as u8,
+            via,
+            depth: 1,
+        });
+    }
+    // Depth along `via` chains; a chain that revisits a tunnel is a loop (seed 004: a tunnel
+    // routed into itself), one longer than MAX_DEPTH nests too deep.
+    for ti in 0..out.len() {
+        let mut seen = vec![ti];
+        let mut cur = ti;
+        let mut depth = 1;
+        let mut bad = None;
+        while let Some(next) = vias[cur] {
+            if seen.contains(&next) {
+                bad = Some(format!(
+                    "loop: {} is carried through itself",
+                    seen.iter()
+                        .chain([&next])
+                        .map(|&i| out[i].name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" -> ")
+                ));
+                break;
+            }
+            seen.push(next);
+            depth += 1;
+            cur = next;
+            if depth > MAX_DEPTH {
+                bad = Some(format!(
+                    "nested {depth} deep or more; at most {MAX_DEPTH} tunnel headers are allowed"
+                ));
+                break;
+            }
+        }
+        match bad {
+            Some(msg) => errs.add(
+                &[Key("tunnel"), Index(ti), Key("via")],
+                format!("tunnel {:?}: {msg}", out[ti].name),
+            ),
+            None => out[ti].depth = depth,
+        }
+    }
+    out
+}
+
+fn resolve_service_tunnels(
+    services: &mut [ServiceConfig],
+    refs: &[(usize, Vec<String>)],
+    tunnels: &[TunnelConfig],
+    errs: &mut Errs,
+) {
+    use fastpath::pipeline::Action;
+    use Seg::{Index, Key};
+    for (si, names) in refs {
+        let mut set = Vec::new();
+        for (k, n) in names.iter().enumerate() {
+            match tunnels.iter().position(|t| &t.name == n) {
+                Some(i) => set.push(i),
+                None => errs.add(
+                    &[Key("service"), Index(*si), Key("tunnels"), Index(k)],
+                    format!("service {:?}: no tunnel is named {n:?}", services[*si].name),
+                ),
+            }
+        }
+        services[*si].action = Action::Tunnel(set);
     }
 }
 
@@ -674,8 +907,9 @@ fn validate_services(
     lcores: &LcoreConfig,
     dpdk: &DpdkConfig,
     errs: &mut Errs,
-) -> Vec<ServiceConfig> {
+) -> (Vec<ServiceConfig>, Vec<(usize, Vec<String>)>) {
     use fastpath::pipeline::{Action, FanoutMode};
+    let mut tunnel_refs = Vec::new();
     use fastpath::wire::IpProtocol;
     use Seg::{Index, Key};
     let mut out: Vec<ServiceConfig> = Vec::new();
@@ -808,10 +1042,19 @@ fn validate_services(
             "echo" => Action::Echo,
             "sink" => Action::Sink,
             "tunnel" => {
-                errs.add(
-                    &at("action"),
-                    format!("{who}: action \"tunnel\" needs GRE tunnels, which this build does not have yet"),
-                );
+                let names: Vec<String> = r
+                    .tunnel
+                    .iter()
+                    .cloned()
+                    .chain(r.tunnels.iter().flatten().cloned())
+                    .collect();
+                if names.is_empty() {
+                    errs.add(
+                        &at("action"),
+                        format!("{who}: action \"tunnel\" needs tunnel = \"NAME\" or tunnels = [..]"),
+                    );
+                }
+                tunnel_refs.push((si, names));
                 Action::Sink
             }
             other => {
@@ -822,10 +1065,10 @@ fn validate_services(
                 Action::Sink
             }
         };
-        if r.tunnel.is_some() || r.tunnels.is_some() {
+        if (r.tunnel.is_some() || r.tunnels.is_some()) && r.action != "tunnel" {
             errs.add(
                 &at("action"),
-                format!("{who}: tunnel/tunnels need action = \"tunnel\" and GRE tunnels, not available yet"),
+                format!("{who}: tunnel/tunnels are only for action = \"tunnel\""),
             );
         }
         out.push(ServiceConfig {
@@ -842,7 +1085,7 @@ fn validate_services(
             cost_ns: r.cost_ns.unwrap_or(0),
         });
     }
-    out
+    (out, tunnel_refs)
 }
 
 fn parse_hex_key(text: &str) -> Option<[u8; 40]> {
@@ -932,7 +1175,7 @@ impl Config {
                 Some(o) if o != s => {
                     let mut what = Vec::new();
                     if o.action != s.action {
-                        what.push(format!("action {} -> {}", o.action.name(), s.action.name()));
+                        what.push(format!("action {:?} -> {:?}", o.action, s.action));
                     }
                     if o.ports != s.ports || o.protocol != s.protocol || o.addresses != s.addresses {
                         what.push("listen ports/addresses".to_string());
@@ -1189,6 +1432,65 @@ workers = [1]
         assert_eq!(e[0].key, "flow_limit.lcores[0]");
         let c = parse(&format!("{GOOD}\n[flow_limit]\nenabled = false\n"), "t.toml").unwrap();
         assert_eq!(c.flow_limit.for_slot(0), None);
+    }
+
+    fn tunnel(name: &str, out: &str) -> String {
+        format!("\n[[tunnel]]\nname = \"{name}\"\nlocal = \"192.0.2.1\"\nremote = \"198.51.100.2\"\n{out}\n")
+    }
+
+    #[test]
+    fn tunnels_nest_to_depth_three_and_loops_are_refused() {
+        let port = "port = \"net_null0\"\nnext_hop_mac = \"02:00:00:00:00:fe\"";
+        let ok = format!(
+            "{GOOD}{}{}{}",
+            tunnel("a", port),
+            tunnel("b", "via = \"a\""),
+            tunnel("c", "via = \"b\"")
+        );
+        let c = parse(&ok, "t.toml").unwrap();
+        assert_eq!(c.tunnels.iter().map(|t| t.depth).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(c.tunnels[2].via, TunnelVia::Tunnel(1));
+
+        let deep = format!("{ok}{}", tunnel("d", "via = \"c\""));
+        let e = errors(&deep);
+        assert!(
+            e.iter()
+                .any(|e| e.key == "tunnel[3].via" && e.message.contains("at most 3")),
+            "{e:?}"
+        );
+
+        let looped = format!("{GOOD}{}{}", tunnel("a", "via = \"b\""), tunnel("b", "via = \"a\""));
+        let e = errors(&looped);
+        assert!(
+            e.iter()
+                .any(|e| e.key == "tunnel[0].via" && e.message.contains("loop: a -> b -> a")),
+            "{e:?}"
+        );
+        let selfish = format!("{GOOD}{}", tunnel("a", "via = \"a\""));
+        assert!(errors(&selfish)
+            .iter()
+            .any(|e| e.message.contains("carried through itself")));
+
+        let e = errors(&format!("{GOOD}{}", tunnel("a", "port = \"nope\"")));
+        assert!(e.iter().any(|e| e.key == "tunnel[0].port"), "{e:?}");
+        assert!(e.iter().any(|e| e.key == "tunnel[0].next_hop_mac"), "{e:?}");
+        let e = errors(&format!("{GOOD}{}", tunnel("a", "")));
+        assert!(e.iter().any(|e| e.message.contains("exactly one of port")), "{e:?}");
+    }
+
+    #[test]
+    fn tunnel_actions_name_existing_tunnels() {
+        let port = "port = \"net_null0\"\nnext_hop_mac = \"02:00:00:00:00:fe\"";
+        let svc = SERVICE.replace("action = \"echo\"", "action = \"tunnel\"\ntunnels = [\"a\", \"zz\"]");
+        let e = errors(&format!("{GOOD}{}{svc}", tunnel("a", port)));
+        assert!(
+            e.iter()
+                .any(|e| e.key == "service[0].tunnels[1]" && e.message.contains("\"zz\"")),
+            "{e:?}"
+        );
+        let svc = SERVICE.replace("action = \"echo\"", "action = \"tunnel\"\ntunnel = \"a\"");
+        let c = parse(&format!("{GOOD}{}{svc}", tunnel("a", port)), "t.toml").unwrap();
+        assert_eq!(c.services[0].action, fastpath::pipeline::Action::Tunnel(vec![0]));
     }
 
     #[test]

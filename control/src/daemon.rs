@@ -30,7 +30,7 @@ pub const EXIT_DPDK: u8 = 3;
 
 /// An lcore's job, built before launch.
 enum Role {
-    Rx(RxLcore),
+    Rx(Box<RxLcore>),
     Worker(WorkerLcore),
 }
 
@@ -184,7 +184,15 @@ fn start_and_serve(
         all_stats.push(stats.clone());
         roles.push((
             lcore,
-            Role::Rx(RxLcore::new(i, rxqs, txqs, published.clone(), stats, idle, clock)),
+            Role::Rx(Box::new(RxLcore::new(
+                i,
+                rxqs,
+                txqs,
+                published.clone(),
+                stats,
+                idle,
+                clock,
+            ))),
         ));
     }
     let run_control = Arc::new(RunControl::new(all_stats.clone()));
@@ -360,6 +368,8 @@ fn control_loop(
     let mut last_change = Instant::now();
     let mut next_line = interval.map(|i| Instant::now() + i);
     let mut prev = Snapshot::take(src);
+    let mut recursion_logged = 0u64;
+    let mut last_recursion_log = Instant::now() - Duration::from_secs(2);
     let started = Instant::now();
     loop {
         std::thread::sleep(tick);
@@ -371,6 +381,17 @@ fn control_loop(
             reloader.reload("SIGHUP");
         }
         reloader.tick();
+        // Seed 004: a tunnel loop is logged, at most once a second, from here (no I/O on lcores).
+        let nested = fastpath::stats::total_outcome(&src.lcores, Outcome::GreRecursion);
+        if nested > recursion_logged && last_recursion_log.elapsed() >= Duration::from_secs(1) {
+            eprintln!(
+                "fastpathd: dead loop? {} packets nested deeper than {} tunnel headers dropped so far",
+                nested,
+                fastpath::pipeline::tunnel::MAX_DEPTH
+            );
+            recursion_logged = nested;
+            last_recursion_log = Instant::now();
+        }
         let rx = total_rx(src);
         if rx != last_rx {
             last_rx = rx;

@@ -79,6 +79,9 @@ fn family(name: &str, help: &str, ty: MetricType, samples: Vec<(Vec<(&str, Strin
     mf
 }
 
+/// Label pairs and a value, per series of a family.
+type Samples<'a> = Vec<(Vec<(&'a str, String)>, f64)>;
+
 /// The collector over [`Sources`].
 pub struct DataPlaneCollector {
     src: Arc<Sources>,
@@ -165,6 +168,41 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
     (
         "fastpath_flow_limit_dropped_total",
         "Packets shed by the flow limit, per RX lcore.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_gre_encap_total",
+        "Packets encapsulated and sent into each GRE tunnel.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_gre_decap_total",
+        "Packets decapsulated from each GRE tunnel.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_gre_seq_dropped_total",
+        "Packets of a sequence tunnel dropped by the RFC 2890 receive rule.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_gre_too_big_total",
+        "Packets too big for the tunnel path after encapsulation.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_gre_handoff_total",
+        "Packets handed to a sequence tunnel's owning worker by another lcore.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_gre_tx_full_total",
+        "Encapsulated packets a TX queue refused.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_gre_recursion_dropped_total",
+        "Packets nested in more tunnel headers than the recursion limit (3).",
         MetricType::COUNTER,
     ),
     (
@@ -340,9 +378,36 @@ impl Collector for DataPlaneCollector {
                 )
             })
             .collect();
+        let mut gre: [Samples; 6] = Default::default();
+        for t in &tables.tunnels {
+            let lb = vec![("tunnel", t.name.clone())];
+            let c = &t.counters;
+            for (i, v) in [
+                c.sum(|x| &x.encap),
+                c.sum(|x| &x.decap),
+                c.sum(|x| &x.seq_dropped),
+                c.sum(|x| &x.too_big),
+                c.sum(|x| &x.handed_off),
+                c.sum(|x| &x.tx_full),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                gre[i].push((lb.clone(), v as f64));
+            }
+        }
+        let recursion = vec![(vec![], outcomes[Outcome::GreRecursion.index()] as f64)];
+        let [g0, g1, g2, g3, g4, g5] = gre;
         let mut values = values;
         values.extend([
             flow_limited,
+            g0,
+            g1,
+            g2,
+            g3,
+            g4,
+            g5,
+            recursion,
             depth,
             capacity,
             pressure,

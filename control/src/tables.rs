@@ -8,8 +8,9 @@
 
 use crate::config::Config;
 use fastpath::dpdk::MbufRing;
+use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
 use fastpath::pipeline::{Group, PortAddrs, Service, ServiceTable, Tables};
-use fastpath::socket::{Socket, SocketCounters};
+use fastpath::socket::{PacketQueue, Socket, SocketCounters};
 use fastpath::wire::{EthernetAddress, Toeplitz};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,7 +31,12 @@ pub struct TableBuilder {
     workers: usize,
     sockets: HashMap<(String, usize), Arc<Socket>>,
     counters: HashMap<(String, usize), Arc<SocketCounters>>,
+    tunnel_counters: HashMap<String, Arc<TunnelCounters>>,
+    handoff: HashMap<String, Arc<dyn PacketQueue>>,
 }
+
+/// Packets a sequence tunnel's hand-off ring holds.
+pub const HANDOFF_CAPACITY: usize = 4096;
 
 /// The worker slot that drains socket `index` of `service`: stable across reloads (it depends
 /// only on the name and the index), spread over the workers.
@@ -52,6 +58,8 @@ impl TableBuilder {
             workers,
             sockets: HashMap::new(),
             counters: HashMap::new(),
+            tunnel_counters: HashMap::new(),
+            handoff: HashMap::new(),
         }
     }
 
@@ -107,7 +115,7 @@ impl TableBuilder {
                     rollover: s.rollover,
                     huge_flows: s.huge_flows,
                 },
-                action: s.action,
+                action: s.action.clone(),
                 cost_ns: s.cost_ns,
             };
             services.push((svc, s.ports.clone()));
@@ -115,6 +123,59 @@ impl TableBuilder {
         // Only the new generation's sockets stay reachable from here; counters of removed
         // sockets are kept so a service that comes back continues its series.
         self.sockets = kept;
+        let mut tunnels = Vec::new();
+        let mut handoff = HashMap::new();
+        for t in &cfg.tunnels {
+            let out = match &t.via {
+                crate::config::TunnelVia::Port(pi, next_hop) => {
+                    let opened = &self.ports[*pi];
+                    let pc = &cfg.ports[*pi];
+                    TunnelOut::Port {
+                        port: opened.id,
+                        src_mac: pc.mac.unwrap_or(opened.mac),
+                        dst_mac: *next_hop,
+                        mtu: pc.mtu.unwrap_or(1500),
+                    }
+                }
+                crate::config::TunnelVia::Tunnel(i) => TunnelOut::Via(*i),
+            };
+            let counters = self
+                .tunnel_counters
+                .entry(t.name.clone())
+                .or_insert_with(|| Arc::new(TunnelCounters::new(self.rx_lcores, self.workers)))
+                .clone();
+            let ring = if t.sequence {
+                let r = match self.handoff.get(&t.name) {
+                    Some(r) => r.clone(),
+                    None => {
+                        let r: Arc<dyn PacketQueue> = Arc::new(
+                            MbufRing::new(HANDOFF_CAPACITY)
+                                .map_err(|e| format!("tunnel {:?} hand-off ring: {e}", t.name))?,
+                        );
+                        r
+                    }
+                };
+                handoff.insert(t.name.clone(), r.clone());
+                Some(r)
+            } else {
+                None
+            };
+            tunnels.push(Tunnel {
+                name: t.name.clone(),
+                local: t.local,
+                remote: t.remote,
+                key: t.key,
+                sequence: t.sequence,
+                checksum: t.checksum,
+                ttl: t.ttl,
+                out,
+                depth: t.depth,
+                owner: worker_for(&t.name, 0, self.workers),
+                counters,
+                handoff: ring,
+            });
+        }
+        self.handoff = handoff;
         Ok(Tables {
             generation,
             ports: addrs,
@@ -122,6 +183,7 @@ impl TableBuilder {
             services: ServiceTable::new(services),
             sockets,
             flow_limit: cfg.flow_limit.clone(),
+            tunnels,
         })
     }
 }

@@ -207,8 +207,11 @@ impl Daemon {
         loop {
             let text = d.log_text();
             if let Some(i) = text.find("metrics on http://") {
+                // The line may still be half written.
                 let rest = &text[i + "metrics on http://".len()..];
-                d.metrics = Some(rest[..rest.find("/metrics").unwrap()].parse().unwrap());
+                if let Some(end) = rest.find("/metrics") {
+                    d.metrics = Some(rest[..end].parse().unwrap());
+                }
             }
             if text.contains("fastpathd: running") {
                 return d;

@@ -271,7 +271,10 @@ mod tests {
                 "unhandled--ipv6-first-fragment",
                 v6_frame(them6, me6, IpProtocol::Ipv6Frag, &frag6, 64, &udp_bytes(1, 7, &[0; 8])),
             ),
-            ("unhandled--ipv4-gre", v4_frame(them, me, IpProtocol::Gre, &[], 0, &gre)),
+            (
+                "gre_unknown_tunnel--ipv4-gre",
+                v4_frame(them, me, IpProtocol::Gre, &[], 0, &gre),
+            ),
             (
                 "not_local--ipv6-udp",
                 v6_frame(them6, them6, IpProtocol::Udp, &[], 64, &udp_bytes(1, 7, b"")),

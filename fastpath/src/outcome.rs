@@ -41,11 +41,19 @@ pub enum Outcome {
     NoService,
     /// Shed by the flow limit: its socket was at least half full and its flow dominated.
     FlowLimited,
+    /// GRE to a local address that matches no configured tunnel (remote, local, key).
+    GreUnknownTunnel,
+    /// GRE with a wrong checksum.
+    GreBadChecksum,
+    /// GRE older than the last accepted packet of a sequence tunnel (RFC 2890 §2.2).
+    GreSeqDropped,
+    /// Nested deeper than the tunnel recursion limit.
+    GreRecursion,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 15] = [
+    pub const ALL: [Outcome; 19] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -61,6 +69,10 @@ impl Outcome {
         Outcome::SocketFull,
         Outcome::NoService,
         Outcome::FlowLimited,
+        Outcome::GreUnknownTunnel,
+        Outcome::GreBadChecksum,
+        Outcome::GreSeqDropped,
+        Outcome::GreRecursion,
     ];
     /// Number of outcomes.
     pub const COUNT: usize = Self::ALL.len();
@@ -89,6 +101,10 @@ impl Outcome {
             Outcome::SocketFull => "socket_full",
             Outcome::NoService => "no_service",
             Outcome::FlowLimited => "flow_limited",
+            Outcome::GreUnknownTunnel => "gre_unknown_tunnel",
+            Outcome::GreBadChecksum => "gre_bad_checksum",
+            Outcome::GreSeqDropped => "gre_seq_dropped",
+            Outcome::GreRecursion => "gre_recursion",
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod flow_limit;
 pub(crate) mod ndp;
 pub mod parse;
 pub mod service;
+pub mod tunnel;
 
 pub use fanout::{Choice, FanoutMode, FanoutState, Group};
 pub use parse::{FragmentInfo, IpVersion, Parsed};
@@ -40,6 +41,14 @@ pub enum Verdict {
     /// The packet was rewritten in place into an answer: send it out of the port it came in
     /// on, then count the outcome (or [`Outcome::TxFull`] if the queue refuses it).
     Transmit(Outcome),
+    /// The packet was rewritten into an answer for another port (e.g. into a tunnel): send it
+    /// out of `port`, then count `outcome` (or [`Outcome::TxFull`]).
+    TransmitOn {
+        /// DPDK port id.
+        port: u16,
+        /// The outcome once sent.
+        outcome: Outcome,
+    },
     /// Hand the packet to this socket (index into [`Tables::sockets`]); it is staged and
     /// enqueued at the end of the burst: outcome `delivered`, or `socket_full` if the ring
     /// refuses it.
@@ -50,7 +59,7 @@ impl Verdict {
     /// The outcome the verdict carries.
     pub fn outcome(self) -> Outcome {
         match self {
-            Verdict::Drop(o) | Verdict::Transmit(o) => o,
+            Verdict::Drop(o) | Verdict::Transmit(o) | Verdict::TransmitOn { outcome: o, .. } => o,
             Verdict::Deliver(_) => Outcome::Delivered,
         }
     }
@@ -116,6 +125,24 @@ pub struct Tables {
     pub sockets: Vec<Arc<Socket>>,
     /// Flow-limit shedding.
     pub flow_limit: flow_limit::FlowLimitConfig,
+    /// GRE tunnels.
+    pub tunnels: Vec<tunnel::Tunnel>,
+}
+
+/// One pass of the pipeline over a frame.
+enum Step {
+    Done(Verdict),
+    /// A tunnel header was stripped: the inner packet goes through again.
+    Decapsulated(usize),
+}
+
+/// Whether `dst` is one of the port's own unicast addresses.
+#[inline]
+fn is_local(local: &PortAddrs, dst: IpAddr) -> bool {
+    match dst {
+        IpAddr::V4(a) => local.has_ipv4(a),
+        IpAddr::V6(a) => local.has_ipv6(&a),
+    }
 }
 
 /// One lcore's pipeline: the current generation's shared tables plus the lcore's own mutable
@@ -124,6 +151,10 @@ pub struct Tables {
 pub struct Pipeline {
     tables: Arc<Tables>,
     fanout: FanoutState,
+    /// Per tunnel: the last sequence number accepted on this lcore (RFC 2890 §2.2).
+    gre_seq: Vec<Option<u32>>,
+    /// Identification for the outer IPv4 headers this lcore builds.
+    ident: u16,
 }
 
 impl Pipeline {
@@ -131,7 +162,13 @@ impl Pipeline {
     pub fn new(tables: Arc<Tables>, slot: usize) -> Self {
         let mut fanout = FanoutState::new(tables.sockets.len(), slot, 0x9e37_79b9_7f4a_7c15 ^ slot as u64);
         fanout.flow_limit = tables.flow_limit.for_slot(slot).map(flow_limit::FlowLimit::new);
-        Pipeline { tables, fanout }
+        let gre_seq = vec![None; tables.tunnels.len()];
+        Pipeline {
+            tables,
+            fanout,
+            gre_seq,
+            ident: (slot as u16).wrapping_mul(0x3779),
+        }
     }
 
     /// Adopts a new generation. Called by the owning lcore at a quiescent point (between
@@ -149,7 +186,17 @@ impl Pipeline {
             (Some(t), Some(len)) if t.table_len() == len => Some(t),
             _ => None,
         };
+        // A tunnel that stays keeps its receive sequence state.
+        let seq: Vec<Option<u32>> = tables
+            .tunnels
+            .iter()
+            .map(|t| {
+                let old = self.tables.tunnels.iter().position(|o| o.name == t.name);
+                old.and_then(|i| self.gre_seq.get(i).copied().flatten())
+            })
+            .collect();
         *self = Pipeline::new(tables, slot);
+        self.gre_seq = seq;
         if keep.is_some() {
             self.fanout.flow_limit = keep;
         }
@@ -203,32 +250,70 @@ impl Pipeline {
     }
 
     /// Runs every stage on one packet received on `port`.
-    pub fn process<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, _now: Instant) -> Verdict {
+    pub fn process<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Verdict {
+        let mut via = None;
+        let mut depth = 0;
+        loop {
+            match self.process_once(port, pkt, now, depth) {
+                Step::Done(v) => return self.answer_through(v, via, pkt),
+                Step::Decapsulated(t) => {
+                    via = Some(t);
+                    depth += 1;
+                }
+            }
+        }
+    }
+
+    /// An answer to a packet that came through a tunnel goes back through it (a sequence
+    /// tunnel's numbers belong to its owning worker, so answers from RX lcores leave plain).
+    fn answer_through<B: PacketBuf>(&mut self, v: Verdict, via: Option<usize>, pkt: &mut B) -> Verdict {
+        let (Verdict::Transmit(o), Some(t)) = (v, via) else {
+            return v;
+        };
+        let tunnels = &self.tables.tunnels;
+        if tunnels[t].sequence {
+            return v;
+        }
+        self.ident = self.ident.wrapping_add(1);
+        match tunnel::encapsulate(pkt, tunnels, t, None, self.ident) {
+            Ok(port) => {
+                tunnels[t].counters.rx[self.fanout.slot].encap.inc();
+                Verdict::TransmitOn { port, outcome: o }
+            }
+            Err(_) => {
+                tunnels[t].counters.rx[self.fanout.slot].too_big.inc();
+                v
+            }
+        }
+    }
+
+    /// One pass over a frame: a verdict, or "decapsulated, run me again".
+    fn process_once<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, _now: Instant, depth: usize) -> Step {
         let Some(local) = self.tables.ports.get(port as usize) else {
-            return Verdict::Drop(Outcome::Unhandled);
+            return Step::Done(Verdict::Drop(Outcome::Unhandled));
         };
         let frame = match EthernetFrame::new_checked(pkt.data()) {
             Ok(f) => f,
-            Err(wire::Error::Unsupported) => return Verdict::Drop(Outcome::Unhandled),
-            Err(_) => return Verdict::Drop(Outcome::Malformed),
+            Err(wire::Error::Unsupported) => return Step::Done(Verdict::Drop(Outcome::Unhandled)),
+            Err(_) => return Step::Done(Verdict::Drop(Outcome::Malformed)),
         };
         let dst = frame.dst_addr();
         if !dst.is_multicast() && dst != local.mac {
-            return Verdict::Drop(Outcome::NotForUs);
+            return Step::Done(Verdict::Drop(Outcome::NotForUs));
         }
         if !frame.src_addr().is_unicast() {
             // RFC 1122 §3.3.6 / IEEE 802: a group address is never a valid source.
-            return Verdict::Drop(Outcome::Malformed);
+            return Step::Done(Verdict::Drop(Outcome::Malformed));
         }
         let l3 = frame.header_len();
         let parsed = match frame.ethertype() {
-            EtherType::Arp => return arp::answer(local, pkt.data_mut(), l3),
+            EtherType::Arp if depth == 0 => return Step::Done(arp::answer(local, pkt.data_mut(), l3)),
             EtherType::Ipv4 | EtherType::Ipv6 => match Parsed::parse_ip(&frame, &self.tables.hasher, pkt.rss_hash()) {
                 Ok(p) => p,
-                Err(wire::Error::Unsupported) => return Verdict::Drop(Outcome::Unhandled),
-                Err(_) => return Verdict::Drop(Outcome::Malformed),
+                Err(wire::Error::Unsupported) => return Step::Done(Verdict::Drop(Outcome::Unhandled)),
+                Err(_) => return Step::Done(Verdict::Drop(Outcome::Malformed)),
             },
-            _ => return Verdict::Drop(Outcome::Unhandled),
+            _ => return Step::Done(Verdict::Drop(Outcome::Unhandled)),
         };
         // Link-layer padding past the IP datagram is not part of it: drop it so every later
         // stage (and every answer built in place) sees the datagram only.
@@ -236,11 +321,44 @@ impl Pipeline {
         if pkt.len() > end {
             let _trimmed = pkt.trim(pkt.len() - end);
         }
+        if parsed.protocol == IpProtocol::Gre && parsed.fragment.is_none() && is_local(local, parsed.dst) {
+            return self.decapsulate(pkt, &parsed, depth);
+        }
         let v = local_delivery(local, &parsed, pkt);
         if v != Verdict::Drop(Outcome::NoService) {
-            return v;
+            return Step::Done(v);
         }
-        self.service_socket(&parsed)
+        Step::Done(self.service_socket(&parsed))
+    }
+
+    /// GRE to a local address: strip it if a tunnel matches (see [`tunnel::decapsulate`]).
+    fn decapsulate<B: PacketBuf>(&mut self, pkt: &mut B, p: &Parsed, depth: usize) -> Step {
+        if !tunnel::may_nest(depth) {
+            return Step::Done(Verdict::Drop(Outcome::GreRecursion));
+        }
+        let t = &self.tables.tunnels;
+        let slot = self.fanout.slot;
+        match tunnel::decapsulate(
+            pkt,
+            p.l3_offset as usize,
+            p.l4_offset as usize,
+            p.src,
+            p.dst,
+            t,
+            &mut self.gre_seq,
+        ) {
+            tunnel::Decap::Inner { tunnel } => {
+                t[tunnel].counters.rx[slot].decap.inc();
+                Step::Decapsulated(tunnel)
+            }
+            tunnel::Decap::Unknown => Step::Done(Verdict::Drop(Outcome::GreUnknownTunnel)),
+            tunnel::Decap::BadChecksum => Step::Done(Verdict::Drop(Outcome::GreBadChecksum)),
+            tunnel::Decap::SeqOld { tunnel } => {
+                t[tunnel].counters.rx[slot].seq_dropped.inc();
+                Step::Done(Verdict::Drop(Outcome::GreSeqDropped))
+            }
+            tunnel::Decap::Malformed => Step::Done(Verdict::Drop(Outcome::Malformed)),
+        }
     }
 
     /// A UDP or TCP packet for a local address: its service's socket, or `no_service`.

@@ -6,21 +6,25 @@ use crate::wire::{EthernetFrame, IpProtocol, Ipv4Packet, Ipv6Packet, UdpPacket};
 use std::net::IpAddr;
 
 /// What a service's workers do with each packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// A UDP echo server: send the datagram back to its sender (the server of the seeds'
     /// experiments).
     Echo,
     /// Count and free.
     Sink,
+    /// Send each packet to a backend through one of these tunnels (indices into
+    /// [`super::Tables::tunnels`]), chosen by flow hash.
+    Tunnel(Vec<usize>),
 }
 
 impl Action {
     /// The config name.
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             Action::Echo => "echo",
             Action::Sink => "sink",
+            Action::Tunnel(_) => "tunnel",
         }
     }
 }
@@ -198,6 +202,7 @@ mod tests {
             services: ServiceTable::new(vec![(svc, vec![7, 5353])]),
             sockets,
             flow_limit: Default::default(),
+            tunnels: vec![],
         };
         Pipeline::new(Arc::new(tables), 0)
     }

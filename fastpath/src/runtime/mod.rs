@@ -14,7 +14,7 @@ use crate::buf::PacketBuf;
 use crate::dpdk::{eal, Mbuf, MbufRing, RxQueue, TxQueue};
 use crate::generation::Published;
 use crate::outcome::Outcome;
-use crate::pipeline::{service, Action, Instant, Pipeline, Tables, Verdict};
+use crate::pipeline::{service, tunnel, Action, Instant, Pipeline, Tables, Verdict};
 use crate::socket::Socket;
 use crate::stats::LcoreStats;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -229,27 +229,34 @@ impl RxLcore {
                         drops.push(m);
                         continue;
                     }
-                    match self.pipeline.process(port, &mut m, now) {
+                    let v = self.pipeline.process(port, &mut m, now);
+                    let out_port = match v {
+                        Verdict::TransmitOn { port: p, .. } => p,
+                        _ => port,
+                    };
+                    match v {
                         Verdict::Drop(o) => {
                             self.stats.outcome(o);
                             drops.push(m);
                         }
-                        Verdict::Transmit(o) => match self.tx.get_mut(port as usize) {
-                            Some(Some(b)) => {
-                                b.pkts.push(m);
-                                b.tags.push(o);
-                                if b.pkts.len() == BURST {
-                                    let stats = &self.stats;
-                                    b.flush(stats, &mut drops, |o, sent| {
-                                        stats.outcome(if sent { o } else { Outcome::TxFull })
-                                    });
+                        Verdict::Transmit(o) | Verdict::TransmitOn { outcome: o, .. } => {
+                            match self.tx.get_mut(out_port as usize) {
+                                Some(Some(b)) => {
+                                    b.pkts.push(m);
+                                    b.tags.push(o);
+                                    if b.pkts.len() == BURST {
+                                        let stats = &self.stats;
+                                        b.flush(stats, &mut drops, |o, sent| {
+                                            stats.outcome(if sent { o } else { Outcome::TxFull })
+                                        });
+                                    }
+                                }
+                                _ => {
+                                    self.stats.outcome(Outcome::TxFull);
+                                    drops.push(m);
                                 }
                             }
-                            _ => {
-                                self.stats.outcome(Outcome::TxFull);
-                                drops.push(m);
-                            }
-                        },
+                        }
                         Verdict::Deliver(s) => self.staged[s].push(m),
                     }
                     if drops.len() == BURST {
@@ -310,30 +317,6 @@ impl RxLcore {
     }
 }
 
-/// The sockets worker `slot` drains in `t`.
-fn sockets_of(slot: usize, t: &Tables, tsc_hz: u64) -> Vec<Drained> {
-    let mut out = Vec::new();
-    for svc in t.services.services() {
-        let cost_cycles = (svc.cost_ns as u128 * tsc_hz as u128 / 1_000_000_000) as u64;
-        for &i in &svc.group.sockets {
-            let s = &t.sockets[i];
-            if s.worker == slot {
-                out.push(Drained {
-                    socket: s.clone(),
-                    action: svc.action,
-                    cost_cycles,
-                    retired_at: None,
-                });
-            }
-        }
-    }
-    out
-}
-
-fn staging(t: &Tables) -> Vec<Vec<Mbuf>> {
-    (0..t.sockets.len()).map(|_| Vec::with_capacity(BURST)).collect()
-}
-
 /// A socket a worker drains, with the action to run on its packets.
 struct Drained {
     socket: Arc<Socket>,
@@ -345,15 +328,34 @@ struct Drained {
     retired_at: Option<u64>,
 }
 
+/// What a worker's TX packet is counted against once sent (or refused).
+#[derive(Clone, Copy, Debug)]
+enum Tag {
+    /// An echo reply, counted on the socket at this index of the work list.
+    Echo(u32),
+    /// An encapsulated packet of this tunnel (index in the current tables).
+    Tunnel(u32),
+}
+
 /// A worker lcore: drains the service sockets assigned to its slot and runs their actions,
-/// sending on its own TX queue of each port.
+/// sending on its own TX queue of each port; owns the sequence tunnels assigned to its slot.
 pub struct WorkerLcore {
     slot: usize,
     tsc_hz: u64,
-    tx: Vec<Option<TxBatch<u32>>>,
+    tx: Vec<Option<TxBatch<Tag>>>,
     published: Arc<Published>,
     stats: Arc<LcoreStats>,
     idle: IdlePolicy,
+}
+
+/// Per-generation worker state that depends on the tables.
+struct WorkerTables {
+    tables: Arc<Tables>,
+    work: Vec<Drained>,
+    /// Per tunnel: packets staged for the tunnel's owner (sequence tunnels).
+    handoff: Vec<Vec<Mbuf>>,
+    /// Sequence tunnels this worker owns.
+    owned: Vec<usize>,
 }
 
 impl WorkerLcore {
@@ -377,28 +379,53 @@ impl WorkerLcore {
         }
     }
 
+    fn tables_for(&self, t: Arc<Tables>, retired: Vec<Drained>) -> WorkerTables {
+        let mut work = retired;
+        work.extend(sockets_of(self.slot, &t, self.tsc_hz));
+        let handoff = (0..t.tunnels.len()).map(|_| Vec::new()).collect();
+        let owned = t
+            .tunnels
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| x.sequence && x.owner == self.slot)
+            .map(|(i, _)| i)
+            .collect();
+        WorkerTables {
+            tables: t,
+            work,
+            handoff,
+            owned,
+        }
+    }
+
     /// Runs until a stop is requested, every RX lcore has stopped and its sockets are empty.
     pub fn run(self, control: &RunControl) {
-        let mut tables = self.published.current();
-        self.stats.set_generation(tables.generation);
-        let mut work: Vec<Drained> = sockets_of(self.slot, &tables, self.tsc_hz);
-        let mut tx = self.tx;
+        let first = self.published.current();
+        self.stats.set_generation(first.generation);
+        let mut w = self.tables_for(first, Vec::new());
+        let mut tx = std::mem::take(&mut { self.tx });
+        let me = WorkerLcore { tx: Vec::new(), ..self };
         let mut buf: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut drops: Vec<Mbuf> = Vec::with_capacity(BURST);
+        // Next sequence number of each owned sequence tunnel, by name (kept across reloads).
+        let mut next_seq: std::collections::HashMap<String, u32> = Default::default();
+        let mut ident: u16 = (me.slot as u16).wrapping_mul(0x9e37).wrapping_add(0x5555);
         let mut empty_in_a_row = 0u32;
         loop {
             // Read before draining: if RX had already stopped, an empty pass means truly empty.
             let finishing = control.stop_requested() && control.rx_all_exited();
             let t0 = eal::rdtsc();
             let mut got = 0usize;
-            for (wi, d) in work.iter().enumerate() {
+            let tables = w.tables.clone();
+            for wi in 0..w.work.len() {
+                let d = &w.work[wi];
                 let n = ring(&d.socket).dequeue(&mut buf);
                 if n == 0 {
                     d.socket.consumer_update_pressure();
                     continue;
                 }
                 got += n;
-                let c = &d.socket.counters.workers[self.slot];
+                let c = &d.socket.counters.workers[me.slot];
                 c.dequeued.add(n as u64);
                 for mut m in buf.drain(..) {
                     if d.cost_cycles > 0 {
@@ -407,7 +434,7 @@ impl WorkerLcore {
                             eal::pause();
                         }
                     }
-                    match d.action {
+                    match &d.action {
                         Action::Sink => {
                             c.sunk.inc();
                             drops.push(m);
@@ -418,12 +445,13 @@ impl WorkerLcore {
                                 drops.push(m);
                                 continue;
                             }
-                            match tx.get_mut(m.port() as usize) {
+                            let port = m.port() as usize;
+                            match tx.get_mut(port) {
                                 Some(Some(b)) => {
                                     b.pkts.push(m);
-                                    b.tags.push(wi as u32);
+                                    b.tags.push(Tag::Echo(wi as u32));
                                     if b.pkts.len() == BURST {
-                                        flush_worker(b, &self.stats, &mut drops, &work, self.slot);
+                                        flush_worker(b, &me.stats, &mut drops, &w.work, &tables, me.slot);
                                     }
                                 }
                                 _ => {
@@ -432,72 +460,220 @@ impl WorkerLcore {
                                 }
                             }
                         }
+                        Action::Tunnel(set) => {
+                            let Some(ti) = pick_tunnel(set, &tables, &m) else {
+                                c.invalid.inc();
+                                drops.push(m);
+                                continue;
+                            };
+                            let tun = &tables.tunnels[ti];
+                            if tun.sequence {
+                                // Its owner numbers and sends it, in one order (module docs).
+                                tun.counters.workers[me.slot].handed_off.inc();
+                                w.handoff[ti].push(m);
+                                continue;
+                            }
+                            ident = ident.wrapping_add(1);
+                            encap_and_queue(
+                                m, &tables, ti, None, ident, me.slot, &mut tx, &mut drops, &me.stats, &w.work,
+                            );
+                        }
                     }
                     if drops.len() == BURST {
                         Mbuf::free_bulk(&mut drops);
                     }
                 }
-                d.socket.consumer_update_pressure();
+                w.work[wi].socket.consumer_update_pressure();
+            }
+            // Hand sequence-tunnel packets to their owners, one burst per tunnel.
+            for (ti, staged) in w.handoff.iter_mut().enumerate() {
+                if staged.is_empty() {
+                    continue;
+                }
+                match tables.tunnels[ti]
+                    .handoff
+                    .as_deref()
+                    .and_then(|q| q.as_any().downcast_ref::<MbufRing>())
+                {
+                    Some(r) => {
+                        r.enqueue(staged);
+                        let refused = staged.len() as u64;
+                        tables.tunnels[ti].counters.workers[me.slot].tx_full.add(refused);
+                    }
+                    None => tables.tunnels[ti].counters.workers[me.slot]
+                        .tx_full
+                        .add(staged.len() as u64),
+                }
+                drops.append(staged);
+            }
+            // Owned sequence tunnels: number and send what everyone handed over, in ring order.
+            for &ti in &w.owned {
+                let tun = &tables.tunnels[ti];
+                let Some(r) = tun
+                    .handoff
+                    .as_deref()
+                    .and_then(|q| q.as_any().downcast_ref::<MbufRing>())
+                else {
+                    continue;
+                };
+                let n = r.dequeue(&mut buf);
+                got += n;
+                let seq = next_seq.entry(tun.name.clone()).or_insert(1);
+                for m in buf.drain(..) {
+                    let s = *seq;
+                    *seq = seq.wrapping_add(1);
+                    ident = ident.wrapping_add(1);
+                    encap_and_queue(
+                        m,
+                        &tables,
+                        ti,
+                        Some(s),
+                        ident,
+                        me.slot,
+                        &mut tx,
+                        &mut drops,
+                        &me.stats,
+                        &w.work,
+                    );
+                    if drops.len() == BURST {
+                        Mbuf::free_bulk(&mut drops);
+                    }
+                }
             }
             for b in tx.iter_mut().flatten() {
-                flush_worker(b, &self.stats, &mut drops, &work, self.slot);
+                flush_worker(b, &me.stats, &mut drops, &w.work, &tables, me.slot);
             }
             Mbuf::free_bulk(&mut drops);
 
             // Sockets a reload removed: dropped once no RX lcore can still enqueue to them and
             // they are empty.
-            work.retain(|d| match d.retired_at {
+            w.work.retain(|d| match d.retired_at {
                 Some(g) => !(control.rx_all_reached(g) && d.socket.queue.is_empty()),
                 None => true,
             });
-            if let Some(t) = self.published.newer_than(tables.generation) {
-                let next = sockets_of(self.slot, &t, self.tsc_hz);
-                for d in work.iter_mut() {
+            if let Some(t) = me.published.newer_than(w.tables.generation) {
+                let next = sockets_of(me.slot, &t, me.tsc_hz);
+                let mut retired: Vec<Drained> = std::mem::take(&mut w.work);
+                for d in retired.iter_mut() {
                     if !next.iter().any(|n| Arc::ptr_eq(&n.socket, &d.socket)) && d.retired_at.is_none() {
                         d.retired_at = Some(t.generation);
                     }
                 }
-                let mut merged: Vec<Drained> = work.into_iter().filter(|d| d.retired_at.is_some()).collect();
-                merged.extend(next);
-                work = merged;
-                tables = t;
-                self.stats.set_generation(tables.generation);
+                retired.retain(|d| d.retired_at.is_some());
+                me.stats.set_generation(t.generation);
+                w = me.tables_for(t, retired);
             }
             if got == 0 {
                 if finishing {
                     break;
                 }
-                self.stats.idle_polls.inc();
+                me.stats.idle_polls.inc();
                 empty_in_a_row = empty_in_a_row.saturating_add(1);
-                self.idle.idle(empty_in_a_row);
+                me.idle.idle(empty_in_a_row);
             } else {
-                self.stats.busy_polls.inc();
-                self.stats.busy_cycles.add(eal::rdtsc().wrapping_sub(t0));
+                me.stats.busy_polls.inc();
+                me.stats.busy_cycles.add(eal::rdtsc().wrapping_sub(t0));
                 empty_in_a_row = 0;
             }
         }
     }
 }
 
+/// The tunnel of `set` for this packet's flow (hash of the inner packet), if it is IP.
+fn pick_tunnel(set: &[usize], t: &Tables, m: &Mbuf) -> Option<usize> {
+    if set.is_empty() {
+        return None;
+    }
+    let p = crate::pipeline::Parsed::parse(m.data(), &t.hasher, m.rss_hash()).ok()?;
+    Some(set[((p.hash as u64 * set.len() as u64) >> 32) as usize])
+}
+
+/// Encapsulates `m` in tunnel `ti` and queues it on this worker's TX queue of the tunnel's port.
+#[allow(clippy::too_many_arguments)]
 #[inline]
-fn flush_worker(b: &mut TxBatch<u32>, stats: &LcoreStats, drops: &mut Vec<Mbuf>, work: &[Drained], slot: usize) {
-    b.flush(stats, drops, |wi, sent| {
-        let c = &work[wi as usize].socket.counters.workers[slot];
-        if sent {
-            c.echoed.inc()
-        } else {
-            c.tx_full.inc()
+fn encap_and_queue(
+    mut m: Mbuf,
+    tables: &Tables,
+    ti: usize,
+    seq: Option<u32>,
+    ident: u16,
+    slot: usize,
+    tx: &mut [Option<TxBatch<Tag>>],
+    drops: &mut Vec<Mbuf>,
+    stats: &LcoreStats,
+    work: &[Drained],
+) {
+    let c = &tables.tunnels[ti].counters.workers[slot];
+    match tunnel::encapsulate(&mut m, &tables.tunnels, ti, seq, ident) {
+        Ok(port) => match tx.get_mut(port as usize) {
+            Some(Some(b)) => {
+                b.pkts.push(m);
+                b.tags.push(Tag::Tunnel(ti as u32));
+                if b.pkts.len() == BURST {
+                    flush_worker(b, stats, drops, work, tables, slot);
+                }
+            }
+            _ => {
+                c.tx_full.inc();
+                drops.push(m);
+            }
+        },
+        Err(_) => {
+            c.too_big.inc();
+            drops.push(m);
+        }
+    }
+}
+
+#[inline]
+fn flush_worker(
+    b: &mut TxBatch<Tag>,
+    stats: &LcoreStats,
+    drops: &mut Vec<Mbuf>,
+    work: &[Drained],
+    tables: &Tables,
+    slot: usize,
+) {
+    b.flush(stats, drops, |tag, sent| match tag {
+        Tag::Echo(wi) => {
+            let c = &work[wi as usize].socket.counters.workers[slot];
+            if sent {
+                c.echoed.inc()
+            } else {
+                c.tx_full.inc()
+            }
+        }
+        Tag::Tunnel(ti) => {
+            let c = &tables.tunnels[ti as usize].counters.workers[slot];
+            if sent {
+                c.encap.inc()
+            } else {
+                c.tx_full.inc()
+            }
         }
     });
 }
 
-/// The action of every socket of `t`, by global socket index.
-pub fn socket_actions(t: &Tables) -> Vec<Action> {
-    let mut out = vec![Action::Sink; t.sockets.len()];
+/// The sockets worker `slot` drains in `t`.
+fn sockets_of(slot: usize, t: &Tables, tsc_hz: u64) -> Vec<Drained> {
+    let mut out = Vec::new();
     for svc in t.services.services() {
-        for &s in &svc.group.sockets {
-            out[s] = svc.action;
+        let cost_cycles = (svc.cost_ns as u128 * tsc_hz as u128 / 1_000_000_000) as u64;
+        for &i in &svc.group.sockets {
+            let s = &t.sockets[i];
+            if s.worker == slot {
+                out.push(Drained {
+                    socket: s.clone(),
+                    action: svc.action.clone(),
+                    cost_cycles,
+                    retired_at: None,
+                });
+            }
         }
     }
     out
+}
+
+fn staging(t: &Tables) -> Vec<Vec<Mbuf>> {
+    (0..t.sockets.len()).map(|_| Vec::with_capacity(BURST)).collect()
 }

@@ -1,0 +1,749 @@
+//! GRE tunnels (RFC 2784, RFC 2890; seed 004 "lockless GRE transmit").
+//!
+//! - Decapsulation runs on RX lcores: GRE to a local address from a configured tunnel's remote
+//!   (with the tunnel's key, if it has one) is stripped and the inner packet goes through the
+//!   pipeline again; the per-tunnel receive sequence state (RFC 2890 §2.2) is RX-lcore local,
+//!   which is exact because a tunnel's packets share one outer address pair and so one RSS hash.
+//! - Encapsulation runs on worker lcores, each on its own TX queue with its own counters: no
+//!   lock and no shared write per packet (the seed's LLTX). Tunnels with `sequence = true` are
+//!   the exception the seed names: an atomic counter would hand out numbers in order but two
+//!   lcores would still put them on the wire in another order (each through its own queue, at
+//!   its own time), and the receiver drops every packet that arrives after a higher number. So
+//!   such a tunnel has one owning worker; the others hand it their packets through a ring, and
+//!   the owner numbers and sends them in one order.
+//! - Nesting: a tunnel may be carried by another (`via`) to a depth of [`MAX_DEPTH`]; deeper
+//!   chains and loops are refused when the config loads, and at run time a packet nested deeper
+//!   (GRE in GRE in GRE ... on receive) is dropped and counted.
+
+use crate::buf::PacketBuf;
+use crate::stats::Counter;
+use crate::wire::{
+    ethernet, gre::GreRepr, EtherType, EthernetAddress, EthernetFrame, GrePacket, IpProtocol, Ipv4Packet, Ipv6Packet,
+};
+use std::net::IpAddr;
+
+/// Most tunnel headers around one packet (the kernel's recursion limit for tunnels).
+pub const MAX_DEPTH: usize = 3;
+
+/// How a tunnel's packets leave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TunnelOut {
+    /// Out of a port, to a next hop.
+    Port {
+        /// DPDK port id.
+        port: u16,
+        /// Our MAC on that port.
+        src_mac: EthernetAddress,
+        /// The next hop's MAC.
+        dst_mac: EthernetAddress,
+        /// The port's MTU (IP bytes).
+        mtu: u16,
+    },
+    /// Through another tunnel (index into the tunnel table).
+    Via(usize),
+}
+
+/// Counters one lcore keeps for one tunnel.
+#[derive(Default, Debug)]
+#[repr(align(64))]
+pub struct TunnelLcoreCounters {
+    /// Packets decapsulated.
+    pub decap: Counter,
+    /// Packets dropped by the sequence receive rule.
+    pub seq_dropped: Counter,
+    /// Packets encapsulated.
+    pub encap: Counter,
+    /// Packets too big for the path after encapsulation.
+    pub too_big: Counter,
+    /// Packets handed to the tunnel's owning worker (sequence tunnels).
+    pub handed_off: Counter,
+    /// Encapsulated packets the lcore's TX queue refused.
+    pub tx_full: Counter,
+}
+
+/// Counters of one tunnel, one slot per lcore; kept across reloads by name.
+#[derive(Debug)]
+pub struct TunnelCounters {
+    /// By RX lcore slot.
+    pub rx: Box<[TunnelLcoreCounters]>,
+    /// By worker slot.
+    pub workers: Box<[TunnelLcoreCounters]>,
+}
+
+impl TunnelCounters {
+    /// Zeroed counters.
+    pub fn new(rx: usize, workers: usize) -> Self {
+        TunnelCounters {
+            rx: (0..rx).map(|_| Default::default()).collect(),
+            workers: (0..workers).map(|_| Default::default()).collect(),
+        }
+    }
+    /// Sum over every slot.
+    pub fn sum(&self, f: impl Fn(&TunnelLcoreCounters) -> &Counter) -> u64 {
+        self.rx.iter().chain(self.workers.iter()).map(|c| f(c).get()).sum()
+    }
+}
+
+/// One configured tunnel.
+#[derive(Clone)]
+pub struct Tunnel {
+    /// Name (the `tunnel` label).
+    pub name: String,
+    /// Our underlay address.
+    pub local: IpAddr,
+    /// The far end's underlay address.
+    pub remote: IpAddr,
+    /// GRE key (RFC 2890 §2.1), if any.
+    pub key: Option<u32>,
+    /// Sequence numbers on (RFC 2890 §2.2).
+    pub sequence: bool,
+    /// GRE checksum on (RFC 2784 §2.5).
+    pub checksum: bool,
+    /// Outer TTL / hop limit.
+    pub ttl: u8,
+    /// Where encapsulated packets go.
+    pub out: TunnelOut,
+    /// Tunnel headers this tunnel puts around a packet, itself included (1 = straight to a port).
+    pub depth: usize,
+    /// The worker slot that owns a sequence tunnel.
+    pub owner: usize,
+    /// Counters.
+    pub counters: std::sync::Arc<TunnelCounters>,
+    /// For a sequence tunnel: the ring other lcores hand its packets to, drained by the owner.
+    pub handoff: Option<std::sync::Arc<dyn crate::socket::PacketQueue>>,
+}
+
+impl std::fmt::Debug for Tunnel {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "Tunnel({} {} -> {}, key {:?}, seq {}, depth {})",
+            self.name, self.local, self.remote, self.key, self.sequence, self.depth
+        )
+    }
+}
+
+impl Tunnel {
+    /// Bytes this tunnel alone adds (outer IP + GRE).
+    pub fn overhead(&self) -> usize {
+        let ip = if self.local.is_ipv4() { 20 } else { 40 };
+        ip + 4 + 4 * (self.checksum as usize + self.key.is_some() as usize + self.sequence as usize)
+    }
+}
+
+/// Why encapsulation did not happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncapError {
+    /// Not an IPv4/IPv6 frame.
+    NotIp,
+    /// The result would exceed the path MTU; carries the largest inner IP packet that fits.
+    TooBig(u16),
+    /// No headroom for the outer headers.
+    NoRoom,
+}
+
+/// The port, MAC addresses and MTU at the end of tunnel `t`'s chain, and the total overhead.
+pub fn path_of(tunnels: &[Tunnel], mut t: usize) -> (u16, EthernetAddress, EthernetAddress, u16, usize) {
+    let mut overhead = 0;
+    for _ in 0..=MAX_DEPTH {
+        overhead += tunnels[t].overhead();
+        match &tunnels[t].out {
+            TunnelOut::Port {
+                port,
+                src_mac,
+                dst_mac,
+                mtu,
+            } => return (*port, *src_mac, *dst_mac, *mtu, overhead),
+            TunnelOut::Via(v) => t = *v,
+        }
+    }
+    // The config refuses deeper chains; be safe anyway.
+    (
+        0,
+        EthernetAddress::default(),
+        EthernetAddress::default(),
+        0,
+        usize::MAX / 2,
+    )
+}
+
+/// Wraps the IP packet in `pkt` (an Ethernet frame, VLAN tags allowed) in tunnel `t`, and in the
+/// tunnels carrying it, in place: the result is an untagged Ethernet frame for the chain's port.
+/// `seq` is the sequence number for a sequence tunnel (its owner's). `ident` seeds outer IPv4
+/// identifications. Returns the port to send on.
+pub fn encapsulate<B: PacketBuf>(
+    pkt: &mut B,
+    tunnels: &[Tunnel],
+    t: usize,
+    seq: Option<u32>,
+    ident: u16,
+) -> Result<u16, EncapError> {
+    let (port, src_mac, dst_mac, mtu, overhead) = path_of(tunnels, t);
+    let (l2, inner_ty) = {
+        let f = EthernetFrame::new_checked(pkt.data()).map_err(|_| EncapError::NotIp)?;
+        (f.header_len(), f.ethertype())
+    };
+    if !matches!(inner_ty, EtherType::Ipv4 | EtherType::Ipv6) {
+        return Err(EncapError::NotIp);
+    }
+    let inner_len = pkt.len() - l2;
+    if inner_len + overhead > mtu as usize {
+        return Err(EncapError::TooBig(
+            (mtu as usize).saturating_sub(overhead).min(u16::MAX as usize) as u16,
+        ));
+    }
+    if !pkt.adj(l2) {
+        return Err(EncapError::NotIp);
+    }
+    let mut ty = inner_ty;
+    let mut cur = t;
+    let mut first = true;
+    loop {
+        let tun = &tunnels[cur];
+        let g = GreRepr {
+            protocol: ty,
+            checksum: tun.checksum,
+            key: tun.key,
+            sequence: if tun.sequence {
+                Some(if first { seq.unwrap_or(0) } else { 0 })
+            } else {
+                None
+            },
+        };
+        let glen = g.header_len();
+        let iplen = if tun.local.is_ipv4() { 20 } else { 40 };
+        let payload = pkt.len();
+        let Some(b) = pkt.prepend(iplen + glen) else {
+            return Err(EncapError::NoRoom);
+        };
+        g.emit(&mut b[iplen..]);
+        match (tun.local, tun.remote) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                crate::wire::ipv4::Ipv4Repr {
+                    src,
+                    dst,
+                    protocol: IpProtocol::Gre,
+                    payload_len: (glen + payload) as u16,
+                    ttl: tun.ttl,
+                    dscp_ecn: 0,
+                    ident: ident.wrapping_add(cur as u16),
+                    dont_frag: false,
+                }
+                .emit(b);
+                ty = EtherType::Ipv4;
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                crate::wire::ipv6::Ipv6Repr {
+                    src,
+                    dst,
+                    next_header: IpProtocol::Gre,
+                    payload_len: (glen + payload) as u16,
+                    hop_limit: tun.ttl,
+                }
+                .emit(b);
+                ty = EtherType::Ipv6;
+            }
+            _ => return Err(EncapError::NotIp),
+        }
+        first = false;
+        match tun.out {
+            TunnelOut::Port { .. } => break,
+            TunnelOut::Via(v) => cur = v,
+        }
+    }
+    let Some(b) = pkt.prepend(ethernet::HEADER_LEN) else {
+        return Err(EncapError::NoRoom);
+    };
+    ethernet::emit_header(b, dst_mac, src_mac, ty);
+    Ok(port)
+}
+
+/// What decapsulation found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decap {
+    /// Stripped: the frame now holds the inner packet behind the original Ethernet header.
+    Inner {
+        /// The tunnel it came through.
+        tunnel: usize,
+    },
+    /// No configured tunnel matches (remote, local, key).
+    Unknown,
+    /// The GRE checksum is wrong.
+    BadChecksum,
+    /// Older than the last accepted packet of a sequence tunnel (RFC 2890 §2.2).
+    SeqOld {
+        /// The tunnel.
+        tunnel: usize,
+    },
+    /// Not a GRE packet we can parse (version, reserved bits, truncated, unknown payload).
+    Malformed,
+}
+
+/// Strips the GRE encapsulation of the packet at `l3` (whose outer header ends at `l4`, from
+/// `src` to `dst`) if a tunnel matches. `last_seq[t]` is this lcore's receive state for tunnel t.
+pub fn decapsulate<B: PacketBuf>(
+    pkt: &mut B,
+    l3: usize,
+    l4: usize,
+    src: IpAddr,
+    dst: IpAddr,
+    tunnels: &[Tunnel],
+    last_seq: &mut [Option<u32>],
+) -> Decap {
+    let (glen, proto, key, seqno, csum_ok) = {
+        let Some(rest) = pkt.data().get(l4..) else {
+            return Decap::Malformed;
+        };
+        let Ok(g) = GrePacket::new_checked(rest) else {
+            return Decap::Malformed;
+        };
+        (
+            g.header_len(),
+            g.protocol(),
+            g.key(),
+            g.sequence(),
+            !g.checksum_present() || g.verify_checksum(),
+        )
+    };
+    if !matches!(proto, EtherType::Ipv4 | EtherType::Ipv6) {
+        return Decap::Malformed;
+    }
+    // RFC 2890 §2.1: a tunnel is identified by its endpoints and key; a packet without the key a
+    // tunnel has (or with one it has not) does not belong to it.
+    let Some(t) = tunnels
+        .iter()
+        .position(|t| t.remote == src && t.local == dst && t.key == key)
+    else {
+        return Decap::Unknown;
+    };
+    if !csum_ok {
+        return Decap::BadChecksum;
+    }
+    if tunnels[t].sequence {
+        // RFC 2890 §2.2: accept only a number after the last one received, in serial-number
+        // arithmetic (RFC 1982), so the counter may wrap.
+        let Some(s) = seqno else {
+            return Decap::SeqOld { tunnel: t };
+        };
+        if let Some(last) = last_seq[t] {
+            if (s.wrapping_sub(last) as i32) <= 0 {
+                return Decap::SeqOld { tunnel: t };
+            }
+        }
+        last_seq[t] = Some(s);
+    }
+    // Remove outer IP + GRE between the Ethernet header and the inner packet: move the Ethernet
+    // header (with its VLAN tags) forward, then drop the front.
+    let strip = l4 - l3 + glen;
+    let d = pkt.data_mut();
+    d.copy_within(0..l3, strip);
+    let ty: u16 = proto.into();
+    d[strip + l3 - 2..strip + l3].copy_from_slice(&ty.to_be_bytes());
+    if !pkt.adj(strip) {
+        return Decap::Malformed;
+    }
+    Decap::Inner { tunnel: t }
+}
+
+/// Checks a packet's nesting before the pipeline runs it again: `true` if one more level is
+/// allowed.
+#[inline]
+pub fn may_nest(depth: usize) -> bool {
+    depth < MAX_DEPTH
+}
+
+/// Whether `p` (an inner IPv4 packet) has DF set, so it must not be fragmented by the outer header.
+pub fn inner_dont_frag(frame: &[u8], l2: usize) -> bool {
+    Ipv4Packet::new_checked(&frame[l2..])
+        .map(|p| p.dont_frag())
+        .unwrap_or(false)
+        || Ipv6Packet::new_checked(&frame[l2..]).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buf::HeapBuf;
+    use crate::pipeline::parse::tests::{udp_bytes, v4_frame};
+    use std::net::Ipv4Addr;
+    use std::sync::Arc;
+
+    const A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
+    const B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xfe]);
+
+    fn tunnel(name: &str, key: Option<u32>, sequence: bool, checksum: bool, out: TunnelOut) -> Tunnel {
+        Tunnel {
+            name: name.into(),
+            local: "192.0.2.1".parse().unwrap(),
+            remote: "198.51.100.2".parse().unwrap(),
+            key,
+            sequence,
+            checksum,
+            ttl: 64,
+            out,
+            depth: 1,
+            owner: 0,
+            counters: Arc::new(TunnelCounters::new(1, 1)),
+            handoff: None,
+        }
+    }
+
+    fn port() -> TunnelOut {
+        TunnelOut::Port {
+            port: 0,
+            src_mac: A,
+            dst_mac: B,
+            mtu: 1500,
+        }
+    }
+
+    fn inner() -> Vec<u8> {
+        v4_frame(
+            Ipv4Addr::new(203, 0, 113, 9),
+            Ipv4Addr::new(10, 1, 0, 5),
+            IpProtocol::Udp,
+            &[],
+            0,
+            &udp_bytes(1000, 9000, b"payload"),
+        )
+    }
+
+    #[test]
+    fn golden_bytes_for_every_flag_combination() {
+        for (key, seq, csum, glen) in [
+            (None, false, false, 4),
+            (Some(0x0102_0304), false, false, 8),
+            (None, true, false, 8),
+            (None, false, true, 8),
+            (Some(42), true, true, 16),
+        ] {
+            let tuns = vec![tunnel("t", key, seq, csum, port())];
+            let orig = inner();
+            let mut b = HeapBuf::new(&orig);
+            assert_eq!(encapsulate(&mut b, &tuns, 0, Some(7), 0x1234), Ok(0));
+            let d = b.data();
+            assert_eq!(&d[0..6], &B.0);
+            assert_eq!(&d[6..12], &A.0);
+            assert_eq!(&d[12..14], &[0x08, 0x00]);
+            let ip = Ipv4Packet::new_checked(&d[14..]).unwrap();
+            assert!(ip.verify_checksum());
+            assert_eq!(
+                (ip.protocol(), ip.ttl(), ip.total_len()),
+                (IpProtocol::Gre, 64, 20 + glen + orig.len() - 14)
+            );
+            assert_eq!(ip.src_addr(), Ipv4Addr::new(192, 0, 2, 1));
+            assert_eq!(ip.dst_addr(), Ipv4Addr::new(198, 51, 100, 2));
+            let g = GrePacket::new_checked(&d[34..]).unwrap();
+            assert_eq!(g.header_len(), glen);
+            assert_eq!(g.key(), key);
+            assert_eq!(g.sequence(), seq.then_some(7));
+            assert_eq!(g.checksum_present(), csum);
+            assert!(g.verify_checksum());
+            let flags = u16::from_be_bytes([d[34], d[35]]);
+            let want = (csum as u16) << 15 | (key.is_some() as u16) << 13 | (seq as u16) << 12;
+            assert_eq!(flags, want, "C/K/S bits, version 0");
+            assert_eq!(&d[34 + glen..], &orig[14..], "inner packet untouched");
+        }
+    }
+
+    #[test]
+    fn decap_is_the_inverse_and_checks_key_checksum_and_sequence() {
+        let tuns = vec![tunnel("t", Some(9), true, true, port())];
+        let orig = inner();
+        let wrap = |seq: u32| {
+            let mut b = HeapBuf::new(&orig);
+            encapsulate(&mut b, &tuns, 0, Some(seq), 1).unwrap();
+            b
+        };
+        let mut last = vec![None];
+        let (src, dst): (IpAddr, IpAddr) = ("198.51.100.2".parse().unwrap(), "192.0.2.1".parse().unwrap());
+        // Received: roles reversed (the far end sent it to us).
+        let rx = vec![Tunnel {
+            local: dst,
+            remote: src,
+            ..tuns[0].clone()
+        }];
+        let mut b = wrap(5);
+        assert_eq!(
+            decapsulate(&mut b, 14, 34, src, dst, &rx, &mut last),
+            Decap::Inner { tunnel: 0 }
+        );
+        assert_eq!(&b.data()[14..], &orig[14..]);
+        assert_eq!(&b.data()[12..14], &[0x08, 0x00]);
+        // Same or older sequence: dropped; newer: accepted; wrap-around is newer.
+        assert_eq!(
+            decapsulate(&mut wrap(5), 14, 34, src, dst, &rx, &mut last),
+            Decap::SeqOld { tunnel: 0 }
+        );
+        assert_eq!(
+            decapsulate(&mut wrap(4), 14, 34, src, dst, &rx, &mut last),
+            Decap::SeqOld { tunnel: 0 }
+        );
+        assert_eq!(
+            decapsulate(&mut wrap(6), 14, 34, src, dst, &rx, &mut last),
+            Decap::Inner { tunnel: 0 }
+        );
+        last[0] = Some(u32::MAX - 1);
+        assert_eq!(
+            decapsulate(&mut wrap(2), 14, 34, src, dst, &rx, &mut last),
+            Decap::Inner { tunnel: 0 }
+        );
+        // Bad checksum.
+        let mut b = wrap(100);
+        let n = b.len();
+        b.data_mut()[n - 1] ^= 0xff;
+        assert_eq!(
+            decapsulate(&mut b, 14, 34, src, dst, &rx, &mut last),
+            Decap::BadChecksum
+        );
+        // Wrong key, wrong remote: unknown.
+        let other_key = vec![Tunnel {
+            key: Some(10),
+            ..rx[0].clone()
+        }];
+        assert_eq!(
+            decapsulate(&mut wrap(200), 14, 34, src, dst, &other_key, &mut last),
+            Decap::Unknown
+        );
+        let no_key = vec![Tunnel {
+            key: None,
+            ..rx[0].clone()
+        }];
+        assert_eq!(
+            decapsulate(&mut wrap(201), 14, 34, src, dst, &no_key, &mut last),
+            Decap::Unknown
+        );
+        let other: IpAddr = "198.51.100.3".parse().unwrap();
+        assert_eq!(
+            decapsulate(&mut wrap(202), 14, 34, other, dst, &rx, &mut last),
+            Decap::Unknown
+        );
+        // Garbage after the outer header.
+        let mut junk = HeapBuf::new(&[0u8; 40]);
+        assert_eq!(
+            decapsulate(&mut junk, 14, 34, src, dst, &rx, &mut last),
+            Decap::Malformed
+        );
+    }
+
+    #[test]
+    fn nested_tunnels_wrap_in_order_and_respect_the_mtu() {
+        let mut outer = tunnel("outer", Some(1), false, false, port());
+        outer.remote = "198.51.100.9".parse().unwrap();
+        let inner_t = Tunnel {
+            depth: 2,
+            ..tunnel("inner", Some(2), false, false, TunnelOut::Via(1))
+        };
+        let tuns = vec![inner_t, outer];
+        let orig = inner();
+        let mut b = HeapBuf::new(&orig);
+        assert_eq!(encapsulate(&mut b, &tuns, 0, None, 0), Ok(0));
+        let d = b.data();
+        let o = Ipv4Packet::new_checked(&d[14..]).unwrap();
+        assert_eq!(
+            o.dst_addr(),
+            Ipv4Addr::new(198, 51, 100, 9),
+            "outermost is the carrying tunnel"
+        );
+        assert_eq!(GrePacket::new_checked(&d[34..]).unwrap().key(), Some(1));
+        let i = Ipv4Packet::new_checked(&d[42..]).unwrap();
+        assert_eq!(i.dst_addr(), Ipv4Addr::new(198, 51, 100, 2));
+        assert_eq!(GrePacket::new_checked(&d[62..]).unwrap().key(), Some(2));
+        assert_eq!(&d[70..], &orig[14..]);
+
+        let small = vec![tunnel(
+            "t",
+            None,
+            false,
+            false,
+            TunnelOut::Port {
+                port: 0,
+                src_mac: A,
+                dst_mac: B,
+                mtu: 50,
+            },
+        )];
+        let mut b = HeapBuf::new(&orig);
+        assert_eq!(encapsulate(&mut b, &small, 0, None, 0), Err(EncapError::TooBig(26)));
+        assert_eq!(b.data(), &orig[..], "untouched when refused");
+    }
+
+    #[test]
+    fn ipv6_underlay() {
+        let mut t = tunnel("v6", None, false, true, port());
+        t.local = "2001:db8::1".parse().unwrap();
+        t.remote = "2001:db8::2".parse().unwrap();
+        let orig = inner();
+        let mut b = HeapBuf::new(&orig);
+        encapsulate(&mut b, &[t], 0, None, 0).unwrap();
+        let d = b.data();
+        assert_eq!(&d[12..14], &[0x86, 0xdd]);
+        let ip = Ipv6Packet::new_checked(&d[14..]).unwrap();
+        assert_eq!(ip.next_header(), IpProtocol::Gre);
+        assert_eq!(ip.payload_len(), 8 + orig.len() - 14);
+        assert!(GrePacket::new_checked(&d[54..]).unwrap().verify_checksum());
+    }
+
+    #[test]
+    fn nesting_limit() {
+        assert!(may_nest(0) && may_nest(2));
+        assert!(!may_nest(3));
+    }
+}
+
+#[cfg(test)]
+mod pipeline_tests {
+    use super::*;
+    use crate::buf::HeapBuf;
+    use crate::outcome::Outcome;
+    use crate::pipeline::parse::tests::v4_frame;
+    use crate::pipeline::{Instant, Pipeline, PortAddrs, Tables, Verdict};
+    use std::net::Ipv4Addr;
+    use std::sync::Arc;
+
+    const ME_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
+    const PEER_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
+
+    fn t(
+        key: Option<u32>,
+        sequence: bool,
+        local: &str,
+        remote: &str,
+        mac: (EthernetAddress, EthernetAddress),
+    ) -> Tunnel {
+        Tunnel {
+            name: "t1".into(),
+            local: local.parse().unwrap(),
+            remote: remote.parse().unwrap(),
+            key,
+            sequence,
+            checksum: false,
+            ttl: 64,
+            out: TunnelOut::Port {
+                port: 0,
+                src_mac: mac.0,
+                dst_mac: mac.1,
+                mtu: 1500,
+            },
+            depth: 1,
+            owner: 0,
+            counters: Arc::new(TunnelCounters::new(1, 1)),
+            handoff: None,
+        }
+    }
+
+    /// Our side: 192.0.2.1 and 10.9.0.1 (inside the tunnel) with tunnel t1 to 192.0.2.2.
+    fn pipeline(sequence: bool) -> Pipeline {
+        let ours = t(Some(5), sequence, "192.0.2.1", "192.0.2.2", (ME_MAC, PEER_MAC));
+        Pipeline::new(
+            Arc::new(Tables {
+                generation: 1,
+                ports: vec![PortAddrs {
+                    mac: ME_MAC,
+                    ipv4: vec![Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(10, 9, 0, 1)],
+                    ipv6: vec![],
+                }],
+                tunnels: vec![ours],
+                ..Default::default()
+            }),
+            0,
+        )
+    }
+
+    /// What the peer sends: `layers` GRE headers around a ping to 10.9.0.1.
+    fn from_peer(layers: usize, seq: u32) -> HeapBuf {
+        let mut ping = v4_frame(
+            Ipv4Addr::new(10, 9, 0, 2),
+            Ipv4Addr::new(10, 9, 0, 1),
+            IpProtocol::Icmp,
+            &[],
+            0,
+            &[8, 0, 0xf7, 0xfe, 0, 1, 0, 0],
+        );
+        ping[0..6].copy_from_slice(&ME_MAC.0);
+        ping[6..12].copy_from_slice(&PEER_MAC.0);
+        let theirs = vec![t(Some(5), seq > 0, "192.0.2.2", "192.0.2.1", (PEER_MAC, ME_MAC))];
+        let mut b = HeapBuf::with_room(&ping, 512, 512);
+        for _ in 0..layers {
+            encapsulate(&mut b, &theirs, 0, Some(seq), 7).unwrap();
+        }
+        b
+    }
+
+    #[test]
+    fn a_ping_through_the_tunnel_is_answered_through_it() {
+        let mut p = pipeline(false);
+        let mut b = from_peer(1, 0);
+        let v = p.process(0, &mut b, Instant(0));
+        assert_eq!(
+            v,
+            Verdict::TransmitOn {
+                port: 0,
+                outcome: Outcome::EchoReply
+            }
+        );
+        let d = b.data();
+        assert_eq!(&d[0..6], &PEER_MAC.0);
+        let outer = Ipv4Packet::new_checked(&d[14..]).unwrap();
+        assert_eq!(
+            (outer.src_addr(), outer.dst_addr()),
+            (Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(192, 0, 2, 2))
+        );
+        let g = GrePacket::new_checked(outer.payload()).unwrap();
+        assert_eq!(g.key(), Some(5));
+        let inner = Ipv4Packet::new_checked(g.payload()).unwrap();
+        assert_eq!(inner.dst_addr(), Ipv4Addr::new(10, 9, 0, 2));
+        assert_eq!(inner.payload()[0], 0, "an echo reply");
+        let c = &p.tables().tunnels[0].counters;
+        assert_eq!((c.sum(|c| &c.decap), c.sum(|c| &c.encap)), (1, 1));
+    }
+
+    #[test]
+    fn nesting_deeper_than_three_is_dropped() {
+        let mut p = pipeline(false);
+        for layers in 1..=3 {
+            let v = p.process(0, &mut from_peer(layers, 0), Instant(0));
+            assert!(
+                matches!(
+                    v,
+                    Verdict::TransmitOn {
+                        outcome: Outcome::EchoReply,
+                        ..
+                    }
+                ),
+                "{layers} layers: {v:?}"
+            );
+        }
+        assert_eq!(
+            p.process(0, &mut from_peer(4, 0), Instant(0)),
+            Verdict::Drop(Outcome::GreRecursion)
+        );
+    }
+
+    #[test]
+    fn unknown_tunnel_and_sequence_rule() {
+        let mut p = pipeline(true);
+        // Without a sequence number on a sequence tunnel: dropped by the receive rule.
+        assert_eq!(
+            p.process(0, &mut from_peer(1, 0), Instant(0)),
+            Verdict::Drop(Outcome::GreSeqDropped)
+        );
+        assert!(matches!(
+            p.process(0, &mut from_peer(1, 10), Instant(0)),
+            Verdict::Transmit(Outcome::EchoReply)
+        ));
+        assert_eq!(
+            p.process(0, &mut from_peer(1, 9), Instant(0)),
+            Verdict::Drop(Outcome::GreSeqDropped)
+        );
+        assert_eq!(p.tables().tunnels[0].counters.sum(|c| &c.seq_dropped), 2);
+        let mut other = pipeline(false);
+        let mut tables = (**other.tables()).clone();
+        tables.tunnels[0].key = Some(6);
+        other.apply(Arc::new(tables));
+        assert_eq!(
+            other.process(0, &mut from_peer(1, 0), Instant(0)),
+            Verdict::Drop(Outcome::GreUnknownTunnel)
+        );
+    }
+}
