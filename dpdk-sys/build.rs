@@ -22,7 +22,9 @@ fn main() {
         .probe("libdpdk")
     {
         Ok(lib) => lib,
-        Err(_) => fail("DPDK 22.11 (pkg-config libdpdk) not found; install it with: apt-get install -y libdpdk-dev pkg-config"),
+        Err(_) => fail(
+            "DPDK 22.11 (pkg-config libdpdk) not found; install it with: apt-get install -y libdpdk-dev pkg-config",
+        ),
     };
 
     // libdpdk.pc puts `-include rte_config.h -march=corei7` into CFLAGS; the same flags
