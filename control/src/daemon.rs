@@ -5,7 +5,7 @@
 //! capture file), then the final metrics are written, then the EAL is cleaned up.
 
 use crate::cli::Options;
-use crate::config::{self, Config};
+use crate::config::{self, Config, LcoreMode};
 use crate::metrics::{self, Sources};
 use crate::signals::Signals;
 use fastpath::dpdk::{self, Eal, Mempool, Port, PortConf};
@@ -144,6 +144,18 @@ fn start_and_serve(cfg: &Config, opts: &Options, signals: &Signals) -> Result<()
         sleep: Duration::from_micros(cfg.lcores.idle_sleep_us),
     };
     let clock = TscClock::new(eal.tsc_hz());
+    // Forward mode: TX port id per RX port id.
+    let mut forward_to: Vec<u16> = (0..=max_id as u16).collect();
+    for (i, (p, port)) in cfg.ports.iter().zip(&ports).enumerate() {
+        let to = p.forward_to.unwrap_or(i);
+        forward_to[port.id() as usize] = ports[to].id();
+        if cfg.lcores.mode == LcoreMode::Forward {
+            eprintln!(
+                "fastpathd: forward mode, no stage runs: {} -> {}",
+                p.device, cfg.ports[to].device
+            );
+        }
+    }
 
     // One role per lcore; RX lcore i owns TX queue i on every port.
     let mut roles: Vec<(u32, Role)> = Vec::new();
@@ -157,10 +169,11 @@ fn start_and_serve(cfg: &Config, opts: &Options, signals: &Signals) -> Result<()
             txqs.iter().map(|q| QueueCounters::new(q.port(), q.queue())).collect(),
         ));
         all_stats.push(stats.clone());
-        roles.push((
-            lcore,
-            Role::Rx(RxLcore::new(rxqs, txqs, pipeline.clone(), stats, idle, clock)),
-        ));
+        let mut rx_lcore = RxLcore::new(rxqs, txqs, pipeline.clone(), stats, idle, clock);
+        if cfg.lcores.mode == LcoreMode::Forward {
+            rx_lcore = rx_lcore.forwarding(forward_to.clone());
+        }
+        roles.push((lcore, Role::Rx(rx_lcore)));
     }
     for &lcore in &cfg.lcores.workers {
         let stats = Arc::new(LcoreStats::new(lcore, vec![], vec![]));

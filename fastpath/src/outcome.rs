@@ -23,11 +23,13 @@ pub enum Outcome {
     Unhandled,
     /// An answer was built but the TX queue had no room for it.
     TxFull,
+    /// Sent on unchanged by the plain forward mode (`[lcores] mode = "forward"`), no stage run.
+    Forwarded,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 7] = [
+    pub const ALL: [Outcome; 8] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -35,6 +37,7 @@ impl Outcome {
         Outcome::ArpIgnored,
         Outcome::Unhandled,
         Outcome::TxFull,
+        Outcome::Forwarded,
     ];
     /// Number of outcomes.
     pub const COUNT: usize = Self::ALL.len();
@@ -55,6 +58,7 @@ impl Outcome {
             Outcome::ArpIgnored => "arp_ignored",
             Outcome::Unhandled => "unhandled",
             Outcome::TxFull => "tx_full",
+            Outcome::Forwarded => "forwarded",
         }
     }
 }

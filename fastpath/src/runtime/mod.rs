@@ -8,7 +8,7 @@ use crate::buf::PacketBuf;
 use crate::dpdk::{eal, Mbuf, RxQueue, TxQueue};
 use crate::outcome::Outcome;
 use crate::pipeline::{Instant, Pipeline, Verdict};
-use crate::stats::LcoreStats;
+use crate::stats::{LcoreStats, QueueCounters};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,6 +75,8 @@ pub struct RxLcore {
     stats: Arc<LcoreStats>,
     idle: IdlePolicy,
     clock: TscClock,
+    /// Plain forward mode: `forward[rx port id]` is the port to send on; no stage runs.
+    forward: Option<Box<[u16]>>,
 }
 
 impl RxLcore {
@@ -106,7 +108,17 @@ impl RxLcore {
             stats,
             idle,
             clock,
+            forward: None,
         }
+    }
+
+    /// Switches this lcore to the plain forward mode: what arrives on port `p` leaves unchanged
+    /// on this lcore's TX queue of port `to[p]` (a port beyond `to` forwards to itself), in the
+    /// same burst, with no stage run. Each packet counts as `forwarded`, or `tx_full` when the
+    /// queue refuses it. It measures what the DPDK layer and this loop cost on their own.
+    pub fn forwarding(mut self, to: Vec<u16>) -> Self {
+        self.forward = Some(to.into_boxed_slice());
+        self
     }
 
     /// Runs until `stop` is set. On return every received packet has been counted once.
@@ -124,9 +136,15 @@ impl RxLcore {
                 }
                 got += n;
                 let port = self.rx[qi].port();
-                let now = self.clock.now();
                 let qstats = &self.stats.rx[qi];
                 qstats.packets.add(n as u64);
+                if let Some(to) = &self.forward {
+                    let dst = to.get(port as usize).copied().unwrap_or(port) as usize;
+                    let tx = self.tx.get_mut(dst).and_then(Option::as_mut);
+                    forward(tx, &mut burst, &self.stats, qstats);
+                    continue;
+                }
+                let now = self.clock.now();
                 for mut m in burst.drain(..) {
                     qstats.bytes.add(m.pkt_len() as u64);
                     if m.segments() != 1 {
@@ -173,6 +191,26 @@ impl RxLcore {
                 empty_in_a_row = 0;
             }
         }
+    }
+}
+
+/// Forward mode: sends a whole received burst on `tx` at once; counts it `forwarded`, and what
+/// the queue refuses (or all of it, without a queue) `tx_full`, then frees the refused.
+#[inline]
+fn forward(tx: Option<&mut TxBatch>, burst: &mut Vec<Mbuf>, stats: &LcoreStats, rxq: &QueueCounters) {
+    let bytes: u64 = burst.iter().map(|m| m.pkt_len() as u64).sum();
+    rxq.bytes.add(bytes);
+    if let Some(b) = tx {
+        let sent = b.queue.send(burst);
+        let unsent_bytes: u64 = burst.iter().map(|m| m.pkt_len() as u64).sum();
+        let q = &stats.tx[b.stats_index];
+        q.packets.add(sent as u64);
+        q.bytes.add(bytes - unsent_bytes);
+        stats.outcomes_add(Outcome::Forwarded, sent as u64);
+    }
+    if !burst.is_empty() {
+        stats.outcomes_add(Outcome::TxFull, burst.len() as u64);
+        Mbuf::free_bulk(burst);
     }
 }
 
