@@ -187,6 +187,7 @@ fn start_and_serve(cfg: &Config, opts: &Options, signals: &Signals) -> Result<()
         lcores: all_stats.clone(),
         dpdk_version: dpdk::version(),
         start_time,
+        tsc_hz: eal.tsc_hz(),
         mbufs_in_use: Box::new(move || pool_for_metrics.in_use() as u64),
     });
     let registry = metrics::registry(sources.clone());
