@@ -53,7 +53,12 @@ impl TscClock {
     /// Now, in pipeline time.
     #[inline]
     pub fn now(&self) -> Instant {
-        Instant(((eal::rdtsc() as u128 * self.mult as u128) >> 32) as u64)
+        self.at(eal::rdtsc())
+    }
+    /// The pipeline time of a TSC reading.
+    #[inline]
+    pub fn at(&self, tsc: u64) -> Instant {
+        Instant(((tsc as u128 * self.mult as u128) >> 32) as u64)
     }
 }
 
@@ -126,8 +131,14 @@ impl RxLcore {
         let mut burst: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut drops: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut empty_in_a_row = 0u32;
+        // A busy poll's cycles run from its start to the start of the next poll, so one TSC read
+        // per poll serves the cycle accounting and the pipeline clock (rdtsc is ~40 cycles).
+        let mut busy_since: Option<u64> = None;
         while !stop.load(Ordering::Relaxed) {
             let t0 = eal::rdtsc();
+            if let Some(t) = busy_since.take() {
+                self.stats.busy_cycles.add(t0.wrapping_sub(t));
+            }
             let mut got = 0usize;
             for qi in 0..self.rx.len() {
                 let n = self.rx[qi].recv(&mut burst);
@@ -144,7 +155,7 @@ impl RxLcore {
                     forward(tx, &mut burst, &self.stats, qstats);
                     continue;
                 }
-                let now = self.clock.now();
+                let now = self.clock.at(t0);
                 for mut m in burst.drain(..) {
                     qstats.bytes.add(m.pkt_len() as u64);
                     if m.segments() != 1 {
@@ -187,9 +198,12 @@ impl RxLcore {
                 self.idle.idle(empty_in_a_row);
             } else {
                 self.stats.busy_polls.inc();
-                self.stats.busy_cycles.add(eal::rdtsc().wrapping_sub(t0));
+                busy_since = Some(t0);
                 empty_in_a_row = 0;
             }
+        }
+        if let Some(t) = busy_since {
+            self.stats.busy_cycles.add(eal::rdtsc().wrapping_sub(t));
         }
     }
 }
