@@ -112,6 +112,7 @@ struct PortSection {
     ipv6: Vec<String>,
     mac: Option<String>,
     mtu: Option<u16>,
+    forward_to: Option<String>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -121,6 +122,7 @@ struct LcoresSection {
     #[serde(default)]
     workers: Vec<u32>,
     idle_sleep_us: Option<u64>,
+    mode: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -263,6 +265,9 @@ pub struct PortConfig {
     pub mac: Option<EthernetAddress>,
     /// MTU to set.
     pub mtu: Option<u16>,
+    /// With `[lcores] mode = "forward"`: index (in `Config::ports`) of the port that sends what
+    /// this one receives; `None` is the port itself.
+    pub forward_to: Option<usize>,
 }
 
 /// `[lcores]`.
@@ -275,6 +280,19 @@ pub struct LcoreConfig {
     /// Microseconds an idle loop sleeps per empty poll after 1024 empty polls in a row; 0 means
     /// pure busy polling.
     pub idle_sleep_us: u64,
+    /// What RX lcores do with packets.
+    pub mode: LcoreMode,
+}
+
+/// `[lcores] mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LcoreMode {
+    /// `"pipeline"` (default): every stage runs on every packet.
+    #[default]
+    Pipeline,
+    /// `"forward"`: RX to TX unchanged, no stage (`[[port]] forward_to` picks the TX port): the
+    /// cost of the DPDK layer and the lcore loop alone, for benchmarks against dpdk-testpmd.
+    Forward,
 }
 
 impl LcoreConfig {
@@ -515,10 +533,22 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
             }
         }
     }
+    let mode = match lc.mode.as_deref() {
+        None | Some("pipeline") => LcoreMode::Pipeline,
+        Some("forward") => LcoreMode::Forward,
+        Some(m) => {
+            errs.add(
+                &[Key("lcores"), Key("mode")],
+                format!("{m:?}: expected \"pipeline\" or \"forward\""),
+            );
+            LcoreMode::Pipeline
+        }
+    };
     let lcores = LcoreConfig {
         rx: lc.rx,
         workers: lc.workers,
         idle_sleep_us: lc.idle_sleep_us.unwrap_or(50),
+        mode,
     };
     if lcores.idle_sleep_us > 100_000 {
         errs.add(
@@ -534,6 +564,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
     }
     let mut devices = BTreeSet::new();
     let mut ports = Vec::new();
+    let mut forward_to = Vec::new();
     for (pi, p) in raw.port.into_iter().enumerate() {
         let at = |k: &'static str| [Key("port"), Index(pi), Key(k)];
         if p.device.trim().is_empty() {
@@ -613,6 +644,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
                 errs.add(&at("mtu"), "expected an MTU between 68 and 9600");
             }
         }
+        forward_to.push(p.forward_to);
         ports.push(PortConfig {
             device: p.device,
             rx_queues,
@@ -621,7 +653,19 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
             ipv6,
             mac,
             mtu: p.mtu,
+            forward_to: None,
         });
+    }
+    for (pi, to) in forward_to.into_iter().enumerate() {
+        let Some(to) = to else { continue };
+        let at = [Key("port"), Index(pi), Key("forward_to")];
+        if mode != LcoreMode::Forward {
+            errs.add(&at, "only used with [lcores] mode = \"forward\"");
+        }
+        match ports.iter().position(|p| p.device == to) {
+            Some(i) => ports[pi].forward_to = Some(i),
+            None => errs.add(&at, format!("{to:?}: expected the device of a [[port]] in this file")),
+        }
     }
     let total_rx_queues: usize = ports.iter().map(|p| p.rx_queues as usize).sum();
     if !ports.is_empty() && lcores.rx.len() > total_rx_queues {
@@ -1304,6 +1348,49 @@ workers = [1]
         assert_eq!(e[0].key, "port[0].tx_queues");
         assert_eq!(e[0].line, Some(8));
         assert!(e[0].message.contains("own TX queue"));
+    }
+
+    #[test]
+    fn mode_defaults_to_pipeline_and_forward_to_names_a_port() {
+        let c = parse(GOOD, "t.toml").unwrap();
+        assert_eq!(c.lcores.mode, LcoreMode::Pipeline);
+        assert_eq!(c.ports[0].forward_to, None);
+        let two = GOOD
+            .replace("\"--vdev=net_null0\"", "\"--vdev=net_null0\", \"--vdev=net_null1\"")
+            .replace(
+                "ipv6 = [\"2001:db8::1\"]\n",
+                "ipv6 = [\"2001:db8::1\"]\nforward_to = \"net_null1\"\n",
+            )
+            .replace(
+                "[lcores]\n",
+                "[[port]]\ndevice = \"net_null1\"\ntx_queues = 2\n\n[lcores]\nmode = \"forward\"\n",
+            );
+        let c = parse(&two, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.lcores.mode, LcoreMode::Forward);
+        assert_eq!(c.ports[0].forward_to, Some(1));
+        assert_eq!(c.ports[1].forward_to, None);
+
+        // forward_to without forward mode, and to a device that is no [[port]].
+        let e = errors(
+            &two.replace("mode = \"forward\"\n", "")
+                .replace("forward_to = \"net_null1\"", "forward_to = \"net_null9\""),
+        );
+        let keys: Vec<_> = e.iter().map(|e| (e.key.as_str(), e.line)).collect();
+        assert_eq!(
+            keys,
+            vec![("port[0].forward_to", Some(11)), ("port[0].forward_to", Some(11))],
+            "{e:?}"
+        );
+        assert!(e[0].message.contains("mode = \"forward\"") || e[1].message.contains("mode = \"forward\""));
+    }
+
+    #[test]
+    fn unknown_mode_names_key_and_line() {
+        let e = errors(&GOOD.replace("workers = [1]", "workers = [1]\nmode = \"turbo\""));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].key, "lcores.mode");
+        assert_eq!(e[0].line, Some(15));
+        assert!(e[0].message.contains("expected \"pipeline\" or \"forward\""), "{e:?}");
     }
 
     #[test]

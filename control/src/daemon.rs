@@ -5,7 +5,7 @@
 //! capture file), then the final metrics are written, then the EAL is cleaned up.
 
 use crate::cli::Options;
-use crate::config::{self, Config};
+use crate::config::{self, Config, LcoreMode};
 use crate::metrics::{self, Sources};
 use crate::reload::{ReloadStats, Reloader};
 use crate::signals::Signals;
@@ -169,6 +169,19 @@ fn start_and_serve(
         sleep: Duration::from_micros(cfg.lcores.idle_sleep_us),
     };
     let clock = TscClock::new(eal.tsc_hz());
+    // Forward mode: TX port id per RX port id.
+    let max_id = ports.iter().map(|p| p.id()).max().unwrap_or(0);
+    let mut forward_to: Vec<u16> = (0..=max_id).collect();
+    for (i, (p, port)) in cfg.ports.iter().zip(&ports).enumerate() {
+        let to = p.forward_to.unwrap_or(i);
+        forward_to[port.id() as usize] = ports[to].id();
+        if cfg.lcores.mode == LcoreMode::Forward {
+            eprintln!(
+                "fastpathd: forward mode, no stage runs: {} -> {}",
+                p.device, cfg.ports[to].device
+            );
+        }
+    }
 
     // One role per lcore; RX lcore i owns TX queue i on every port.
     let mut roles: Vec<(u32, Role)> = Vec::new();
@@ -182,18 +195,11 @@ fn start_and_serve(
             txqs.iter().map(|q| QueueCounters::new(q.port(), q.queue())).collect(),
         ));
         all_stats.push(stats.clone());
-        roles.push((
-            lcore,
-            Role::Rx(Box::new(RxLcore::new(
-                i,
-                rxqs,
-                txqs,
-                published.clone(),
-                stats,
-                idle,
-                clock,
-            ))),
-        ));
+        let mut rx_lcore = RxLcore::new(i, rxqs, txqs, published.clone(), stats, idle, clock);
+        if cfg.lcores.mode == LcoreMode::Forward {
+            rx_lcore = rx_lcore.forwarding(forward_to.clone());
+        }
+        roles.push((lcore, Role::Rx(Box::new(rx_lcore))));
     }
     let run_control = Arc::new(RunControl::new(all_stats.clone()));
     // Worker w owns TX queue rx.len() + w on every port.
@@ -218,6 +224,7 @@ fn start_and_serve(
         lcores: all_stats.clone(),
         dpdk_version: dpdk::version(),
         start_time,
+        tsc_hz: eal.tsc_hz(),
         mbufs_in_use: Box::new(move || pool_for_metrics.in_use() as u64),
         published: published.clone(),
         reload: Arc::new(ReloadStats::default()),

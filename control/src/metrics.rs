@@ -21,6 +21,8 @@ pub struct Sources {
     pub dpdk_version: String,
     /// Process start, seconds since the epoch.
     pub start_time: f64,
+    /// TSC ticks per second (turns the cycle counters into time).
+    pub tsc_hz: u64,
     /// Mbufs currently allocated from the pool.
     pub mbufs_in_use: Box<dyn Fn() -> u64 + Send + Sync>,
     /// The published config generation.
@@ -129,6 +131,27 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         "fastpath_lcore_busy_cycles_total",
         "TSC cycles spent in loop iterations that received packets, per lcore.",
         MetricType::COUNTER,
+    ),
+    (
+        "fastpath_lcore_packets_total",
+        "Packets received by the RX queues an lcore polls, per lcore.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_lcore_cycles_per_packet",
+        "Busy TSC cycles per received packet since start, per RX lcore (0 before the first packet); \
+         rate(fastpath_lcore_busy_cycles_total) / rate(fastpath_lcore_packets_total) gives it over a window.",
+        MetricType::GAUGE,
+    ),
+    (
+        "fastpath_lcore_idle_poll_ratio",
+        "Share of loop iterations since start that found no work, per lcore (0 to 1).",
+        MetricType::GAUGE,
+    ),
+    (
+        "fastpath_tsc_hz",
+        "TSC ticks per second, to turn cycle counters into time.",
+        MetricType::GAUGE,
     ),
     (
         "fastpath_mbufs_in_use",
@@ -278,6 +301,9 @@ impl Collector for DataPlaneCollector {
         let mut busy = Vec::new();
         let mut cycles = Vec::new();
         let mut generations = Vec::new();
+        let mut lcore_pkts = Vec::new();
+        let mut per_packet = Vec::new();
+        let mut idle_ratio = Vec::new();
         let mut outcomes = [0u64; Outcome::COUNT];
         for l in &s.lcores {
             for q in l.rx.iter() {
@@ -294,10 +320,18 @@ impl Collector for DataPlaneCollector {
                 outcomes[i] += c.get();
             }
             let lb = vec![("lcore", l.lcore.to_string())];
-            idle.push((lb.clone(), l.idle_polls.get() as f64));
-            busy.push((lb.clone(), l.busy_polls.get() as f64));
-            cycles.push((lb.clone(), l.busy_cycles.get() as f64));
-            generations.push((lb, l.generation() as f64));
+            let (idle_n, busy_n, busy_c) = (l.idle_polls.get(), l.busy_polls.get(), l.busy_cycles.get());
+            idle.push((lb.clone(), idle_n as f64));
+            busy.push((lb.clone(), busy_n as f64));
+            cycles.push((lb.clone(), busy_c as f64));
+            let polls = idle_n + busy_n;
+            idle_ratio.push((lb.clone(), if polls == 0 { 0.0 } else { idle_n as f64 / polls as f64 }));
+            if !l.rx.is_empty() {
+                let pkts = l.rx_packets();
+                lcore_pkts.push((lb.clone(), pkts as f64));
+                per_packet.push((lb, if pkts == 0 { 0.0 } else { busy_c as f64 / pkts as f64 }));
+            }
+            generations.push((vec![("lcore", l.lcore.to_string())], l.generation() as f64));
         }
         let outcome_samples = Outcome::ALL
             .iter()
@@ -312,6 +346,10 @@ impl Collector for DataPlaneCollector {
             idle,
             busy,
             cycles,
+            lcore_pkts,
+            per_packet,
+            idle_ratio,
+            vec![(vec![], s.tsc_hz as f64)],
             vec![(vec![], (s.mbufs_in_use)() as f64)],
             vec![(
                 vec![
@@ -515,11 +553,17 @@ mod tests {
         b.rx[0].packets.add(4);
         a.outcome(Outcome::ArpReply);
         b.outcome(Outcome::ArpReply);
+        a.busy_cycles.add(300);
+        a.busy_polls.add(1);
+        a.idle_polls.add(3);
+        let worker = Arc::new(LcoreStats::new(2, vec![], vec![]));
+        worker.idle_polls.add(10);
         let src = Arc::new(Sources {
             port_names: vec!["net_pcap0".into()],
-            lcores: vec![a, b],
+            lcores: vec![a, b, worker],
             dpdk_version: "DPDK 22.11.11".into(),
             start_time: 1.0,
+            tsc_hz: 2_000_000_000,
             mbufs_in_use: Box::new(|| 7),
             published: Arc::new(Published::new(Arc::new(fastpath::pipeline::Tables {
                 generation: 3,
@@ -542,6 +586,26 @@ mod tests {
         );
         assert!(text.contains("# TYPE fastpath_packets_total counter"), "{text}");
         assert!(text.contains("fastpath_mbufs_in_use 7"), "{text}");
+        assert!(text.contains("fastpath_tsc_hz 2000000000"), "{text}");
+        assert!(text.contains("fastpath_lcore_packets_total{lcore=\"0\"} 3"), "{text}");
+        assert!(
+            text.contains("fastpath_lcore_cycles_per_packet{lcore=\"0\"} 100"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fastpath_lcore_cycles_per_packet{lcore=\"1\"} 0"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("fastpath_lcore_cycles_per_packet{lcore=\"2\"}"),
+            "workers receive nothing: {text}"
+        );
+        assert!(
+            text.contains("fastpath_lcore_idle_poll_ratio{lcore=\"0\"} 0.75"),
+            "{text}"
+        );
+        assert!(text.contains("fastpath_lcore_idle_poll_ratio{lcore=\"2\"} 1"), "{text}");
+        assert!(text.contains("# TYPE fastpath_lcore_cycles_per_packet gauge"), "{text}");
         assert!(text.contains("dpdk_version=\"DPDK 22.11.11\""), "{text}");
         assert!(text.contains("fastpath_config_generation 3"), "{text}");
         assert!(

@@ -49,11 +49,13 @@ pub enum Outcome {
     GreSeqDropped,
     /// Nested deeper than the tunnel recursion limit.
     GreRecursion,
+    /// Sent on unchanged by the plain forward mode (`[lcores] mode = "forward"`), no stage run.
+    Forwarded,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 19] = [
+    pub const ALL: [Outcome; 20] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -73,6 +75,7 @@ impl Outcome {
         Outcome::GreBadChecksum,
         Outcome::GreSeqDropped,
         Outcome::GreRecursion,
+        Outcome::Forwarded,
     ];
     /// Number of outcomes.
     pub const COUNT: usize = Self::ALL.len();
@@ -105,6 +108,7 @@ impl Outcome {
             Outcome::GreBadChecksum => "gre_bad_checksum",
             Outcome::GreSeqDropped => "gre_seq_dropped",
             Outcome::GreRecursion => "gre_recursion",
+            Outcome::Forwarded => "forwarded",
         }
     }
 }

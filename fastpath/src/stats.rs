@@ -108,6 +108,12 @@ impl LcoreStats {
         self.generation.load(Relaxed)
     }
 
+    /// Counts `n` packets with the same outcome at once (a whole burst).
+    #[inline(always)]
+    pub fn outcomes_add(&self, o: Outcome, n: u64) {
+        self.outcomes[o.index()].add(n);
+    }
+
     /// Packets this lcore received.
     pub fn rx_packets(&self) -> u64 {
         self.rx.iter().map(|q| q.packets.get()).sum()
