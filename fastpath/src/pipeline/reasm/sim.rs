@@ -9,6 +9,21 @@
 //! datagram only when an old one times out; with the pressure-scaled timeout the table settles
 //! where lifetimes have shrunk enough to keep up (`timeout / (1 + m)` in a fluid model), below
 //! the threshold, so new datagrams keep being admitted.
+//!
+//! Fraction of legitimate datagrams reassembled (20/s, 3 fragments 100 µs apart, measured
+//! after the first minute of four; flood of first fragments from 65536 sources):
+//!
+//! | flood × capacity | 1 | 2 | 5 | 10 | 20 | 50 | 100 |
+//! |---|---|---|---|---|---|---|---|
+//! | defaults (4 MiB, 1820 datagrams), scaled | 1.000 | 1.000 | 0.997 | 0.976 | 0.950 | 0.912 | 0.888 |
+//! | defaults, fixed 30 s | 0.983 | 0.506 | 0.211 | 0.108 | 0.053 | 0.024 | 0.008 |
+//! | 512 KiB (227 datagrams), scaled | 1.000 | 0.998 | 0.969 | 0.906 | 0.869 | 0.790 | 0.653 |
+//! | 512 KiB, fixed 30 s | 0.953 | 0.513 | 0.214 | 0.098 | 0.052 | 0.023 | 0.010 |
+//!
+//! Peak memory stayed within the threshold plus 2.4 buffers. The scaled timeout degrades
+//! gracefully rather than holding forever: once the flood is so fast that lifetimes shrink to
+//! a few entries' worth of headroom, Poisson bursts reach the threshold and new datagrams,
+//! legitimate ones included, are refused; a larger table has more headroom in absolute terms.
 
 use super::{FragMeta, Insert, ReasmConfig, ReasmIo, ReasmStats, Reassembler, Released};
 use crate::buf::{HeapBuf, PacketBuf};
@@ -67,6 +82,17 @@ impl FloodParams {
             fragment_gap_ns: 100_000,
             expire_budget: 4,
             seed: 0x5eed_0001,
+        }
+    }
+
+    /// The same with the daemon's defaults: a 4 MiB threshold (1820 datagrams), 2048 slots.
+    pub fn default_scale(multiplier: f64, pressure_scaled_timeout: bool) -> Self {
+        FloodParams {
+            config: ReasmConfig {
+                pressure_scaled_timeout,
+                ..ReasmConfig::default()
+            },
+            ..Self::seed_scenario(multiplier, pressure_scaled_timeout)
         }
     }
 

@@ -838,10 +838,15 @@ proptest! {
 #[test]
 #[ignore = "prints the sweep; the asserting version is below"]
 fn flood_table() {
+    let scale: fn(f64, bool) -> sim::FloodParams = if std::env::var_os("FLOOD_DEFAULT_SCALE").is_some() {
+        sim::FloodParams::default_scale
+    } else {
+        sim::FloodParams::seed_scenario
+    };
     println!("| flood × capacity | scaled: completed | fixed: completed | scaled: max memory / thresh |");
     for m in [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0] {
-        let s = sim::simulate_flood(&sim::FloodParams::seed_scenario(m, true));
-        let f = sim::simulate_flood(&sim::FloodParams::seed_scenario(m, false));
+        let s = sim::simulate_flood(&scale(m, true));
+        let f = sim::simulate_flood(&scale(m, false));
         println!(
             "| {m} | {:.3} | {:.3} | {:.4} | {:?}",
             s.completion_rate(),
