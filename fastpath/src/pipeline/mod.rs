@@ -10,6 +10,7 @@ pub mod fanout;
 pub mod flow_limit;
 pub(crate) mod ndp;
 pub mod parse;
+pub mod reasm;
 pub mod service;
 pub mod tunnel;
 
