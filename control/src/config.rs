@@ -32,6 +32,18 @@ struct FileConfig {
     flow_limit: Option<FlowLimitSection>,
     #[serde(default)]
     tunnel: Vec<TunnelSection>,
+    reassembly: Option<ReassemblySection>,
+}
+
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct ReassemblySection {
+    high_thresh_bytes: Option<i64>,
+    timeout_ms: Option<i64>,
+    max_fragments: Option<i64>,
+    max_per_source: Option<i64>,
+    max_datagrams: Option<i64>,
+    buffers: Option<i64>,
 }
 
 #[derive(Deserialize, Debug)]
@@ -147,6 +159,10 @@ pub struct Config {
     pub flow_limit: fastpath::pipeline::flow_limit::FlowLimitConfig,
     /// GRE tunnels, in file order.
     pub tunnels: Vec<TunnelConfig>,
+    /// Reassembly limits (reloadable).
+    pub reassembly: fastpath::pipeline::reasm::ReasmConfig,
+    /// 64 KiB buffers for reassembled datagrams (restart to change).
+    pub reassembly_buffers: u32,
 }
 
 /// Where a tunnel's packets leave.
@@ -755,6 +771,44 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
     let tunnels = validate_tunnels(raw.tunnel, &ports, errs);
     let mut services = services;
     resolve_service_tunnels(&mut services, &tunnel_refs, &tunnels, errs);
+    // [reassembly]
+    let r = raw.reassembly.unwrap_or_default();
+    let mut reassembly = fastpath::pipeline::reasm::ReasmConfig::default();
+    let mut num = |key: &'static str, v: Option<i64>, lo: i64, hi: i64, what: &str| -> Option<i64> {
+        let v = v?;
+        if (lo..=hi).contains(&v) {
+            Some(v)
+        } else {
+            errs.add(
+                &[Key("reassembly"), Key(key)],
+                format!("{v}: expected {what} from {lo} to {hi}"),
+            );
+            None
+        }
+    };
+    if let Some(v) = num(
+        "high_thresh_bytes",
+        r.high_thresh_bytes,
+        65536,
+        1 << 30,
+        "a number of bytes",
+    ) {
+        reassembly.high_thresh_bytes = v as usize;
+    }
+    if let Some(v) = num("timeout_ms", r.timeout_ms, 1, 600_000, "milliseconds") {
+        reassembly.timeout_ns = v as u64 * 1_000_000;
+    }
+    if let Some(v) = num("max_fragments", r.max_fragments, 2, 1024, "fragments per datagram") {
+        reassembly.max_fragments = v as usize;
+    }
+    if let Some(v) = num("max_per_source", r.max_per_source, 1, 65536, "datagrams per source") {
+        reassembly.max_per_source = v as usize;
+    }
+    if let Some(v) = num("max_datagrams", r.max_datagrams, 1, 65536, "concurrent datagrams") {
+        reassembly.max_datagrams = v as usize;
+    }
+    let reassembly_buffers = num("buffers", r.buffers, 16, 65536, "64 KiB buffers").unwrap_or(256) as u32;
+
     Config {
         dpdk,
         ports,
@@ -764,6 +818,8 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         services,
         flow_limit,
         tunnels,
+        reassembly,
+        reassembly_buffers,
     }
 }
 
@@ -1198,12 +1254,21 @@ impl Config {
         if self.rss.symmetric != new.rss.symmetric {
             out.push("rss.symmetric".to_string());
         }
+        if self.reassembly_buffers != new.reassembly_buffers {
+            out.push("reassembly.buffers".to_string());
+        }
         out
     }
 
     /// What a reload from `self` to `new` changes, one line per change, for the log.
     pub fn describe_changes(&self, new: &Config) -> Vec<String> {
         let mut out = Vec::new();
+        if self.reassembly != new.reassembly {
+            out.push(format!(
+                "reassembly limits {:?} -> {:?}",
+                self.reassembly, new.reassembly
+            ));
+        }
         if self.flow_limit != new.flow_limit {
             out.push(format!(
                 "flow_limit {} table_len {} -> {} table_len {}",

@@ -115,6 +115,12 @@ fn start_and_serve(
         Mempool::new("fastpath_pkts", cfg.dpdk.mbufs, cfg.dpdk.mbuf_cache, data_room)
             .map_err(|e| format!("{e}\n  Give EAL more memory (-m) or lower [dpdk] mbufs."))?,
     );
+    // One buffer per reassembled datagram (up to 64 KiB): a pool of its own, so fragment floods
+    // cannot take the mbufs RX needs, and the other way round.
+    let big = Arc::new(
+        Mempool::new("fastpath_reasm", cfg.reassembly_buffers, 8, u16::MAX)
+            .map_err(|e| format!("{e}\n  Give EAL more memory (-m) or lower [reassembly] buffers (64 KiB each)."))?,
+    );
 
     let mut ports = Vec::new();
     for (i, p) in cfg.ports.iter().enumerate() {
@@ -195,7 +201,16 @@ fn start_and_serve(
             txqs.iter().map(|q| QueueCounters::new(q.port(), q.queue())).collect(),
         ));
         all_stats.push(stats.clone());
-        let mut rx_lcore = RxLcore::new(i, rxqs, txqs, published.clone(), stats, idle, clock);
+        let mut rx_lcore = RxLcore::new(
+            i,
+            rxqs,
+            txqs,
+            published.clone(),
+            stats,
+            idle,
+            clock,
+            (pool.clone(), big.clone()),
+        );
         if cfg.lcores.mode == LcoreMode::Forward {
             rx_lcore = rx_lcore.forwarding(forward_to.clone());
         }
@@ -214,18 +229,26 @@ fn start_and_serve(
         all_stats.push(stats.clone());
         roles.push((
             lcore,
-            Role::Worker(WorkerLcore::new(w, txqs, published.clone(), stats, idle, eal.tsc_hz())),
+            Role::Worker(WorkerLcore::new(
+                w,
+                txqs,
+                published.clone(),
+                stats,
+                idle,
+                eal.tsc_hz(),
+                pool.clone(),
+            )),
         ));
     }
 
-    let pool_for_metrics = pool.clone();
+    let (pool_for_metrics, big_for_metrics) = (pool.clone(), big.clone());
     let sources = Arc::new(Sources {
         port_names,
         lcores: all_stats.clone(),
         dpdk_version: dpdk::version(),
         start_time,
         tsc_hz: eal.tsc_hz(),
-        mbufs_in_use: Box::new(move || pool_for_metrics.in_use() as u64),
+        mbufs_in_use: Box::new(move || (pool_for_metrics.in_use() + big_for_metrics.in_use()) as u64),
         published: published.clone(),
         reload: Arc::new(ReloadStats::default()),
     });
@@ -315,7 +338,7 @@ fn start_and_serve(
     }
     summary(&sources, started.elapsed());
     drop(ports);
-    let leaked = pool.in_use();
+    let leaked = pool.in_use() + big.in_use();
     if leaked != 0 {
         eprintln!("fastpathd: {leaked} mbufs were not returned to the pool at exit");
     }
@@ -332,6 +355,7 @@ fn start_and_serve(
             last - 1
         );
     }
+    drop(big);
     if let Ok(pool) = Arc::try_unwrap(pool) {
         drop(pool);
     }

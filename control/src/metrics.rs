@@ -194,6 +194,26 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::COUNTER,
     ),
     (
+        "fastpath_reasm_completed_total",
+        "Datagrams reassembled, per family.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_reasm_timeouts_total",
+        "Datagrams that did not complete in time, per family.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_reasm_refused_total",
+        "Fragments refused or dropped, per family and reason.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_reasm_memory_bytes",
+        "Bytes of fragments held for reassembly, per RX lcore.",
+        MetricType::GAUGE,
+    ),
+    (
         "fastpath_gre_encap_total",
         "Packets encapsulated and sent into each GRE tunnel.",
         MetricType::COUNTER,
@@ -337,41 +357,53 @@ impl Collector for DataPlaneCollector {
             .iter()
             .map(|o| (vec![("outcome", o.name().to_string())], outcomes[o.index()] as f64))
             .collect();
-        let values = vec![
-            rx_p,
-            rx_b,
-            tx_p,
-            tx_b,
-            outcome_samples,
-            idle,
-            busy,
-            cycles,
-            lcore_pkts,
-            per_packet,
-            idle_ratio,
-            vec![(vec![], s.tsc_hz as f64)],
-            vec![(vec![], (s.mbufs_in_use)() as f64)],
-            vec![(
+        let mut named: Vec<(&str, Samples)> = vec![
+            ("fastpath_rx_packets_total", rx_p),
+            ("fastpath_rx_bytes_total", rx_b),
+            ("fastpath_tx_packets_total", tx_p),
+            ("fastpath_tx_bytes_total", tx_b),
+            ("fastpath_packets_total", outcome_samples),
+            ("fastpath_lcore_idle_polls_total", idle),
+            ("fastpath_lcore_busy_polls_total", busy),
+            ("fastpath_lcore_busy_cycles_total", cycles),
+            ("fastpath_lcore_packets_total", lcore_pkts),
+            ("fastpath_lcore_cycles_per_packet", per_packet),
+            ("fastpath_lcore_idle_poll_ratio", idle_ratio),
+            ("fastpath_tsc_hz", vec![(vec![], s.tsc_hz as f64)]),
+            ("fastpath_mbufs_in_use", vec![(vec![], (s.mbufs_in_use)() as f64)]),
+            (
+                "fastpath_build_info",
+                vec![(
+                    vec![
+                        ("version", env!("CARGO_PKG_VERSION").to_string()),
+                        ("dpdk_version", s.dpdk_version.clone()),
+                    ],
+                    1.0,
+                )],
+            ),
+            ("fastpath_start_time_seconds", vec![(vec![], s.start_time)]),
+            (
+                "fastpath_config_reloads_total",
                 vec![
-                    ("version", env!("CARGO_PKG_VERSION").to_string()),
-                    ("dpdk_version", s.dpdk_version.clone()),
+                    (
+                        vec![("result", "success".to_string())],
+                        s.reload.success.load(Relaxed) as f64,
+                    ),
+                    (
+                        vec![("result", "failure".to_string())],
+                        s.reload.failure.load(Relaxed) as f64,
+                    ),
                 ],
-                1.0,
-            )],
-            vec![(vec![], s.start_time)],
-            vec![
-                (
-                    vec![("result", "success".to_string())],
-                    s.reload.success.load(Relaxed) as f64,
-                ),
-                (
-                    vec![("result", "failure".to_string())],
-                    s.reload.failure.load(Relaxed) as f64,
-                ),
-            ],
-            vec![(vec![], s.published.generation() as f64)],
-            vec![(vec![], s.reload.last_success_seconds())],
-            generations,
+            ),
+            (
+                "fastpath_config_generation",
+                vec![(vec![], s.published.generation() as f64)],
+            ),
+            (
+                "fastpath_config_last_reload_success_timestamp_seconds",
+                vec![(vec![], s.reload.last_success_seconds())],
+            ),
+            ("fastpath_lcore_config_generation", generations),
         ];
         let tables = s.published.current();
         let mut depth = Vec::new();
@@ -436,32 +468,70 @@ impl Collector for DataPlaneCollector {
         }
         let recursion = vec![(vec![], outcomes[Outcome::GreRecursion.index()] as f64)];
         let [g0, g1, g2, g3, g4, g5] = gre;
-        let mut values = values;
-        values.extend([
-            flow_limited,
-            g0,
-            g1,
-            g2,
-            g3,
-            g4,
-            g5,
-            recursion,
-            depth,
-            capacity,
-            pressure,
-            delivered,
-            full,
-            rollover,
-            huge,
-            failed,
-            processed,
-        ]);
-        assert_eq!(values.len(), FAMILIES.len(), "one sample list per family");
-        FAMILIES
+        use fastpath::pipeline::reasm::{Family, Reason};
+        let rx_lcores: Vec<_> = s.lcores.iter().filter(|l| !l.rx.is_empty()).collect();
+        let mut completed = Vec::new();
+        let mut timeouts = Vec::new();
+        let mut refused = Vec::new();
+        for f in Family::ALL {
+            let fi = f.index();
+            let fl = f.label().to_string();
+            completed.push((
+                vec![("family", fl.clone())],
+                rx_lcores.iter().map(|l| l.reasm.completed[fi].get()).sum::<u64>() as f64,
+            ));
+            timeouts.push((
+                vec![("family", fl.clone())],
+                rx_lcores.iter().map(|l| l.reasm.timeouts[fi].get()).sum::<u64>() as f64,
+            ));
+            for r in Reason::ALL {
+                let n: u64 = rx_lcores.iter().map(|l| l.reasm.refused[fi][r.index()].get()).sum();
+                refused.push((
+                    vec![("family", fl.clone()), ("reason", r.label().to_string())],
+                    n as f64,
+                ));
+            }
+        }
+        let memory = rx_lcores
             .iter()
-            .zip(values)
-            .map(|((n, h, t), v)| family(n, h, *t, v))
-            .collect()
+            .map(|l| (vec![("lcore", l.lcore.to_string())], l.reasm.memory.get() as f64))
+            .collect();
+        named.extend([
+            ("fastpath_reasm_completed_total", completed),
+            ("fastpath_reasm_timeouts_total", timeouts),
+            ("fastpath_reasm_refused_total", refused),
+            ("fastpath_reasm_memory_bytes", memory),
+        ]);
+        named.extend([
+            ("fastpath_flow_limit_dropped_total", flow_limited),
+            ("fastpath_gre_encap_total", g0),
+            ("fastpath_gre_decap_total", g1),
+            ("fastpath_gre_seq_dropped_total", g2),
+            ("fastpath_gre_too_big_total", g3),
+            ("fastpath_gre_handoff_total", g4),
+            ("fastpath_gre_tx_full_total", g5),
+            ("fastpath_gre_recursion_dropped_total", recursion),
+            ("fastpath_socket_queue_depth", depth),
+            ("fastpath_socket_capacity", capacity),
+            ("fastpath_socket_pressure", pressure),
+            ("fastpath_socket_delivered_total", delivered),
+            ("fastpath_socket_full_total", full),
+            ("fastpath_rollover_total", rollover),
+            ("fastpath_rollover_huge_total", huge),
+            ("fastpath_rollover_failed_total", failed),
+            ("fastpath_socket_processed_total", processed),
+        ]);
+        // Every family by name, so the order of FAMILIES and of the samples can never drift.
+        let mut by_name: std::collections::HashMap<&str, Samples> = named.into_iter().collect();
+        let out: Vec<MetricFamily> = FAMILIES
+            .iter()
+            .map(|(n, h, t)| {
+                let v = by_name.remove(n).unwrap_or_else(|| panic!("no samples for {n}"));
+                family(n, h, *t, v)
+            })
+            .collect();
+        assert!(by_name.is_empty(), "samples without a family: {:?}", by_name.keys());
+        out
     }
 }
 

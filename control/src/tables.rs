@@ -184,6 +184,14 @@ impl TableBuilder {
             sockets,
             flow_limit: cfg.flow_limit.clone(),
             tunnels,
+            port_mtu: {
+                let mut v = vec![1500u16; max_id + 1];
+                for (p, opened) in cfg.ports.iter().zip(&self.ports) {
+                    v[opened.id as usize] = p.mtu.unwrap_or(1500);
+                }
+                v
+            },
+            reassembly: cfg.reassembly.clone(),
         })
     }
 }

@@ -38,7 +38,10 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        // FASTPATH_KEEP_SCRATCH=1 keeps a failed test's files for a look.
+        if std::env::var_os("FASTPATH_KEEP_SCRATCH").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 

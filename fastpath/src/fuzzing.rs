@@ -268,7 +268,7 @@ mod tests {
             ),
             ("no_service--ipv4-udp-vlan", vlan),
             (
-                "unhandled--ipv6-first-fragment",
+                "reassembled--ipv6-first-fragment",
                 v6_frame(them6, me6, IpProtocol::Ipv6Frag, &frag6, 64, &udp_bytes(1, 7, &[0; 8])),
             ),
             (

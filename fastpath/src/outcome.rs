@@ -49,13 +49,22 @@ pub enum Outcome {
     GreSeqDropped,
     /// Nested deeper than the tunnel recursion limit.
     GreRecursion,
+    /// A fragment held until its datagram completed; the completing fragment's outcome is the
+    /// datagram's.
+    Reassembled,
+    /// A fragment refused or dropped by the reassembler (see `fastpath_reasm_refused_total`).
+    ReassemblyRefused,
+    /// A fragment whose datagram did not complete in time.
+    ReassemblyTimeout,
+    /// A fragment still held at a clean stop.
+    ReassemblyFlushed,
     /// Sent on unchanged by the plain forward mode (`[lcores] mode = "forward"`), no stage run.
     Forwarded,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 20] = [
+    pub const ALL: [Outcome; 24] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -75,6 +84,10 @@ impl Outcome {
         Outcome::GreBadChecksum,
         Outcome::GreSeqDropped,
         Outcome::GreRecursion,
+        Outcome::Reassembled,
+        Outcome::ReassemblyRefused,
+        Outcome::ReassemblyTimeout,
+        Outcome::ReassemblyFlushed,
         Outcome::Forwarded,
     ];
     /// Number of outcomes.
@@ -108,6 +121,10 @@ impl Outcome {
             Outcome::GreBadChecksum => "gre_bad_checksum",
             Outcome::GreSeqDropped => "gre_seq_dropped",
             Outcome::GreRecursion => "gre_recursion",
+            Outcome::Reassembled => "reassembled",
+            Outcome::ReassemblyRefused => "reassembly_refused",
+            Outcome::ReassemblyTimeout => "reassembly_timeout",
+            Outcome::ReassemblyFlushed => "reassembly_flushed",
             Outcome::Forwarded => "forwarded",
         }
     }

@@ -24,6 +24,11 @@ impl Counter {
     pub fn inc(&self) {
         self.add(1)
     }
+    /// Sets the value (owner only; for gauges and copied counters).
+    #[inline]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Relaxed);
+    }
     /// Current value (any thread).
     #[inline]
     pub fn get(&self) -> u64 {
@@ -55,6 +60,33 @@ impl QueueCounters {
     }
 }
 
+/// Reassembly counters of one RX lcore, copied from its reassembler after each use.
+#[derive(Debug, Default)]
+pub struct ReasmCounters {
+    /// Datagrams completed, per family (IPv4, IPv6).
+    pub completed: [Counter; 2],
+    /// Datagrams timed out, per family.
+    pub timeouts: [Counter; 2],
+    /// Fragments refused, per family and reason (`pipeline::reasm::Reason::index`).
+    pub refused: [[Counter; crate::pipeline::reasm::Reason::COUNT]; 2],
+    /// Bytes held now.
+    pub memory: Counter,
+}
+
+impl ReasmCounters {
+    /// Copies a reassembler's statistics (owner lcore only).
+    pub fn sync(&self, s: &crate::pipeline::reasm::ReasmStats, memory: usize) {
+        for f in 0..2 {
+            self.completed[f].set(s.completed[f]);
+            self.timeouts[f].set(s.timeouts[f]);
+            for (r, c) in self.refused[f].iter().enumerate() {
+                c.set(s.refused[f][r]);
+            }
+        }
+        self.memory.set(memory as u64);
+    }
+}
+
 /// Everything one lcore counts.
 #[derive(Debug)]
 #[repr(align(64))]
@@ -75,6 +107,8 @@ pub struct LcoreStats {
     pub busy_cycles: Counter,
     /// The config generation this lcore runs (it stores it after adopting one).
     pub generation: AtomicU64,
+    /// Reassembly (RX lcores).
+    pub reasm: ReasmCounters,
 }
 
 impl LcoreStats {
@@ -89,6 +123,7 @@ impl LcoreStats {
             busy_polls: Counter::default(),
             busy_cycles: Counter::default(),
             generation: AtomicU64::new(0),
+            reasm: ReasmCounters::default(),
         }
     }
 

@@ -41,10 +41,24 @@ impl Mbuf {
         self.raw().port
     }
 
+    /// Sets the port the packet is accounted to (a buffer built here, e.g. a reassembled
+    /// datagram, takes its fragments' port so answers leave the same way).
+    #[inline]
+    pub fn set_port(&mut self, port: u16) {
+        self.raw_mut().port = port;
+    }
+
     /// Total packet length over all segments.
     #[inline]
     pub fn pkt_len(&self) -> u32 {
         self.raw().pkt_len
+    }
+
+    /// Bytes free after the data in the (last) segment.
+    #[inline]
+    pub fn tailroom(&self) -> usize {
+        // SAFETY: reads the buffer geometry of an mbuf we own.
+        unsafe { dpdk_sys::fp_pktmbuf_tailroom(self.0.as_ptr()) as usize }
     }
 
     /// Number of segments; the pipeline only handles 1.

@@ -227,14 +227,16 @@ pub(crate) mod tests {
                 }),
                 Outcome::Unhandled,
             ),
-            (
-                v4_frame(THEM, ME, IpProtocol::Icmp, &[], 0x2000, &echo4(b"")),
-                Outcome::Unhandled,
-            ),
         ] {
             let mut b = HeapBuf::new(&v);
             assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(want));
         }
+        // A fragment goes to the reassembler first.
+        let frag = v4_frame(THEM, ME, IpProtocol::Icmp, &[], 0x2000, &echo4(b""));
+        assert_eq!(
+            p.process(0, &mut HeapBuf::new(&frag), Instant(0)),
+            Verdict::Reassemble { l3: 14 }
+        );
     }
 
     fn me6() -> Ipv6Addr {

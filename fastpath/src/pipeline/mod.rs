@@ -50,6 +50,13 @@ pub enum Verdict {
         /// The outcome once sent.
         outcome: Outcome,
     },
+    /// A fragment of a datagram for a local address: hand it to the lcore's reassembler (the IP
+    /// header is at `l3`). Its outcome comes when its datagram completes, times out or is
+    /// refused.
+    Reassemble {
+        /// Offset of the IP header.
+        l3: u16,
+    },
     /// Hand the packet to this socket (index into [`Tables::sockets`]); it is staged and
     /// enqueued at the end of the burst: outcome `delivered`, or `socket_full` if the ring
     /// refuses it.
@@ -62,6 +69,7 @@ impl Verdict {
         match self {
             Verdict::Drop(o) | Verdict::Transmit(o) | Verdict::TransmitOn { outcome: o, .. } => o,
             Verdict::Deliver(_) => Outcome::Delivered,
+            Verdict::Reassemble { .. } => Outcome::Reassembled,
         }
     }
 }
@@ -128,6 +136,17 @@ pub struct Tables {
     pub flow_limit: flow_limit::FlowLimitConfig,
     /// GRE tunnels.
     pub tunnels: Vec<tunnel::Tunnel>,
+    /// MTU (IP bytes) by DPDK port id; a missing entry means 1500.
+    pub port_mtu: Vec<u16>,
+    /// Reassembly settings.
+    pub reassembly: reasm::ReasmConfig,
+}
+
+impl Tables {
+    /// The MTU of `port`.
+    pub fn mtu(&self, port: u16) -> u16 {
+        self.port_mtu.get(port as usize).copied().unwrap_or(1500)
+    }
 }
 
 /// One pass of the pipeline over a frame.
@@ -321,6 +340,11 @@ impl Pipeline {
         let end = parsed.ip_end as usize;
         if pkt.len() > end {
             let _trimmed = pkt.trim(pkt.len() - end);
+        }
+        if parsed.fragment.is_some() && is_local(local, parsed.dst) {
+            // RFC 791 §3.2 / RFC 8200 §4.5: fragments are reassembled before anything else
+            // looks at the datagram (service lookup, echo, GRE).
+            return Step::Done(Verdict::Reassemble { l3: parsed.l3_offset });
         }
         if parsed.protocol == IpProtocol::Gre && parsed.fragment.is_none() && is_local(local, parsed.dst) {
             return self.decapsulate(pkt, &parsed, depth);

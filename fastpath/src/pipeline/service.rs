@@ -202,7 +202,7 @@ mod tests {
             services: ServiceTable::new(vec![(svc, vec![7, 5353])]),
             sockets,
             flow_limit: Default::default(),
-            tunnels: vec![],
+            ..Default::default()
         };
         Pipeline::new(Arc::new(tables), 0)
     }
@@ -254,7 +254,7 @@ mod tests {
         // A fragment is not a datagram yet: reassembly comes first.
         assert_eq!(
             p.process(0, &mut udp4(7, 0x2000), Instant(0)),
-            Verdict::Drop(Outcome::Unhandled)
+            Verdict::Reassemble { l3: 14 }
         );
 
         let mut only_other = pipeline(vec![IpAddr::V4(Ipv4Addr::new(192, 0, 2, 5))], false);

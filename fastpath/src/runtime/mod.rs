@@ -11,12 +11,14 @@
 //! every one has been counted.
 
 use crate::buf::PacketBuf;
-use crate::dpdk::{eal, Mbuf, MbufRing, RxQueue, TxQueue};
+use crate::dpdk::{eal, Mbuf, MbufRing, Mempool, RxQueue, TxQueue};
 use crate::generation::Published;
 use crate::outcome::Outcome;
+use crate::pipeline::reasm::{fragment_v4, fragment_v6, Fate, FragMeta, Insert, ReasmIo, Reassembler, Released};
 use crate::pipeline::{service, tunnel, Action, Instant, Pipeline, Tables, Verdict};
 use crate::socket::Socket;
 use crate::stats::{LcoreStats, QueueCounters};
+use crate::wire::{EtherType, EthernetFrame};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,7 +174,7 @@ fn ring(s: &Socket) -> &MbufRing {
 pub struct RxLcore {
     rx: Vec<RxQueue>,
     /// Indexed by port id; `None` for ports this lcore cannot send on.
-    tx: Vec<Option<TxBatch<Outcome>>>,
+    tx: Vec<Option<TxBatch<Option<Outcome>>>>,
     pipeline: Pipeline,
     /// Per socket of the current generation: packets staged in this burst.
     staged: Vec<Vec<Mbuf>>,
@@ -182,6 +184,73 @@ pub struct RxLcore {
     clock: TscClock,
     /// Plain forward mode: `forward[rx port id]` is the port to send on; no stage runs.
     forward: Option<Box<[u16]>>,
+    /// This lcore's reassembly table (fragments of a datagram share an RSS hash, so one lcore).
+    reasm: Reassembler<Mbuf>,
+    io: ReasmPools,
+    /// Mbufs for fragments this lcore sends.
+    pool: Arc<Mempool>,
+    /// Identification for IPv6 fragments this lcore sends.
+    ident: u32,
+}
+
+/// Datagrams reassembled per loop iteration at most, when timing out (bounded work).
+pub const EXPIRE_BUDGET: usize = 4;
+
+/// What the reassembler needs from an RX lcore: big buffers for completed datagrams, a place
+/// to hand fragments back, randomness.
+struct ReasmPools {
+    big: Arc<Mempool>,
+    rng: u64,
+    released: Vec<Released<Mbuf>>,
+}
+
+impl ReasmIo<Mbuf> for ReasmPools {
+    fn alloc(&mut self, len: usize) -> Option<Mbuf> {
+        self.big.alloc().filter(|m| m.tailroom() >= len)
+    }
+    fn release(&mut self, r: Released<Mbuf>) {
+        self.released.push(r);
+    }
+    fn random(&mut self) -> u32 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng >> 16) as u32
+    }
+}
+
+/// Whether a frame's IP packet is larger than `mtu`.
+#[inline]
+fn needs_fragmenting(m: &Mbuf, mtu: u16) -> bool {
+    // 14 bytes of Ethernet plus up to two VLAN tags never count against the MTU.
+    m.len() > mtu as usize + 14 && {
+        let l2 = EthernetFrame::new_checked(m.data())
+            .map(|f| f.header_len())
+            .unwrap_or(14);
+        m.len() - l2 > mtu as usize
+    }
+}
+
+/// Splits the IP datagram in `m` into fragments of at most `mtu` bytes from `pool`.
+fn fragment_frame(m: &Mbuf, mtu: u16, pool: &Mempool, ident: u32, out: &mut Vec<Mbuf>) -> bool {
+    let mut alloc = |len: usize| pool.alloc().filter(|b| b.tailroom() >= len);
+    let mut emit = |b: Mbuf| out.push(b);
+    let r = match EthernetFrame::new_checked(m.data()).map(|f| f.ethertype()) {
+        Ok(EtherType::Ipv4) => fragment_v4(m.data(), mtu as usize, &mut alloc, &mut emit),
+        Ok(EtherType::Ipv6) => fragment_v6(m.data(), mtu as usize, ident, &mut alloc, &mut emit),
+        _ => return false,
+    };
+    r.is_ok()
+}
+
+/// Counts an RX lcore's sent (or refused) packet: its outcome, or `tx_full`; pieces that carry
+/// no outcome (all fragments of an answer but the last) count nothing.
+fn count_rx_tx(stats: &LcoreStats) -> impl FnMut(Option<Outcome>, bool) + '_ {
+    move |o, sent| {
+        if let Some(o) = o {
+            stats.outcome(if sent { o } else { Outcome::TxFull })
+        }
+    }
 }
 
 impl RxLcore {
@@ -196,6 +265,7 @@ impl RxLcore {
 
     /// An RX lcore in counter slot `slot` over `rx` queues (their counters are `stats.rx[i]`,
     /// same order) that transmits on `tx` queues (counters `stats.tx[i]`, at most one per port).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         slot: usize,
         rx: Vec<RxQueue>,
@@ -204,8 +274,15 @@ impl RxLcore {
         stats: Arc<LcoreStats>,
         idle: IdlePolicy,
         clock: TscClock,
+        pools: (Arc<Mempool>, Arc<Mempool>),
     ) -> Self {
         let pipeline = Pipeline::new(published.current(), slot);
+        let reasm = Reassembler::new(pipeline.tables().reassembly.clone());
+        let io = ReasmPools {
+            big: pools.1,
+            rng: 0x2545_f491_4f6c_dd1d ^ (slot as u64 + 1),
+            released: Vec::with_capacity(256),
+        };
         stats.set_generation(pipeline.generation());
         let staged = staging(pipeline.tables());
         RxLcore {
@@ -218,6 +295,10 @@ impl RxLcore {
             idle,
             clock,
             forward: None,
+            reasm,
+            io,
+            pool: pools.0,
+            ident: slot as u32,
         }
     }
 
@@ -242,69 +323,46 @@ impl RxLcore {
                 }
                 got += n;
                 let port = self.rx[qi].port();
-                let qstats = &self.stats.rx[qi];
-                qstats.packets.add(n as u64);
+                self.stats.rx[qi].packets.add(n as u64);
                 if let Some(to) = &self.forward {
                     let dst = to.get(port as usize).copied().unwrap_or(port) as usize;
                     let tx = self.tx.get_mut(dst).and_then(Option::as_mut);
-                    forward(tx, &mut burst, &self.stats, qstats);
+                    forward(tx, &mut burst, &self.stats, &self.stats.rx[qi]);
                     continue;
                 }
                 let now = self.clock.at(t0);
-                for mut m in burst.drain(..) {
-                    qstats.bytes.add(m.pkt_len() as u64);
+                let mut bytes = 0u64;
+                for m in burst.drain(..) {
+                    bytes += m.pkt_len() as u64;
                     if m.segments() != 1 {
                         self.stats.outcome(Outcome::Oversize);
                         drops.push(m);
                         continue;
                     }
-                    let v = self.pipeline.process(port, &mut m, now);
-                    let out_port = match v {
-                        Verdict::TransmitOn { port: p, .. } => p,
-                        _ => port,
-                    };
-                    match v {
-                        Verdict::Drop(o) => {
-                            self.stats.outcome(o);
-                            drops.push(m);
-                        }
-                        Verdict::Transmit(o) | Verdict::TransmitOn { outcome: o, .. } => {
-                            match self.tx.get_mut(out_port as usize) {
-                                Some(Some(b)) => {
-                                    b.pkts.push(m);
-                                    b.tags.push(o);
-                                    if b.pkts.len() == BURST {
-                                        let stats = &self.stats;
-                                        b.flush(stats, &mut drops, |o, sent| {
-                                            stats.outcome(if sent { o } else { Outcome::TxFull })
-                                        });
-                                    }
-                                }
-                                _ => {
-                                    self.stats.outcome(Outcome::TxFull);
-                                    drops.push(m);
-                                }
-                            }
-                        }
-                        Verdict::Deliver(s) => self.staged[s].push(m),
-                    }
-                    if drops.len() == BURST {
+                    self.handle(port, m, now, &mut drops);
+                    if drops.len() >= BURST {
                         Mbuf::free_bulk(&mut drops);
                     }
                 }
+                self.stats.rx[qi].bytes.add(bytes);
                 self.enqueue_staged(&mut drops);
                 Mbuf::free_bulk(&mut drops);
             }
-            let stats = &self.stats;
-            for b in self.tx.iter_mut().flatten() {
-                b.flush(stats, &mut drops, |o, sent| {
-                    stats.outcome(if sent { o } else { Outcome::TxFull })
-                });
+            // Reassembly expiry: bounded work per iteration, no background thread (seed 001).
+            if self.reasm.next_deadline().is_some_and(|d| d <= self.clock.at(t0)) {
+                self.reasm.expire(self.clock.at(t0), EXPIRE_BUDGET, &mut self.io);
+                self.settle_reassembly(&mut drops);
             }
+            self.flush_all(&mut drops);
             Mbuf::free_bulk(&mut drops);
             // Quiescent point: nothing staged or in flight, so a new generation applies to whole
             // bursts.
             if let Some(t) = self.published.newer_than(self.pipeline.generation()) {
+                if t.reassembly != *self.reasm.config() {
+                    self.reasm.reconfigure(t.reassembly.clone(), &mut self.io);
+                    self.settle_reassembly(&mut drops);
+                    Mbuf::free_bulk(&mut drops);
+                }
                 self.pipeline.apply(t);
                 self.staged = staging(self.pipeline.tables());
                 self.stats.set_generation(self.pipeline.generation());
@@ -322,7 +380,113 @@ impl RxLcore {
         if let Some(t) = busy_since {
             self.stats.busy_cycles.add(eal::rdtsc().wrapping_sub(t));
         }
+        // Clean stop: fragments still held are handed back and counted.
+        self.reasm.drain_all(&mut self.io);
+        self.settle_reassembly(&mut drops);
+        Mbuf::free_bulk(&mut drops);
         control.rx_exited();
+    }
+
+    /// Runs one received packet through the pipeline and acts on the verdict; a fragment goes
+    /// to the reassembler and, if it completes its datagram, the datagram goes through again
+    /// (its outcome is the completing fragment's).
+    #[inline]
+    fn handle(&mut self, port: u16, mut m: Mbuf, now: Instant, drops: &mut Vec<Mbuf>) {
+        loop {
+            let v = self.pipeline.process(port, &mut m, now);
+            match v {
+                Verdict::Drop(o) => {
+                    self.stats.outcome(o);
+                    drops.push(m);
+                }
+                Verdict::Transmit(o) => self.transmit(port, m, o, drops),
+                Verdict::TransmitOn { port: out, outcome } => self.transmit(out, m, outcome, drops),
+                Verdict::Deliver(s) => self.staged[s].push(m),
+                Verdict::Reassemble { l3 } => {
+                    let Some(meta) = FragMeta::from_frame(m.data(), l3 as usize) else {
+                        self.stats.outcome(Outcome::Malformed);
+                        drops.push(m);
+                        return;
+                    };
+                    let done = self.reasm.insert(now, m, &meta, &mut self.io);
+                    self.settle_reassembly(drops);
+                    if let Insert::Complete { mut datagram, .. } = done {
+                        datagram.set_port(port);
+                        m = datagram;
+                        continue;
+                    }
+                }
+            }
+            return;
+        }
+    }
+
+    /// Queues an answer on this lcore's TX queue of `port`, fragmenting it first if it is larger
+    /// than the port's MTU (a reassembled datagram's answer); only the last piece carries the
+    /// packet's outcome.
+    #[inline]
+    fn transmit(&mut self, port: u16, m: Mbuf, o: Outcome, drops: &mut Vec<Mbuf>) {
+        let mtu = self.pipeline.tables().mtu(port);
+        let Some(Some(b)) = self.tx.get_mut(port as usize) else {
+            self.stats.outcome(Outcome::TxFull);
+            drops.push(m);
+            return;
+        };
+        let stats = &self.stats;
+        if !needs_fragmenting(&m, mtu) {
+            b.pkts.push(m);
+            b.tags.push(Some(o));
+            if b.pkts.len() >= BURST {
+                b.flush(stats, drops, count_rx_tx(stats));
+            }
+            return;
+        }
+        self.ident = self.ident.wrapping_add(1);
+        let mut pieces: Vec<Mbuf> = Vec::new();
+        let ok = fragment_frame(&m, mtu, &self.pool, self.ident, &mut pieces);
+        drops.push(m);
+        let n = pieces.len();
+        if !ok || n == 0 {
+            stats.outcome(Outcome::TxFull);
+            drops.append(&mut pieces);
+            return;
+        }
+        for (i, p) in pieces.into_iter().enumerate() {
+            b.pkts.push(p);
+            b.tags.push((i + 1 == n).then_some(o));
+            if b.pkts.len() >= BURST {
+                b.flush(stats, drops, count_rx_tx(stats));
+            }
+        }
+    }
+
+    fn flush_all(&mut self, drops: &mut Vec<Mbuf>) {
+        let stats = &self.stats;
+        for b in self.tx.iter_mut().flatten() {
+            b.flush(stats, drops, count_rx_tx(stats));
+        }
+    }
+
+    /// Counts the outcome of every fragment the reassembler handed back and frees it; copies the
+    /// reassembler's statistics for the metrics.
+    fn settle_reassembly(&mut self, drops: &mut Vec<Mbuf>) {
+        for r in self.io.released.drain(..) {
+            let o = match r.fate {
+                Fate::Reassembled => Some(Outcome::Reassembled),
+                Fate::Absorbed => None,
+                Fate::Refused(_) => Some(Outcome::ReassemblyRefused),
+                Fate::TimedOut { .. } => Some(Outcome::ReassemblyTimeout),
+                Fate::Drained => Some(Outcome::ReassemblyFlushed),
+            };
+            if let Some(o) = o {
+                self.stats.outcome(o);
+            }
+            drops.push(r.buf);
+            if drops.len() >= BURST {
+                Mbuf::free_bulk(drops);
+            }
+        }
+        self.stats.reasm.sync(self.reasm.stats(), self.reasm.memory());
     }
 
     /// Enqueues every socket's staged packets in one burst each: `delivered` for what the ring
@@ -367,6 +531,8 @@ enum Tag {
     Echo(u32),
     /// An encapsulated packet of this tunnel (index in the current tables).
     Tunnel(u32),
+    /// A fragment of an answer other than the last: counts nothing.
+    Piece,
 }
 
 /// A worker lcore: drains the service sockets assigned to its slot and runs their actions,
@@ -374,6 +540,8 @@ enum Tag {
 pub struct WorkerLcore {
     slot: usize,
     tsc_hz: u64,
+    /// Mbufs for the fragments of answers larger than the MTU.
+    pool: Arc<Mempool>,
     tx: Vec<Option<TxBatch<Tag>>>,
     published: Arc<Published>,
     stats: Arc<LcoreStats>,
@@ -400,10 +568,12 @@ impl WorkerLcore {
         stats: Arc<LcoreStats>,
         idle: IdlePolicy,
         tsc_hz: u64,
+        pool: Arc<Mempool>,
     ) -> Self {
         WorkerLcore {
             slot,
             tsc_hz,
+            pool,
             tx: TxBatch::by_port(tx),
             published,
             stats,
@@ -479,6 +649,33 @@ impl WorkerLcore {
                             }
                             let port = m.port() as usize;
                             match tx.get_mut(port) {
+                                Some(Some(b)) if needs_fragmenting(&m, tables.mtu(port as u16)) => {
+                                    // A reassembled datagram's echo: fragments, the last one
+                                    // carrying the count.
+                                    let mut pieces = Vec::new();
+                                    ident = ident.wrapping_add(1);
+                                    let ok = fragment_frame(
+                                        &m,
+                                        tables.mtu(port as u16),
+                                        &me.pool,
+                                        ident as u32,
+                                        &mut pieces,
+                                    );
+                                    drops.push(m);
+                                    if !ok || pieces.is_empty() {
+                                        c.tx_full.inc();
+                                        drops.append(&mut pieces);
+                                        continue;
+                                    }
+                                    let n = pieces.len();
+                                    for (i, p) in pieces.into_iter().enumerate() {
+                                        b.pkts.push(p);
+                                        b.tags.push(if i + 1 == n { Tag::Echo(wi as u32) } else { Tag::Piece });
+                                        if b.pkts.len() >= BURST {
+                                            flush_worker(b, &me.stats, &mut drops, &w.work, &tables, me.slot);
+                                        }
+                                    }
+                                }
                                 Some(Some(b)) => {
                                     b.pkts.push(m);
                                     b.tags.push(Tag::Echo(wi as u32));
@@ -683,6 +880,7 @@ fn flush_worker(
                 c.tx_full.inc()
             }
         }
+        Tag::Piece => {}
     });
 }
 
@@ -709,7 +907,7 @@ fn sockets_of(slot: usize, t: &Tables, tsc_hz: u64) -> Vec<Drained> {
 /// Forward mode: sends a whole received burst on `tx` at once; counts it `forwarded`, and what
 /// the queue refuses (or all of it, without a queue) `tx_full`, then frees the refused.
 #[inline]
-fn forward(tx: Option<&mut TxBatch<Outcome>>, burst: &mut Vec<Mbuf>, stats: &LcoreStats, rxq: &QueueCounters) {
+fn forward(tx: Option<&mut TxBatch<Option<Outcome>>>, burst: &mut Vec<Mbuf>, stats: &LcoreStats, rxq: &QueueCounters) {
     let bytes: u64 = burst.iter().map(|m| m.pkt_len() as u64).sum();
     rxq.bytes.add(bytes);
     if let Some(b) = tx {

@@ -834,28 +834,7 @@ proptest! {
 
 // ---- the seed's scenario ----
 
-/// `cargo test -p fastpath --no-default-features flood_table -- --ignored --nocapture`
-#[test]
-#[ignore = "prints the sweep; the asserting version is below"]
-fn flood_table() {
-    let scale: fn(f64, bool) -> sim::FloodParams = if std::env::var_os("FLOOD_DEFAULT_SCALE").is_some() {
-        sim::FloodParams::default_scale
-    } else {
-        sim::FloodParams::seed_scenario
-    };
-    println!("| flood × capacity | scaled: completed | fixed: completed | scaled: max memory / thresh |");
-    for m in [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0] {
-        let s = sim::simulate_flood(&scale(m, true));
-        let f = sim::simulate_flood(&scale(m, false));
-        println!(
-            "| {m} | {:.3} | {:.3} | {:.4} | {:?}",
-            s.completion_rate(),
-            f.completion_rate(),
-            s.max_memory as f64 / s.high_thresh as f64,
-            s.stats.refused[0]
-        );
-    }
-}
+// The sweep over flood sizes is `cargo run --release -p benches --example reasm_flood`.
 
 #[test]
 fn flood_simulation_pressure_scaled_keeps_legit_traffic_fixed_collapses() {
