@@ -10,7 +10,7 @@
 //!    at the [`GlobalBucket`] shared by all lcores, (d) the per-destination bucket in this lcore's
 //!    [`PeerTable`], (e) the global credit, consumed with Linux's post-CVE-2020-25705 randomisation
 //!    (see [`limit`]);
-//! 3. `build_in_place`: only for [`Decision::Send`], turns the offending frame into the error.
+//! 3. [`build_in_place`]: only for [`Decision::Send`], turns the offending frame into the error.
 //!
 //! `build_in_place` does not depend on the limiter, so a "build first, then ask" variant (the
 //! benchmark's case (d), what Linux did before the seed's patch) is
@@ -26,8 +26,10 @@
 //! Time is the caller's `now`; randomness is a word from the caller's lcore-local generator,
 //! drawn only when global credit is consumed. Nothing here allocates per packet.
 
+pub mod build;
 pub mod limit;
 
+pub use build::{build_in_place, IPV4_MAX_ERROR_LEN, IPV6_MAX_ERROR_LEN};
 pub use limit::{GlobalBucket, PeerTable};
 
 use super::{Instant, IpVersion, Parsed};
@@ -121,6 +123,16 @@ impl ErrorKind {
             _ => None,
         }
     }
+
+    /// The 4 bytes after the checksum: zero, except the MTU of Fragmentation Needed (low 16 bits,
+    /// RFC 1191 §4) and Packet Too Big (all 32, RFC 4443 §3.2).
+    fn rest_of_header(self) -> u32 {
+        match self {
+            ErrorKind::FragmentationNeeded { mtu } => mtu as u32,
+            ErrorKind::PacketTooBig { mtu } => mtu,
+            _ => 0,
+        }
+    }
 }
 
 /// Which limit suppressed an error: the `limit` label of `fastpath_icmp_rate_limited_total`.
@@ -159,7 +171,7 @@ pub enum Decision {
     Ineligible,
     /// A rate limit refused it: drop the packet (outcome `icmp_suppressed`), count the limit.
     Suppressed(Limit),
-    /// Build it (`build_in_place`) and send it (outcome `icmp_error`).
+    /// Build it ([`build_in_place`]) and send it (outcome `icmp_error`).
     Send,
 }
 

@@ -1,9 +1,13 @@
-//! Eligibility and the limiter's order of checks, with simulated time.
+//! Eligibility, the limiter's order of checks with simulated time, and the builder's bytes.
 
 use super::limit::credits_for_draw;
 use super::*;
-use crate::pipeline::parse::tests::{udp_bytes, v4_frame, v6_frame};
-use crate::wire::Toeplitz;
+use crate::buf::{HeapBuf, PacketBuf};
+use crate::pipeline::parse::tests::{udp_bytes, v4_frame, v6_frame, MAC};
+use crate::wire::{
+    EtherType, EthernetAddress, EthernetFrame, Icmpv4Packet, Icmpv6Packet, Ipv4Packet, Ipv6Packet, Toeplitz,
+};
+use proptest::prelude::*;
 
 const MS: u64 = 1_000_000;
 /// A draw that takes exactly one global credit.
@@ -654,5 +658,364 @@ fn metric_labels() {
     }
     for k in [PU, ErrorKind::ProtocolUnreachable, TE, FN, PTB] {
         assert_eq!(TYPE_LABELS[k.type_index()], k.type_label());
+    }
+}
+
+// ---- the builder --------------------------------------------------------------------------
+
+fn build(v: &[u8], local: IpAddr, kind: ErrorKind) -> Option<HeapBuf> {
+    let p = parse(v);
+    let mut b = HeapBuf::new(v);
+    build_in_place(&mut b, &p, MAC, local, kind, 0xbeef).then_some(b)
+}
+
+#[test]
+fn port_unreachable_v4_golden() {
+    let v = udp4(THEM4, ME4);
+    let b = build(&v, IpAddr::V4(ME4), PU).unwrap();
+    #[rustfmt::skip]
+    let expect: [u8; 75] = [
+        // Ethernet: back to the sender, from us
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00,
+        // IPv4: precedence 6, total 61, ident 0xbeef, DF clear, TTL 64, ICMP, us -> them
+        0x45, 0xc0, 0x00, 0x3d, 0xbe, 0xef, 0x00, 0x00, 0x40, 0x01, 0xce, 0xd4,
+        0xc0, 0x00, 0x02, 0x01, 0xc6, 0x33, 0x64, 0x07,
+        // ICMP Destination Unreachable, Port Unreachable, unused
+        0x03, 0x03, 0xa5, 0x8c, 0x00, 0x00, 0x00, 0x00,
+        // the offending datagram, whole
+        0x45, 0x00, 0x00, 0x21, 0x12, 0x34, 0x00, 0x00, 0x40, 0x11, 0x7c, 0x5c,
+        0xc6, 0x33, 0x64, 0x07, 0xc0, 0x00, 0x02, 0x01,
+        0x13, 0x88, 0x00, 0x09, 0x00, 0x0d, 0x00, 0x00, 0x68, 0x65, 0x6c, 0x6c, 0x6f,
+    ];
+    assert_eq!(b.data(), &expect[..]);
+    let f = EthernetFrame::new_checked(b.data()).unwrap();
+    let ip = Ipv4Packet::new_checked(f.payload()).unwrap();
+    assert!(ip.verify_checksum());
+    assert!(Icmpv4Packet::new_checked(ip.payload()).unwrap().verify_checksum());
+}
+
+#[test]
+fn port_unreachable_v6_golden() {
+    let v = udp6(them6(), me6());
+    let b = build(&v, IpAddr::V6(me6()), PU).unwrap();
+    #[rustfmt::skip]
+    let expect: [u8; 115] = [
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x86, 0xdd,
+        // IPv6: payload 61, ICMPv6, hop limit 64, us -> them
+        0x60, 0x00, 0x00, 0x00, 0x00, 0x3d, 0x3a, 0x40,
+        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01,
+        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x07,
+        // ICMPv6 Destination Unreachable, Port Unreachable, unused
+        0x01, 0x04, 0x7e, 0xd2, 0x00, 0x00, 0x00, 0x00,
+        // the offending packet, whole
+        0x60, 0x00, 0x00, 0x00, 0x00, 0x0d, 0x11, 0x40,
+        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x07,
+        0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01,
+        0x13, 0x88, 0x00, 0x09, 0x00, 0x0d, 0x00, 0x00, 0x68, 0x65, 0x6c, 0x6c, 0x6f,
+    ];
+    assert_eq!(b.data(), &expect[..]);
+    let f = EthernetFrame::new_checked(b.data()).unwrap();
+    let ip = Ipv6Packet::new_checked(f.payload()).unwrap();
+    assert!(Icmpv6Packet::new_checked(ip.payload())
+        .unwrap()
+        .verify_checksum(&me6(), &them6()));
+}
+
+/// Checks an error built from the frame `orig` (offending IP packet at `l3`): headers, lengths,
+/// checksums (by the wire layer's own verifiers), type and code, and the quote. Returns the ICMP
+/// message.
+fn check_error(out: &[u8], orig: &[u8], p: &Parsed, local: IpAddr, kind: ErrorKind) -> Vec<u8> {
+    let l3 = p.l3_offset as usize;
+    let orig_ip = &orig[l3..p.ip_end as usize];
+    let f = EthernetFrame::new_checked(out).unwrap();
+    assert_eq!(f.header_len(), l3);
+    assert_eq!(f.dst_addr(), EthernetAddress::from_bytes(&orig[6..12]));
+    assert_eq!(f.src_addr(), MAC);
+    assert_eq!(&out[12..l3 - 2], &orig[12..l3 - 2], "VLAN tags kept");
+    let (ty, code) = kind.type_code(p.version).unwrap();
+    let msg = match (local, p.src) {
+        (IpAddr::V4(me), IpAddr::V4(them)) => {
+            assert_eq!(f.ethertype(), EtherType::Ipv4);
+            let ip = Ipv4Packet::new_checked(f.payload()).unwrap();
+            assert!(ip.verify_checksum());
+            assert_eq!(ip.total_len(), f.payload().len());
+            assert!(ip.total_len() <= IPV4_MAX_ERROR_LEN);
+            assert_eq!((ip.src_addr(), ip.dst_addr()), (me, them));
+            assert_eq!((ip.ttl(), ip.protocol(), ip.dont_frag()), (64, IpProtocol::Icmp, false));
+            assert_eq!(ip.header_len(), 20);
+            let icmp = Icmpv4Packet::new_checked(ip.payload()).unwrap();
+            assert!(icmp.verify_checksum());
+            assert_eq!((u8::from(icmp.msg_type()), icmp.code()), (ty, code));
+            let want = orig_ip.len().min(IPV4_MAX_ERROR_LEN - 28);
+            assert_eq!(icmp.data(), &orig_ip[..want]);
+            ip.payload().to_vec()
+        }
+        (IpAddr::V6(me), IpAddr::V6(them)) => {
+            assert_eq!(f.ethertype(), EtherType::Ipv6);
+            let ip = Ipv6Packet::new_checked(f.payload()).unwrap();
+            assert_eq!(ip.total_len(), f.payload().len());
+            assert!(ip.total_len() <= IPV6_MAX_ERROR_LEN);
+            assert_eq!((ip.src_addr(), ip.dst_addr()), (me, them));
+            assert_eq!((ip.hop_limit(), ip.next_header()), (64, IpProtocol::Icmpv6));
+            let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
+            assert!(icmp.verify_checksum(&me, &them));
+            assert_eq!((u8::from(icmp.msg_type()), icmp.code()), (ty, code));
+            let want = orig_ip.len().min(IPV6_MAX_ERROR_LEN - 48);
+            assert_eq!(icmp.data(), &orig_ip[..want]);
+            ip.payload().to_vec()
+        }
+        _ => unreachable!(),
+    };
+    msg
+}
+
+#[test]
+fn quotes_are_cut_at_576_and_1280() {
+    let v = v4_frame(THEM4, ME4, IpProtocol::Udp, &[], 0, &udp_bytes(1, 2, &[0x5a; 1400]));
+    let b = build(&v, IpAddr::V4(ME4), PU).unwrap();
+    check_error(b.data(), &v, &parse(&v), IpAddr::V4(ME4), PU);
+    assert_eq!(b.len(), 14 + 576);
+    let v = v6_frame(
+        them6(),
+        me6(),
+        IpProtocol::Udp,
+        &[],
+        64,
+        &udp_bytes(1, 2, &[0x5a; 1400]),
+    );
+    let b = build(&v, IpAddr::V6(me6()), PU).unwrap();
+    check_error(b.data(), &v, &parse(&v), IpAddr::V6(me6()), PU);
+    assert_eq!(b.len(), 14 + 1280);
+}
+
+#[test]
+fn mtu_fields_and_other_kinds() {
+    let v = udp4(THEM4, ME4);
+    let b = build(&v, IpAddr::V4(ME4), FN).unwrap();
+    let m = check_error(b.data(), &v, &parse(&v), IpAddr::V4(ME4), FN);
+    assert_eq!(&m[4..8], &[0, 0, 0x05, 0x78], "unused, next-hop MTU 1400 (RFC 1191 §4)");
+    for kind in [ErrorKind::ProtocolUnreachable, TE] {
+        let b = build(&v, IpAddr::V4(ME4), kind).unwrap();
+        let m = check_error(b.data(), &v, &parse(&v), IpAddr::V4(ME4), kind);
+        assert_eq!(&m[4..8], &[0; 4]);
+    }
+    let v = udp6(them6(), me6());
+    let b = build(&v, IpAddr::V6(me6()), ErrorKind::PacketTooBig { mtu: 0x0001_0500 }).unwrap();
+    let m = check_error(
+        b.data(),
+        &v,
+        &parse(&v),
+        IpAddr::V6(me6()),
+        ErrorKind::PacketTooBig { mtu: 0x0001_0500 },
+    );
+    assert_eq!(&m[4..8], &[0, 1, 5, 0], "MTU, 32 bits (RFC 4443 §3.2)");
+    let b = build(&v, IpAddr::V6(me6()), TE).unwrap();
+    check_error(b.data(), &v, &parse(&v), IpAddr::V6(me6()), TE);
+}
+
+#[test]
+fn vlan_tags_and_ip_options_and_padding() {
+    let v = v4_frame(THEM4, ME4, IpProtocol::Udp, &[1, 1, 1, 0], 0, &udp_bytes(1, 2, b"opts"));
+    let mut t = v[..12].to_vec();
+    t.extend_from_slice(&[0x88, 0xa8, 0x00, 0x07, 0x81, 0x00, 0x00, 0x2a]);
+    t.extend_from_slice(&v[12..]);
+    t.extend_from_slice(&[0xee; 9]); // Ethernet padding: not quoted
+    let p = parse(&t);
+    assert_eq!(p.l3_offset, 22);
+    let mut b = HeapBuf::new(&t);
+    assert!(build_in_place(&mut b, &p, MAC, IpAddr::V4(ME4), PU, 1));
+    let m = check_error(b.data(), &t, &p, IpAddr::V4(ME4), PU);
+    assert_eq!(
+        m.len(),
+        8 + 24 + 12,
+        "the quote keeps the options and stops at the datagram's end"
+    );
+    assert_eq!(&b.data()[12..20], &[0x88, 0xa8, 0x00, 0x07, 0x81, 0x00, 0x00, 0x2a]);
+
+    let v = udp6(them6(), me6());
+    let mut t = v[..12].to_vec();
+    t.extend_from_slice(&[0x81, 0x00, 0x00, 0x2a]);
+    t.extend_from_slice(&v[12..]);
+    let p = parse(&t);
+    let mut b = HeapBuf::new(&t);
+    assert!(build_in_place(&mut b, &p, MAC, IpAddr::V6(me6()), PU, 1));
+    check_error(b.data(), &t, &p, IpAddr::V6(me6()), PU);
+}
+
+#[test]
+fn without_headroom_the_quote_moves() {
+    for v in [
+        v4_frame(THEM4, ME4, IpProtocol::Udp, &[], 0, &udp_bytes(1, 2, &[7; 1000])),
+        v6_frame(them6(), me6(), IpProtocol::Udp, &[], 64, &udp_bytes(1, 2, &[7; 1400])),
+        udp4(THEM4, ME4),
+    ] {
+        let p = parse(&v);
+        let local = match p.version {
+            IpVersion::V4 => IpAddr::V4(ME4),
+            IpVersion::V6 => IpAddr::V6(me6()),
+        };
+        let mut roomy = HeapBuf::new(&v);
+        assert!(build_in_place(&mut roomy, &p, MAC, local, PU, 9));
+        let mut tight = HeapBuf::with_room(&v, 0, 64);
+        assert!(build_in_place(&mut tight, &p, MAC, local, PU, 9));
+        assert_eq!(tight.data(), roomy.data());
+    }
+    // A short packet with no room at either end cannot grow by the headers.
+    let v = udp4(THEM4, ME4);
+    let mut b = HeapBuf::with_room(&v, 0, 0);
+    assert!(!build_in_place(&mut b, &parse(&v), MAC, IpAddr::V4(ME4), PU, 9));
+}
+
+#[test]
+fn refuses_what_it_cannot_build() {
+    let v = udp4(THEM4, ME4);
+    for (local, kind) in [
+        (IpAddr::V6(me6()), PU),
+        (IpAddr::V4(Ipv4Addr::UNSPECIFIED), PU),
+        (IpAddr::V4(Ipv4Addr::new(224, 0, 0, 1)), PU),
+        (IpAddr::V4(Ipv4Addr::BROADCAST), PU),
+        (IpAddr::V4(ME4), PTB),
+    ] {
+        assert!(build(&v, local, kind).is_none(), "{local} {kind:?}");
+    }
+    let v = udp6(them6(), me6());
+    for (local, kind) in [
+        (IpAddr::V4(ME4), PU),
+        (IpAddr::V6(Ipv6Addr::UNSPECIFIED), PU),
+        (IpAddr::V6("ff02::1".parse().unwrap()), PU),
+        (IpAddr::V6(me6()), FN),
+        (IpAddr::V6(me6()), ErrorKind::ProtocolUnreachable),
+    ] {
+        assert!(build(&v, local, kind).is_none(), "{local} {kind:?}");
+    }
+}
+
+#[test]
+fn build_first_then_decide_is_possible() {
+    // The benchmark's variant (d): the error is built, then the limiter refuses it.
+    let mut l = limiter(&IcmpConfig {
+        burst: 0,
+        msgs_per_sec: 0,
+        ..Default::default()
+    });
+    let v = udp4(THEM4, ME4);
+    let p = parse(&v);
+    let mut b = HeapBuf::new(&v);
+    assert!(build_in_place(&mut b, &p, MAC, IpAddr::V4(ME4), PU, 1));
+    assert_eq!(l.decide(at(0), PU, &p, &v, || ONE), Decision::Suppressed(Limit::Global));
+}
+
+// ---- properties ---------------------------------------------------------------------------
+
+/// An offending frame: IPv4 (with options, maybe a fragment) or IPv6 (with extension headers,
+/// maybe a fragment), UDP, TCP, ICMP or other, 0 to 2 VLAN tags, any payload, maybe padding.
+fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
+    (
+        any::<bool>(),
+        0usize..3,
+        prop_oneof![Just(17u8), Just(6u8), Just(1u8), Just(58u8), Just(47u8)],
+        0usize..11,
+        0u16..0x4000,
+        proptest::collection::vec(any::<u8>(), 0..1600),
+        0usize..20,
+    )
+        .prop_map(|(v6, tags, proto, opts, frag, mut payload, pad)| {
+            // Mostly well-formed upper layers, so most frames parse and reach the builder.
+            if proto == 17 && opts % 2 == 0 {
+                payload = udp_bytes(1, 2, &payload);
+            } else if proto == 6 && payload.len() >= 20 {
+                payload[12] = 0x50;
+            }
+            let mut v = if v6 {
+                let exts: Vec<u8> = if opts % 3 == 1 {
+                    vec![proto, 0, 1, 4, 0, 0, 0, 0]
+                } else if opts % 3 == 2 {
+                    let om = (frag & 0x1fff) << 3 | (frag >> 13 & 1);
+                    let mut f = vec![proto, 0];
+                    f.extend_from_slice(&om.to_be_bytes());
+                    f.extend_from_slice(&[0, 0, 0, 9]);
+                    f
+                } else {
+                    vec![]
+                };
+                let first = match exts.len() {
+                    0 => IpProtocol::from(proto),
+                    _ if opts % 3 == 1 => IpProtocol::Ipv6Opts,
+                    _ => IpProtocol::Ipv6Frag,
+                };
+                v6_frame(them6(), me6(), first, &exts, 64, &payload)
+            } else {
+                let options = vec![1u8; opts * 4];
+                v4_frame(THEM4, ME4, IpProtocol::from(proto), &options, frag & 0x3fff, &payload)
+            };
+            for _ in 0..tags {
+                v.splice(12..12, [0x81, 0x00, 0x00, 0x2a]);
+            }
+            v.extend(std::iter::repeat_n(0xee, pad));
+            v
+        })
+}
+
+const KINDS: [ErrorKind; 6] = [
+    PU,
+    ErrorKind::ProtocolUnreachable,
+    TE,
+    FN,
+    PTB,
+    ErrorKind::PacketTooBig { mtu: u32::MAX },
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn built_errors_are_always_valid(frame in arb_frame()) {
+        let Ok(p) = Parsed::parse(&frame, &Toeplitz::default(), None) else {
+            return Ok(());
+        };
+        let local = match p.version {
+            IpVersion::V4 => IpAddr::V4(ME4),
+            IpVersion::V6 => IpAddr::V6(me6()),
+        };
+        for kind in KINDS {
+            let mut b = HeapBuf::new(&frame);
+            let built = build_in_place(&mut b, &p, MAC, local, kind, 0x4242);
+            prop_assert_eq!(built, kind.type_code(p.version).is_some());
+            if built {
+                check_error(b.data(), &frame, &p, local, kind);
+            }
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_and_mismatched_parses_never_panic(
+        a in arb_frame(),
+        junk in proptest::collection::vec(any::<u8>(), 0..300),
+        headroom in 0usize..64,
+    ) {
+        let Ok(p) = Parsed::parse(&a, &Toeplitz::default(), None) else {
+            return Ok(());
+        };
+        for kind in KINDS {
+            for local in [IpAddr::V4(ME4), IpAddr::V6(me6())] {
+                // The parse of one frame applied to other bytes, with little room.
+                let mut b = HeapBuf::with_room(&junk, headroom, 16);
+                let _ = build_in_place(&mut b, &p, MAC, local, kind, 1);
+                let _ = eligible(kind, &p, &junk);
+            }
+        }
+        // A random frame with its parse.
+        let mut r = junk.clone();
+        if r.len() >= 14 {
+            r[12..14].copy_from_slice(if junk[0] & 1 == 0 { &[0x08, 0x00] } else { &[0x86, 0xdd] });
+        }
+        if let Ok(p) = Parsed::parse(&r, &Toeplitz::default(), None) {
+            let mut l = limiter(&IcmpConfig::default());
+            for kind in KINDS {
+                let _ = l.decide(at(0), kind, &p, &r, || ONE);
+                let mut b = HeapBuf::new(&r);
+                let _ = build_in_place(&mut b, &p, MAC, IpAddr::V4(ME4), kind, 1);
+            }
+        }
     }
 }
