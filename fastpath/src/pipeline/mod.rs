@@ -8,6 +8,7 @@ mod arp;
 pub(crate) mod echo;
 pub mod fanout;
 pub mod flow_limit;
+pub mod icmp_error;
 pub(crate) mod ndp;
 pub mod parse;
 pub mod reasm;

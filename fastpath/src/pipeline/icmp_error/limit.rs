@@ -1,0 +1,614 @@
+//! The two rate limiters of ICMP errors: the global bucket every lcore shares, and the
+//! per-destination buckets each RX lcore keeps for itself.
+//!
+//! # Global bucket ([`GlobalBucket`])
+//!
+//! Linux's `icmp_global_allow()` (commit 4cdf507d5452, "icmp: add a global rate limitation"): a
+//! token bucket of `msgs_per_sec` credits a second, holding at most `burst`, refilled only when at
+//! least 20 ms (`HZ / 50`) have passed since the last refill. Under pressure (no credit, less than
+//! 20 ms since the refill) the check is two loads of a cache line every lcore only reads, so a
+//! flood costs no write and no line bouncing between lcores (seed 000).
+//!
+//! It is lock-free: the credit and the refill stamp are two atomics. A refill is claimed by a
+//! compare-and-swap on the stamp, so among lcores that see 20 ms passed exactly one adds the
+//! credit; consumption is a compare-and-swap loop on the credit that never takes it below zero.
+//!
+//! ## Randomised consumption (CVE-2020-25705, "SAD DNS")
+//!
+//! With a deterministic bucket of 50, the global limiter is a shared counter an off-path attacker
+//! can read: it sends 50 UDP probes to candidate ports of a resolver, spoofing the source of the
+//! resolver's upstream server (so the errors go there, unseen), then one packet to a port known to
+//! be closed from its own address. If the 50 probes were all closed ports they used up the 50
+//! credits and the attacker gets no error; if one hit the open port it gets one. 50 ports per
+//! round, binary-searched, finds the resolver's ephemeral port in seconds, then the DNS answer is
+//! spoofed. Linux's fix, b38e7819cae9 ("icmp: randomize the global rate limiter"), takes a random
+//! 0, 1 or 2 credits (`prandom_u32_max(3)`, mean 1) per message instead of exactly one. The credit
+//! left after N closed-port probes is then a sum of N independent draws (variance 2N/3: about ±6
+//! credits after 50 probes) and a single open port, one credit, drowns in it: the verification
+//! packet no longer says whether any probe hit an open port. [`GlobalBucket::try_consume`] does
+//! the same with a draw from the caller's lcore-local generator (a caller-supplied `u32`, mapped
+//! to 0..3 by `(draw * 3) >> 32` like `prandom_u32_max`). Unlike Linux since 2024 (which may
+//! drive the credit negative with an unconditional `atomic_sub`) the credit saturates at zero, and
+//! a message is only sent if some credit was left when it was consumed.
+//!
+//! The order of the checks is Linux's since 8c2bd38b95f7 ("icmp: change the order of rate
+//! limits", reported by Keyu Man): a non-consuming peek at the global bucket first (so nothing is
+//! spent on a packet that cannot be answered), then the per-destination limit, and only then the
+//! global credit is consumed. Consuming global credit before the per-destination check let
+//! packets a per-destination limit refused still drain the shared budget, which is again an
+//! observable side channel; consuming it last means each spoofed source can drain at most its own
+//! per-destination allowance.
+//!
+//! # Per-destination buckets ([`PeerTable`])
+//!
+//! Linux's `inet_peer_xrlim_allow()`: a bucket of time credit per destination, `interval` per
+//! message, at most `burst × interval` banked (`XRLIM_BURST_FACTOR` = 6), a new destination
+//! starting full. Linux keeps it in the inetpeer tree; here (as Eric Dumazet suggests in the
+//! seed's review: "a hash table to quickly filter elephant flows, preventing them from stealing
+//! all the global ICMP credits") it is a fixed-size open-addressing table, allocated once, with at
+//! most [`PROBES`] slots probed per lookup and the stalest of them evicted when all are taken. The
+//! hash is keyed by a per-table secret so an attacker cannot aim addresses at one probe window.
+//!
+//! An evicted destination comes back with a full burst, as a new inetpeer node does in Linux.
+//! Evicting the stalest slot means a flooding source (always the freshest in its window) keeps
+//! its exhausted bucket, while many spoofed sources can at worst hand legitimate, idle
+//! destinations a fresh burst; what all of them together can send stays bounded by the global
+//! bucket.
+
+use super::super::Instant;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+
+/// Nanoseconds per second.
+pub const NS_PER_SEC: u64 = 1_000_000_000;
+/// The global bucket is refilled at most this often: Linux's `HZ / 50`, 20 ms.
+pub const REFILL_INTERVAL_NS: u64 = 20_000_000;
+/// Slots probed per per-destination lookup (the table's probe window).
+pub const PROBES: usize = 4;
+/// Largest per-destination table accepted.
+pub const MAX_PEER_TABLE_SIZE: usize = 1 << 20;
+
+/// How many credits a random draw takes: 0, 1 or 2, each with probability 1/3 (the multiply-shift
+/// of Linux's `prandom_u32_max(3)`, which avoids a division and the bias of `% 3`).
+#[inline]
+pub fn credits_for_draw(draw: u32) -> u32 {
+    ((draw as u64 * 3) >> 32) as u32
+}
+
+/// The host-wide ICMP error budget, shared by every RX lcore through an `Arc`.
+///
+/// Aligned to a cache line of its own: under a flood every lcore reads it on every packet, and
+/// nothing else may share (and dirty) that line.
+#[derive(Debug)]
+#[repr(align(64))]
+pub struct GlobalBucket {
+    credit: AtomicU32,
+    /// `now` of the last refill, in nanoseconds.
+    stamp: AtomicU64,
+    msgs_per_sec: AtomicU32,
+    burst: AtomicU32,
+}
+
+impl GlobalBucket {
+    /// A full bucket (`burst` credits) refilled at `msgs_per_sec`, its refill clock starting at
+    /// `now`. (Linux starts empty with a stamp of zero, which its first call turns into a full
+    /// bucket; starting full says the same thing directly.)
+    pub fn new(msgs_per_sec: u32, burst: u32, now: Instant) -> Self {
+        GlobalBucket {
+            credit: AtomicU32::new(burst),
+            stamp: AtomicU64::new(now.0),
+            msgs_per_sec: AtomicU32::new(msgs_per_sec),
+            burst: AtomicU32::new(burst),
+        }
+    }
+
+    /// Changes the rate and the burst in place (a config reload), keeping the credit earned so
+    /// far, clamped to the new burst. Off the per-packet path.
+    pub fn reconfigure(&self, msgs_per_sec: u32, burst: u32) {
+        self.msgs_per_sec.store(msgs_per_sec, Relaxed);
+        self.burst.store(burst, Relaxed);
+        self.credit.fetch_min(burst, Relaxed);
+    }
+
+    /// Credits left now.
+    pub fn credit(&self) -> u32 {
+        self.credit.load(Relaxed)
+    }
+
+    /// Messages a second.
+    pub fn msgs_per_sec(&self) -> u32 {
+        self.msgs_per_sec.load(Relaxed)
+    }
+
+    /// Most credits held.
+    pub fn burst(&self) -> u32 {
+        self.burst.load(Relaxed)
+    }
+
+    /// Whether an error may be sent as far as the global budget goes, without consuming
+    /// anything: step (c). Refills the bucket when it is empty and at least 20 ms have passed
+    /// since the last refill; otherwise only reads.
+    #[inline]
+    pub fn peek(&self, now: Instant) -> bool {
+        if self.credit.load(Relaxed) > 0 {
+            return true;
+        }
+        self.refill(now)
+    }
+
+    /// Linux's lock-free refill (8c2bd38b95f7): at most a second's worth (`delta` capped at 1 s,
+    /// so the product below fits a u64), credited only if at least one whole message was earned;
+    /// the lcore whose compare-and-swap moves the stamp adds the credit, the others see it.
+    #[cold]
+    fn refill(&self, now: Instant) -> bool {
+        let old = self.stamp.load(Relaxed);
+        let delta = now.0.saturating_sub(old).min(NS_PER_SEC);
+        if delta < REFILL_INTERVAL_NS {
+            return false;
+        }
+        let incr = (self.msgs_per_sec.load(Relaxed) as u64 * delta / NS_PER_SEC) as u32;
+        if incr == 0 {
+            return false;
+        }
+        if self.stamp.compare_exchange(old, now.0, Relaxed, Relaxed).is_ok() {
+            let burst = self.burst.load(Relaxed);
+            let _always_some = self
+                .credit
+                .fetch_update(Relaxed, Relaxed, |c| Some(c.saturating_add(incr).min(burst)));
+        }
+        self.credit.load(Relaxed) > 0
+    }
+
+    /// Consumes the credit of one message: step (e). `draw` is a fresh random word from the
+    /// caller's lcore-local generator; 0, 1 or 2 credits are taken ([`credits_for_draw`]), never
+    /// more than are left. `false` if no credit was left (another lcore took the last of it since
+    /// the peek): the message must not be sent.
+    #[inline]
+    pub fn try_consume(&self, draw: u32) -> bool {
+        let take = credits_for_draw(draw);
+        if take == 0 {
+            return self.credit.load(Relaxed) > 0;
+        }
+        self.credit
+            .fetch_update(Relaxed, Relaxed, |c| (c > 0).then(|| c.saturating_sub(take)))
+            .is_ok()
+    }
+}
+
+/// The per-destination interval for IPv6, scaled like Linux's `icmpv6_xrlim_allow()`: "Give more
+/// bandwidth to wider prefixes": `tmo >>= (128 - plen) >> 5` for the prefix length of the route to
+/// the destination (a /64 gets a quarter of the interval, a default route 1/16).
+///
+/// We have no routing table: the error goes back out of the port it came in on, to the host that
+/// sent the packet, so the "route" is that host, plen 128 ([`V6_PEER_PLEN`]), and the interval
+/// is not scaled. The table is keyed by the full address accordingly.
+#[inline]
+pub fn v6_peer_interval(interval_ns: u64, plen: u8) -> u64 {
+    if plen < 128 {
+        interval_ns >> ((128 - plen as u32) >> 5)
+    } else {
+        interval_ns
+    }
+}
+
+/// The prefix length the per-destination limit assumes for an IPv6 destination; see
+/// [`v6_peer_interval`].
+pub const V6_PEER_PLEN: u8 = 128;
+
+/// One per-destination bucket.
+#[derive(Clone, Copy, Debug, Default)]
+struct PeerSlot {
+    /// The address: an IPv4 address in the low word, an IPv6 address in both.
+    key: [u64; 2],
+    /// 0: empty; 4 or 6: the key's family.
+    family: u8,
+    /// `now` of the last decision about this destination.
+    last: u64,
+    /// Banked time credit, nanoseconds, at most `burst × interval`.
+    tokens: u64,
+}
+
+/// Fixed-size open-addressing table of per-destination token buckets, owned by one RX lcore.
+#[derive(Clone, Debug)]
+pub struct PeerTable {
+    mask: usize,
+    seed: [u64; 2],
+    slots: Box<[PeerSlot]>,
+}
+
+/// splitmix64's finaliser: a full-avalanche mix of 64 bits.
+#[inline]
+fn mix(mut h: u64) -> u64 {
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+impl PeerTable {
+    /// A table of `size` slots (a power of two, at most [`MAX_PEER_TABLE_SIZE`]; validated by the
+    /// config, clamped and rounded up here), its hash keyed by `seed`, which must be
+    /// unpredictable to senders (drawn at start from a real random source).
+    pub fn new(size: usize, seed: u64) -> Self {
+        let len = size.clamp(1, MAX_PEER_TABLE_SIZE).next_power_of_two();
+        PeerTable {
+            mask: len - 1,
+            seed: [mix(seed ^ 0x243f_6a88_85a3_08d3), mix(seed ^ 0x1319_8a2e_0370_7344)],
+            slots: vec![PeerSlot::default(); len].into(),
+        }
+    }
+
+    /// Number of slots.
+    pub fn size(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// Destinations currently remembered.
+    pub fn occupied(&self) -> usize {
+        self.slots.iter().filter(|s| s.family != 0).count()
+    }
+
+    #[inline]
+    fn key(addr: IpAddr) -> ([u64; 2], u8) {
+        match addr {
+            IpAddr::V4(a) => ([0, u32::from(a) as u64], 4),
+            IpAddr::V6(a) => {
+                let v = u128::from(a);
+                ([(v >> 64) as u64, v as u64], 6)
+            }
+        }
+    }
+
+    #[inline]
+    fn hash(&self, key: [u64; 2], family: u8) -> usize {
+        let h = mix(key[0] ^ self.seed[0]).rotate_left(23) ^ (key[1] ^ self.seed[1]) ^ family as u64;
+        mix(h) as usize
+    }
+
+    /// Whether `addr` may be sent one more error at `now`, given one error per `interval_ns` and
+    /// at most `burst` banked (Linux's `inet_peer_xrlim_allow`). Also returns the slot used, for
+    /// [`PeerTable::refund`]. `interval_ns == 0` means no per-destination limit.
+    #[inline]
+    pub fn allow(&mut self, now: Instant, addr: IpAddr, interval_ns: u64, burst: u32) -> (bool, usize) {
+        let cap = interval_ns.saturating_mul(burst as u64);
+        let (key, family) = Self::key(addr);
+        let base = self.hash(key, family);
+        // One pass over the window: the slot holding `addr`, else the first empty one, else the
+        // stalest (the smallest `last`).
+        let mut victim = base & self.mask;
+        let mut victim_last = u64::MAX;
+        let mut found = None;
+        for i in 0..PROBES.min(self.mask + 1) {
+            let idx = (base + i) & self.mask;
+            let s = &self.slots[idx];
+            if s.family == family && s.key == key {
+                found = Some(idx);
+                break;
+            }
+            let age = if s.family == 0 { 0 } else { s.last.saturating_add(1) };
+            if age < victim_last {
+                victim = idx;
+                victim_last = age;
+            }
+        }
+        let idx = match found {
+            Some(idx) => {
+                let s = &mut self.slots[idx];
+                let earned = now.0.saturating_sub(s.last);
+                s.tokens = s.tokens.saturating_add(earned).min(cap);
+                s.last = s.last.max(now.0);
+                idx
+            }
+            None => {
+                // A new destination starts with a full burst (Linux sets `rate_last` 60 s back).
+                self.slots[victim] = PeerSlot {
+                    key,
+                    family,
+                    last: now.0,
+                    tokens: cap,
+                };
+                victim
+            }
+        };
+        let s = &mut self.slots[idx];
+        if s.tokens >= interval_ns {
+            s.tokens -= interval_ns;
+            (true, idx)
+        } else {
+            (false, idx)
+        }
+    }
+
+    /// Gives back the credit [`PeerTable::allow`] took from slot `idx` for a message that was not
+    /// sent after all (the global credit ran out between peek and consume).
+    #[inline]
+    pub fn refund(&mut self, idx: usize, interval_ns: u64, burst: u32) {
+        let cap = interval_ns.saturating_mul(burst as u64);
+        if let Some(s) = self.slots.get_mut(idx) {
+            s.tokens = s.tokens.saturating_add(interval_ns).min(cap);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+    use std::sync::Arc;
+
+    const MS: u64 = 1_000_000;
+    /// A draw that takes exactly one credit.
+    const ONE: u32 = 0x8000_0000;
+    /// Draws that take 0 and 2 credits.
+    const ZERO: u32 = 0;
+    const TWO: u32 = u32::MAX;
+
+    fn at(ms: u64) -> Instant {
+        Instant(ms * MS)
+    }
+
+    /// Takes every credit, one at a time (bounded, so a broken floor fails instead of hanging).
+    fn drain(g: &GlobalBucket) {
+        for _ in 0..10_000_000 {
+            if !g.try_consume(ONE) {
+                return;
+            }
+        }
+        panic!("the bucket never ran dry");
+    }
+
+    #[test]
+    fn draws_map_to_0_1_2_uniformly() {
+        assert_eq!(credits_for_draw(ZERO), 0);
+        assert_eq!(credits_for_draw(ONE), 1);
+        assert_eq!(credits_for_draw(TWO), 2);
+        // The thirds of the u32 range.
+        let third = (1u64 << 32) / 3;
+        assert_eq!(credits_for_draw(third as u32), 0);
+        assert_eq!(credits_for_draw(third as u32 + 1), 1);
+        assert_eq!(credits_for_draw((2 * third) as u32), 1);
+        assert_eq!(credits_for_draw((2 * third) as u32 + 1), 2);
+    }
+
+    #[test]
+    fn burst_of_50_then_empty() {
+        let g = GlobalBucket::new(1000, 50, at(0));
+        for i in 0..50 {
+            assert!(g.peek(at(0)), "message {i}");
+            assert!(g.try_consume(ONE), "message {i}");
+        }
+        assert_eq!(g.credit(), 0);
+        assert!(!g.peek(at(0)));
+        assert!(!g.try_consume(ONE));
+        assert!(!g.try_consume(ZERO), "a zero draw does not send without credit either");
+    }
+
+    #[test]
+    fn refill_only_after_20ms() {
+        let g = GlobalBucket::new(1000, 50, at(0));
+        drain(&g);
+        // Suppressed peeks are reads: checking every millisecond does not push the refill back.
+        for ms in 0..20 {
+            assert!(!g.peek(at(ms)), "{ms} ms");
+        }
+        assert!(!g.peek(Instant(20 * MS - 1)));
+        assert_eq!(g.credit(), 0);
+        assert!(g.peek(at(20)));
+        assert_eq!(g.credit(), 20, "1000/s × 20 ms");
+        // The refill restarted the 20 ms clock.
+        drain(&g);
+        assert!(!g.peek(at(39)));
+        assert!(g.peek(at(40)));
+        assert_eq!(g.credit(), 20);
+    }
+
+    #[test]
+    fn refill_is_capped_by_burst_and_by_one_second() {
+        let g = GlobalBucket::new(1000, 50, at(0));
+        drain(&g);
+        assert!(g.peek(at(10_000)));
+        assert_eq!(g.credit(), 50);
+        let g = GlobalBucket::new(100_000, 1_000_000, at(0));
+        while g.credit() > 0 {
+            let _ = g.try_consume(TWO);
+        }
+        assert!(g.peek(at(60_000)));
+        assert_eq!(g.credit(), 100_000, "a second's worth at most");
+        // A rate too low to earn one message in the elapsed time: no refill, the stamp stays.
+        let g = GlobalBucket::new(10, 5, at(0));
+        drain(&g);
+        assert!(!g.peek(at(99)));
+        assert!(g.peek(at(100)));
+        assert_eq!(g.credit(), 1);
+    }
+
+    #[test]
+    fn consumption_never_goes_negative() {
+        let g = GlobalBucket::new(1000, 1, at(0));
+        assert!(g.try_consume(TWO), "one credit left: sent");
+        assert_eq!(g.credit(), 0, "saturated, not wrapped");
+        assert!(!g.try_consume(TWO));
+        assert_eq!(g.credit(), 0);
+    }
+
+    #[test]
+    fn randomised_consumption_averages_one_credit() {
+        let n = 300_000u32;
+        let g = GlobalBucket::new(0, u32::MAX, at(0));
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut hist = [0u32; 3];
+        for _ in 0..n {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let draw = (rng >> 32) as u32;
+            hist[credits_for_draw(draw) as usize] += 1;
+            assert!(g.try_consume(draw));
+        }
+        let spent = u32::MAX - g.credit();
+        assert_eq!(spent, hist[1] + 2 * hist[2]);
+        let mean = spent as f64 / n as f64;
+        assert!((0.99..1.01).contains(&mean), "mean {mean}");
+        for h in hist {
+            assert!((h as f64 / n as f64 - 1.0 / 3.0).abs() < 0.01, "{hist:?}");
+        }
+    }
+
+    #[test]
+    fn shared_by_threads_without_losing_or_double_spending() {
+        // No refill (rate 0): every credit is spent exactly once. Each thread records the credits
+        // its successful consumptions took; together they are the initial credit, plus at most one
+        // for the single consumption that hit the floor (1 left, 2 drawn).
+        const CREDIT: u32 = 200_000;
+        let g = Arc::new(GlobalBucket::new(0, CREDIT, at(0)));
+        let threads: Vec<_> = (0..2u64)
+            .map(|t| {
+                let g = Arc::clone(&g);
+                std::thread::spawn(move || {
+                    let mut rng = 0x2545_f491_4f6c_dd1d ^ (t + 1);
+                    let (mut taken, mut sent) = (0u64, 0u64);
+                    loop {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        let draw = (rng >> 32) as u32;
+                        if !g.peek(at(0)) {
+                            break;
+                        }
+                        if g.try_consume(draw) {
+                            taken += credits_for_draw(draw) as u64;
+                            sent += 1;
+                        }
+                    }
+                    (taken, sent)
+                })
+            })
+            .collect();
+        let results: Vec<(u64, u64)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let taken: u64 = results.iter().map(|r| r.0).sum();
+        let sent: u64 = results.iter().map(|r| r.1).sum();
+        assert_eq!(g.credit(), 0);
+        assert!(
+            taken == CREDIT as u64 || taken == CREDIT as u64 + 1,
+            "taken {taken} of {CREDIT}"
+        );
+        assert!(results.iter().all(|r| r.1 > 0), "both threads sent: {results:?}");
+        let ratio = sent as f64 / CREDIT as f64;
+        assert!((0.98..1.02).contains(&ratio), "sent {sent}");
+    }
+
+    #[test]
+    fn reconfigure_clamps_credit_and_changes_rate() {
+        let g = GlobalBucket::new(1000, 50, at(0));
+        g.reconfigure(100, 10);
+        assert_eq!(g.credit(), 10);
+        drain(&g);
+        assert!(!g.peek(at(19)));
+        assert!(g.peek(at(20)));
+        assert_eq!(g.credit(), 2, "100/s × 20 ms");
+        assert_eq!((g.msgs_per_sec(), g.burst()), (100, 10));
+    }
+
+    const A: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7));
+    const SEC: u64 = 1000 * MS;
+
+    #[test]
+    fn peer_burst_of_6_then_one_per_interval() {
+        let mut t = PeerTable::new(4096, 1);
+        for i in 0..6 {
+            assert!(t.allow(at(0), A, SEC, 6).0, "message {i}");
+        }
+        assert!(!t.allow(at(0), A, SEC, 6).0);
+        assert!(!t.allow(at(999), A, SEC, 6).0);
+        assert!(t.allow(at(1000), A, SEC, 6).0);
+        assert!(!t.allow(at(1001), A, SEC, 6).0);
+        assert!(!t.allow(at(1999), A, SEC, 6).0);
+        assert!(t.allow(at(2000), A, SEC, 6).0);
+        // Idle for long: the bank holds 6, not more.
+        let n = (0..20).filter(|_| t.allow(at(60_000), A, SEC, 6).0).count();
+        assert_eq!(n, 6);
+        // An interval of zero is no limit.
+        assert!((0..100).all(|_| t.allow(at(60_000), A, 0, 6).0));
+    }
+
+    #[test]
+    fn peers_are_independent_and_families_distinct() {
+        let mut t = PeerTable::new(64, 7);
+        let b = IpAddr::V4(Ipv4Addr::new(198, 51, 100, 8));
+        // An IPv6 address whose low 32 bits equal A's IPv4 address.
+        let a6 = IpAddr::V6(Ipv6Addr::from(u32::from(Ipv4Addr::new(198, 51, 100, 7)) as u128));
+        assert!((0..1000).any(|_| !(t.allow(at(0), A, SEC, 6).0)), "never refused");
+        assert!(t.allow(at(0), b, SEC, 6).0);
+        assert!(t.allow(at(0), a6, SEC, 6).0);
+        assert_eq!(t.occupied(), 3);
+    }
+
+    #[test]
+    fn full_window_evicts_the_stalest() {
+        // Four slots, four probes: every address shares one window whatever the hash.
+        let mut t = PeerTable::new(4, 3);
+        let addr = |i: u8| IpAddr::V4(Ipv4Addr::new(203, 0, 113, i));
+        for i in 0..4u8 {
+            assert!(
+                (0..1000).any(|_| !(t.allow(at(i as u64), addr(i), SEC, 6).0)),
+                "never refused"
+            );
+        }
+        assert_eq!(t.occupied(), 4);
+        // A fifth destination takes the slot of the stalest (addr 0, last seen at 0 ms).
+        assert!(t.allow(at(10), addr(4), SEC, 6).0);
+        assert_eq!(t.occupied(), 4);
+        // The others kept their exhausted buckets...
+        for i in 1..4u8 {
+            assert!(!t.allow(at(11), addr(i), SEC, 6).0, "addr {i}");
+        }
+        // ...and the evicted one comes back with a full burst (evicting addr 4, now stalest).
+        for i in 0..6 {
+            assert!(t.allow(at(12), addr(0), SEC, 6).0, "message {i}");
+        }
+        assert!(!t.allow(at(12), addr(0), SEC, 6).0);
+    }
+
+    #[test]
+    fn refund_gives_one_message_back() {
+        let mut t = PeerTable::new(16, 0);
+        let mut last = 0;
+        loop {
+            let (ok, idx) = t.allow(at(0), A, SEC, 6);
+            if !ok {
+                break;
+            }
+            last = idx;
+        }
+        t.refund(last, SEC, 6);
+        assert!(t.allow(at(0), A, SEC, 6).0);
+        assert!(!t.allow(at(0), A, SEC, 6).0);
+        // Never above the cap.
+        for _ in 0..20 {
+            t.refund(last, SEC, 6);
+        }
+        assert_eq!((0..10).filter(|_| t.allow(at(0), A, SEC, 6).0).count(), 6);
+    }
+
+    #[test]
+    fn table_size_is_a_clamped_power_of_two() {
+        assert_eq!(PeerTable::new(4096, 0).size(), 4096);
+        assert_eq!(PeerTable::new(1000, 0).size(), 1024);
+        assert_eq!(PeerTable::new(0, 0).size(), 1);
+        assert_eq!(PeerTable::new(usize::MAX, 0).size(), MAX_PEER_TABLE_SIZE);
+        // A one-slot table still works (every destination evicts the last).
+        let mut t = PeerTable::new(1, 0);
+        assert!(t.allow(at(0), A, SEC, 6).0);
+    }
+
+    #[test]
+    fn v6_interval_scaling_like_linux() {
+        assert_eq!(v6_peer_interval(SEC, 128), SEC);
+        assert_eq!(v6_peer_interval(SEC, V6_PEER_PLEN), SEC);
+        assert_eq!(v6_peer_interval(SEC, 96), SEC >> 1);
+        assert_eq!(v6_peer_interval(SEC, 64), SEC >> 2);
+        assert_eq!(v6_peer_interval(SEC, 48), SEC >> 2);
+        assert_eq!(v6_peer_interval(SEC, 0), SEC >> 4);
+    }
+}

@@ -1,0 +1,613 @@
+//! ICMP and ICMPv6 error messages, rate limited before any work is spent on them (seed 000,
+//! issue 6).
+//!
+//! Three parts, used in this order on the per-packet path:
+//! 1. [`eligible`]: the rules of RFC 1122 §3.2.2, RFC 1812 §4.3.2.7 and RFC 4443 §2.4(e) about
+//!    which packets must never cause an error (errors about errors, non-first fragments, group
+//!    destinations, sources that are not one host);
+//! 2. [`IcmpLimiter::decide`]: the limits, cheapest first, so a suppressed error costs a few loads
+//!    and nothing is built: (a) the type/code mask, (b) exempt sources, (c) a non-consuming peek
+//!    at the [`GlobalBucket`] shared by all lcores, (d) the per-destination bucket in this lcore's
+//!    [`PeerTable`], (e) the global credit, consumed with Linux's post-CVE-2020-25705 randomisation
+//!    (see [`limit`]);
+//! 3. [`build_in_place`]: only for [`Decision::Send`], turns the offending frame into the error.
+//!
+//! `build_in_place` does not depend on the limiter, so a "build first, then ask" variant (the
+//! benchmark's case (d), what Linux did before the seed's patch) is
+//! `build_in_place(..)` followed by `decide(..)`.
+//!
+//! The per-destination table is per RX lcore. A destination whose packets RSS spreads over `k`
+//! RX lcores (UDP hashes the 4-tuple, so one sender varying its source port reaches every lcore)
+//! gets up to `k` bursts and `k` errors per interval instead of one. That is still bounded: every
+//! error also needs global credit, and the global bucket is one for the whole host. A shared
+//! table would cost a cache line bounced between lcores on every error; `k` is small (the RX
+//! lcore count) and the global budget is what protects the network.
+//!
+//! Time is the caller's `now`; randomness is a word from the caller's lcore-local generator,
+//! drawn only when global credit is consumed. Nothing here allocates per packet.
+
+pub mod build;
+pub mod limit;
+
+pub use build::{build_in_place, IPV4_MAX_ERROR_LEN, IPV6_MAX_ERROR_LEN};
+pub use limit::{GlobalBucket, PeerTable};
+
+use super::{Instant, IpVersion, Parsed};
+use crate::wire::IpProtocol;
+use core::fmt;
+use core::str::FromStr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+/// The errors the fast path sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// UDP (or TCP) to a local address and a port no service listens on: ICMP Destination
+    /// Unreachable code 3 (RFC 792, RFC 1122 §4.1.3.1) / ICMPv6 Destination Unreachable code 4
+    /// (RFC 4443 §3.1).
+    PortUnreachable,
+    /// IPv4 only: a protocol the box does not deliver: Destination Unreachable code 2 (RFC 792,
+    /// RFC 1122 §3.2.2.1). IPv6 reports that with a Parameter Problem, which this module does not
+    /// send: ineligible for IPv6.
+    ProtocolUnreachable,
+    /// Reassembly gave up: ICMP Time Exceeded code 1 (RFC 792, RFC 1122 §3.3.2) / ICMPv6 Time
+    /// Exceeded code 1 (RFC 4443 §3.3, RFC 8200 §4.5), about the first fragment.
+    ReassemblyTimeExceeded,
+    /// IPv4 only: Destination Unreachable code 4 with the next-hop MTU (RFC 1191 §4). Never rate
+    /// limited: path MTU discovery depends on it.
+    FragmentationNeeded {
+        /// Next-hop MTU.
+        mtu: u16,
+    },
+    /// IPv6 only: Packet Too Big (RFC 4443 §3.2). Never rate limited, and may answer a multicast
+    /// packet (RFC 4443 §2.4(e.3)).
+    PacketTooBig {
+        /// MTU of the next hop.
+        mtu: u32,
+    },
+}
+
+/// The `type` label values of `fastpath_icmp_sent_total`, in [`ErrorKind::type_index`] order.
+pub const TYPE_LABELS: [&str; 5] = [
+    "port_unreachable",
+    "protocol_unreachable",
+    "time_exceeded",
+    "frag_needed",
+    "packet_too_big",
+];
+
+/// The `family` label values, in [`family_index`] order.
+pub const FAMILY_LABELS: [&str; 2] = ["ipv4", "ipv6"];
+
+/// The `family` label of a metric about an error for a packet of this version.
+pub fn family_label(version: IpVersion) -> &'static str {
+    FAMILY_LABELS[family_index(version)]
+}
+
+/// Index of `version` in [`FAMILY_LABELS`], for per-lcore counter arrays.
+pub fn family_index(version: IpVersion) -> usize {
+    match version {
+        IpVersion::V4 => 0,
+        IpVersion::V6 => 1,
+    }
+}
+
+impl ErrorKind {
+    /// The `type` label of `fastpath_icmp_sent_total`.
+    pub fn type_label(self) -> &'static str {
+        TYPE_LABELS[self.type_index()]
+    }
+
+    /// Index of the kind in [`TYPE_LABELS`], for per-lcore counter arrays.
+    pub fn type_index(self) -> usize {
+        match self {
+            ErrorKind::PortUnreachable => 0,
+            ErrorKind::ProtocolUnreachable => 1,
+            ErrorKind::ReassemblyTimeExceeded => 2,
+            ErrorKind::FragmentationNeeded { .. } => 3,
+            ErrorKind::PacketTooBig { .. } => 4,
+        }
+    }
+
+    /// The ICMP (v4) or ICMPv6 type and code of this error for a packet of `version`, or `None`
+    /// where the kind does not exist in that family.
+    pub fn type_code(self, version: IpVersion) -> Option<(u8, u8)> {
+        match (self, version) {
+            (ErrorKind::PortUnreachable, IpVersion::V4) => Some((3, 3)),
+            (ErrorKind::PortUnreachable, IpVersion::V6) => Some((1, 4)),
+            (ErrorKind::ProtocolUnreachable, IpVersion::V4) => Some((3, 2)),
+            (ErrorKind::ReassemblyTimeExceeded, IpVersion::V4) => Some((11, 1)),
+            (ErrorKind::ReassemblyTimeExceeded, IpVersion::V6) => Some((3, 1)),
+            (ErrorKind::FragmentationNeeded { .. }, IpVersion::V4) => Some((3, 4)),
+            (ErrorKind::PacketTooBig { .. }, IpVersion::V6) => Some((2, 0)),
+            _ => None,
+        }
+    }
+
+    /// The 4 bytes after the checksum: zero, except the MTU of Fragmentation Needed (low 16 bits,
+    /// RFC 1191 §4) and Packet Too Big (all 32, RFC 4443 §3.2).
+    fn rest_of_header(self) -> u32 {
+        match self {
+            ErrorKind::FragmentationNeeded { mtu } => mtu as u32,
+            ErrorKind::PacketTooBig { mtu } => mtu,
+            _ => 0,
+        }
+    }
+}
+
+/// Which limit suppressed an error: the `limit` label of `fastpath_icmp_rate_limited_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Limit {
+    /// The host-wide budget ([`GlobalBucket`]).
+    Global,
+    /// The per-destination budget ([`PeerTable`]).
+    Peer,
+}
+
+impl Limit {
+    /// Both limits, in label-index order.
+    pub const ALL: [Limit; 2] = [Limit::Global, Limit::Peer];
+
+    /// The `limit` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Limit::Global => "global",
+            Limit::Peer => "peer",
+        }
+    }
+
+    /// Index in [`Limit::ALL`], for per-lcore counter arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What to do about an error the pipeline would like to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Decision {
+    /// The RFCs forbid an error about this packet (or the kind does not exist in its family):
+    /// drop the packet as if no error were considered.
+    Ineligible,
+    /// A rate limit refused it: drop the packet (outcome `icmp_suppressed`), count the limit.
+    Suppressed(Limit),
+    /// Build it ([`build_in_place`]) and send it (outcome `icmp_error`).
+    Send,
+}
+
+/// An IPv4 or IPv6 prefix, e.g. `198.51.100.0/24` or `2001:db8:1::/48`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Prefix {
+    addr: IpAddr,
+    len: u8,
+}
+
+/// Why a string is not a [`Prefix`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PrefixError {
+    /// Not an address, or not `address/length`.
+    Syntax,
+    /// A length beyond 32 (IPv4) or 128 (IPv6).
+    Length,
+    /// Bits set after the prefix length (`198.51.100.1/24`): almost certainly a typo, refused
+    /// rather than guessed.
+    HostBits,
+}
+
+impl fmt::Display for PrefixError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            PrefixError::Syntax => "not an address/length prefix",
+            PrefixError::Length => "prefix length too long for the address family",
+            PrefixError::HostBits => "address has bits set past the prefix length",
+        })
+    }
+}
+
+impl std::error::Error for PrefixError {}
+
+impl Prefix {
+    /// The prefix of the first `len` bits of `addr`; the other bits must be zero.
+    pub fn new(addr: IpAddr, len: u8) -> Result<Self, PrefixError> {
+        let max: u8 = if addr.is_ipv4() { 32 } else { 128 };
+        if len > max {
+            return Err(PrefixError::Length);
+        }
+        if bits(addr) & !mask(max as u32, len) != 0 {
+            return Err(PrefixError::HostBits);
+        }
+        Ok(Prefix { addr, len })
+    }
+
+    /// The network address.
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The prefix length.
+    pub fn len(&self) -> u8 {
+        self.len
+    }
+
+    /// Whether the prefix is empty (length zero: it covers the whole family).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether `ip` is inside the prefix (an address of the other family never is).
+    #[inline]
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(_), IpAddr::V4(_)) => (bits(ip) ^ bits(self.addr)) & mask(32, self.len) == 0,
+            (IpAddr::V6(_), IpAddr::V6(_)) => (bits(ip) ^ bits(self.addr)) & mask(128, self.len) == 0,
+            _ => false,
+        }
+    }
+}
+
+/// The address as an integer (IPv4 in the low 32 bits).
+#[inline]
+fn bits(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => u32::from(a) as u128,
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+/// The mask of the first `len` of `width` bits, aligned to the low end like [`bits`].
+#[inline]
+fn mask(width: u32, len: u8) -> u128 {
+    let full = if width == 128 { u128::MAX } else { (1u128 << width) - 1 };
+    full & !full.checked_shr(len as u32).unwrap_or(0)
+}
+
+impl FromStr for Prefix {
+    type Err = PrefixError;
+    /// `address/length`, or a bare address for a single host (/32, /128).
+    fn from_str(s: &str) -> Result<Self, PrefixError> {
+        let (a, l) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a.trim().parse().map_err(|_| PrefixError::Syntax)?;
+        let len = match l {
+            Some(l) if !l.is_empty() && l.bytes().all(|c| c.is_ascii_digit()) => {
+                l.parse::<u8>().map_err(|_| PrefixError::Length)?
+            }
+            Some(_) => return Err(PrefixError::Syntax),
+            None if addr.is_ipv4() => 32,
+            None => 128,
+        };
+        Prefix::new(addr, len)
+    }
+}
+
+impl fmt::Display for Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+/// Largest `peer_burst` accepted.
+pub const MAX_PEER_BURST: u32 = 10_000;
+/// Largest `peer_interval_ms` accepted (an hour).
+pub const MAX_PEER_INTERVAL_MS: u32 = 3_600_000;
+
+/// The `[icmp]` settings (plain data; the config layer parses and validates them into this).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IcmpConfig {
+    /// Which ICMP (v4) types are rate limited, one bit per type (Linux `icmp_ratemask`). ICMPv6
+    /// errors use the bit of their ICMP (v4) counterpart, see [`v6_type_limited`].
+    pub ratemask: u32,
+    /// Global budget: messages a second (Linux `icmp_msgs_per_sec`).
+    pub msgs_per_sec: u32,
+    /// Global budget: most messages at once (Linux `icmp_msgs_burst`).
+    pub burst: u32,
+    /// Per destination: one message per this many milliseconds (Linux `icmp_ratelimit`); 0: no
+    /// per-destination limit.
+    pub peer_interval_ms: u32,
+    /// Per destination: most messages at once (Linux `XRLIM_BURST_FACTOR`).
+    pub peer_burst: u32,
+    /// Sources that skip every limit (e.g. a trusted test client). Default none: on a NIC,
+    /// loopback sources are martians and are never answered at all.
+    pub exempt: Vec<Prefix>,
+    /// Per-destination table slots per RX lcore (a power of two).
+    pub peer_table_size: usize,
+}
+
+impl Default for IcmpConfig {
+    /// Linux's defaults.
+    fn default() -> Self {
+        IcmpConfig {
+            ratemask: 0x1818,
+            msgs_per_sec: 1000,
+            burst: 50,
+            peer_interval_ms: 1000,
+            peer_burst: 6,
+            exempt: Vec::new(),
+            peer_table_size: 4096,
+        }
+    }
+}
+
+impl IcmpConfig {
+    /// Checks the values the limiter cannot work with; the error names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = self.peer_table_size;
+        if !n.is_power_of_two() || n > limit::MAX_PEER_TABLE_SIZE {
+            return Err(format!(
+                "icmp.peer_table_size: {n} is not a power of two between 1 and {}",
+                limit::MAX_PEER_TABLE_SIZE
+            ));
+        }
+        if self.peer_burst == 0 || self.peer_burst > MAX_PEER_BURST {
+            return Err(format!(
+                "icmp.peer_burst: {} is not between 1 and {MAX_PEER_BURST}",
+                self.peer_burst
+            ));
+        }
+        if self.peer_interval_ms > MAX_PEER_INTERVAL_MS {
+            return Err(format!(
+                "icmp.peer_interval_ms: {} is more than {MAX_PEER_INTERVAL_MS}",
+                self.peer_interval_ms
+            ));
+        }
+        Ok(())
+    }
+
+    /// A new global bucket for these settings, full, its clock starting at `now`.
+    pub fn global_bucket(&self, now: Instant) -> Arc<GlobalBucket> {
+        Arc::new(GlobalBucket::new(self.msgs_per_sec, self.burst, now))
+    }
+}
+
+/// Linux's `NR_ICMP_TYPES`: the last ICMP (v4) type it knows.
+const NR_ICMP_TYPES: u8 = 18;
+
+/// Step (a) for ICMP (v4), Linux's `icmpv4_mask_allow` inverted: whether an error of `ty`/`code`
+/// is rate limited at all. Types above 18 are not; Fragmentation Needed (3/4) never is, so path
+/// MTU discovery keeps working (RFC 1191); the others are if their bit is set in `ratemask`.
+#[inline]
+pub fn v4_type_limited(ratemask: u32, ty: u8, code: u8) -> bool {
+    if ty > NR_ICMP_TYPES || (ty == 3 && code == 4) {
+        return false;
+    }
+    ratemask & (1 << ty) != 0
+}
+
+/// Step (a) for ICMPv6, after Linux's `icmpv6_mask_allow`. ICMPv6 numbers its types differently
+/// and Linux gives it a separate 256-bit `icmpv6_ratemask` (default "0-1,3-127": every error but
+/// Packet Too Big). We have one `ratemask`, in ICMP (v4) numbering, and apply it to an ICMPv6
+/// error through its ICMP (v4) counterpart: Destination Unreachable (1) uses bit 3, Time Exceeded
+/// (3) bit 11, Parameter Problem (4) bit 12. Packet Too Big (2) is never limited (PMTU discovery,
+/// RFC 8201), nor are informational messages (128..=255, RFC 4443 §2.1); other error types
+/// (unassigned, experimental) always are, as in Linux's default. With the default 0x1818 this
+/// equals Linux's default ICMPv6 mask for every type.
+#[inline]
+pub fn v6_type_limited(ratemask: u32, ty: u8) -> bool {
+    match ty {
+        1 => ratemask & (1 << 3) != 0,
+        2 => false,
+        3 => ratemask & (1 << 11) != 0,
+        4 => ratemask & (1 << 12) != 0,
+        128..=255 => false,
+        _ => true,
+    }
+}
+
+/// ICMP (v4) error types (RFC 1812 §4.3.2.7, RFC 792): Destination Unreachable, Source Quench,
+/// Redirect, Time Exceeded, Parameter Problem.
+#[inline]
+fn v4_is_error_type(ty: u8) -> bool {
+    // Types Linux does not know (above 18) are treated as errors too, as its `icmp_send` does:
+    // when unsure whether a message is an error, not answering is the side that cannot loop.
+    matches!(ty, 3 | 4 | 5 | 11 | 12) || ty > NR_ICMP_TYPES
+}
+
+/// Whether `src` may be the source of a packet an IPv4 error answers: RFC 1122 §3.2.2 ("a
+/// datagram whose source address does not define a single host -- e.g., a zero address, a
+/// loopback address, a broadcast address, a multicast address, or a Class E address") and RFC
+/// 1812 §4.3.2.7 / §5.3.7 (a source with a network prefix of zero, 0.0.0.0/8).
+#[inline]
+fn v4_source_is_one_host(src: Ipv4Addr) -> bool {
+    let o = src.octets()[0];
+    // 0/8 (this network, unspecified included), 127/8 (loopback), 224/4 (multicast), 240/4
+    // (Class E, the limited broadcast included).
+    !(o == 0 || o == 127 || o >= 224)
+}
+
+/// Whether `src` may be the source of a packet an IPv6 error answers: RFC 4443 §2.4(e.6), "a
+/// packet whose source address does not uniquely identify a single node -- e.g., the IPv6
+/// Unspecified Address, an IPv6 multicast address, or an address known by the ICMP message
+/// originator to be an IPv6 anycast address", and the loopback address (RFC 4291 §2.5.3: never
+/// sent on a link). Anycast addresses other than the subnet-router one are not recognisable
+/// without the link's prefixes, which the fast path does not have.
+#[inline]
+fn v6_source_is_one_node(src: &Ipv6Addr) -> bool {
+    !(src.is_unspecified() || src.is_loopback() || src.is_multicast())
+}
+
+/// The RFCs' "never send an error about this" rules; the first step of [`IcmpLimiter::decide`],
+/// public for paths that build before they decide.
+///
+/// `frame` is the received frame (`Parsed`'s offsets index it); its first byte gives the
+/// Ethernet destination's group bit.
+///
+/// IPv4 (RFC 1122 §3.2.2, RFC 1812 §4.3.2.7), never about: an ICMP error; a non-first fragment;
+/// a datagram to an IP broadcast or multicast address (255.255.255.255 and 224/4; a
+/// subnet-directed broadcast is not recognisable without subnet masks); a datagram sent as a
+/// link-layer broadcast **or multicast** — RFC 1122 names link-layer broadcast, RFC 1812 both,
+/// and we follow the stricter rule: a group frame is addressed to many, whatever its IP
+/// destination, and answering it is how one packet becomes many answers; a source that is not one
+/// host ([`v4_source_is_one_host`]).
+///
+/// IPv6 (RFC 4443 §2.4(e)), never about: an ICMPv6 error (types 0..=127, e.1) or a Redirect
+/// (137, e.2); a packet to a multicast address (e.3) or sent as link-layer multicast or broadcast
+/// (e.4, e.5), except that Packet Too Big may answer those (the other exception, Parameter
+/// Problem code 2, is not a kind we send); a source that is not one node (e.6). Non-first
+/// fragments are excluded as for IPv4: they carry no upper-layer header (so no port to be
+/// unreachable), and reassembly reports its timeout about the first fragment (RFC 8200 §4.5).
+///
+/// An ICMP packet whose type byte is not in the packet (a first fragment of one byte) is
+/// ineligible: it might be an error.
+#[inline]
+pub fn eligible(kind: ErrorKind, p: &Parsed, frame: &[u8]) -> bool {
+    if kind.type_code(p.version).is_none() {
+        return false;
+    }
+    if p.fragment.is_some_and(|f| !f.is_first()) {
+        return false;
+    }
+    let group_frame = frame.first().is_some_and(|b| b & 1 != 0);
+    let icmp_type = || {
+        let l4 = p.l4_offset as usize;
+        if l4 < p.ip_end as usize {
+            frame.get(l4).copied()
+        } else {
+            None
+        }
+    };
+    match (p.src, p.dst) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            if group_frame || dst.is_broadcast() || dst.is_multicast() || !v4_source_is_one_host(src) {
+                return false;
+            }
+            if p.protocol == IpProtocol::Icmp {
+                return icmp_type().is_some_and(|t| !v4_is_error_type(t));
+            }
+            true
+        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            let may_answer_group = matches!(kind, ErrorKind::PacketTooBig { .. });
+            if (group_frame || dst.is_multicast()) && !may_answer_group {
+                return false;
+            }
+            if !v6_source_is_one_node(&src) {
+                return false;
+            }
+            if p.protocol == IpProtocol::Icmpv6 {
+                return icmp_type().is_some_and(|t| t >= 128 && t != 137);
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+/// One RX lcore's ICMP error limiter: its own per-destination table, a handle on the global
+/// bucket all lcores share, and the settings of the current config generation.
+#[derive(Clone, Debug)]
+pub struct IcmpLimiter {
+    global: Arc<GlobalBucket>,
+    peers: PeerTable,
+    ratemask: u32,
+    peer_interval_ns: u64,
+    peer_burst: u32,
+    exempt: Box<[Prefix]>,
+}
+
+impl IcmpLimiter {
+    /// A limiter with `cfg`'s settings (validated), sharing `global` with the other lcores.
+    /// `seed` keys the per-destination table's hash; it must be unpredictable to senders (drawn
+    /// at start from a real random source, e.g. `rte_rand()` or getrandom) and differ per lcore.
+    pub fn new(cfg: &IcmpConfig, global: Arc<GlobalBucket>, seed: u64) -> Self {
+        IcmpLimiter {
+            global,
+            peers: PeerTable::new(cfg.peer_table_size, seed),
+            ratemask: cfg.ratemask,
+            peer_interval_ns: cfg.peer_interval_ms as u64 * 1_000_000,
+            peer_burst: cfg.peer_burst,
+            exempt: cfg.exempt.clone().into_boxed_slice(),
+        }
+    }
+
+    /// Adopts a new config generation, between bursts. The per-destination table (and what it
+    /// remembers) is kept unless its size changed; `global` is the bucket of the new generation
+    /// (the same `Arc`, [`GlobalBucket::reconfigure`]d, keeps the credit earned so far).
+    pub fn apply(&mut self, cfg: &IcmpConfig, global: Arc<GlobalBucket>, seed: u64) {
+        if self.peers.size()
+            != cfg
+                .peer_table_size
+                .clamp(1, limit::MAX_PEER_TABLE_SIZE)
+                .next_power_of_two()
+        {
+            self.peers = PeerTable::new(cfg.peer_table_size, seed);
+        }
+        self.global = global;
+        self.ratemask = cfg.ratemask;
+        self.peer_interval_ns = cfg.peer_interval_ms as u64 * 1_000_000;
+        self.peer_burst = cfg.peer_burst;
+        self.exempt = cfg.exempt.clone().into_boxed_slice();
+    }
+
+    /// The global bucket this limiter draws on.
+    pub fn global(&self) -> &Arc<GlobalBucket> {
+        &self.global
+    }
+
+    /// The per-destination table.
+    pub fn peers(&self) -> &PeerTable {
+        &self.peers
+    }
+
+    /// Whether an error of `kind` about the packet `p` (in `frame`, the received frame) may be
+    /// sent at `now`. Cheapest first, and nothing is built: eligibility, then (a) the type mask,
+    /// (b) exempt sources, (c) a peek at the global bucket, (d) the per-destination bucket, (e)
+    /// the global credit, consumed with a random 0..=2 credits from `draw()` (a word of the
+    /// caller's lcore-local generator, called only at step (e)).
+    ///
+    /// [`Decision::Send`] has consumed the budget: the caller must send the error (or count it as
+    /// lost on TX).
+    #[inline]
+    pub fn decide(
+        &mut self,
+        now: Instant,
+        kind: ErrorKind,
+        p: &Parsed,
+        frame: &[u8],
+        draw: impl FnOnce() -> u32,
+    ) -> Decision {
+        if !eligible(kind, p, frame) {
+            return Decision::Ineligible;
+        }
+        // (a) Not rate limited at all: PMTU errors, types outside the mask.
+        let Some((ty, code)) = kind.type_code(p.version) else {
+            return Decision::Ineligible;
+        };
+        let limited = match p.version {
+            IpVersion::V4 => v4_type_limited(self.ratemask, ty, code),
+            IpVersion::V6 => v6_type_limited(self.ratemask, ty),
+        };
+        if !limited {
+            return Decision::Send;
+        }
+        // (b) Trusted sources skip every limit (seed 000: the glibc test's 50 back-to-back
+        // errors; Linux exempts packets that arrived on loopback).
+        if !self.exempt.is_empty() && self.exempt.iter().any(|x| x.contains(p.src)) {
+            return Decision::Send;
+        }
+        // (c) Nothing left host-wide: stop before touching per-destination state.
+        if !self.global.peek(now) {
+            return Decision::Suppressed(Limit::Global);
+        }
+        // (d) Per destination: the error goes to the packet's source.
+        let interval = match p.version {
+            IpVersion::V4 => self.peer_interval_ns,
+            IpVersion::V6 => limit::v6_peer_interval(self.peer_interval_ns, limit::V6_PEER_PLEN),
+        };
+        let (ok, slot) = self.peers.allow(now, p.src, interval, self.peer_burst);
+        if !ok {
+            return Decision::Suppressed(Limit::Peer);
+        }
+        // (e) Consume global credit. If another lcore took the last of it since (c), the
+        // destination gets its credit back: it did not receive anything.
+        if !self.global.try_consume(draw()) {
+            self.peers.refund(slot, interval, self.peer_burst);
+            return Decision::Suppressed(Limit::Global);
+        }
+        Decision::Send
+    }
+}
+
+#[cfg(test)]
+mod tests;
