@@ -53,7 +53,7 @@ SCENARIOS = [
         "fastpathd-pipeline-udp",
         "fastpathd:pipeline",
         BENCH_UDP,
-        "fastpathd full pipeline, 64-byte UDP to 192.0.2.1:9 (no service on port 9: counted no_service and dropped)",
+        "fastpathd full pipeline, 64-byte UDP to 192.0.2.1:9 (closed port 9: the ICMP limiter saturates, then icmp_suppressed)",
     ),
     (
         "fastpathd-pipeline-demo",

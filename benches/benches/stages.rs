@@ -57,7 +57,7 @@ fn pipeline_paths(c: &mut Criterion) {
     // Drop paths leave the packet as it was, so one buffer serves every iteration.
     for (name, frame) in [
         ("drop_not_for_us", udp4(EthernetAddress([2, 0, 0, 0, 9, 9]), 40000, 9)),
-        ("drop_no_service_udp", udp4(ME_MAC, 40000, 9)),
+        ("closed_port_udp", udp4(ME_MAC, 40000, 9)),
         ("drop_arp_ignored", arp_request(Ipv4Addr::new(192, 0, 2, 99), None)),
     ] {
         let mut pkt = buf(&frame);

@@ -115,7 +115,7 @@ mod tests {
                 udp4(EthernetAddress([2, 0, 0, 0, 9, 9]), 40000, 9),
                 Verdict::Drop(Outcome::NotForUs),
             ),
-            (udp4(ME_MAC, 40000, 9), Verdict::Drop(Outcome::NoService)),
+            (udp4(ME_MAC, 40000, 9), Verdict::Transmit(Outcome::IcmpError)),
         ];
         for (frame, want) in cases {
             let mut b = buf(&frame);

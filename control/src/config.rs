@@ -33,6 +33,19 @@ struct FileConfig {
     #[serde(default)]
     tunnel: Vec<TunnelSection>,
     reassembly: Option<ReassemblySection>,
+    icmp: Option<IcmpSection>,
+}
+
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct IcmpSection {
+    ratemask: Option<u32>,
+    msgs_per_sec: Option<u32>,
+    burst: Option<u32>,
+    peer_interval_ms: Option<u32>,
+    peer_burst: Option<u32>,
+    exempt: Option<Vec<String>>,
+    peer_table_size: Option<u32>,
 }
 
 #[derive(Deserialize, Debug, Default)]
@@ -163,6 +176,8 @@ pub struct Config {
     pub reassembly: fastpath::pipeline::reasm::ReasmConfig,
     /// 64 KiB buffers for reassembled datagrams (restart to change).
     pub reassembly_buffers: u32,
+    /// ICMP error rate limits.
+    pub icmp: fastpath::pipeline::icmp_error::IcmpConfig,
 }
 
 /// Where a tunnel's packets leave.
@@ -809,6 +824,45 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
     }
     let reassembly_buffers = num("buffers", r.buffers, 16, 65536, "64 KiB buffers").unwrap_or(256) as u32;
 
+    // [icmp]
+    let ic = raw.icmp.unwrap_or_default();
+    let mut icmp = fastpath::pipeline::icmp_error::IcmpConfig::default();
+    macro_rules! set {
+        ($f:ident) => {
+            if let Some(v) = ic.$f {
+                icmp.$f = v as _;
+            }
+        };
+    }
+    set!(ratemask);
+    set!(msgs_per_sec);
+    set!(burst);
+    set!(peer_interval_ms);
+    set!(peer_burst);
+    set!(peer_table_size);
+    for (i, e) in ic.exempt.iter().flatten().enumerate() {
+        match e.parse() {
+            Ok(prefix) => icmp.exempt.push(prefix),
+            Err(err) => errs.add(
+                &[Key("icmp"), Key("exempt"), Index(i)],
+                format!("{e:?}: {err:?}: expected a prefix like \"198.51.100.0/24\" or \"2001:db8:1::/48\""),
+            ),
+        }
+    }
+    if let Err(msg) = icmp.validate() {
+        // The message starts with the key, "icmp.<key>: ...".
+        let key = msg
+            .split(':')
+            .next()
+            .unwrap_or("icmp")
+            .trim_start_matches("icmp.")
+            .to_string();
+        errs.add(
+            &[Key("icmp"), Key(&key)],
+            msg.split_once(": ").map(|x| x.1).unwrap_or(&msg).to_string(),
+        );
+    }
+
     Config {
         dpdk,
         ports,
@@ -820,6 +874,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         tunnels,
         reassembly,
         reassembly_buffers,
+        icmp,
     }
 }
 
@@ -1263,6 +1318,9 @@ impl Config {
     /// What a reload from `self` to `new` changes, one line per change, for the log.
     pub fn describe_changes(&self, new: &Config) -> Vec<String> {
         let mut out = Vec::new();
+        if self.icmp != new.icmp {
+            out.push("icmp limits changed".to_string());
+        }
         if self.reassembly != new.reassembly {
             out.push(format!(
                 "reassembly limits {:?} -> {:?}",

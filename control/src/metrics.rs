@@ -194,6 +194,16 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::COUNTER,
     ),
     (
+        "fastpath_icmp_sent_total",
+        "ICMP and ICMPv6 errors sent, by family and type.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_icmp_rate_limited_total",
+        "ICMP errors held back by a rate limit (global or per destination), by family.",
+        MetricType::COUNTER,
+    ),
+    (
         "fastpath_reasm_completed_total",
         "Datagrams reassembled, per family.",
         MetricType::COUNTER,
@@ -496,6 +506,31 @@ impl Collector for DataPlaneCollector {
             .iter()
             .map(|l| (vec![("lcore", l.lcore.to_string())], l.reasm.memory.get() as f64))
             .collect();
+        {
+            use fastpath::pipeline::icmp_error::{Limit, FAMILY_LABELS, TYPE_LABELS};
+            let mut sent = Vec::new();
+            let mut limited = Vec::new();
+            for (fi, fam) in FAMILY_LABELS.iter().enumerate() {
+                for (ti, ty) in TYPE_LABELS.iter().enumerate() {
+                    let n: u64 = tables.icmp_counters.rx.iter().map(|c| c.sent[fi][ti].get()).sum();
+                    sent.push((vec![("family", fam.to_string()), ("type", ty.to_string())], n as f64));
+                }
+                for l in Limit::ALL {
+                    let n: u64 = tables
+                        .icmp_counters
+                        .rx
+                        .iter()
+                        .map(|c| c.limited[fi][l.index()].get())
+                        .sum();
+                    limited.push((
+                        vec![("family", fam.to_string()), ("limit", l.label().to_string())],
+                        n as f64,
+                    ));
+                }
+            }
+            named.push(("fastpath_icmp_sent_total", sent));
+            named.push(("fastpath_icmp_rate_limited_total", limited));
+        }
         named.extend([
             ("fastpath_reasm_completed_total", completed),
             ("fastpath_reasm_timeouts_total", timeouts),

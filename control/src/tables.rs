@@ -8,7 +8,9 @@
 
 use crate::config::Config;
 use fastpath::dpdk::MbufRing;
+use fastpath::pipeline::icmp_error::{GlobalBucket, IcmpCounters};
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
+use fastpath::pipeline::Instant;
 use fastpath::pipeline::{Group, PortAddrs, Service, ServiceTable, Tables};
 use fastpath::socket::{PacketQueue, Socket, SocketCounters};
 use fastpath::wire::{EthernetAddress, Toeplitz};
@@ -33,6 +35,9 @@ pub struct TableBuilder {
     counters: HashMap<(String, usize), Arc<SocketCounters>>,
     tunnel_counters: HashMap<String, Arc<TunnelCounters>>,
     handoff: HashMap<String, Arc<dyn PacketQueue>>,
+    /// The global ICMP budget lives as long as the daemon: reloads reconfigure it.
+    icmp_global: Option<Arc<GlobalBucket>>,
+    icmp_counters: Arc<IcmpCounters>,
 }
 
 /// Packets a sequence tunnel's hand-off ring holds.
@@ -60,6 +65,8 @@ impl TableBuilder {
             counters: HashMap::new(),
             tunnel_counters: HashMap::new(),
             handoff: HashMap::new(),
+            icmp_global: None,
+            icmp_counters: Arc::new(IcmpCounters::new(rx_lcores)),
         }
     }
 
@@ -192,6 +199,19 @@ impl TableBuilder {
                 v
             },
             reassembly: cfg.reassembly.clone(),
+            icmp: cfg.icmp.clone(),
+            icmp_global: Some(match &self.icmp_global {
+                Some(g) => {
+                    g.reconfigure(cfg.icmp.msgs_per_sec, cfg.icmp.burst);
+                    g.clone()
+                }
+                None => {
+                    let g = cfg.icmp.global_bucket(Instant(0));
+                    self.icmp_global = Some(g.clone());
+                    g
+                }
+            }),
+            icmp_counters: self.icmp_counters.clone(),
         })
     }
 }

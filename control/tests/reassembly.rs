@@ -47,7 +47,9 @@ fn fragmented_datagrams_are_reassembled_answered_and_counted() {
         ("delivered", 2),
         ("echo_reply", 1),
         ("reassembly_refused", 3),
-        ("reassembly_timeout", 1),
+        // The lone first fragment timed out: it is answered with Time Exceeded (below).
+        ("icmp_error", 1),
+        ("reassembly_timeout", 0),
     ] {
         assert_eq!(outcome(&m, o), n, "outcome {o}");
     }
@@ -76,6 +78,17 @@ fn fragmented_datagrams_are_reassembled_answered_and_counted() {
         reply,
         vec![vec!["192.0.2.17", "4000", "1", "3"]],
         "reassembled by tshark"
+    );
+    // RFC 792 / RFC 1122 §3.3.2: Time Exceeded code 1 to the sender of the first fragment.
+    let te = tshark_checked(
+        &q0,
+        "icmp.type == 11",
+        &["ip.dst", "icmp.code", "icmp.checksum.status", "ip.checksum.status"],
+    );
+    assert_eq!(te, vec![vec!["192.0.2.20,192.0.2.1", "1", "1", "1,1"]], "{te:?}");
+    assert_eq!(
+        m["fastpath_icmp_sent_total{family=\"ipv4\",type=\"time_exceeded\"}"],
+        1.0
     );
     // The echo service's answers, v4 and v6, 3000 bytes each, fragmented on the way out.
     let mut echoes = tshark_checked(

@@ -266,7 +266,7 @@ mod tests {
                 "malformed--ipv6-ext-truncated",
                 v6_frame(them6, me6, IpProtocol::Ipv6Opts, &opts[..5], 64, &[]),
             ),
-            ("no_service--ipv4-udp-vlan", vlan),
+            ("icmp_error--ipv4-udp-vlan", vlan),
             (
                 "reassembled--ipv6-first-fragment",
                 v6_frame(them6, me6, IpProtocol::Ipv6Frag, &frag6, 64, &udp_bytes(1, 7, &[0; 8])),

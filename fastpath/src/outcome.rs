@@ -58,13 +58,17 @@ pub enum Outcome {
     ReassemblyTimeout,
     /// A fragment still held at a clean stop.
     ReassemblyFlushed,
+    /// Answered with an ICMP error (port or protocol unreachable, reassembly time exceeded).
+    IcmpError,
+    /// An ICMP error was due but the rate limits held it back (nothing was built).
+    IcmpSuppressed,
     /// Sent on unchanged by the plain forward mode (`[lcores] mode = "forward"`), no stage run.
     Forwarded,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 24] = [
+    pub const ALL: [Outcome; 26] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -88,6 +92,8 @@ impl Outcome {
         Outcome::ReassemblyRefused,
         Outcome::ReassemblyTimeout,
         Outcome::ReassemblyFlushed,
+        Outcome::IcmpError,
+        Outcome::IcmpSuppressed,
         Outcome::Forwarded,
     ];
     /// Number of outcomes.
@@ -125,6 +131,8 @@ impl Outcome {
             Outcome::ReassemblyRefused => "reassembly_refused",
             Outcome::ReassemblyTimeout => "reassembly_timeout",
             Outcome::ReassemblyFlushed => "reassembly_flushed",
+            Outcome::IcmpError => "icmp_error",
+            Outcome::IcmpSuppressed => "icmp_suppressed",
             Outcome::Forwarded => "forwarded",
         }
     }

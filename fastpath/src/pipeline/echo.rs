@@ -343,13 +343,15 @@ pub(crate) mod tests {
                 ),
                 Outcome::NotLocal,
             ),
-            (
-                v6_frame(them6(), me6(), IpProtocol::Udp, &[], 64, &[0, 1, 0, 2, 0, 8, 0, 0]),
-                Outcome::NoService,
-            ),
         ] {
             let mut b = HeapBuf::new(&v);
             assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(want));
         }
+        // UDP to a closed port is answered by ICMPv6 Port Unreachable, not by the echo stage.
+        let udp = v6_frame(them6(), me6(), IpProtocol::Udp, &[], 64, &[0, 1, 0, 2, 0, 8, 0, 0]);
+        assert_eq!(
+            p.process(0, &mut HeapBuf::new(&udp), Instant(0)),
+            Verdict::Transmit(Outcome::IcmpError)
+        );
     }
 }

@@ -141,6 +141,12 @@ pub struct Tables {
     pub port_mtu: Vec<u16>,
     /// Reassembly settings.
     pub reassembly: reasm::ReasmConfig,
+    /// ICMP error limits.
+    pub icmp: icmp_error::IcmpConfig,
+    /// The global ICMP budget, shared by every RX lcore (and kept across reloads).
+    pub icmp_global: Option<Arc<icmp_error::GlobalBucket>>,
+    /// ICMP counters per RX lcore.
+    pub icmp_counters: Arc<icmp_error::IcmpCounters>,
 }
 
 impl Tables {
@@ -172,6 +178,12 @@ fn is_local(local: &PortAddrs, dst: IpAddr) -> bool {
 pub struct Pipeline {
     tables: Arc<Tables>,
     fanout: FanoutState,
+    /// Rate limits for the ICMP errors this lcore sends.
+    icmp: icmp_error::IcmpLimiter,
+    /// This lcore's random numbers (ICMP credit draws).
+    rng: u64,
+    /// Keys the per-destination ICMP table (unpredictable, per lcore).
+    icmp_seed: u64,
     /// Per tunnel: the last sequence number accepted on this lcore (RFC 2890 §2.2).
     gre_seq: Vec<Option<u32>>,
     /// Identification for the outer IPv4 headers this lcore builds.
@@ -184,9 +196,24 @@ impl Pipeline {
         let mut fanout = FanoutState::new(tables.sockets.len(), slot, 0x9e37_79b9_7f4a_7c15 ^ slot as u64);
         fanout.flow_limit = tables.flow_limit.for_slot(slot).map(flow_limit::FlowLimit::new);
         let gre_seq = vec![None; tables.tunnels.len()];
+        // An unpredictable key for the per-destination table, so nobody can aim collisions at it.
+        let icmp_seed = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_usize(slot);
+            h.finish()
+        };
+        let global = tables
+            .icmp_global
+            .clone()
+            .unwrap_or_else(|| tables.icmp.global_bucket(Instant(0)));
+        let icmp = icmp_error::IcmpLimiter::new(&tables.icmp, global, icmp_seed);
         Pipeline {
             tables,
             fanout,
+            icmp,
+            rng: icmp_seed | 1,
+            icmp_seed,
             gre_seq,
             ident: (slot as u16).wrapping_mul(0x3779),
         }
@@ -216,8 +243,22 @@ impl Pipeline {
                 old.and_then(|i| self.gre_seq.get(i).copied().flatten())
             })
             .collect();
+        // The ICMP limiter keeps its per-destination table when its size is unchanged.
+        let mut icmp = std::mem::replace(
+            &mut self.icmp,
+            icmp_error::IcmpLimiter::new(&tables.icmp, tables.icmp.global_bucket(Instant(0)), 1),
+        );
+        let global = tables
+            .icmp_global
+            .clone()
+            .unwrap_or_else(|| tables.icmp.global_bucket(Instant(0)));
+        icmp.apply(&tables.icmp, global, self.icmp_seed);
+        let (rng, icmp_seed) = (self.rng, self.icmp_seed);
         *self = Pipeline::new(tables, slot);
         self.gre_seq = seq;
+        self.icmp = icmp;
+        self.rng = rng;
+        self.icmp_seed = icmp_seed;
         if keep.is_some() {
             self.fanout.flow_limit = keep;
         }
@@ -309,7 +350,7 @@ impl Pipeline {
     }
 
     /// One pass over a frame: a verdict, or "decapsulated, run me again".
-    fn process_once<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, _now: Instant, depth: usize) -> Step {
+    fn process_once<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant, depth: usize) -> Step {
         let Some(local) = self.tables.ports.get(port as usize) else {
             return Step::Done(Verdict::Drop(Outcome::Unhandled));
         };
@@ -351,10 +392,87 @@ impl Pipeline {
             return self.decapsulate(pkt, &parsed, depth);
         }
         let v = local_delivery(local, &parsed, pkt);
+        if v == Verdict::Drop(Outcome::Unhandled)
+            && parsed.version == IpVersion::V4
+            && is_local(local, parsed.dst)
+            && !matches!(
+                parsed.protocol,
+                IpProtocol::Icmp | IpProtocol::Udp | IpProtocol::Tcp | IpProtocol::Gre
+            )
+        {
+            // RFC 1122 §3.2.2.1: a protocol the box does not deliver.
+            return Step::Done(self.icmp_error(pkt, &parsed, port, icmp_error::ErrorKind::ProtocolUnreachable, v, now));
+        }
         if v != Verdict::Drop(Outcome::NoService) {
             return Step::Done(v);
         }
-        Step::Done(self.service_socket(&parsed))
+        let v = self.service_socket(&parsed);
+        if v == Verdict::Drop(Outcome::NoService) && parsed.protocol == IpProtocol::Udp {
+            // RFC 1122 §4.1.3.1: UDP to a port nobody listens on.
+            return Step::Done(self.icmp_error(pkt, &parsed, port, icmp_error::ErrorKind::PortUnreachable, v, now));
+        }
+        Step::Done(v)
+    }
+
+    /// Answers the packet with an ICMP error of `kind` if the rate limits allow (seed 000: every
+    /// cheap check first, the packet built only when it will be sent); `otherwise` is the verdict
+    /// when no error may be sent at all.
+    pub fn icmp_error<B: PacketBuf>(
+        &mut self,
+        pkt: &mut B,
+        p: &Parsed,
+        port: u16,
+        kind: icmp_error::ErrorKind,
+        otherwise: Verdict,
+        now: Instant,
+    ) -> Verdict {
+        let fam = icmp_error::family_index(p.version);
+        let slot = self.fanout.slot;
+        let rng = &mut self.rng;
+        let draw = || {
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            (*rng >> 32) as u32
+        };
+        match self.icmp.decide(now, kind, p, pkt.data(), draw) {
+            icmp_error::Decision::Ineligible => otherwise,
+            icmp_error::Decision::Suppressed(l) => {
+                if let Some(c) = self.tables.icmp_counters.rx.get(slot) {
+                    c.limited[fam][l.index()].inc();
+                }
+                Verdict::Drop(Outcome::IcmpSuppressed)
+            }
+            icmp_error::Decision::Send => {
+                let Some(local) = self.tables.ports.get(port as usize) else {
+                    return otherwise;
+                };
+                let mac = local.mac;
+                self.ident = self.ident.wrapping_add(1);
+                if !icmp_error::build_in_place(pkt, p, mac, p.dst, kind, self.ident) {
+                    return Verdict::Drop(Outcome::Malformed);
+                }
+                if let Some(c) = self.tables.icmp_counters.rx.get(slot) {
+                    c.sent[fam][kind.type_index()].inc();
+                }
+                Verdict::Transmit(Outcome::IcmpError)
+            }
+        }
+    }
+
+    /// A reassembly timed out: ICMP Time Exceeded code 1 about its first fragment, in `pkt`
+    /// (RFC 792; RFC 8200 §4.5), through the same rate limits; `None` when none is sent.
+    pub fn reassembly_timeout<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Option<Verdict> {
+        let p = Parsed::parse(pkt.data(), &self.tables.hasher, None).ok()?;
+        let v = self.icmp_error(
+            pkt,
+            &p,
+            port,
+            icmp_error::ErrorKind::ReassemblyTimeExceeded,
+            Verdict::Drop(Outcome::ReassemblyTimeout),
+            now,
+        );
+        matches!(v, Verdict::Transmit(_)).then_some(v)
     }
 
     /// GRE to a local address: strip it if a tunnel matches (see [`tunnel::decapsulate`]).
@@ -508,9 +626,31 @@ pub(crate) mod tests {
         let mut v = v4_frame(them, me, IpProtocol::Udp, &[], 0, &udp);
         let ip_len = v.len();
         v.extend_from_slice(&[0xaa; 13]);
+        // Padding is trimmed before anything looks at the datagram: a closed port (port 7 here)
+        // gets a Port Unreachable quoting exactly the datagram.
         let mut b = HeapBuf::new(&v);
-        assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::NoService));
+        let mut q = pipeline();
+        q.icmp = icmp_error::IcmpLimiter::new(
+            &icmp_error::IcmpConfig {
+                burst: 0,
+                ..Default::default()
+            },
+            icmp_error::IcmpConfig {
+                burst: 0,
+                ..Default::default()
+            }
+            .global_bucket(Instant(0)),
+            1,
+        );
+        assert_eq!(q.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::IcmpSuppressed));
         assert_eq!(b.len(), ip_len, "padding trimmed");
+        let mut b = HeapBuf::new(&v);
+        assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Transmit(Outcome::IcmpError));
+        assert_eq!(
+            b.len(),
+            14 + 20 + 8 + (ip_len - 14),
+            "the quote is the datagram without padding"
+        );
         let mut b = HeapBuf::new(&v4_frame(me, them, IpProtocol::Udp, &[], 0, &udp));
         assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::NotLocal));
         let bcast = v4_frame(them, Ipv4Addr::BROADCAST, IpProtocol::Udp, &[], 0, &udp);
@@ -522,7 +662,7 @@ pub(crate) mod tests {
         let me6: Ipv6Addr = "2001:db8::1".parse().unwrap();
         let them6: Ipv6Addr = "2001:db8::7".parse().unwrap();
         for (dst, want) in [
-            (me6, Outcome::NoService),
+            (me6, Outcome::IcmpError),
             (ALL_NODES, Outcome::Unhandled),
             (solicited_node(&me6), Outcome::Unhandled),
             (them6, Outcome::NotLocal),
@@ -530,11 +670,13 @@ pub(crate) mod tests {
             ("ff02::2".parse().unwrap(), Outcome::NotLocal),
         ] {
             let v = v6_frame(them6, dst, IpProtocol::Udp, &[], 64, &udp);
-            assert_eq!(
-                p.process(0, &mut HeapBuf::new(&v), Instant(0)),
-                Verdict::Drop(want),
-                "{dst}"
-            );
+            let got = p.process(0, &mut HeapBuf::new(&v), Instant(0));
+            let want = if want == Outcome::IcmpError {
+                Verdict::Transmit(want)
+            } else {
+                Verdict::Drop(want)
+            };
+            assert_eq!(got, want, "{dst}");
         }
     }
 

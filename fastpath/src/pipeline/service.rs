@@ -235,9 +235,10 @@ mod tests {
             p.process(0, &mut udp4(5353, 0), Instant(0)),
             Verdict::Deliver(_)
         ));
+        // A closed UDP port is answered with ICMP Port Unreachable (rate limited).
         assert_eq!(
             p.process(0, &mut udp4(8, 0), Instant(0)),
-            Verdict::Drop(Outcome::NoService)
+            Verdict::Transmit(Outcome::IcmpError)
         );
         let tcp = v4_frame(
             THEM,
@@ -260,7 +261,7 @@ mod tests {
         let mut only_other = pipeline(vec![IpAddr::V4(Ipv4Addr::new(192, 0, 2, 5))], false);
         assert_eq!(
             only_other.process(0, &mut udp4(7, 0), Instant(0)),
-            Verdict::Drop(Outcome::NoService)
+            Verdict::Transmit(Outcome::IcmpError)
         );
         let mut only_me = pipeline(vec![IpAddr::V4(ME)], false);
         assert!(matches!(

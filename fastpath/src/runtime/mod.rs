@@ -470,7 +470,18 @@ impl RxLcore {
     /// Counts the outcome of every fragment the reassembler handed back and frees it; copies the
     /// reassembler's statistics for the metrics.
     fn settle_reassembly(&mut self, drops: &mut Vec<Mbuf>) {
-        for r in self.io.released.drain(..) {
+        let mut released = std::mem::take(&mut self.io.released);
+        for mut r in released.drain(..) {
+            if r.fate == (Fate::TimedOut { first: true }) {
+                // RFC 792 / RFC 8200 §4.5: Time Exceeded code 1 about the first fragment,
+                // through the ICMP rate limits; it is that fragment's outcome when sent.
+                let port = r.buf.port();
+                let now = self.clock.now();
+                if let Some(Verdict::Transmit(o)) = self.pipeline.reassembly_timeout(port, &mut r.buf, now) {
+                    self.transmit(port, r.buf, o, drops);
+                    continue;
+                }
+            }
             let o = match r.fate {
                 Fate::Reassembled => Some(Outcome::Reassembled),
                 Fate::Absorbed => None,
@@ -486,6 +497,7 @@ impl RxLcore {
                 Mbuf::free_bulk(drops);
             }
         }
+        self.io.released = released;
         self.stats.reasm.sync(self.reasm.stats(), self.reasm.memory());
     }
 

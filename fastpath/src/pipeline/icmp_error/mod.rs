@@ -76,6 +76,32 @@ pub const TYPE_LABELS: [&str; 5] = [
     "packet_too_big",
 ];
 
+/// Counters one RX lcore keeps for the ICMP errors it sends or holds back.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct IcmpLcoreCounters {
+    /// Errors sent, by family and [`ErrorKind::type_index`].
+    pub sent: [[crate::stats::Counter; 5]; 2],
+    /// Errors held back, by family and [`Limit::index`].
+    pub limited: [[crate::stats::Counter; 2]; 2],
+}
+
+/// ICMP counters of every RX lcore, one slot each; kept across reloads.
+#[derive(Debug, Default)]
+pub struct IcmpCounters {
+    /// By RX lcore slot.
+    pub rx: Box<[IcmpLcoreCounters]>,
+}
+
+impl IcmpCounters {
+    /// Zeroed counters for `rx` RX lcores.
+    pub fn new(rx: usize) -> Self {
+        IcmpCounters {
+            rx: (0..rx).map(|_| IcmpLcoreCounters::default()).collect(),
+        }
+    }
+}
+
 /// The `family` label values, in [`family_index`] order.
 pub const FAMILY_LABELS: [&str; 2] = ["ipv4", "ipv6"];
 
