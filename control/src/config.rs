@@ -46,6 +46,7 @@ struct IcmpSection {
     peer_burst: Option<u32>,
     exempt: Option<Vec<String>>,
     peer_table_size: Option<u32>,
+    build_first: Option<bool>,
 }
 
 #[derive(Deserialize, Debug, Default)]
@@ -840,6 +841,9 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
     set!(peer_interval_ms);
     set!(peer_burst);
     set!(peer_table_size);
+    if let Some(b) = ic.build_first {
+        icmp.build_first = b;
+    }
     for (i, e) in ic.exempt.iter().flatten().enumerate() {
         match e.parse() {
             Ok(prefix) => icmp.exempt.push(prefix),

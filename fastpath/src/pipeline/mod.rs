@@ -435,6 +435,9 @@ impl Pipeline {
             *rng ^= *rng << 17;
             (*rng >> 32) as u32
         };
+        if self.tables.icmp.build_first {
+            return self.icmp_error_build_first(pkt, p, port, kind, otherwise, now);
+        }
         match self.icmp.decide(now, kind, p, pkt.data(), draw) {
             icmp_error::Decision::Ineligible => otherwise,
             icmp_error::Decision::Suppressed(l) => {
@@ -452,6 +455,56 @@ impl Pipeline {
                 if !icmp_error::build_in_place(pkt, p, mac, p.dst, kind, self.ident) {
                     return Verdict::Drop(Outcome::Malformed);
                 }
+                if let Some(c) = self.tables.icmp_counters.rx.get(slot) {
+                    c.sent[fam][kind.type_index()].inc();
+                }
+                Verdict::Transmit(Outcome::IcmpError)
+            }
+        }
+    }
+
+    /// `[icmp] build_first` (benchmark only): the order seed 000 fixed, the error built before the
+    /// limiter is asked, so a suppressed error costs a whole build. Same counters as
+    /// [`Pipeline::icmp_error`].
+    #[cold]
+    fn icmp_error_build_first<B: PacketBuf>(
+        &mut self,
+        pkt: &mut B,
+        p: &Parsed,
+        port: u16,
+        kind: icmp_error::ErrorKind,
+        otherwise: Verdict,
+        now: Instant,
+    ) -> Verdict {
+        if !icmp_error::eligible(kind, p, pkt.data()) {
+            return otherwise;
+        }
+        let Some(local) = self.tables.ports.get(port as usize) else {
+            return otherwise;
+        };
+        let mac = local.mac;
+        self.ident = self.ident.wrapping_add(1);
+        if !icmp_error::build_in_place(pkt, p, mac, p.dst, kind, self.ident) {
+            return Verdict::Drop(Outcome::Malformed);
+        }
+        let fam = icmp_error::family_index(p.version);
+        let slot = self.fanout.slot;
+        let rng = &mut self.rng;
+        let draw = || {
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            (*rng >> 32) as u32
+        };
+        match self.icmp.decide_limits(now, kind, p, draw) {
+            icmp_error::Decision::Ineligible => otherwise,
+            icmp_error::Decision::Suppressed(l) => {
+                if let Some(c) = self.tables.icmp_counters.rx.get(slot) {
+                    c.limited[fam][l.index()].inc();
+                }
+                Verdict::Drop(Outcome::IcmpSuppressed)
+            }
+            icmp_error::Decision::Send => {
                 if let Some(c) = self.tables.icmp_counters.rx.get(slot) {
                     c.sent[fam][kind.type_index()].inc();
                 }
@@ -677,6 +730,34 @@ pub(crate) mod tests {
                 Verdict::Drop(want)
             };
             assert_eq!(got, want, "{dst}");
+        }
+    }
+
+    #[test]
+    fn build_first_builds_even_what_the_limiter_then_suppresses() {
+        use parse::tests::{udp_bytes, v4_frame};
+        let v = v4_frame(
+            Ipv4Addr::new(198, 51, 100, 7),
+            Ipv4Addr::new(192, 0, 2, 1),
+            IpProtocol::Udp,
+            &[],
+            0,
+            &udp_bytes(1, 9, b"x"),
+        );
+        for (build_first, grew) in [(false, false), (true, true)] {
+            let cfg = icmp_error::IcmpConfig {
+                burst: 0,
+                build_first,
+                ..Default::default()
+            };
+            let mut p = pipeline();
+            let mut t = (*p.tables).clone();
+            t.icmp = cfg.clone();
+            p.tables = Arc::new(t);
+            p.icmp = icmp_error::IcmpLimiter::new(&cfg, cfg.global_bucket(Instant(0)), 1);
+            let mut b = HeapBuf::new(&v);
+            assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::IcmpSuppressed));
+            assert_eq!(b.len() > v.len(), grew, "build_first = {build_first}");
         }
     }
 

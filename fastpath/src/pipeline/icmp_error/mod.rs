@@ -339,6 +339,10 @@ pub struct IcmpConfig {
     pub exempt: Vec<Prefix>,
     /// Per-destination table slots per RX lcore (a power of two).
     pub peer_table_size: usize,
+    /// Benchmark only (`[icmp] build_first`, default false): build the error before asking the
+    /// limiter, as Linux did before seed 000's patch, so `ci/bench` can measure what the order
+    /// saves. Never turn it on in production: a suppressed error then costs a whole build.
+    pub build_first: bool,
 }
 
 impl Default for IcmpConfig {
@@ -352,6 +356,7 @@ impl Default for IcmpConfig {
             peer_burst: 6,
             exempt: Vec::new(),
             peer_table_size: 4096,
+            build_first: false,
         }
     }
 }
@@ -596,6 +601,20 @@ impl IcmpLimiter {
         if !eligible(kind, p, frame) {
             return Decision::Ineligible;
         }
+        self.decide_limits(now, kind, p, draw)
+    }
+
+    /// [`IcmpLimiter::decide`] without the eligibility check (which needs the offending frame):
+    /// steps (a) to (e) only, for a caller that checked [`eligible`] itself. The benchmark's
+    /// "build first" variant uses it after the frame has become the error.
+    #[inline]
+    pub fn decide_limits(
+        &mut self,
+        now: Instant,
+        kind: ErrorKind,
+        p: &Parsed,
+        draw: impl FnOnce() -> u32,
+    ) -> Decision {
         // (a) Not rate limited at all: PMTU errors, types outside the mask.
         let Some((ty, code)) = kind.type_code(p.version) else {
             return Decision::Ineligible;
