@@ -16,6 +16,16 @@ Throughput is what port 0 received per second in steady state (after a warm-up):
   the time each line covers; the exit dump gives cycles per packet and is checked for the
   rx == sum(outcomes) invariant and for every mbuf returned.
 
+Scenarios (SCENARIOS below): testpmd io and macswap; fastpathd forward mode; and the full pipeline
+on bench_udp to an open port (a `sink` service), to a closed port (ICMP limiter saturated), as a
+plain drop (not_local), and with `[icmp] build_first = true` (issue 6's cases a-d); the flow-limit
+storm on and off (issue 5: normal flows' answered fraction from packet and byte counters); the
+fragment mix with and without a table smaller than the flood (issue 7); GRE encapsulation through
+a tunnel service (issue 8); and open-sink with /metrics scraped every 10 ms (issue 9). fastpathd
+runs RX on lcore 1 (the lcore testpmd forwards on) and its worker lcore 0 (the EAL main lcore,
+with the control thread, where testpmd keeps its command line): the same two lcores. The goals
+of issues 6, 9 and 11 are computed as per-round ratios and printed.
+
 Environment: BENCH_SECONDS (measured window per run, default 10), BENCH_REPS (rounds, default 5),
 BENCH_WARMUP (seconds before the window, default 2), BENCH_OUT (directory for results.md and
 results.png, default benches/; when it is benches/, the table in benches/README.md is updated
@@ -27,16 +37,20 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAPTURES = os.path.join(REPO, "configs", "captures")
 BENCH_UDP = os.path.join(CAPTURES, "bench_udp.pcap")
+BENCH_STORM = os.path.join(CAPTURES, "bench_storm.pcap")
+BENCH_FRAGS = os.path.join(CAPTURES, "bench_frags.pcap")
 DEMO = os.path.join(CAPTURES, "demo.pcap")
 
 MBUFS = 16383
@@ -44,28 +58,115 @@ MBUF_CACHE = 250
 DESC = 1024
 BURST = 32  # testpmd's default and fastpath::runtime::BURST
 
-# (name, kind, capture, what it measures)
+# bench_storm.pcap: 1600 storm frames of 60 bytes, 80 normal frames of 124 (gen_bench_storm.py).
+STORM_LEN, NORMAL_LEN = 60, 124
+# bench_frags.pcap: 64 legitimate 3-fragment datagrams among 1216 frames (gen_bench_frags.py).
+FRAGS_FRAMES, FRAGS_LEGIT = 1216, 64
+
+# Config fragments appended to the fastpathd config of a scenario.
+SINK = """
+[[service]]
+name = "sink"
+protocol = "udp"
+ports = [9]
+sockets = 1
+socket_capacity = 1024
+action = "sink"
+"""
+ICMP_DEFAULTS = "\n[icmp]\n# Linux's defaults: 1000 errors/s, burst 50: a flood saturates it at once.\n"
+STORM_ECHO = """
+[[service]]
+name = "echo"
+protocol = "udp"
+ports = [7]
+sockets = 1
+socket_capacity = 1024
+action = "echo"
+cost_ns = 250          # the worker serves at most ~4 Mpps: the storm is several times that
+"""
+FRAGS_SINK = """
+[[service]]
+name = "frag-sink"
+protocol = "udp"
+ports = [7]
+sockets = 1
+socket_capacity = 1024
+action = "sink"
+"""
+GRE = """
+[[service]]
+name = "fwd"
+protocol = "udp"
+ports = [9]
+sockets = 1
+socket_capacity = 1024
+action = "tunnel"
+tunnel = "t1"
+
+[[tunnel]]
+name = "t1"
+local = "192.0.2.1"
+remote = "203.0.113.10"
+port = "net_null0"
+next_hop_mac = "02:00:00:00:00:fe"
+"""
+
+# Each scenario: name, kind (testpmd:<mode> | fastpathd:<mode>), capture, what it measures, and
+# for fastpathd: config to append, the port's IPv4 addresses, whether /metrics is scraped every
+# 10 ms during the run, and which extra figures to take from the exit dump.
 SCENARIOS = [
-    ("testpmd-io", "testpmd:io", BENCH_UDP, "dpdk-testpmd io forwarding: the reference"),
-    ("testpmd-macswap", "testpmd:macswap", BENCH_UDP, "dpdk-testpmd macswap: io plus a write to every packet"),
-    ("fastpathd-forward", "fastpathd:forward", BENCH_UDP, "fastpathd [lcores] mode = \"forward\": our DPDK layer and loop, no stage"),
-    (
-        "fastpathd-pipeline-udp",
-        "fastpathd:pipeline",
-        BENCH_UDP,
-        "fastpathd full pipeline, 64-byte UDP to 192.0.2.1:9 (closed port 9: the ICMP limiter saturates, then icmp_suppressed)",
-    ),
-    (
-        "fastpathd-pipeline-demo",
-        "fastpathd:pipeline",
-        DEMO,
-        "fastpathd full pipeline on the demo mix (configs/captures/demo.pcap: a third ARP requests, answered out "
-        "of net_pcap0, whose PMD writes them through libpcap to /dev/null, a write per burst; the rest runts and "
-        "junk, dropped)",
-    ),
+    dict(name="testpmd-io", kind="testpmd:io", capture=BENCH_UDP, what="dpdk-testpmd io forwarding: the reference"),
+    dict(name="testpmd-macswap", kind="testpmd:macswap", capture=BENCH_UDP,
+         what="dpdk-testpmd macswap: io plus a write to every packet"),
+    dict(name="fastpathd-forward", kind="fastpathd:forward", capture=BENCH_UDP,
+         what="fastpathd [lcores] mode = \"forward\": our DPDK layer and loop, no stage"),
+    dict(name="fastpathd-open-sink", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=SINK,
+         what="full pipeline, bench_udp to 192.0.2.1:9 with a `sink` service on port 9 (1 socket of 1024, drained "
+              "by the worker on lcore 0): issue 4's open port, issue 6's case (b)"),
+    dict(name="fastpathd-closed-port", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=ICMP_DEFAULTS,
+         what="full pipeline, the same traffic with no service on port 9: ICMP Port Unreachable until the limiter "
+              "(Linux defaults) is saturated, then icmp_suppressed, nothing built: seed 000's flood, issue 6's case (a)"),
+    dict(name="fastpathd-plain-drop", kind="fastpathd:pipeline", capture=BENCH_UDP, ipv4=["192.0.2.2"],
+         what="full pipeline, the same traffic when 192.0.2.1 is not ours: parsed, then dropped as not_local: "
+              "issue 6's case (c)"),
+    dict(name="fastpathd-build-first", kind="fastpathd:pipeline", capture=BENCH_UDP,
+         extra=ICMP_DEFAULTS + "build_first = true   # benchmark only\n",
+         what="as closed-port with `[icmp] build_first = true`: every error built in place before the limiter "
+              "is asked (the order seed 000 replaced): issue 6's case (d)"),
+    dict(name="fastpathd-storm-limit-on", kind="fastpathd:pipeline", capture=BENCH_STORM,
+         extra=STORM_ECHO + "\n[flow_limit]\nenabled = true\n", figures="storm",
+         what="seed 003's storm (bench_storm: one flow 20x the rate of 20 normal flows) to an `echo` service whose "
+              "worker serves ~4 Mpps, flow limit on"),
+    dict(name="fastpathd-storm-limit-off", kind="fastpathd:pipeline", capture=BENCH_STORM,
+         extra=STORM_ECHO + "\n[flow_limit]\nenabled = false\n", figures="storm",
+         what="the same storm with the flow limit off"),
+    dict(name="fastpathd-frags", kind="fastpathd:pipeline", capture=BENCH_FRAGS, extra=FRAGS_SINK, figures="frags",
+         what="seed 001's mix (bench_frags: 64 legitimate 3-fragment datagrams to a `sink` service among 1024 "
+              "first fragments that never complete, each from its own source), default [reassembly] (4 MiB, the "
+              "flood's 1024 pending datagrams fit)"),
+    dict(name="fastpathd-frags-flood", kind="fastpathd:pipeline", capture=BENCH_FRAGS,
+         extra=FRAGS_SINK + "\n[reassembly]\nhigh_thresh_bytes = 262144   # 113 datagrams: the flood is 9x that\n",
+         figures="frags",
+         what="the same mix with high_thresh_bytes = 256 KiB (113 datagrams): the flood's 1024 pending datagrams "
+              "are 9x the capacity, replayed at line rate"),
+    dict(name="fastpathd-gre-encap", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=GRE, figures="gre",
+         what="bench_udp to a service on port 9 with `action = \"tunnel\"`: the worker (lcore 0) wraps every "
+              "packet in GRE and sends it out of net_null0"),
+    dict(name="fastpathd-open-sink-scraped", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=SINK, scrape=True,
+         what="open-sink while a thread of the benchmark GETs /metrics every 10 ms (issue 9)"),
 ]
-# Goals of issue 11 (ratio to testpmd io), by scenario.
-GOALS = {"fastpathd-forward": 0.95}
+SCENARIO_NAMES = [sc["name"] for sc in SCENARIOS]
+# Goals (issues 6, 9, 11): (label, scenario, reference, least ratio of per-round medians).
+GOALS = [
+    ("forward ≥ 0.95 × testpmd io (issue 11)", "fastpathd-forward", "testpmd-io", 0.95),
+    ("open port with sink ≥ 0.6 × testpmd io (issue 11)", "fastpathd-open-sink", "testpmd-io", 0.6),
+    ("closed port ≥ open port (issue 11, issue 6 (a) ≥ (b))", "fastpathd-closed-port", "fastpathd-open-sink", 1.0),
+    ("closed port ≥ 0.85 × plain drop (issue 6 (a) ≥ 0.85 (c))", "fastpathd-closed-port", "fastpathd-plain-drop",
+     0.85),
+    ("closed port ≥ 2 × build first (issue 6 (a) ≥ 2 (d))", "fastpathd-closed-port", "fastpathd-build-first", 2.0),
+    ("scraped every 10 ms ≥ 0.98 × not scraped (issue 9)", "fastpathd-open-sink-scraped", "fastpathd-open-sink",
+     0.98),
+]
 
 
 def env_num(name, default, cast=float):
@@ -181,7 +282,7 @@ tx_desc = {desc}
 
 [[port]]
 device = "net_pcap0"
-ipv4 = ["192.0.2.1"]
+ipv4 = {ipv4}
 ipv6 = ["2001:db8::1"]
 mac = "02:00:00:00:00:01"
 {forward_to}
@@ -193,18 +294,98 @@ device = "net_null0"
 rx = [1]
 workers = [0]
 mode = "{mode}"
-"""
+
+[metrics]
+listen = "127.0.0.1:{metrics_port}"
+{extra}"""
 
 STATS_LINE = re.compile(r"^\[\s*([\d.]+)s\] net_pcap0: rx ([\d.]+)(M|k|)pps", re.M)
 
 
-def run_fastpathd(name, mode, capture, prefix, warmup, seconds, tmp):
+def free_port():
+    """A TCP port on loopback nobody listens on now (for [metrics] listen)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+class Scraper:
+    """GETs http://127.0.0.1:PORT/metrics every `interval` seconds on a thread (issue 9)."""
+
+    def __init__(self, port, interval=0.010):
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.interval = interval
+        self.stop = threading.Event()
+        self.ok = 0
+        self.failed = 0
+        self.seconds = 0.0
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        nxt = time.monotonic()
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            try:
+                with urllib.request.urlopen(self.url, timeout=1) as r:
+                    r.read()
+                self.ok += 1
+                self.seconds += time.monotonic() - t0
+            except OSError:
+                self.failed += 1
+            nxt += self.interval
+            self.stop.wait(max(0.0, nxt - time.monotonic()))
+
+    def finish(self):
+        self.stop.set()
+        self.t.join()
+
+
+def scenario_figures(sc, metrics, mpps):
+    """Extra figures of a scenario from fastpathd's exit dump (whole run, warm-up included)."""
+    def total(prefix, port=None):
+        return sum(v for k, v in metrics.items()
+                   if k.startswith(prefix + "{") and (port is None or f'port="{port}"' in k))
+
+    rx = total("fastpath_rx_packets_total")
+    out = {}
+    kind = sc.get("figures")
+    if kind == "storm" and rx > 0:
+        # Storm frames are STORM_LEN bytes and normal ones NORMAL_LEN, and an echo answer is as long as
+        # its request: packets and bytes give each kind's count, received and answered.
+        rx_b = total("fastpath_rx_bytes_total", "net_pcap0")
+        tx_p = total("fastpath_tx_packets_total", "net_pcap0")
+        tx_b = total("fastpath_tx_bytes_total", "net_pcap0")
+        d = NORMAL_LEN - STORM_LEN
+        normal_rx = (rx_b - STORM_LEN * rx) / d
+        normal_tx = (tx_b - STORM_LEN * tx_p) / d
+        storm_rx, storm_tx = rx - normal_rx, tx_p - normal_tx
+        out["normal_answered"] = normal_tx / normal_rx if normal_rx > 0 else None
+        out["storm_answered"] = storm_tx / storm_rx if storm_rx > 0 else None
+        out["answered_mpps"] = mpps * tx_p / rx
+        out["flow_limited"] = total("fastpath_flow_limit_dropped_total") / rx
+    elif kind == "frags" and rx > 0:
+        legit = rx * FRAGS_LEGIT / FRAGS_FRAMES
+        done = total("fastpath_reasm_completed_total")
+        out["legit_reassembled"] = done / legit if legit > 0 else None
+        out["datagrams_mpps"] = mpps * done / rx
+    elif kind == "gre" and rx > 0:
+        out["encap_mpps"] = mpps * total("fastpath_gre_encap_total") / rx
+        out["encap_share"] = total("fastpath_gre_encap_total") / rx
+    return out
+
+
+def run_fastpathd(sc, prefix, warmup, seconds, tmp):
+    name, mode, capture = sc["name"], sc["kind"].split(":")[1], sc["capture"]
     binary = os.environ.get("FASTPATHD") or os.path.join(REPO, "target", "release", "fastpathd")
     eal = "[" + ", ".join(f'"{a}"' for a in eal_args(prefix, capture)) + "]"
     cfg = os.path.join(tmp, f"{name}.toml")
+    mport = free_port()
     with open(cfg, "w") as f:
         f.write(FASTPATHD_CONFIG.format(
-            eal=eal, mbufs=MBUFS, cache=MBUF_CACHE, desc=DESC, mode=mode,
+            eal=eal, mbufs=MBUFS, cache=MBUF_CACHE, desc=DESC, mode=mode, metrics_port=mport,
+            ipv4="[" + ", ".join(f'"{a}"' for a in sc.get("ipv4", ["192.0.2.1"])) + "]",
+            extra=sc.get("extra", ""),
             forward_to='forward_to = "net_null0"' if mode == "forward" else ""))
     dump = os.path.join(tmp, f"{name}.prom")
     if os.path.exists(dump):
@@ -213,18 +394,25 @@ def run_fastpathd(name, mode, capture, prefix, warmup, seconds, tmp):
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          preexec_fn=child_affinity)
     err = Reader(p.stderr)
+    scraper = None
     try:
         if not err.wait_for("fastpathd: running", 60, p):
             fail(name, "fastpathd did not start", err.text())
+        if sc.get("scrape"):
+            scraper = Scraper(mport)
         # Lines come every second from here; the first `warmup` are the warm-up.
         deadline = time.monotonic() + warmup + seconds + 90
         while time.monotonic() < deadline:
             if len(STATS_LINE.findall(err.text())) >= warmup + seconds or p.poll() is not None:
                 break
             time.sleep(0.5)
+        if scraper:
+            scraper.finish()
         p.send_signal(signal.SIGINT)
         p.wait(timeout=60)
     finally:
+        if scraper:
+            scraper.finish()
         if p.poll() is None:
             p.kill()
             p.wait()
@@ -253,14 +441,23 @@ def run_fastpathd(name, mode, capture, prefix, warmup, seconds, tmp):
     if rx != outcomes or metrics.get("fastpath_mbufs_in_use") != 0:
         fail(name, f"invariant broken: rx {rx} outcomes {outcomes} mbufs in use "
              f"{metrics.get('fastpath_mbufs_in_use')}", text)
-    return {
-        "mpps": pkts / span / 1e6,
+    if scraper and scraper.ok == 0:
+        fail(name, f"no scrape of /metrics succeeded ({scraper.failed} failed)", text)
+    mpps = pkts / span / 1e6
+    r = {
+        "mpps": mpps,
         "cycles_per_packet": metrics.get('fastpath_lcore_cycles_per_packet{lcore="1"}'),
         "idle_ratio": metrics.get('fastpath_lcore_idle_poll_ratio{lcore="1"}'),
         "top_outcomes": sorted(
-            ((k.split('"')[1], v) for k, v in metrics.items() if k.startswith("fastpath_packets_total{") and v > 0),
+            ((k.split('"')[1], v / rx) for k, v in metrics.items()
+             if k.startswith("fastpath_packets_total{") and v > 0),
             key=lambda kv: -kv[1])[:3],
+        "figures": scenario_figures(sc, metrics, mpps),
     }
+    if scraper:
+        r["figures"]["scrapes"] = scraper.ok
+        r["figures"]["scrape_ms"] = 1000 * scraper.seconds / scraper.ok
+    return r
 
 
 def machine():
@@ -283,54 +480,93 @@ def machine():
     return f"{model}, {cores} cores, {dpdk}"
 
 
-def report(results, order, descriptions, seconds, reps, warmup, started):
+def per_round_ratio(results, a, b):
+    """Median over rounds of a's Mpps / b's Mpps in the same round (drift between rounds cancels)."""
+    if a not in results or b not in results:
+        return None
+    rs = [x["mpps"] / y["mpps"] for x, y in zip(results[a], results[b]) if y["mpps"] > 0]
+    return statistics.median(rs) if rs else None
+
+
+def report(results, scenarios):
     ref = "testpmd-io"
+    order = [sc["name"] for sc in scenarios]
     med = {n: statistics.median(r["mpps"] for r in results[n]) for n in order}
     rows = []
-    for n in order:
+    for sc in scenarios:
+        n = sc["name"]
         runs = results[n]
         mpps = [r["mpps"] for r in runs]
         ratio = med[n] / med[ref] if ref in med and med[ref] > 0 else None
-        # The ratio within each round, then its median: drift between rounds cancels out.
-        if ref in results:
-            per_round = [r["mpps"] / t["mpps"] for r, t in zip(runs, results[ref]) if t["mpps"] > 0]
-            round_ratio = statistics.median(per_round) if per_round else None
-        else:
-            round_ratio = None
         cpp = [r["cycles_per_packet"] for r in runs if r.get("cycles_per_packet")]
+        figs = {}
+        for k in sorted({k for r in runs for k in r.get("figures", {})}):
+            vals = [r["figures"][k] for r in runs if r.get("figures", {}).get(k) is not None]
+            if vals:
+                figs[k] = statistics.median(vals)
         rows.append({
             "name": n, "median": med[n], "min": min(mpps), "max": max(mpps), "ratio": ratio,
-            "round_ratio": round_ratio, "cpp": statistics.median(cpp) if cpp else None,
-            "goal": GOALS.get(n), "runs": mpps, "what": descriptions[n],
-            "outcomes": runs[-1].get("top_outcomes"),
+            "round_ratio": per_round_ratio(results, n, ref), "cpp": statistics.median(cpp) if cpp else None,
+            "runs": mpps, "what": sc["what"], "outcomes": runs[-1].get("top_outcomes"), "figures": figs,
         })
-    return rows
+    goals = []
+    for label, a, b, least in GOALS:
+        if a in results and b in results:
+            r = per_round_ratio(results, a, b)
+            goals.append({"label": label, "ratio": r, "medians": med[a] / med[b] if med[b] > 0 else None,
+                          "least": least, "met": r is not None and r >= least})
+    return rows, goals
 
 
 def fmt_ratio(x):
     return "–" if x is None else f"{x:.2f}"
 
 
-def markdown(rows, seconds, reps, warmup, started, capture_note):
+FIGURE_TEXT = {
+    "normal_answered": ("normal flows answered", "{:.1%}"),
+    "storm_answered": ("storm answered", "{:.1%}"),
+    "answered_mpps": ("answered", "{:.2f} Mpps"),
+    "flow_limited": ("flow_limited", "{:.1%} of rx"),
+    "legit_reassembled": ("legitimate datagrams reassembled", "{:.1%}"),
+    "datagrams_mpps": ("datagrams completed", "{:.3f} M/s"),
+    "encap_mpps": ("encapsulated", "{:.2f} Mpps"),
+    "encap_share": ("encapsulated", "{:.1%} of rx"),
+    "scrapes": ("scrapes", "{:.0f}"),
+    "scrape_ms": ("mean scrape", "{:.2f} ms"),
+}
+
+
+def markdown(rows, goals, seconds, reps, warmup, started, capture_note):
     lines = [
         f"Run of {started:%Y-%m-%d %H:%M} UTC on {machine()}: {reps} round(s) of every scenario in "
         f"alternation, each run {warmup:g} s warm-up then {seconds:g} s measured. Mpps = packets per "
         "second received on port 0 (net_pcap, infinite_rx) and handled on lcore 1.",
         "",
-        "| scenario | Mpps median | min – max | × testpmd io (medians) | × testpmd io (per round, median) | cycles/packet | goal |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| scenario | Mpps median | min – max | × testpmd io (medians) | × testpmd io (per round, median) | cycles/packet |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
-        goal = "reference" if r["name"] == "testpmd-io" else ("≥ %.2f" % r["goal"] if r["goal"] else "")
         cpp = f"{r['cpp']:.0f}" if r["cpp"] else "–"
         lines.append(
             f"| {r['name']} | {r['median']:.2f} | {r['min']:.2f} – {r['max']:.2f} | {fmt_ratio(r['ratio'])} "
-            f"| {fmt_ratio(r['round_ratio'])} | {cpp} | {goal} |")
-    lines += ["", "Scenarios:", ""]
+            f"| {fmt_ratio(r['round_ratio'])} | {cpp} |")
+    if goals:
+        lines += ["", "Goals (ratio of the two scenarios' Mpps within each round, median over rounds; the ratio "
+                  "of the medians in brackets):", "",
+                  "| goal | figure | met |", "| --- | ---: | --- |"]
+        for g in goals:
+            lines.append(f"| {g['label']} | {fmt_ratio(g['ratio'])} ({fmt_ratio(g['medians'])}) "
+                         f"| {'yes' if g['met'] else 'no'} |")
+    lines += ["", "Scenarios (outcomes: shares of received packets over the whole run, last round; other figures: "
+              "median over rounds, from the exit dump):", ""]
     for r in rows:
         extra = ""
         if r["outcomes"]:
-            extra = " Outcomes: " + ", ".join(f"{k}" for k, _ in r["outcomes"]) + "."
+            extra += " Outcomes: " + ", ".join(f"{k} {v:.1%}" for k, v in r["outcomes"]) + "."
+        if r["figures"]:
+            extra += " " + "; ".join(
+                f"{FIGURE_TEXT.get(k, (k, '{}'))[0]} {FIGURE_TEXT.get(k, (k, '{}'))[1].format(v)}"
+                for k, v in r["figures"].items()) + "."
         lines.append(f"- `{r['name']}`: {r['what']}.{extra}")
     lines += ["", capture_note, "", "Every run (Mpps, in round order):", ""]
     for r in rows:
@@ -349,7 +585,7 @@ def plot(rows, path):
     lo = [r["median"] - r["min"] for r in rows]
     hi = [r["max"] - r["median"] for r in rows]
     colors = ["#9e9e9e" if n.startswith("testpmd") else "#1f77b4" for n in names]
-    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=100)
+    fig, ax = plt.subplots(figsize=(max(9, 0.85 * len(rows) + 2), 5.4), dpi=100)
     bars = ax.bar(range(len(names)), med, yerr=[lo, hi], capsize=5, color=colors)
     ref = next((r["median"] for r in rows if r["name"] == "testpmd-io"), None)
     if ref:
@@ -358,10 +594,10 @@ def plot(rows, path):
     for b, r in zip(bars, rows):
         label = f"{r['median']:.2f}" + (f"\n×{r['ratio']:.2f}" if r["ratio"] is not None else "")
         ax.text(b.get_x() + b.get_width() / 2, b.get_height() * 0.5, label, ha="center", va="center",
-                color="white", fontsize=9, fontweight="bold")
+                color="white", fontsize=8, fontweight="bold")
     ax.set_xticks(range(len(names)))
-    ax.set_xticklabels(names, rotation=15, ha="right", fontsize=9)
-    ax.set_ylabel("Mpps (median, min–max bars)")
+    ax.set_xticklabels([n.replace("fastpathd-", "") for n in names], rotation=30, ha="right", fontsize=9)
+    ax.set_ylabel("Mpps received (median, min–max bars)")
     ax.set_title("fastpathd vs dpdk-testpmd, same machine, same EAL settings, one run")
     ax.set_ylim(0, max(r["max"] for r in rows) * 1.25)
     fig.tight_layout()
@@ -378,46 +614,48 @@ def main():
     seconds = int(round(seconds))
     out_dir = os.path.abspath(os.environ.get("BENCH_OUT") or os.path.join(REPO, "benches"))
     wanted = [s for s in os.environ.get("BENCH_SCENARIOS", "").split(",") if s]
-    scenarios = [s for s in SCENARIOS if not wanted or s[0] in wanted]
-    unknown = set(wanted) - {s[0] for s in SCENARIOS}
+    scenarios = [sc for sc in SCENARIOS if not wanted or sc["name"] in wanted]
+    unknown = set(wanted) - set(SCENARIO_NAMES)
     if unknown or not scenarios:
-        sys.exit(f"macro_bench: unknown BENCH_SCENARIOS {sorted(unknown)}; known: {[s[0] for s in SCENARIOS]}")
+        sys.exit(f"macro_bench: unknown BENCH_SCENARIOS {sorted(unknown)}; known: {SCENARIO_NAMES}")
     if shutil.which(os.environ.get("TESTPMD", "dpdk-testpmd")) is None and any(
-            s[1].startswith("testpmd") for s in scenarios):
+            sc["kind"].startswith("testpmd") for sc in scenarios):
         sys.exit("macro_bench: dpdk-testpmd not found (apt-get install dpdk; ci/setup does it)")
-    for s in scenarios:
-        if not os.path.exists(s[2]):
-            sys.exit(f"macro_bench: {s[2]} is missing: run /usr/bin/python3 configs/captures/gen_*.py")
+    for sc in scenarios:
+        if not os.path.exists(sc["capture"]):
+            sys.exit(f"macro_bench: {sc['capture']} is missing: run /usr/bin/python3 configs/captures/gen_*.py")
 
     # This script and its reader threads stay on CPU 0 (the main lcore's), so they never take
     # time from lcore 1, where the packets are handled; its children get every CPU back.
     if 0 in ALL_CPUS and len(ALL_CPUS) > 1:
         os.sched_setaffinity(0, {0})
     started = datetime.datetime.now(datetime.timezone.utc)
-    results = {s[0]: [] for s in scenarios}
+    results = {sc["name"]: [] for sc in scenarios}
     total = len(scenarios) * reps
     n = 0
     with tempfile.TemporaryDirectory(prefix="fastpath-bench-") as tmp:
         for rnd in range(reps):
-            for name, kind, capture, _ in scenarios:
+            for sc in scenarios:
                 n += 1
                 prefix = f"fpbench-{os.getpid()}-{n}"
-                tool, mode = kind.split(":")
+                tool, mode = sc["kind"].split(":")
                 if tool == "testpmd":
-                    r = run_testpmd(name, mode, capture, prefix, warmup, seconds)
+                    r = run_testpmd(sc["name"], mode, sc["capture"], prefix, warmup, seconds)
                 else:
-                    r = run_fastpathd(name, mode, capture, prefix, warmup, seconds, tmp)
-                results[name].append(r)
+                    r = run_fastpathd(sc, prefix, warmup, seconds, tmp)
+                results[sc["name"]].append(r)
                 extra = f", {r['cycles_per_packet']:.0f} cycles/packet" if r.get("cycles_per_packet") else ""
-                print(f"[{n}/{total}] round {rnd + 1} {name}: {r['mpps']:.2f} Mpps{extra}", flush=True)
+                figs = "".join(f", {k} {v:.3g}" for k, v in r.get("figures", {}).items() if v is not None)
+                print(f"[{n}/{total}] round {rnd + 1} {sc['name']}: {r['mpps']:.2f} Mpps{extra}{figs}", flush=True)
 
-    order = [s[0] for s in scenarios]
-    rows = report(results, order, {s[0]: s[3] for s in scenarios}, seconds, reps, warmup, started)
-    note = ("Captures: configs/captures/bench_udp.pcap (1024 UDP frames of 64 bytes from 1024 flows, "
-            "configs/captures/gen_bench_udp.py) and configs/captures/demo.pcap (18 frames: ARP, runts, "
-            "junk). EAL: `-l 0,1 " + " ".join(eal_args("PREFIX", "CAPTURE")) + "`; burst 32, "
+    rows, goals = report(results, scenarios)
+    note = ("Captures (each from its generator `configs/captures/gen_<name>.py`): bench_udp.pcap (1024 UDP frames "
+            "of 64 bytes from 1024 flows to 192.0.2.1:9), bench_storm.pcap (1600 storm + 80 normal frames to port 7), "
+            "bench_frags.pcap (1024 never-completing first fragments + 64 legitimate 3-fragment datagrams). fastpathd: "
+            "RX on lcore 1, the worker (services) on lcore 0, the EAL main lcore, with the control thread and "
+            "this script. EAL: `-l 0,1 " + " ".join(eal_args("PREFIX", "CAPTURE")) + "`; burst 32, "
             f"{DESC} descriptors, {MBUFS} mbufs, cache {MBUF_CACHE}.")
-    table = markdown(rows, seconds, reps, warmup, started, note)
+    table = markdown(rows, goals, seconds, reps, warmup, started, note)
     os.makedirs(out_dir, exist_ok=True)
     md_path = os.path.join(out_dir, "results.md")
     with open(md_path, "w") as f:
@@ -438,10 +676,12 @@ def main():
                 f.write(head + start + "\n" + table + "\n![Mpps per scenario](results.png)\n" + end + tail)
 
     print()
-    print(f"{'scenario':<26} {'Mpps':>7} {'min':>7} {'max':>7} {'x io':>6} {'x io/round':>10}")
+    print(f"{'scenario':<30} {'Mpps':>7} {'min':>7} {'max':>7} {'x io':>6} {'x io/round':>10}")
     for r in rows:
-        print(f"{r['name']:<26} {r['median']:7.2f} {r['min']:7.2f} {r['max']:7.2f} {fmt_ratio(r['ratio']):>6} "
+        print(f"{r['name']:<30} {r['median']:7.2f} {r['min']:7.2f} {r['max']:7.2f} {fmt_ratio(r['ratio']):>6} "
               f"{fmt_ratio(r['round_ratio']):>10}")
+    for g in goals:
+        print(f"goal {g['label']}: {fmt_ratio(g['ratio'])} -> {'met' if g['met'] else 'MISSED'}")
     print(f"\nwrote {md_path} and {png_path}")
 
 

@@ -7,9 +7,12 @@
 //! 02:00:00:00:00:01, 192.0.2.1 and 2001:db8::1 on port 0.
 
 use fastpath::buf::HeapBuf;
-use fastpath::pipeline::{Pipeline, PortAddrs};
+use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
+use fastpath::pipeline::{FanoutMode, Group, Pipeline, PortAddrs};
+use fastpath::socket::{SimQueue, Socket, SocketCounters};
 use fastpath::wire::{ethernet, EtherType, EthernetAddress};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 /// The box's MAC address.
 pub const ME_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
@@ -25,7 +28,7 @@ pub fn pipeline() -> Pipeline {
     Pipeline::for_ports(vec![PortAddrs {
         mac: ME_MAC,
         ipv4: vec![ME_IP],
-        ipv6: vec!["2001:db8::1".parse().expect("valid address")],
+        ipv6: vec![ME_IP6],
     }])
 }
 
@@ -90,6 +93,134 @@ pub fn udp4(dst_mac: EthernetAddress, sport: u16, dport: u16) -> Vec<u8> {
     v
 }
 
+/// The box's IPv6 address.
+pub const ME_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+
+/// An IP frame from the peer to the box: IPv4 or IPv6, UDP (17) or TCP (6, a SYN), optionally
+/// VLAN-tagged, `payload` bytes after the transport header, the peer's address varied by
+/// `host` so a mix has many flows. Checksums: the IPv4 header's is right, transport ones are
+/// zero (the parser does not verify them; UDP over IPv4 allows zero).
+pub fn ip_frame(v6: bool, proto: u8, vlan: Option<u16>, host: u8, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
+    let l4_len = if proto == 6 { 20 } else { 8 } + payload;
+    let mut v = ethernet(ME_MAC, PEER_MAC, if v6 { 0x86dd } else { 0x0800 }, vlan);
+    if v6 {
+        let mut ip = [0u8; 40];
+        ip[0] = 0x60;
+        ip[4..6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+        ip[6] = proto;
+        ip[7] = 64;
+        let src = Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, host as u16 + 7);
+        ip[8..24].copy_from_slice(&src.octets());
+        ip[24..40].copy_from_slice(&ME_IP6.octets());
+        v.extend_from_slice(&ip);
+    } else {
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&((20 + l4_len) as u16).to_be_bytes());
+        ip[8] = 64;
+        ip[9] = proto;
+        ip[12..16].copy_from_slice(&Ipv4Addr::new(198, 51, 100, host).octets());
+        ip[16..20].copy_from_slice(&ME_IP.octets());
+        let c = checksum(&ip);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        v.extend_from_slice(&ip);
+    }
+    v.extend_from_slice(&sport.to_be_bytes());
+    v.extend_from_slice(&dport.to_be_bytes());
+    if proto == 6 {
+        v.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+    // seq 1, SYN
+    } else {
+        v.extend_from_slice(&(l4_len as u16).to_be_bytes());
+        v.extend_from_slice(&[0, 0]);
+    }
+    v.extend(std::iter::repeat_n(0xab, payload));
+    v
+}
+
+/// The parse + hash mix: 64 frames, about what a busy UDP/TCP server sees. Half IPv4 UDP, a
+/// quarter IPv4 TCP, an eighth IPv6 UDP, an eighth IPv6 TCP; one in eight VLAN-tagged; 64
+/// different flows.
+pub fn parse_mix() -> Vec<Vec<u8>> {
+    (0..64u8)
+        .map(|i| {
+            let (v6, proto) = match i % 8 {
+                0..=3 => (false, 17),
+                4 | 5 => (false, 6),
+                6 => (true, 17),
+                _ => (true, 6),
+            };
+            let vlan = (i % 8 == 3 || i % 16 == 7).then_some(100);
+            ip_frame(
+                v6,
+                proto,
+                vlan,
+                i,
+                40000 + i as u16 * 7,
+                if proto == 6 { 443 } else { 53 },
+                18,
+            )
+        })
+        .collect()
+}
+
+/// A service's sockets over [`SimQueue`]s of `capacity`, one RX and one worker counter slot
+/// each, and the group that fans out to them (by hash).
+pub fn sim_group(n: usize, capacity: usize, rollover: bool, huge_flows: bool) -> (Group, Vec<Arc<Socket>>) {
+    let sockets = (0..n)
+        .map(|i| {
+            Arc::new(Socket::new(
+                "bench",
+                i,
+                Box::new(SimQueue::new(capacity)),
+                0,
+                Arc::new(SocketCounters::new(1, 1)),
+            ))
+        })
+        .collect();
+    let group = Group {
+        sockets: (0..n).collect(),
+        mode: FanoutMode::Hash,
+        rollover,
+        huge_flows,
+    };
+    (group, sockets)
+}
+
+/// The simulated queue behind a socket made by [`sim_group`].
+pub fn sim_queue(s: &Socket) -> &SimQueue {
+    s.queue.as_any().downcast_ref::<SimQueue>().expect("a SimQueue socket")
+}
+
+/// A flow hash that Hash fanout maps to position `pos` of `n` sockets.
+pub fn hash_for(pos: usize, n: usize) -> u32 {
+    ((pos as u64 * (1u64 << 32) + (1u64 << 31)) / n as u64) as u32
+}
+
+/// A GRE tunnel from the box to 203.0.113.10 out of port 1, plain or with key, sequence
+/// numbers and checksum.
+pub fn tunnel(all_options: bool) -> Tunnel {
+    Tunnel {
+        name: if all_options { "full" } else { "plain" }.to_string(),
+        local: IpAddr::V4(ME_IP),
+        remote: IpAddr::V4(Ipv4Addr::new(203, 0, 113, 10)),
+        key: all_options.then_some(42),
+        sequence: all_options,
+        checksum: all_options,
+        ttl: 64,
+        out: TunnelOut::Port {
+            port: 1,
+            src_mac: ME_MAC,
+            dst_mac: PEER_MAC,
+            mtu: 1500,
+        },
+        depth: 1,
+        owner: 0,
+        counters: Arc::new(TunnelCounters::new(1, 1)),
+        handoff: None,
+    }
+}
+
 /// A heap buffer holding `frame` with mbuf-like head- and tailroom.
 pub fn buf(frame: &[u8]) -> HeapBuf {
     HeapBuf::new(frame)
@@ -120,6 +251,36 @@ mod tests {
         for (frame, want) in cases {
             let mut b = buf(&frame);
             assert_eq!(p.process(0, &mut b, Instant(0)), want, "{frame:02x?}");
+        }
+    }
+
+    #[test]
+    fn the_parse_mix_parses_to_what_it_says() {
+        use fastpath::pipeline::{IpVersion, Parsed};
+        use fastpath::wire::{IpProtocol, Toeplitz};
+        let h = Toeplitz::default();
+        let mix = parse_mix();
+        let parsed: Vec<Parsed> = mix
+            .iter()
+            .map(|f| Parsed::parse(f, &h, None).expect("parses"))
+            .collect();
+        let count = |f: &dyn Fn(&Parsed) -> bool| parsed.iter().filter(|p| f(p)).count();
+        assert_eq!(count(&|p| p.version == IpVersion::V6), 16);
+        assert_eq!(count(&|p| p.protocol == IpProtocol::Tcp), 24);
+        assert_eq!(count(&|p| p.vlan_tags == 1), 12);
+        assert!(parsed.iter().all(|p| p.ports.is_some() && p.fragment.is_none()));
+        let mut hashes: Vec<u32> = parsed.iter().map(|p| p.hash).collect();
+        hashes.sort_unstable();
+        hashes.dedup();
+        assert_eq!(hashes.len(), 64, "64 flows");
+        // Every frame of the mix reaches a local service lookup: closed ports here.
+        let mut p = pipeline();
+        for f in &mix {
+            let v = p.process(0, &mut buf(f), Instant(0)).outcome();
+            assert!(
+                matches!(v, Outcome::IcmpError | Outcome::IcmpSuppressed | Outcome::NoService),
+                "{v:?}"
+            );
         }
     }
 

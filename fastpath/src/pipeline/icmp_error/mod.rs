@@ -608,13 +608,7 @@ impl IcmpLimiter {
     /// steps (a) to (e) only, for a caller that checked [`eligible`] itself. The benchmark's
     /// "build first" variant uses it after the frame has become the error.
     #[inline]
-    pub fn decide_limits(
-        &mut self,
-        now: Instant,
-        kind: ErrorKind,
-        p: &Parsed,
-        draw: impl FnOnce() -> u32,
-    ) -> Decision {
+    pub fn decide_limits(&mut self, now: Instant, kind: ErrorKind, p: &Parsed, draw: impl FnOnce() -> u32) -> Decision {
         // (a) Not rate limited at all: PMTU errors, types outside the mask.
         let Some((ty, code)) = kind.type_code(p.version) else {
             return Decision::Ineligible;
