@@ -716,7 +716,7 @@ impl WorkerLcore {
                             }
                             ident = ident.wrapping_add(1);
                             encap_and_queue(
-                                m, &tables, ti, None, ident, me.slot, &mut tx, &mut drops, &me.stats, &w.work,
+                                m, &tables, ti, None, ident, me.slot, &mut tx, &mut drops, &me.stats, &w.work, &me.pool,
                             );
                         }
                     }
@@ -775,6 +775,7 @@ impl WorkerLcore {
                         &mut drops,
                         &me.stats,
                         &w.work,
+                        &me.pool,
                     );
                     if drops.len() == BURST {
                         Mbuf::free_bulk(&mut drops);
@@ -843,9 +844,18 @@ fn encap_and_queue(
     drops: &mut Vec<Mbuf>,
     stats: &LcoreStats,
     work: &[Drained],
+    pool: &Mempool,
 ) {
     let c = &tables.tunnels[ti].counters.workers[slot];
-    match tunnel::encapsulate(&mut m, &tables.tunnels, ti, seq, ident) {
+    let r = tunnel::encapsulate(&mut m, &tables.tunnels, ti, seq, ident);
+    if let Err(tunnel::EncapError::TooBig(inner_mtu)) = r {
+        // Issue 8 / RFC 1191 / RFC 8201: DF or IPv6 inside -> ICMP Fragmentation Needed /
+        // Packet Too Big with the tunnel's MTU back to the sender (never rate limited); IPv4
+        // without DF -> encapsulate anyway and fragment the outer packet.
+        c.too_big.inc();
+        return too_big(m, tables, ti, seq, ident, inner_mtu, slot, tx, drops, stats, work, pool);
+    }
+    match r {
         Ok(port) => match tx.get_mut(port as usize) {
             Some(Some(b)) => {
                 b.pkts.push(m);
@@ -860,8 +870,82 @@ fn encap_and_queue(
             }
         },
         Err(_) => {
-            c.too_big.inc();
+            // Not IP, or no headroom: nothing to send.
+            c.tx_full.inc();
             drops.push(m);
+        }
+    }
+}
+
+/// A packet too big for tunnel `ti`'s path: an ICMP error to its sender, or outer fragments.
+#[allow(clippy::too_many_arguments)]
+fn too_big(
+    mut m: Mbuf,
+    tables: &Tables,
+    ti: usize,
+    seq: Option<u32>,
+    ident: u16,
+    inner_mtu: u16,
+    slot: usize,
+    tx: &mut [Option<TxBatch<Tag>>],
+    drops: &mut Vec<Mbuf>,
+    stats: &LcoreStats,
+    work: &[Drained],
+    pool: &Mempool,
+) {
+    use crate::pipeline::icmp_error::{self, ErrorKind};
+    let Ok(p) = crate::pipeline::Parsed::parse(m.data(), &tables.hasher, None) else {
+        drops.push(m);
+        return;
+    };
+    let df = p.version == crate::pipeline::IpVersion::V6
+        || crate::wire::Ipv4Packet::new_checked(&m.data()[p.l3_offset as usize..]).is_ok_and(|ip| ip.dont_frag());
+    let port = m.port();
+    if df {
+        let kind = if p.version == crate::pipeline::IpVersion::V6 {
+            ErrorKind::PacketTooBig { mtu: inner_mtu as u32 }
+        } else {
+            ErrorKind::FragmentationNeeded { mtu: inner_mtu }
+        };
+        let mac = tables.ports.get(port as usize).map(|a| a.mac).unwrap_or_default();
+        if icmp_error::eligible(kind, &p, m.data()) && icmp_error::build_in_place(&mut m, &p, mac, p.dst, kind, ident) {
+            if let Some(Some(b)) = tx.get_mut(port as usize) {
+                b.pkts.push(m);
+                b.tags.push(Tag::Piece);
+                if b.pkts.len() >= BURST {
+                    flush_worker(b, stats, drops, work, tables, slot);
+                }
+                return;
+            }
+        }
+        drops.push(m);
+        return;
+    }
+    let Ok(out_port) = tunnel::encapsulate_oversize(&mut m, &tables.tunnels, ti, seq, ident) else {
+        drops.push(m);
+        return;
+    };
+    let mtu = tunnel::path_of(&tables.tunnels, ti).3;
+    let mut pieces = Vec::new();
+    let ok = fragment_frame(&m, mtu, pool, ident as u32, &mut pieces);
+    drops.push(m);
+    let Some(Some(b)) = tx.get_mut(out_port as usize) else {
+        drops.append(&mut pieces);
+        return;
+    };
+    if !ok || pieces.is_empty() {
+        tables.tunnels[ti].counters.workers[slot].tx_full.inc();
+        drops.append(&mut pieces);
+        return;
+    }
+    tables.tunnels[ti].counters.workers[slot].fragmented.inc();
+    let n = pieces.len();
+    for (i, piece) in pieces.into_iter().enumerate() {
+        b.pkts.push(piece);
+        b.tags
+            .push(if i + 1 == n { Tag::Tunnel(ti as u32) } else { Tag::Piece });
+        if b.pkts.len() >= BURST {
+            flush_worker(b, stats, drops, work, tables, slot);
         }
     }
 }
