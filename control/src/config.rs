@@ -1322,10 +1322,24 @@ impl Config {
             out.push("icmp limits changed".to_string());
         }
         if self.reassembly != new.reassembly {
-            out.push(format!(
-                "reassembly limits {:?} -> {:?}",
-                self.reassembly, new.reassembly
-            ));
+            let (a, b) = (&self.reassembly, &new.reassembly);
+            let mut what = Vec::new();
+            for (k, x, y) in [
+                (
+                    "high_thresh_bytes",
+                    a.high_thresh_bytes as u64,
+                    b.high_thresh_bytes as u64,
+                ),
+                ("timeout_ms", a.timeout_ns / 1_000_000, b.timeout_ns / 1_000_000),
+                ("max_fragments", a.max_fragments as u64, b.max_fragments as u64),
+                ("max_per_source", a.max_per_source as u64, b.max_per_source as u64),
+                ("max_datagrams", a.max_datagrams as u64, b.max_datagrams as u64),
+            ] {
+                if x != y {
+                    what.push(format!("{k} {x} -> {y}"));
+                }
+            }
+            out.push(format!("reassembly limits {}", what.join(", ")));
         }
         if self.flow_limit != new.flow_limit {
             out.push(format!(
