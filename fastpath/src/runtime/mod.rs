@@ -506,7 +506,8 @@ impl RxLcore {
     #[inline]
     fn enqueue_staged(&mut self, drops: &mut Vec<Mbuf>) {
         let slot = self.pipeline.slot();
-        let tables = self.pipeline.tables().clone();
+        // Borrowed, not cloned: an Arc clone is an atomic write to a line every lcore shares.
+        let tables = self.pipeline.tables();
         for (s, _) in self.pipeline.staged() {
             let pkts = &mut self.staged[s];
             let socket = &tables.sockets[s];
@@ -630,7 +631,8 @@ impl WorkerLcore {
             let finishing = control.stop_requested() && control.rx_all_exited();
             let t0 = eal::rdtsc();
             let mut got = 0usize;
-            let tables = w.tables.clone();
+            // Borrowed, not cloned: an Arc clone is an atomic write to a line every lcore shares.
+            let tables: &Tables = &w.tables;
             for wi in 0..w.work.len() {
                 let d = &w.work[wi];
                 let n = ring(&d.socket).dequeue(&mut buf);
@@ -684,7 +686,7 @@ impl WorkerLcore {
                                         b.pkts.push(p);
                                         b.tags.push(if i + 1 == n { Tag::Echo(wi as u32) } else { Tag::Piece });
                                         if b.pkts.len() >= BURST {
-                                            flush_worker(b, &me.stats, &mut drops, &w.work, &tables, me.slot);
+                                            flush_worker(b, &me.stats, &mut drops, &w.work, tables, me.slot);
                                         }
                                     }
                                 }
@@ -692,7 +694,7 @@ impl WorkerLcore {
                                     b.pkts.push(m);
                                     b.tags.push(Tag::Echo(wi as u32));
                                     if b.pkts.len() == BURST {
-                                        flush_worker(b, &me.stats, &mut drops, &w.work, &tables, me.slot);
+                                        flush_worker(b, &me.stats, &mut drops, &w.work, tables, me.slot);
                                     }
                                 }
                                 _ => {
@@ -702,7 +704,7 @@ impl WorkerLcore {
                             }
                         }
                         Action::Tunnel(set) => {
-                            let Some(ti) = pick_tunnel(set, &tables, &m) else {
+                            let Some(ti) = pick_tunnel(set, tables, &m) else {
                                 c.invalid.inc();
                                 drops.push(m);
                                 continue;
@@ -716,7 +718,7 @@ impl WorkerLcore {
                             }
                             ident = ident.wrapping_add(1);
                             encap_and_queue(
-                                m, &tables, ti, None, ident, me.slot, &mut tx, &mut drops, &me.stats, &w.work, &me.pool,
+                                m, tables, ti, None, ident, me.slot, &mut tx, &mut drops, &me.stats, &w.work, &me.pool,
                             );
                         }
                     }
@@ -759,14 +761,19 @@ impl WorkerLcore {
                 };
                 let n = r.dequeue(&mut buf);
                 got += n;
-                let seq = next_seq.entry(tun.name.clone()).or_insert(1);
+                if n > 0 && !next_seq.contains_key(&tun.name) {
+                    next_seq.insert(tun.name.clone(), 1);
+                }
+                let Some(seq) = next_seq.get_mut(&tun.name) else {
+                    continue;
+                };
                 for m in buf.drain(..) {
                     let s = *seq;
                     *seq = seq.wrapping_add(1);
                     ident = ident.wrapping_add(1);
                     encap_and_queue(
                         m,
-                        &tables,
+                        tables,
                         ti,
                         Some(s),
                         ident,
@@ -783,7 +790,7 @@ impl WorkerLcore {
                 }
             }
             for b in tx.iter_mut().flatten() {
-                flush_worker(b, &me.stats, &mut drops, &w.work, &tables, me.slot);
+                flush_worker(b, &me.stats, &mut drops, &w.work, tables, me.slot);
             }
             Mbuf::free_bulk(&mut drops);
 
