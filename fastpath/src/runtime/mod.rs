@@ -191,6 +191,8 @@ pub struct RxLcore {
     pool: Arc<Mempool>,
     /// Identification for IPv6 fragments this lcore sends.
     ident: u32,
+    /// Fragments of an answer being sent (reused).
+    scratch: Vec<Mbuf>,
 }
 
 /// Datagrams reassembled per loop iteration at most, when timing out (bounded work).
@@ -299,6 +301,7 @@ impl RxLcore {
             io,
             pool: pools.0,
             ident: slot as u32,
+            scratch: Vec::with_capacity(64),
         }
     }
 
@@ -442,16 +445,17 @@ impl RxLcore {
             return;
         }
         self.ident = self.ident.wrapping_add(1);
-        let mut pieces: Vec<Mbuf> = Vec::new();
-        let ok = fragment_frame(&m, mtu, &self.pool, self.ident, &mut pieces);
+        // A reused scratch vector: no allocation per packet, even on this rare path.
+        let pieces = &mut self.scratch;
+        let ok = fragment_frame(&m, mtu, &self.pool, self.ident, pieces);
         drops.push(m);
         let n = pieces.len();
         if !ok || n == 0 {
             stats.outcome(Outcome::TxFull);
-            drops.append(&mut pieces);
+            drops.append(pieces);
             return;
         }
-        for (i, p) in pieces.into_iter().enumerate() {
+        for (i, p) in pieces.drain(..).enumerate() {
             b.pkts.push(p);
             b.tags.push((i + 1 == n).then_some(o));
             if b.pkts.len() >= BURST {
@@ -622,6 +626,8 @@ impl WorkerLcore {
         let me = WorkerLcore { tx: Vec::new(), ..self };
         let mut buf: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut drops: Vec<Mbuf> = Vec::with_capacity(BURST);
+        // Fragments of an answer being sent (reused: no allocation per packet).
+        let mut scratch: Vec<Mbuf> = Vec::with_capacity(64);
         // Next sequence number of each owned sequence tunnel, by name (kept across reloads).
         let mut next_seq: std::collections::HashMap<String, u32> = Default::default();
         let mut ident: u16 = (me.slot as u16).wrapping_mul(0x9e37).wrapping_add(0x5555);
@@ -666,23 +672,22 @@ impl WorkerLcore {
                                 Some(Some(b)) if needs_fragmenting(&m, tables.mtu(port as u16)) => {
                                     // A reassembled datagram's echo: fragments, the last one
                                     // carrying the count.
-                                    let mut pieces = Vec::new();
                                     ident = ident.wrapping_add(1);
                                     let ok = fragment_frame(
                                         &m,
                                         tables.mtu(port as u16),
                                         &me.pool,
                                         ident as u32,
-                                        &mut pieces,
+                                        &mut scratch,
                                     );
                                     drops.push(m);
-                                    if !ok || pieces.is_empty() {
+                                    if !ok || scratch.is_empty() {
                                         c.tx_full.inc();
-                                        drops.append(&mut pieces);
+                                        drops.append(&mut scratch);
                                         continue;
                                     }
-                                    let n = pieces.len();
-                                    for (i, p) in pieces.into_iter().enumerate() {
+                                    let n = scratch.len();
+                                    for (i, p) in scratch.drain(..).enumerate() {
                                         b.pkts.push(p);
                                         b.tags.push(if i + 1 == n { Tag::Echo(wi as u32) } else { Tag::Piece });
                                         if b.pkts.len() >= BURST {
@@ -718,7 +723,18 @@ impl WorkerLcore {
                             }
                             ident = ident.wrapping_add(1);
                             encap_and_queue(
-                                m, tables, ti, None, ident, me.slot, &mut tx, &mut drops, &me.stats, &w.work, &me.pool,
+                                m,
+                                tables,
+                                ti,
+                                None,
+                                ident,
+                                me.slot,
+                                &mut tx,
+                                &mut drops,
+                                &me.stats,
+                                &w.work,
+                                &me.pool,
+                                &mut scratch,
                             );
                         }
                     }
@@ -783,6 +799,7 @@ impl WorkerLcore {
                         &me.stats,
                         &w.work,
                         &me.pool,
+                        &mut scratch,
                     );
                     if drops.len() == BURST {
                         Mbuf::free_bulk(&mut drops);
@@ -852,6 +869,7 @@ fn encap_and_queue(
     stats: &LcoreStats,
     work: &[Drained],
     pool: &Mempool,
+    scratch: &mut Vec<Mbuf>,
 ) {
     let c = &tables.tunnels[ti].counters.workers[slot];
     let r = tunnel::encapsulate(&mut m, &tables.tunnels, ti, seq, ident);
@@ -860,7 +878,9 @@ fn encap_and_queue(
         // Packet Too Big with the tunnel's MTU back to the sender (never rate limited); IPv4
         // without DF -> encapsulate anyway and fragment the outer packet.
         c.too_big.inc();
-        return too_big(m, tables, ti, seq, ident, inner_mtu, slot, tx, drops, stats, work, pool);
+        return too_big(
+            m, tables, ti, seq, ident, inner_mtu, slot, tx, drops, stats, work, pool, scratch,
+        );
     }
     match r {
         Ok(port) => match tx.get_mut(port as usize) {
@@ -899,6 +919,7 @@ fn too_big(
     stats: &LcoreStats,
     work: &[Drained],
     pool: &Mempool,
+    pieces: &mut Vec<Mbuf>,
 ) {
     use crate::pipeline::icmp_error::{self, ErrorKind};
     let Ok(p) = crate::pipeline::Parsed::parse(m.data(), &tables.hasher, None) else {
@@ -933,21 +954,20 @@ fn too_big(
         return;
     };
     let mtu = tunnel::path_of(&tables.tunnels, ti).3;
-    let mut pieces = Vec::new();
-    let ok = fragment_frame(&m, mtu, pool, ident as u32, &mut pieces);
+    let ok = fragment_frame(&m, mtu, pool, ident as u32, pieces);
     drops.push(m);
     let Some(Some(b)) = tx.get_mut(out_port as usize) else {
-        drops.append(&mut pieces);
+        drops.append(pieces);
         return;
     };
     if !ok || pieces.is_empty() {
         tables.tunnels[ti].counters.workers[slot].tx_full.inc();
-        drops.append(&mut pieces);
+        drops.append(pieces);
         return;
     }
     tables.tunnels[ti].counters.workers[slot].fragmented.inc();
     let n = pieces.len();
-    for (i, piece) in pieces.into_iter().enumerate() {
+    for (i, piece) in pieces.drain(..).enumerate() {
         b.pkts.push(piece);
         b.tags
             .push(if i + 1 == n { Tag::Tunnel(ti as u32) } else { Tag::Piece });
