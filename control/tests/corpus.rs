@@ -374,7 +374,15 @@ fn filter_counts(pcap: &Path, filters: &[&str]) -> Result<Vec<u64>, String> {
     let mut counts = vec![0; filters.len()];
     if !plain.is_empty() {
         let list: Vec<&str> = plain.iter().map(|&i| filters[i]).collect();
-        let got = io_stat(pcap, &list)?;
+        // io,stat prints no row for a capture whose frames all share one timestamp (a single
+        // frame, say): count those filter by filter instead.
+        let got = match io_stat(pcap, &list) {
+            Ok(got) => got,
+            Err(_) => list
+                .iter()
+                .map(|f| tshark_checked(pcap, f, &["frame.number"]).len() as u64)
+                .collect(),
+        };
         for (i, g) in plain.into_iter().zip(got) {
             counts[i] = g;
         }
