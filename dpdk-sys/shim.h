@@ -25,6 +25,7 @@
 #include <rte_ethdev.h>
 #include <rte_ring.h>
 #include <rte_version.h>
+#include <rte_thash.h>
 
 uint16_t fp_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts, uint16_t nb_pkts);
 uint16_t fp_eth_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts, uint16_t nb_pkts);
@@ -55,5 +56,7 @@ void fp_pause(void);
 const char *fp_version(void);
 /* RTE_ETH_RSS_* are RTE_BIT64() macros bindgen cannot evaluate. */
 uint64_t fp_rss_hf_ip_udp_tcp(void);
+/* rte_softrss is static inline too: the software Toeplitz hash DPDK itself offers. */
+uint32_t fp_softrss(uint32_t *input_tuple, uint32_t input_len, const uint8_t *rss_key);
 
 #endif

@@ -623,42 +623,22 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
                 ),
             );
         }
-        let mut ipv4 = Vec::new();
-        for (i, s) in p.ipv4.iter().enumerate() {
-            match s.parse::<Ipv4Addr>() {
-                Ok(a) if a.is_unspecified() || a.is_multicast() || a.is_broadcast() => errs.add(
-                    &[Key("port"), Index(pi), Key("ipv4"), Index(i)],
-                    format!("{a} cannot be a local unicast address"),
-                ),
-                Ok(a) if ipv4.contains(&a) => errs.add(
-                    &[Key("port"), Index(pi), Key("ipv4"), Index(i)],
-                    format!("{a} is listed twice"),
-                ),
-                Ok(a) => ipv4.push(a),
-                Err(_) => errs.add(
-                    &[Key("port"), Index(pi), Key("ipv4"), Index(i)],
-                    format!("{s:?}: expected an IPv4 address like \"192.0.2.1\""),
-                ),
-            }
-        }
-        let mut ipv6 = Vec::new();
-        for (i, s) in p.ipv6.iter().enumerate() {
-            match s.parse::<Ipv6Addr>() {
-                Ok(a) if a.is_unspecified() || a.is_multicast() || a.is_loopback() => errs.add(
-                    &[Key("port"), Index(pi), Key("ipv6"), Index(i)],
-                    format!("{a} cannot be a local unicast address"),
-                ),
-                Ok(a) if ipv6.contains(&a) => errs.add(
-                    &[Key("port"), Index(pi), Key("ipv6"), Index(i)],
-                    format!("{a} is listed twice"),
-                ),
-                Ok(a) => ipv6.push(a),
-                Err(_) => errs.add(
-                    &[Key("port"), Index(pi), Key("ipv6"), Index(i)],
-                    format!("{s:?}: expected an IPv6 address like \"2001:db8::1\""),
-                ),
-            }
-        }
+        let ipv4 = local_addrs(
+            &p.ipv4,
+            pi,
+            "ipv4",
+            "192.0.2.1",
+            |a: &Ipv4Addr| a.is_unspecified() || a.is_multicast() || a.is_broadcast(),
+            errs,
+        );
+        let ipv6 = local_addrs(
+            &p.ipv6,
+            pi,
+            "ipv6",
+            "2001:db8::1",
+            |a: &Ipv6Addr| a.is_unspecified() || a.is_multicast() || a.is_loopback(),
+            errs,
+        );
         let mac = match p.mac.as_deref().map(str::parse::<EthernetAddress>) {
             None => None,
             Some(Ok(m)) if m.is_unicast() => Some(m),
@@ -1247,6 +1227,35 @@ fn validate_services(
     (out, tunnel_refs)
 }
 
+/// Parses `port[pi].<key>`: local unicast addresses, each once.
+fn local_addrs<A: std::str::FromStr + PartialEq + fmt::Display>(
+    list: &[String],
+    pi: usize,
+    key: &'static str,
+    example: &str,
+    not_unicast: impl Fn(&A) -> bool,
+    errs: &mut Errs,
+) -> Vec<A> {
+    use Seg::{Index, Key};
+    let mut out: Vec<A> = Vec::new();
+    for (i, s) in list.iter().enumerate() {
+        let at = [Key("port"), Index(pi), Key(key), Index(i)];
+        match s.parse::<A>() {
+            Ok(a) if not_unicast(&a) => errs.add(&at, format!("{a} cannot be a local unicast address")),
+            Ok(a) if out.contains(&a) => errs.add(&at, format!("{a} is listed twice")),
+            Ok(a) => out.push(a),
+            Err(_) => errs.add(
+                &at,
+                format!(
+                    "{s:?}: expected an {} address like \"{example}\"",
+                    key.to_uppercase().replace("IPV", "IPv")
+                ),
+            ),
+        }
+    }
+    out
+}
+
 fn parse_hex_key(text: &str) -> Option<[u8; 40]> {
     let digits: Vec<u8> = text.bytes().filter(|b| *b != b':' && *b != b' ').collect();
     if digits.len() != 80 {
@@ -1326,10 +1335,24 @@ impl Config {
             out.push("icmp limits changed".to_string());
         }
         if self.reassembly != new.reassembly {
-            out.push(format!(
-                "reassembly limits {:?} -> {:?}",
-                self.reassembly, new.reassembly
-            ));
+            let (a, b) = (&self.reassembly, &new.reassembly);
+            let mut what = Vec::new();
+            for (k, x, y) in [
+                (
+                    "high_thresh_bytes",
+                    a.high_thresh_bytes as u64,
+                    b.high_thresh_bytes as u64,
+                ),
+                ("timeout_ms", a.timeout_ns / 1_000_000, b.timeout_ns / 1_000_000),
+                ("max_fragments", a.max_fragments as u64, b.max_fragments as u64),
+                ("max_per_source", a.max_per_source as u64, b.max_per_source as u64),
+                ("max_datagrams", a.max_datagrams as u64, b.max_datagrams as u64),
+            ] {
+                if x != y {
+                    what.push(format!("{k} {x} -> {y}"));
+                }
+            }
+            out.push(format!("reassembly limits {}", what.join(", ")));
         }
         if self.flow_limit != new.flow_limit {
             out.push(format!(

@@ -1,14 +1,14 @@
 //! `fastpathd`: the DPDK fast-path packet processor daemon.
 
 mod cli;
-mod config;
 mod daemon;
 mod http;
-mod locate;
 mod metrics;
 mod reload;
 mod signals;
-mod tables;
+
+// Shared with the tests through the library target (src/lib.rs).
+use control::{config, tables};
 
 use std::process::ExitCode;
 

@@ -38,6 +38,15 @@ pub struct TableBuilder {
     /// The global ICMP budget lives as long as the daemon: reloads reconfigure it.
     icmp_global: Option<Arc<GlobalBucket>>,
     icmp_counters: Arc<IcmpCounters>,
+    make_queue: MakeQueue,
+}
+
+/// Makes the queue behind a socket or a hand-off of this capacity.
+pub type MakeQueue = fn(usize) -> Result<Box<dyn PacketQueue>, String>;
+
+/// The daemon's queues: DPDK rings (EAL must be up).
+fn dpdk_ring(capacity: usize) -> Result<Box<dyn PacketQueue>, String> {
+    Ok(Box::new(MbufRing::new(capacity).map_err(|e| e.to_string())?))
 }
 
 /// Packets a sequence tunnel's hand-off ring holds.
@@ -57,6 +66,12 @@ pub fn worker_for(service: &str, index: usize, workers: usize) -> usize {
 impl TableBuilder {
     /// A builder for these opened ports (same order as the config's) and lcore counts.
     pub fn new(ports: Vec<OpenedPort>, rx_lcores: usize, workers: usize) -> Self {
+        Self::with_queues(ports, rx_lcores, workers, dpdk_ring)
+    }
+
+    /// Like [`TableBuilder::new`] with other queues than DPDK rings (e.g.
+    /// [`fastpath::socket::SimQueue`] for the in-process capture replay, which has no EAL).
+    pub fn with_queues(ports: Vec<OpenedPort>, rx_lcores: usize, workers: usize, make_queue: MakeQueue) -> Self {
         TableBuilder {
             ports,
             rx_lcores,
@@ -67,6 +82,7 @@ impl TableBuilder {
             handoff: HashMap::new(),
             icmp_global: None,
             icmp_counters: Arc::new(IcmpCounters::new(rx_lcores)),
+            make_queue,
         }
     }
 
@@ -98,14 +114,14 @@ impl TableBuilder {
                 let socket = match reuse {
                     Some(old) => old,
                     None => {
-                        let ring = MbufRing::new(s.socket_capacity)
+                        let ring = (self.make_queue)(s.socket_capacity)
                             .map_err(|e| format!("service {:?} socket {i}: {e}", s.name))?;
                         let counters = self
                             .counters
                             .entry(key.clone())
                             .or_insert_with(|| Arc::new(SocketCounters::new(self.rx_lcores, self.workers)))
                             .clone();
-                        Arc::new(Socket::new(&s.name, i, Box::new(ring), worker, counters))
+                        Arc::new(Socket::new(&s.name, i, ring, worker, counters))
                     }
                 };
                 group.push(sockets.len());
@@ -155,8 +171,8 @@ impl TableBuilder {
                 let r = match self.handoff.get(&t.name) {
                     Some(r) => r.clone(),
                     None => {
-                        let r: Arc<dyn PacketQueue> = Arc::new(
-                            MbufRing::new(HANDOFF_CAPACITY)
+                        let r: Arc<dyn PacketQueue> = Arc::from(
+                            (self.make_queue)(HANDOFF_CAPACITY)
                                 .map_err(|e| format!("tunnel {:?} hand-off ring: {e}", t.name))?,
                         );
                         r

@@ -127,14 +127,18 @@ fn replay_config(name: &str, variant: usize) -> String {
         "--vdev=net_pcap0,rx_pcap={},infinite_rx=1,tx_pcap=/dev/null,tx_pcap=/dev/null",
         repo().join("configs/captures/demo.pcap").display()
     );
-    let (ipv4, mac) = match variant {
-        0 => ("[\"192.0.2.1\"]", "02:00:00:00:00:01"),
-        _ => ("[\"192.0.2.1\", \"192.0.2.99\"]", "02:00:00:00:00:01"),
+    // The two valid configs differ in tables (addresses), limits (ICMP, flow limit, reassembly)
+    // and the service's action.
+    let (ipv4, action, burst, table_len, timeout) = match variant {
+        0 => ("[\"192.0.2.1\"]", "echo", 50, 4096, 30000),
+        _ => ("[\"192.0.2.1\", \"192.0.2.99\"]", "sink", 20, 1024, 10000),
     };
     format!(
         "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
-         ipv4 = {ipv4}\nipv6 = [\"2001:db8::1\"]\nmac = \"{mac}\"\n\n[lcores]\nrx = [0]\nworkers = [1]\n\
-         idle_sleep_us = 100\n{METRICS_ANY_PORT}",
+         ipv4 = {ipv4}\nipv6 = [\"2001:db8::1\"]\nmac = \"02:00:00:00:00:01\"\n\n[lcores]\nrx = [0]\nworkers = [1]\n\
+         idle_sleep_us = 100\n{METRICS_ANY_PORT}\n[icmp]\nburst = {burst}\n\n[flow_limit]\ntable_len = {table_len}\n\n\
+         [reassembly]\ntimeout_ms = {timeout}\nbuffers = 32\n\n\
+         [[service]]\nname = \"echo\"\nports = [7]\nsockets = 2\nsocket_capacity = 1024\naction = \"{action}\"\n",
         eal_args(name, &[vdev])
     )
 }
@@ -167,8 +171,8 @@ fn reloads_under_load_lose_no_packet_and_bad_configs_never_replace_good_ones() {
         good[0].replace("\"192.0.2.1\"", "\"192.0.2.256\""),
         // A change that needs a restart.
         good[1]
-            .replace("workers = [1]", "workers = []")
-            .replace("tx_queues = 2", "tx_queues = 1"),
+            .replace("tx_queues = 2", "tx_queues = 3")
+            .replace("idle_sleep_us = 100", "idle_sleep_us = 200"),
     ];
     let reloads = |m: &std::collections::BTreeMap<String, f64>| family_sum(m, "fastpath_config_reloads_total");
     let mut expected = 0.0;
@@ -197,12 +201,21 @@ fn reloads_under_load_lose_no_packet_and_bad_configs_never_replace_good_ones() {
     });
     let (code, log) = d.stop();
     assert_eq!(code, Some(0));
+    let last = log
+        .lines()
+        .find(|l| l.contains("generation 101 published"))
+        .unwrap_or_default();
+    for what in [
+        "icmp limits changed",
+        "reassembly limits",
+        "flow_limit on table_len 1024 -> on table_len 4096",
+        "port[0].ipv4",
+        "service \"echo\" changed: action Sink -> Echo",
+    ] {
+        assert!(last.contains(what), "the reload log says what changed ({what}): {last}");
+    }
     assert!(
-        log.contains("generation 101 published: port[0].ipv4"),
-        "reload log says what changed"
-    );
-    assert!(
-        log.contains("need a restart, not a reload: port[0].tx_queues, lcores.workers"),
+        log.contains("need a restart, not a reload: port[0].tx_queues, lcores.idle_sleep_us"),
         "{log}"
     );
     assert!(

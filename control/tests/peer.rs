@@ -95,15 +95,30 @@ impl Peer {
 
     /// Starts fastpathd in namespace a with `extra` config appended; returns the daemon.
     fn start(&self, s: &Scratch, name: &str, extra: &str, dump: &std::path::Path) -> Daemon {
+        self.start_with(s, name, "", &[], extra, dump)
+    }
+
+    /// Like [`Peer::start`] with more local IPv4 addresses, more vdevs and more `[[port]]`s.
+    fn start_with(
+        &self,
+        s: &Scratch,
+        name: &str,
+        more_ipv4: &str,
+        more_vdevs: &[String],
+        extra: &str,
+        dump: &std::path::Path,
+    ) -> Daemon {
+        // af_packet spreads received packets over qpairs sockets with PACKET_FANOUT, so every
+        // queue pair it opens is polled (rx_queues = qpairs).
+        let mut vdevs = vec![format!("--vdev=net_af_packet0,iface={},qpairs=2", self.if_a)];
+        vdevs.extend(more_vdevs.iter().cloned());
         let cfg = s.write(
             "c.toml",
             &format!(
                 "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\n\
-                 tx_queues = 2\nipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\n\n[lcores]\nrx = [0]\n\
-                 workers = [1]\nidle_sleep_us = 50\n\n[metrics]\nenabled = false\n{extra}",
-                // af_packet spreads received packets over qpairs sockets with PACKET_FANOUT, so
-                // every queue pair it opens is polled (rx_queues = qpairs).
-                eal_args(name, &[format!("--vdev=net_af_packet0,iface={},qpairs=2", self.if_a)])
+                 tx_queues = 2\nipv4 = [\"192.0.2.1\"{more_ipv4}]\nipv6 = [\"2001:db8::1\"]\n\n[lcores]\nrx = [0]\n\
+                 workers = [1]\nidle_sleep_us = 50\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n{extra}",
+                eal_args(name, &vdevs)
             ),
         );
         let bin = env!("CARGO_BIN_EXE_fastpathd");
@@ -169,4 +184,224 @@ fn the_kernel_pings_us_and_talks_to_our_echo_service() {
     assert!(outcome(&m, "ndp_reply") >= 1);
     assert_eq!(outcome(&m, "echo_reply"), 6);
     assert_eq!(outcome(&m, "delivered"), 20);
+}
+
+/// The kernel's UDP sockets see our ICMP errors: a connected socket's next receive fails with
+/// ECONNREFUSED (v4 and v6). The seed's glibc story: 50 back-to-back sends to a closed port from
+/// a trusted (exempt) source each get their error; from an untrusted one only the
+/// per-destination burst (6) does.
+#[test]
+fn the_kernel_accepts_our_port_unreachables_and_exempt_sources_get_every_one() {
+    let p = Peer::new();
+    let out = p.exec_b(&[
+        "ip",
+        "addr",
+        "add",
+        "192.0.2.3/24",
+        "dev",
+        &p.if_a.replace("fpa", "fpb"),
+    ]);
+    assert!(out.status.success());
+    let s = Scratch::new("peer-icmp");
+    let dump = s.path("metrics.prom");
+    let d = p.start(&s, "peer-icmp", "\n[icmp]\nexempt = [\"192.0.2.2/32\"]\n", &dump);
+    let out = p.python_b(
+        "import socket, errno\n\
+         for fam, addr in ((socket.AF_INET, '192.0.2.1'), (socket.AF_INET6, '2001:db8::1')):\n\
+         \x20   s = socket.socket(fam, socket.SOCK_DGRAM); s.settimeout(3); s.connect((addr, 9999))\n\
+         \x20   s.send(b'anyone?')\n\
+         \x20   try:\n\
+         \x20       s.recv(100); raise SystemExit('no error')\n\
+         \x20   except ConnectionRefusedError:\n\
+         \x20       print('refused', addr)\n\
+         def burst(src):\n\
+         \x20   s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((src, 0)); s.settimeout(0.3)\n\
+         \x20   s.connect(('192.0.2.1', 9998)); n = 0\n\
+         \x20   for i in range(50):\n\
+         \x20       s.send(b'x')\n\
+         \x20       try:\n\
+         \x20           s.recv(10)\n\
+         \x20       except ConnectionRefusedError:\n\
+         \x20           n += 1\n\
+         \x20       except socket.timeout:\n\
+         \x20           s.settimeout(0.05)\n\
+         \x20   return n\n\
+         print('trusted', burst('192.0.2.2'))\n\
+         import time; t = time.time(); n = burst('192.0.2.3')\n\
+         print('untrusted', n); print('seconds', time.time() - t)\n",
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("refused 192.0.2.1") && text.contains("refused 2001:db8::1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("trusted 50\n"),
+        "every one of 50 back-to-back errors reached the exempt client: {text}"
+    );
+    // One a second refills the per-destination bucket while the loop runs (its time printed).
+    let untrusted: f64 = text
+        .split("untrusted ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let secs: f64 = text
+        .split("seconds ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        untrusted >= 6.0 && untrusted <= 6.0 + secs.ceil(),
+        "an untrusted source gets the burst of 6 (+1/s): {text}"
+    );
+    let (code, _) = d.stop();
+    assert_eq!(code, Some(0));
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    assert_conservation(&m);
+    assert_eq!(
+        m["fastpath_icmp_rate_limited_total{family=\"ipv4\",limit=\"peer\"}"],
+        50.0 - untrusted
+    );
+}
+
+/// A namespace holding fastpathd on a DPDK `net_tap` port; the kernel side of the tap is the
+/// peer (192.0.2.2/24, 2001:db8::2/64). Used where `net_af_packet` cannot show the real thing:
+/// its PACKET_FANOUT asks the kernel to defragment (PACKET_FANOUT_FLAG_DEFRAG), so fragments
+/// would never reach our reassembly.
+struct TapPeer {
+    ns: String,
+    tap: String,
+}
+
+impl TapPeer {
+    fn new() -> TapPeer {
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let id = format!("{}{n}", std::process::id() % 100_000);
+        let p = TapPeer {
+            ns: format!("fpt{id}t"),
+            tap: format!("fptap{id}"),
+        };
+        ip(&["netns", "add", &p.ns]);
+        ip(&["-n", &p.ns, "link", "set", "lo", "up"]);
+        p
+    }
+
+    fn exec(&self, cmd: &[&str]) -> Output {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .args(cmd)
+            .output()
+            .unwrap();
+        eprintln!(
+            "--- [{}] {cmd:?}: {:?}\n{}{}",
+            self.ns,
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn start(&self, s: &Scratch, name: &str, extra: &str, dump: &std::path::Path) -> Daemon {
+        let cfg = s.write(
+            "c.toml",
+            &format!(
+                "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_tap0\"\nrx_queues = 2\n\
+                 tx_queues = 2\nipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\n\n[lcores]\nrx = [0]\n\
+                 workers = [1]\nidle_sleep_us = 50\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n{extra}",
+                // The tap PMD wants as many RX as TX queues; one RX lcore polls both.
+                eal_args(name, &[format!("--vdev=net_tap0,iface={}", self.tap)])
+            ),
+        );
+        let bin = env!("CARGO_BIN_EXE_fastpathd");
+        let d = Daemon::start_cmd(
+            s,
+            Command::new("ip")
+                .args(["netns", "exec", &self.ns, bin, "--config", cfg.to_str().unwrap()])
+                .args(["--metrics-dump", dump.to_str().unwrap()]),
+        );
+        // The tap exists once the port is up: give the kernel side its addresses.
+        ip(&["-n", &self.ns, "addr", "add", "192.0.2.2/24", "dev", &self.tap]);
+        ip(&[
+            "-n",
+            &self.ns,
+            "addr",
+            "add",
+            "2001:db8::2/64",
+            "dev",
+            &self.tap,
+            "nodad",
+        ]);
+        ip(&["-n", &self.ns, "link", "set", &self.tap, "up"]);
+        assert!(self.exec(&["ethtool", "-K", &self.tap, "tx", "off"]).status.success());
+        d
+    }
+}
+
+impl Drop for TapPeer {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
+/// 4000-byte datagrams in both directions: the kernel fragments them, we reassemble, answer,
+/// and fragment the answer; the kernel reassembles it (UDP echo and ping, v4 and v6).
+#[test]
+fn big_datagrams_are_reassembled_and_answered_in_fragments() {
+    let p = TapPeer::new();
+    let s = Scratch::new("peer-frag");
+    let dump = s.path("metrics.prom");
+    let d = p.start(&s, "peer-frag", ECHO_SERVICE, &dump);
+    let out = p.exec(&[
+        "/usr/bin/python3",
+        "-c",
+        "import socket\n\
+         for fam, addr in ((socket.AF_INET, '192.0.2.1'), (socket.AF_INET6, '2001:db8::1')):\n\
+         \x20   s = socket.socket(fam, socket.SOCK_DGRAM); s.settimeout(3); s.connect((addr, 7))\n\
+         \x20   for i in range(3):\n\
+         \x20       msg = bytes((i + j) % 251 for j in range(4000))\n\
+         \x20       s.send(msg); got = s.recv(65535)\n\
+         \x20       assert got == msg, (len(got), i)\n\
+         print('big echo ok')\n",
+    ]);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("big echo ok"));
+    let out = p.exec(&["ping", "-c", "2", "-i", "0.2", "-W", "2", "-s", "4000", "192.0.2.1"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("2 received"),
+        "ping -s 4000"
+    );
+    let out = p.exec(&[
+        "ping",
+        "-6",
+        "-c",
+        "2",
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        "-s",
+        "4000",
+        "2001:db8::1",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("2 received"),
+        "ping -6 -s 4000"
+    );
+    let (code, _) = d.stop();
+    assert_eq!(code, Some(0));
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    assert_conservation(&m);
+    // 3 UDP datagrams and 2 pings per family, each of 3 fragments.
+    assert_eq!(m["fastpath_reasm_completed_total{family=\"ipv4\"}"], 5.0);
+    assert_eq!(m["fastpath_reasm_completed_total{family=\"ipv6\"}"], 5.0);
+    assert_eq!(outcome(&m, "reassembled"), 20);
 }

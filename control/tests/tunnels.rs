@@ -143,3 +143,81 @@ fn gre_capture_replay() {
     assert_eq!(nums, (1..=10).collect::<Vec<u32>>(), "{seq:?}");
     assert!(seq.iter().all(|r| r[1] == "1"));
 }
+
+/// Issue 8's MTU rule on a 1500-byte path with 28 bytes of tunnel overhead: DF or IPv6 inside
+/// gets ICMP Fragmentation Needed / Packet Too Big with MTU 1472 back to its sender; IPv4 without
+/// DF is encapsulated and sent in outer fragments that tshark reassembles.
+#[test]
+fn packets_too_big_for_the_tunnel() {
+    let s = Scratch::new("gre-mtu");
+    let q1 = s.path("q1.pcap");
+    let vdev = format!(
+        "--vdev=net_pcap0,rx_pcap={},tx_pcap=/dev/null,tx_pcap={}",
+        repo().join("configs/captures/gre_mtu.pcap").display(),
+        q1.display()
+    );
+    let cfg = format!(
+        "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+         ipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\nmac = \"02:00:00:00:00:01\"\n\n\
+         [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 100\n{METRICS_ANY_PORT}\n\
+         [[service]]\nname = \"fwd\"\nports = [9000]\nsockets = 1\naction = \"tunnel\"\ntunnel = \"t-a\"\n{}",
+        eal_args("gre-mtu", &[vdev]),
+        tunnel("t-a", "203.0.113.10", "key = 1")
+    );
+    let cfg = s.write("c.toml", &cfg);
+    let dump = s.path("metrics.prom");
+    let out = run(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--exit-when-idle",
+        "300",
+        "--metrics-dump",
+        dump.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    assert_eq!(assert_conservation(&m), 3);
+    assert_eq!(m["fastpath_gre_too_big_total{tunnel=\"t-a\"}"], 3.0);
+    let icmp = tshark_checked(
+        &q1,
+        "icmp || icmpv6",
+        &[
+            "ip.dst",
+            "ipv6.dst",
+            "icmp.type",
+            "icmp.code",
+            "icmp.mtu",
+            "icmpv6.type",
+            "icmpv6.mtu",
+            "icmp.checksum.status",
+            "icmpv6.checksum.status",
+        ],
+    );
+    assert_eq!(icmp.len(), 2, "{icmp:?}");
+    let v4 = icmp.iter().find(|r| !r[0].is_empty()).unwrap();
+    assert_eq!(
+        (
+            v4[0].split(',').next().unwrap(),
+            &v4[2][..],
+            &v4[3][..],
+            &v4[4][..],
+            &v4[7][..]
+        ),
+        ("203.0.113.7", "3", "4", "1472", "1")
+    );
+    let v6 = icmp.iter().find(|r| r[0].is_empty()).unwrap();
+    assert_eq!(
+        (v6[1].split(',').next().unwrap(), &v6[5][..], &v6[6][..], &v6[8][..]),
+        ("2001:db8:9::7", "2", "1472", "1")
+    );
+    // The DF-clear datagram went through the tunnel in two outer fragments.
+    let frags = tshark_fields(&q1, "ip.dst == 203.0.113.10", &["frame.len", "ip.flags.mf"]);
+    assert_eq!(frags.len(), 2, "{frags:?}");
+    assert!(frags.iter().all(|f| f[0].parse::<usize>().unwrap() <= 1514));
+    let whole = tshark_checked(&q1, "gre && udp.srcport == 7002", &["udp.length", "gre.key"]);
+    assert_eq!(
+        whole,
+        vec![vec!["1480", "0x00000001"]],
+        "reassembled by tshark, inner datagram intact"
+    );
+}

@@ -72,6 +72,17 @@ impl std::error::Error for Error {}
 /// Result of the DPDK layer.
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// DPDK's own software Toeplitz hash (`rte_softrss`) over `tuple` (host-order 32-bit words, as
+/// `rte_thash_tuple` lays them out) with a 40-byte `key`: the reference the wire layer's hash is
+/// tested against. Needs no EAL.
+pub fn softrss(tuple: &[u32], key: &[u8; 40]) -> u32 {
+    assert!(tuple.len() <= 9, "rte_softrss reads key bytes up to 4 * len + 4");
+    let mut words = tuple.to_vec();
+    // SAFETY: `words` holds `len` initialised u32s and `key` 40 bytes, the most rte_softrss reads
+    // for tuples of up to 9 words (IPv6 with ports, checked above); both outlive the call.
+    unsafe { dpdk_sys::fp_softrss(words.as_mut_ptr(), words.len() as u32, key.as_ptr()) }
+}
+
 /// The DPDK version string, e.g. "DPDK 22.11.11".
 pub fn version() -> String {
     // SAFETY: rte_version returns a pointer to a static NUL-terminated string.

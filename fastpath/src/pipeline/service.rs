@@ -112,36 +112,65 @@ pub fn echo_in_place<B: PacketBuf>(pkt: &mut B) -> bool {
     };
     let (l3, ty) = (frame.header_len(), frame.ethertype());
     let (src_mac, dst_mac) = (frame.src_addr(), frame.dst_addr());
+    // Check first, change nothing for a datagram we will not answer. Like the host UDP layer
+    // this action stands in for: RFC 1122 §4.1.3.4, a non-zero checksum must verify; RFC 8200
+    // §8.1, an IPv6 UDP checksum of zero is invalid.
     let l4 = match ty {
         crate::wire::EtherType::Ipv4 => {
-            let Ok(mut ip) = Ipv4Packet::new_checked(&mut data[l3..]) else {
+            let Ok(ip) = Ipv4Packet::new_checked(&data[l3..]) else {
                 return false;
             };
             if ip.protocol() != IpProtocol::Udp || ip.is_fragment() {
                 return false;
             }
-            let (s, d) = (ip.src_addr(), ip.dst_addr());
-            ip.set_src_addr(d);
-            ip.set_dst_addr(s);
-            ip.set_ttl_update_checksum(ECHO_TTL);
-            l3 + ip.header_len()
+            let l4 = l3 + ip.header_len();
+            let Ok(udp) = UdpPacket::new_checked(&data[l4..]) else {
+                return false;
+            };
+            if udp.checksum() != 0 && !udp.verify_checksum_v4(ip.src_addr(), ip.dst_addr()) {
+                return false;
+            }
+            l4
         }
         crate::wire::EtherType::Ipv6 => {
-            let Ok(mut ip) = Ipv6Packet::new_checked(&mut data[l3..]) else {
+            let Ok(ip) = Ipv6Packet::new_checked(&data[l3..]) else {
                 return false;
             };
             // Only a plain IPv6 header followed by UDP: the worker does not walk extensions.
             if ip.next_header() != IpProtocol::Udp {
                 return false;
             }
+            let l4 = l3 + 40;
+            let Ok(udp) = UdpPacket::new_checked(&data[l4..]) else {
+                return false;
+            };
+            if udp.checksum() == 0 || !udp.verify_checksum_v6(&ip.src_addr(), &ip.dst_addr()) {
+                return false;
+            }
+            l4
+        }
+        _ => return false,
+    };
+    match ty {
+        crate::wire::EtherType::Ipv4 => {
+            let Ok(mut ip) = Ipv4Packet::new_checked(&mut data[l3..]) else {
+                return false;
+            };
+            let (s, d) = (ip.src_addr(), ip.dst_addr());
+            ip.set_src_addr(d);
+            ip.set_dst_addr(s);
+            ip.set_ttl_update_checksum(ECHO_TTL);
+        }
+        _ => {
+            let Ok(mut ip) = Ipv6Packet::new_checked(&mut data[l3..]) else {
+                return false;
+            };
             let (s, d) = (ip.src_addr(), ip.dst_addr());
             ip.set_src_addr(&d);
             ip.set_dst_addr(&s);
             ip.set_hop_limit(ECHO_TTL);
-            l3 + 40
         }
-        _ => return false,
-    };
+    }
     let Ok(mut udp) = UdpPacket::new_checked(&mut data[l4..]) else {
         return false;
     };
@@ -331,6 +360,16 @@ mod tests {
         assert!(u.verify_checksum_v6(&me6, &them6));
         assert_eq!((u.src_port(), u.dst_port()), (7, 40000));
 
+        // A wrong checksum, or an IPv6 checksum of zero: dropped, like a host's UDP would.
+        let mut bad = v4_frame(THEM, ME, IpProtocol::Udp, &[], 0, &udp);
+        let n = bad.len();
+        bad[n - 1] ^= 0x55;
+        assert!(!echo_in_place(&mut HeapBuf::new(&bad)));
+        let zero6 = v6_frame(them6, me6, IpProtocol::Udp, &[], 64, &udp_bytes(40000, 7, b"hi"));
+        assert!(
+            !echo_in_place(&mut HeapBuf::new(&zero6)),
+            "IPv6 UDP checksum 0 (RFC 8200 §8.1)"
+        );
         // Not UDP, or a fragment: nothing to echo.
         let mut icmp = HeapBuf::new(&v4_frame(THEM, ME, IpProtocol::Icmp, &[], 0, &[8, 0, 0, 0, 0, 0, 0, 0]));
         assert!(!echo_in_place(&mut icmp));

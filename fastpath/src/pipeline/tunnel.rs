@@ -59,6 +59,8 @@ pub struct TunnelLcoreCounters {
     pub handed_off: Counter,
     /// Encapsulated packets the lcore's TX queue refused.
     pub tx_full: Counter,
+    /// Encapsulated packets sent in outer fragments (too big for the path, inner DF clear).
+    pub fragmented: Counter,
 }
 
 /// Counters of one tunnel, one slot per lcore; kept across reloads by name.
@@ -178,6 +180,30 @@ pub fn encapsulate<B: PacketBuf>(
     seq: Option<u32>,
     ident: u16,
 ) -> Result<u16, EncapError> {
+    encapsulate_inner(pkt, tunnels, t, seq, ident, true)
+}
+
+/// Like [`encapsulate`] without the MTU check: the result may be larger than the path MTU and
+/// is then fragmented by its outer IPv4 header (allowed when the inner packet is IPv4 without
+/// DF, RFC 2784 leaves fragmentation of the delivery packet to the encapsulator).
+pub fn encapsulate_oversize<B: PacketBuf>(
+    pkt: &mut B,
+    tunnels: &[Tunnel],
+    t: usize,
+    seq: Option<u32>,
+    ident: u16,
+) -> Result<u16, EncapError> {
+    encapsulate_inner(pkt, tunnels, t, seq, ident, false)
+}
+
+fn encapsulate_inner<B: PacketBuf>(
+    pkt: &mut B,
+    tunnels: &[Tunnel],
+    t: usize,
+    seq: Option<u32>,
+    ident: u16,
+    check_mtu: bool,
+) -> Result<u16, EncapError> {
     let (port, src_mac, dst_mac, mtu, overhead) = path_of(tunnels, t);
     let (l2, inner_ty) = {
         let f = EthernetFrame::new_checked(pkt.data()).map_err(|_| EncapError::NotIp)?;
@@ -187,7 +213,7 @@ pub fn encapsulate<B: PacketBuf>(
         return Err(EncapError::NotIp);
     }
     let inner_len = pkt.len() - l2;
-    if inner_len + overhead > mtu as usize {
+    if check_mtu && inner_len + overhead > mtu as usize {
         return Err(EncapError::TooBig(
             (mtu as usize).saturating_sub(overhead).min(u16::MAX as usize) as u16,
         ));

@@ -191,6 +191,8 @@ pub struct RxLcore {
     pool: Arc<Mempool>,
     /// Identification for IPv6 fragments this lcore sends.
     ident: u32,
+    /// Fragments of an answer being sent (reused).
+    scratch: Vec<Mbuf>,
 }
 
 /// Datagrams reassembled per loop iteration at most, when timing out (bounded work).
@@ -299,6 +301,7 @@ impl RxLcore {
             io,
             pool: pools.0,
             ident: slot as u32,
+            scratch: Vec::with_capacity(64),
         }
     }
 
@@ -442,16 +445,17 @@ impl RxLcore {
             return;
         }
         self.ident = self.ident.wrapping_add(1);
-        let mut pieces: Vec<Mbuf> = Vec::new();
-        let ok = fragment_frame(&m, mtu, &self.pool, self.ident, &mut pieces);
+        // A reused scratch vector: no allocation per packet, even on this rare path.
+        let pieces = &mut self.scratch;
+        let ok = fragment_frame(&m, mtu, &self.pool, self.ident, pieces);
         drops.push(m);
         let n = pieces.len();
         if !ok || n == 0 {
             stats.outcome(Outcome::TxFull);
-            drops.append(&mut pieces);
+            drops.append(pieces);
             return;
         }
-        for (i, p) in pieces.into_iter().enumerate() {
+        for (i, p) in pieces.drain(..).enumerate() {
             b.pkts.push(p);
             b.tags.push((i + 1 == n).then_some(o));
             if b.pkts.len() >= BURST {
@@ -506,7 +510,8 @@ impl RxLcore {
     #[inline]
     fn enqueue_staged(&mut self, drops: &mut Vec<Mbuf>) {
         let slot = self.pipeline.slot();
-        let tables = self.pipeline.tables().clone();
+        // Borrowed, not cloned: an Arc clone is an atomic write to a line every lcore shares.
+        let tables = self.pipeline.tables();
         for (s, _) in self.pipeline.staged() {
             let pkts = &mut self.staged[s];
             let socket = &tables.sockets[s];
@@ -621,6 +626,8 @@ impl WorkerLcore {
         let me = WorkerLcore { tx: Vec::new(), ..self };
         let mut buf: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut drops: Vec<Mbuf> = Vec::with_capacity(BURST);
+        // Fragments of an answer being sent (reused: no allocation per packet).
+        let mut scratch: Vec<Mbuf> = Vec::with_capacity(64);
         // Next sequence number of each owned sequence tunnel, by name (kept across reloads).
         let mut next_seq: std::collections::HashMap<String, u32> = Default::default();
         let mut ident: u16 = (me.slot as u16).wrapping_mul(0x9e37).wrapping_add(0x5555);
@@ -630,7 +637,8 @@ impl WorkerLcore {
             let finishing = control.stop_requested() && control.rx_all_exited();
             let t0 = eal::rdtsc();
             let mut got = 0usize;
-            let tables = w.tables.clone();
+            // Borrowed, not cloned: an Arc clone is an atomic write to a line every lcore shares.
+            let tables: &Tables = &w.tables;
             for wi in 0..w.work.len() {
                 let d = &w.work[wi];
                 let n = ring(&d.socket).dequeue(&mut buf);
@@ -664,27 +672,26 @@ impl WorkerLcore {
                                 Some(Some(b)) if needs_fragmenting(&m, tables.mtu(port as u16)) => {
                                     // A reassembled datagram's echo: fragments, the last one
                                     // carrying the count.
-                                    let mut pieces = Vec::new();
                                     ident = ident.wrapping_add(1);
                                     let ok = fragment_frame(
                                         &m,
                                         tables.mtu(port as u16),
                                         &me.pool,
                                         ident as u32,
-                                        &mut pieces,
+                                        &mut scratch,
                                     );
                                     drops.push(m);
-                                    if !ok || pieces.is_empty() {
+                                    if !ok || scratch.is_empty() {
                                         c.tx_full.inc();
-                                        drops.append(&mut pieces);
+                                        drops.append(&mut scratch);
                                         continue;
                                     }
-                                    let n = pieces.len();
-                                    for (i, p) in pieces.into_iter().enumerate() {
+                                    let n = scratch.len();
+                                    for (i, p) in scratch.drain(..).enumerate() {
                                         b.pkts.push(p);
                                         b.tags.push(if i + 1 == n { Tag::Echo(wi as u32) } else { Tag::Piece });
                                         if b.pkts.len() >= BURST {
-                                            flush_worker(b, &me.stats, &mut drops, &w.work, &tables, me.slot);
+                                            flush_worker(b, &me.stats, &mut drops, &w.work, tables, me.slot);
                                         }
                                     }
                                 }
@@ -692,7 +699,7 @@ impl WorkerLcore {
                                     b.pkts.push(m);
                                     b.tags.push(Tag::Echo(wi as u32));
                                     if b.pkts.len() == BURST {
-                                        flush_worker(b, &me.stats, &mut drops, &w.work, &tables, me.slot);
+                                        flush_worker(b, &me.stats, &mut drops, &w.work, tables, me.slot);
                                     }
                                 }
                                 _ => {
@@ -702,7 +709,7 @@ impl WorkerLcore {
                             }
                         }
                         Action::Tunnel(set) => {
-                            let Some(ti) = pick_tunnel(set, &tables, &m) else {
+                            let Some(ti) = pick_tunnel(set, tables, &m) else {
                                 c.invalid.inc();
                                 drops.push(m);
                                 continue;
@@ -716,7 +723,18 @@ impl WorkerLcore {
                             }
                             ident = ident.wrapping_add(1);
                             encap_and_queue(
-                                m, &tables, ti, None, ident, me.slot, &mut tx, &mut drops, &me.stats, &w.work,
+                                m,
+                                tables,
+                                ti,
+                                None,
+                                ident,
+                                me.slot,
+                                &mut tx,
+                                &mut drops,
+                                &me.stats,
+                                &w.work,
+                                &me.pool,
+                                &mut scratch,
                             );
                         }
                     }
@@ -759,14 +777,19 @@ impl WorkerLcore {
                 };
                 let n = r.dequeue(&mut buf);
                 got += n;
-                let seq = next_seq.entry(tun.name.clone()).or_insert(1);
+                if n > 0 && !next_seq.contains_key(&tun.name) {
+                    next_seq.insert(tun.name.clone(), 1);
+                }
+                let Some(seq) = next_seq.get_mut(&tun.name) else {
+                    continue;
+                };
                 for m in buf.drain(..) {
                     let s = *seq;
                     *seq = seq.wrapping_add(1);
                     ident = ident.wrapping_add(1);
                     encap_and_queue(
                         m,
-                        &tables,
+                        tables,
                         ti,
                         Some(s),
                         ident,
@@ -775,6 +798,8 @@ impl WorkerLcore {
                         &mut drops,
                         &me.stats,
                         &w.work,
+                        &me.pool,
+                        &mut scratch,
                     );
                     if drops.len() == BURST {
                         Mbuf::free_bulk(&mut drops);
@@ -782,7 +807,7 @@ impl WorkerLcore {
                 }
             }
             for b in tx.iter_mut().flatten() {
-                flush_worker(b, &me.stats, &mut drops, &w.work, &tables, me.slot);
+                flush_worker(b, &me.stats, &mut drops, &w.work, tables, me.slot);
             }
             Mbuf::free_bulk(&mut drops);
 
@@ -843,9 +868,21 @@ fn encap_and_queue(
     drops: &mut Vec<Mbuf>,
     stats: &LcoreStats,
     work: &[Drained],
+    pool: &Mempool,
+    scratch: &mut Vec<Mbuf>,
 ) {
     let c = &tables.tunnels[ti].counters.workers[slot];
-    match tunnel::encapsulate(&mut m, &tables.tunnels, ti, seq, ident) {
+    let r = tunnel::encapsulate(&mut m, &tables.tunnels, ti, seq, ident);
+    if let Err(tunnel::EncapError::TooBig(inner_mtu)) = r {
+        // Issue 8 / RFC 1191 / RFC 8201: DF or IPv6 inside -> ICMP Fragmentation Needed /
+        // Packet Too Big with the tunnel's MTU back to the sender (never rate limited); IPv4
+        // without DF -> encapsulate anyway and fragment the outer packet.
+        c.too_big.inc();
+        return too_big(
+            m, tables, ti, seq, ident, inner_mtu, slot, tx, drops, stats, work, pool, scratch,
+        );
+    }
+    match r {
         Ok(port) => match tx.get_mut(port as usize) {
             Some(Some(b)) => {
                 b.pkts.push(m);
@@ -860,8 +897,82 @@ fn encap_and_queue(
             }
         },
         Err(_) => {
-            c.too_big.inc();
+            // Not IP, or no headroom: nothing to send.
+            c.tx_full.inc();
             drops.push(m);
+        }
+    }
+}
+
+/// A packet too big for tunnel `ti`'s path: an ICMP error to its sender, or outer fragments.
+#[allow(clippy::too_many_arguments)]
+fn too_big(
+    mut m: Mbuf,
+    tables: &Tables,
+    ti: usize,
+    seq: Option<u32>,
+    ident: u16,
+    inner_mtu: u16,
+    slot: usize,
+    tx: &mut [Option<TxBatch<Tag>>],
+    drops: &mut Vec<Mbuf>,
+    stats: &LcoreStats,
+    work: &[Drained],
+    pool: &Mempool,
+    pieces: &mut Vec<Mbuf>,
+) {
+    use crate::pipeline::icmp_error::{self, ErrorKind};
+    let Ok(p) = crate::pipeline::Parsed::parse(m.data(), &tables.hasher, None) else {
+        drops.push(m);
+        return;
+    };
+    let df = p.version == crate::pipeline::IpVersion::V6
+        || crate::wire::Ipv4Packet::new_checked(&m.data()[p.l3_offset as usize..]).is_ok_and(|ip| ip.dont_frag());
+    let port = m.port();
+    if df {
+        let kind = if p.version == crate::pipeline::IpVersion::V6 {
+            ErrorKind::PacketTooBig { mtu: inner_mtu as u32 }
+        } else {
+            ErrorKind::FragmentationNeeded { mtu: inner_mtu }
+        };
+        let mac = tables.ports.get(port as usize).map(|a| a.mac).unwrap_or_default();
+        if icmp_error::eligible(kind, &p, m.data()) && icmp_error::build_in_place(&mut m, &p, mac, p.dst, kind, ident) {
+            if let Some(Some(b)) = tx.get_mut(port as usize) {
+                b.pkts.push(m);
+                b.tags.push(Tag::Piece);
+                if b.pkts.len() >= BURST {
+                    flush_worker(b, stats, drops, work, tables, slot);
+                }
+                return;
+            }
+        }
+        drops.push(m);
+        return;
+    }
+    let Ok(out_port) = tunnel::encapsulate_oversize(&mut m, &tables.tunnels, ti, seq, ident) else {
+        drops.push(m);
+        return;
+    };
+    let mtu = tunnel::path_of(&tables.tunnels, ti).3;
+    let ok = fragment_frame(&m, mtu, pool, ident as u32, pieces);
+    drops.push(m);
+    let Some(Some(b)) = tx.get_mut(out_port as usize) else {
+        drops.append(pieces);
+        return;
+    };
+    if !ok || pieces.is_empty() {
+        tables.tunnels[ti].counters.workers[slot].tx_full.inc();
+        drops.append(pieces);
+        return;
+    }
+    tables.tunnels[ti].counters.workers[slot].fragmented.inc();
+    let n = pieces.len();
+    for (i, piece) in pieces.drain(..).enumerate() {
+        b.pkts.push(piece);
+        b.tags
+            .push(if i + 1 == n { Tag::Tunnel(ti as u32) } else { Tag::Piece });
+        if b.pkts.len() >= BURST {
+            flush_worker(b, stats, drops, work, tables, slot);
         }
     }
 }

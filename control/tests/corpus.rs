@@ -1,0 +1,685 @@
+//! The capture corpus (`configs/captures/corpus.toml`) replayed two ways:
+//!
+//! - `corpus_through_the_daemon`: every entry through the real fastpathd over DPDK `net_pcap`,
+//!   one process per entry; checks every outcome count, the listed metric series, and tshark
+//!   display-filter counts on each output queue's capture;
+//! - `corpus_in_process`: every entry through the pipeline over heap buffers, no DPDK: the same
+//!   config parsed by the daemon's own parser, the same tables built by the daemon's own
+//!   builder (sockets are `SimQueue`s nobody drains), reassembly driven as the RX lcore drives
+//!   it, pcap timestamps as the clock. It checks the outcome counts, which RX lcores count;
+//!   what workers do (echo answers sent, tunnel encapsulation, `socket_processed`), the output
+//!   captures and the metric series are the daemon runner's alone.
+//!
+//! Both print every mismatch of every entry at once, expected against got. `FASTPATH_CORPUS=a,b`
+//! runs only the named entries; `FASTPATH_CORPUS_JOBS=N` daemons at a time (default 2).
+
+mod common;
+
+use common::*;
+use control::config;
+use control::tables::{OpenedPort, TableBuilder};
+use fastpath::buf::{HeapBuf, PacketBuf};
+use fastpath::outcome::Outcome;
+use fastpath::pipeline::reasm::{Fate, FragMeta, Insert, ReasmIo, Reassembler, Released};
+use fastpath::pipeline::{Instant, Pipeline, Verdict};
+use fastpath::socket::{PacketQueue, SimQueue};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+// ---------------------------------------------------------------------------------------------
+// The manifest.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Manifest {
+    capture: Vec<Entry>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    /// Unique; names the scratch directory and the EAL file prefix.
+    name: String,
+    /// Input capture, relative to `configs/captures/`.
+    pcap: String,
+    /// The daemon config without `[dpdk] eal_args` and `[metrics]` (the runner adds them). The
+    /// one port must be `net_pcap0`; it gets one `tx_pcap` output per TX queue.
+    config: String,
+    /// `--exit-when-idle` for the daemon; also how long the in-process runner lets simulated
+    /// time run on after the last packet (reassembly timeouts).
+    #[serde(default = "default_idle")]
+    idle_ms: u64,
+    /// Every outcome that is not 0 (any outcome not listed must be 0).
+    outcomes: BTreeMap<String, Count>,
+    /// The in-process runner's outcomes, where they differ (its sockets are never drained).
+    #[serde(default)]
+    inproc_outcomes: Option<BTreeMap<String, Count>>,
+    /// Metric series in the daemon's dump, e.g. `'fastpath_gre_decap_total{tunnel="t1"}' = 7`.
+    #[serde(default)]
+    metrics: BTreeMap<String, Count>,
+    /// Display-filter counts on the daemon's output capture of each TX queue.
+    #[serde(default)]
+    output: Vec<OutputCheck>,
+}
+
+fn default_idle() -> u64 {
+    300
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct OutputCheck {
+    queue: usize,
+    filter: String,
+    count: Count,
+}
+
+/// An exact count, or bounds (`{ min = 396 }`, `{ max = 239 }`, both) for what depends on timing.
+#[derive(Deserialize, Clone, Copy, Debug, PartialEq)]
+#[serde(untagged)]
+enum Count {
+    Exact(u64),
+    Range {
+        #[serde(default)]
+        min: Option<u64>,
+        #[serde(default)]
+        max: Option<u64>,
+    },
+}
+
+impl Count {
+    fn holds(self, n: u64) -> bool {
+        match self {
+            Count::Exact(e) => n == e,
+            Count::Range { min, max } => min.is_none_or(|m| n >= m) && max.is_none_or(|m| n <= m),
+        }
+    }
+}
+
+impl std::fmt::Display for Count {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Count::Exact(e) => write!(f, "{e}"),
+            Count::Range { min, max } => match (min, max) {
+                (Some(a), Some(b)) => write!(f, "{a}..={b}"),
+                (Some(a), None) => write!(f, ">= {a}"),
+                (None, Some(b)) => write!(f, "<= {b}"),
+                (None, None) => write!(f, "any"),
+            },
+        }
+    }
+}
+
+fn captures_dir() -> PathBuf {
+    repo().join("configs/captures")
+}
+
+/// The manifest's entries (only those named in `FASTPATH_CORPUS`, if set), checked for what
+/// would make a run meaningless: unknown outcome names, duplicate names, missing captures.
+fn entries() -> Vec<Entry> {
+    let path = captures_dir().join("corpus.toml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let m: Manifest = toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut seen = std::collections::BTreeSet::new();
+    for e in &m.capture {
+        assert!(seen.insert(e.name.clone()), "corpus.toml: duplicate name {:?}", e.name);
+        assert!(
+            captures_dir().join(&e.pcap).is_file(),
+            "corpus.toml: {}: no configs/captures/{}",
+            e.name,
+            e.pcap
+        );
+        for name in e.outcomes.keys().chain(e.inproc_outcomes.iter().flat_map(|o| o.keys())) {
+            assert!(
+                Outcome::ALL.iter().any(|o| o.name() == name),
+                "corpus.toml: {}: no outcome {name:?}",
+                e.name
+            );
+        }
+    }
+    let only: Option<Vec<String>> = std::env::var("FASTPATH_CORPUS")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    m.capture
+        .into_iter()
+        .filter(|e| only.as_ref().is_none_or(|o| o.contains(&e.name)))
+        .collect()
+}
+
+/// The entry's full daemon config: its `config` plus `[dpdk] eal_args` (net_pcap0 reading the
+/// capture, one `tx_pcap` per TX queue into `outputs`) and an ephemeral metrics port.
+fn full_config(e: &Entry, outputs: &dyn Fn(usize) -> PathBuf) -> (String, usize) {
+    let mut t: toml::Table = toml::from_str(&e.config).unwrap_or_else(|err| panic!("{}: config: {err}", e.name));
+    let tx_queues =
+        t.get("port")
+            .and_then(|p| p.as_array())
+            .filter(|p| p.len() == 1)
+            .and_then(|p| p[0].get("tx_queues"))
+            .and_then(|q| q.as_integer())
+            .unwrap_or_else(|| panic!("{}: config needs exactly one [[port]] with tx_queues", e.name)) as usize;
+    let mut vdev = format!("--vdev=net_pcap0,rx_pcap={}", captures_dir().join(&e.pcap).display());
+    for q in 0..tx_queues {
+        write!(vdev, ",tx_pcap={}", outputs(q).display()).unwrap();
+    }
+    let eal: toml::Value =
+        toml::from_str::<toml::Table>(&format!("a = {}", eal_args(&format!("corpus-{}", e.name), &[vdev])))
+            .unwrap()
+            .remove("a")
+            .unwrap();
+    let dpdk = t
+        .entry("dpdk")
+        .or_insert_with(|| toml::Value::Table(Default::default()))
+        .as_table_mut()
+        .unwrap();
+    assert!(!dpdk.contains_key("eal_args"), "{}: the runner sets eal_args", e.name);
+    dpdk.insert("eal_args".into(), eal);
+    assert!(!t.contains_key("metrics"), "{}: the runner sets [metrics]", e.name);
+    t.insert(
+        "metrics".into(),
+        toml::Value::Table(toml::from_str("listen = \"127.0.0.1:0\"").unwrap()),
+    );
+    (toml::to_string(&t).unwrap(), tx_queues)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparing.
+
+/// Every outcome expected or counted, one line each; mismatches marked. Empty if all match.
+fn diff_outcomes(want: &BTreeMap<String, Count>, got: &BTreeMap<String, u64>, table: &mut String) -> bool {
+    let mut bad = false;
+    let mut lines = String::new();
+    for o in Outcome::ALL {
+        let name = o.name();
+        let w = want.get(name).copied().unwrap_or(Count::Exact(0));
+        let g = got.get(name).copied().unwrap_or(0);
+        let ok = w.holds(g);
+        bad |= !ok;
+        if !ok || w != Count::Exact(0) || g != 0 {
+            let mark = if ok { "" } else { "   <-- MISMATCH" };
+            writeln!(lines, "    {name:<22} {:>12} {g:>8}{mark}", w.to_string()).unwrap();
+        }
+    }
+    if bad {
+        writeln!(table, "    {:<22} {:>12} {:>8}", "outcome", "expected", "got").unwrap();
+        table.push_str(&lines);
+    }
+    bad
+}
+
+fn report(failures: &[String]) {
+    if !failures.is_empty() {
+        panic!(
+            "{} corpus entr{} failed:\n\n{}",
+            failures.len(),
+            if failures.len() == 1 { "y" } else { "ies" },
+            failures.join("\n")
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runner A: the real daemon.
+
+#[test]
+fn corpus_through_the_daemon() {
+    let jobs: usize = std::env::var("FASTPATH_CORPUS_JOBS")
+        .ok()
+        .and_then(|j| j.parse().ok())
+        .unwrap_or(2)
+        .max(1);
+    let queue = Mutex::new(entries());
+    let failures = Mutex::new(Vec::new());
+    let t = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let Some(e) = queue.lock().unwrap().pop() else { break };
+                let t = std::time::Instant::now();
+                let r = std::panic::catch_unwind(|| daemon_run(&e))
+                    .unwrap_or_else(|p| Some(format!("  panicked: {:?}\n", p.downcast_ref::<String>())));
+                eprintln!("corpus {}: daemon run {:.1} s", e.name, t.elapsed().as_secs_f64());
+                if let Some(r) = r {
+                    failures
+                        .lock()
+                        .unwrap()
+                        .push(format!("capture {:?} ({}), through the daemon:\n{r}", e.name, e.pcap));
+                }
+            });
+        }
+    });
+    eprintln!("corpus through the daemon: {:.1} s", t.elapsed().as_secs_f64());
+    report(&failures.into_inner().unwrap());
+}
+
+/// Runs one entry through fastpathd; `Some(what differs)` on failure.
+fn daemon_run(e: &Entry) -> Option<String> {
+    let s = Scratch::new(&format!("corpus-{}", e.name));
+    let out = |q: usize| s.path(&format!("q{q}.pcap"));
+    let (cfg_text, tx_queues) = full_config(e, &out);
+    let cfg = s.write("c.toml", &cfg_text);
+    let dump = s.path("metrics.prom");
+    let run = fastpathd()
+        .args([
+            "--config",
+            cfg.to_str().unwrap(),
+            "--exit-when-idle",
+            &e.idle_ms.to_string(),
+            "--metrics-dump",
+            dump.to_str().unwrap(),
+        ])
+        .output()
+        .expect("run fastpathd");
+    if run.status.code() != Some(0) {
+        return Some(format!(
+            "  fastpathd exited {:?}:\n{}\n",
+            run.status.code(),
+            String::from_utf8_lossy(&run.stderr)
+        ));
+    }
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    let mut diff = String::new();
+
+    let frames = read_pcap(&captures_dir().join(&e.pcap)).len() as u64;
+    let rx = family_sum(&m, "fastpath_rx_packets_total") as u64;
+    let counted = family_sum(&m, "fastpath_packets_total") as u64;
+    if rx != frames || counted != frames {
+        writeln!(
+            diff,
+            "  {frames} frames in the capture, {rx} received, {counted} counted in outcomes"
+        )
+        .unwrap();
+    }
+    if m.get("fastpath_mbufs_in_use").copied() != Some(0.0) {
+        writeln!(diff, "  mbufs in use at exit: {:?}", m.get("fastpath_mbufs_in_use")).unwrap();
+    }
+    let got: BTreeMap<String, u64> = Outcome::ALL
+        .iter()
+        .map(|o| (o.name().to_string(), outcome(&m, o.name())))
+        .collect();
+    let nonzero: Vec<String> = got
+        .iter()
+        .filter(|(_, &n)| n > 0)
+        .map(|(o, n)| format!("{o} {n}"))
+        .collect();
+    eprintln!("corpus {}: {}", e.name, nonzero.join(", "));
+    diff_outcomes(&e.outcomes, &got, &mut diff);
+
+    let mut series = String::new();
+    for (k, w) in &e.metrics {
+        let g = m.get(k).copied();
+        if !g.is_some_and(|g| w.holds(g as u64)) {
+            let g = g.map_or("absent".to_string(), |g| g.to_string());
+            writeln!(series, "    {k:<60} {:>12} {g:>8}   <-- MISMATCH", w.to_string()).unwrap();
+        }
+    }
+    if !series.is_empty() {
+        writeln!(diff, "    {:<60} {:>12} {:>8}", "metric", "expected", "got").unwrap();
+        diff.push_str(&series);
+    }
+
+    let mut filters = String::new();
+    for q in 0..tx_queues {
+        let checks: Vec<&OutputCheck> = e.output.iter().filter(|c| c.queue == q).collect();
+        if checks.is_empty() {
+            continue;
+        }
+        let names: Vec<&str> = checks.iter().map(|c| c.filter.as_str()).collect();
+        let counts = match filter_counts(&out(q), &names) {
+            Ok(c) => c,
+            Err(err) => {
+                writeln!(diff, "  queue {q}: {err}").unwrap();
+                continue;
+            }
+        };
+        for (c, g) in checks.iter().zip(counts) {
+            if !c.count.holds(g) {
+                let f = format!("q{q}: {}", c.filter);
+                writeln!(filters, "    {f:<60} {:>12} {g:>8}   <-- MISMATCH", c.count.to_string()).unwrap();
+            }
+        }
+    }
+    if let Some(c) = e.output.iter().find(|c| c.queue >= tx_queues) {
+        writeln!(
+            diff,
+            "  output check on queue {} but the port has {tx_queues} TX queues",
+            c.queue
+        )
+        .unwrap();
+    }
+    if !filters.is_empty() {
+        writeln!(diff, "    {:<60} {:>12} {:>8}", "output filter", "expected", "got").unwrap();
+        diff.push_str(&filters);
+    }
+    if diff.is_empty() {
+        None
+    } else {
+        if std::env::var_os("FASTPATH_KEEP_SCRATCH").is_some() {
+            writeln!(diff, "  (files kept in {})", s.0.display()).unwrap();
+        }
+        Some(diff)
+    }
+}
+
+/// How many frames of `pcap` match each display filter, in one tshark pass (`-z io,stat`; a
+/// filter with a comma, which io,stat cannot take, gets a pass of its own). IPv4, UDP and TCP
+/// checksum validation is on, so filters may use `*.checksum.status`.
+fn filter_counts(pcap: &Path, filters: &[&str]) -> Result<Vec<u64>, String> {
+    if read_pcap(pcap).is_empty() {
+        return Ok(vec![0; filters.len()]);
+    }
+    let (plain, comma): (Vec<usize>, Vec<usize>) = (0..filters.len()).partition(|&i| !filters[i].contains(','));
+    let mut counts = vec![0; filters.len()];
+    if !plain.is_empty() {
+        let list: Vec<&str> = plain.iter().map(|&i| filters[i]).collect();
+        // io,stat prints no row for a capture whose frames all share one timestamp (a single
+        // frame, say): count those filter by filter instead.
+        let got = match io_stat(pcap, &list) {
+            Ok(got) => got,
+            Err(_) => list
+                .iter()
+                .map(|f| tshark_checked(pcap, f, &["frame.number"]).len() as u64)
+                .collect(),
+        };
+        for (i, g) in plain.into_iter().zip(got) {
+            counts[i] = g;
+        }
+    }
+    for i in comma {
+        counts[i] = tshark_checked(pcap, filters[i], &["frame.number"]).len() as u64;
+    }
+    Ok(counts)
+}
+
+fn io_stat(pcap: &Path, filters: &[&str]) -> Result<Vec<u64>, String> {
+    let out = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(pcap)
+        .args([
+            "-q",
+            "-o",
+            "ip.check_checksum:TRUE",
+            "-o",
+            "udp.check_checksum:TRUE",
+            "-o",
+            "tcp.check_checksum:TRUE",
+            "-z",
+        ])
+        .arg(format!("io,stat,0,{}", filters.join(",")))
+        .output()
+        .map_err(|e| format!("tshark is needed (apt-get install -y tshark; ci/setup does it): {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "tshark failed on {}: {}{text}",
+            pcap.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    // The one interval row: "| 0.000 <> 0.021 |     12 |   500 |     11 |   458 |" — frames
+    // and bytes per filter.
+    let row = text
+        .lines()
+        .find(|l| l.contains("<>"))
+        .ok_or_else(|| format!("no io,stat row from tshark:\n{text}"))?;
+    let cells: Vec<&str> = row.split('|').map(str::trim).filter(|c| !c.is_empty()).collect();
+    let frames: Vec<u64> = cells
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .map(|c| c.parse().map_err(|_| format!("bad io,stat row {row:?}")))
+        .collect::<Result<_, _>>()?;
+    if frames.len() != filters.len() {
+        return Err(format!(
+            "io,stat gave {} columns for {} filters:\n{text}",
+            frames.len(),
+            filters.len()
+        ));
+    }
+    Ok(frames)
+}
+
+// ---------------------------------------------------------------------------------------------
+// A classic libpcap reader: little-endian, microsecond or nanosecond timestamps, Ethernet.
+
+/// One frame: its timestamp in ns since the epoch and its bytes.
+struct Frame {
+    ts_ns: u64,
+    data: Vec<u8>,
+}
+
+fn read_pcap(path: &Path) -> Vec<Frame> {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+    assert!(b.len() >= 24, "{}: no pcap header", path.display());
+    let ns = match u32_at(0) {
+        0xa1b2_c3d4 => false,
+        0xa1b2_3c4d => true,
+        m => panic!("{}: magic {m:#x}: not a little-endian classic pcap", path.display()),
+    };
+    assert_eq!(u32_at(20), 1, "{}: linktype must be 1 (Ethernet)", path.display());
+    let mut frames = Vec::new();
+    let mut i = 24;
+    while i < b.len() {
+        assert!(i + 16 <= b.len(), "{}: truncated record header at {i}", path.display());
+        let (sec, frac, incl) = (u32_at(i) as u64, u32_at(i + 4) as u64, u32_at(i + 8) as usize);
+        let data = b
+            .get(i + 16..i + 16 + incl)
+            .unwrap_or_else(|| panic!("{}: truncated record at {i}", path.display()));
+        frames.push(Frame {
+            ts_ns: sec * 1_000_000_000 + if ns { frac } else { frac * 1000 },
+            data: data.to_vec(),
+        });
+        i += 16 + incl;
+    }
+    frames
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runner B: in process, no DPDK.
+
+#[test]
+fn corpus_in_process() {
+    let t = std::time::Instant::now();
+    let mut failures = Vec::new();
+    for e in entries() {
+        let (text, _) = full_config(&e, &|q| PathBuf::from(format!("/dev/null/q{q}")));
+        let cfg = match config::parse(&text, &format!("corpus.toml:{}", e.name)) {
+            Ok(c) => c,
+            Err(err) => {
+                failures.push(format!("capture {:?}: bad config:\n{err}\n", e.name));
+                continue;
+            }
+        };
+        let frames = read_pcap(&captures_dir().join(&e.pcap));
+        let got = in_process(&cfg, &frames, e.idle_ms);
+        let total: u64 = got.values().sum();
+        let mut diff = String::new();
+        if total != frames.len() as u64 {
+            writeln!(diff, "  {} frames, {total} outcomes", frames.len()).unwrap();
+        }
+        diff_outcomes(e.inproc_outcomes.as_ref().unwrap_or(&e.outcomes), &got, &mut diff);
+        if !diff.is_empty() {
+            failures.push(format!("capture {:?} ({}), in process:\n{diff}", e.name, e.pcap));
+        }
+    }
+    eprintln!("corpus in process: {:.2} s", t.elapsed().as_secs_f64());
+    report(&failures);
+}
+
+fn sim_queue(capacity: usize) -> Result<Box<dyn PacketQueue>, String> {
+    Ok(Box::new(SimQueue::new(capacity)))
+}
+
+/// What the RX lcore's reassembler needs, over heap buffers.
+struct Io {
+    rng: u64,
+    released: Vec<Released<HeapBuf>>,
+}
+
+impl ReasmIo<HeapBuf> for Io {
+    fn alloc(&mut self, len: usize) -> Option<HeapBuf> {
+        Some(HeapBuf::with_room(&[], fastpath::buf::DEFAULT_HEADROOM, len + 256))
+    }
+    fn release(&mut self, r: Released<HeapBuf>) {
+        self.released.push(r);
+    }
+    fn random(&mut self) -> u32 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng >> 16) as u32
+    }
+}
+
+/// One RX lcore (slot 0) over heap buffers, as `fastpath::runtime::RxLcore` runs it: bursts of
+/// 32 with one `now` each, staged packets enqueued per socket at the end of the burst,
+/// fragments through the reassembler (a completed datagram goes through the pipeline again),
+/// bounded expiry per burst, then `idle_ms` of simulated quiet time and the clean stop's drain.
+/// The clock is the capture's timestamps (from 1 s, never 0). Returns the outcome counts.
+fn in_process(cfg: &config::Config, frames: &[Frame], idle_ms: u64) -> BTreeMap<String, u64> {
+    const DATA_ROOM: usize = 2048; // the daemon's mbuf data room: larger frames are `oversize`
+    let port = OpenedPort {
+        id: 0,
+        mac: cfg.ports[0].mac.unwrap_or_default(),
+    };
+    let mut builder = TableBuilder::with_queues(vec![port], cfg.lcores.rx.len(), cfg.lcores.workers.len(), sim_queue);
+    let tables = Arc::new(builder.build(cfg, 1).expect("tables"));
+    let mut rx = InProcess {
+        pipeline: Pipeline::new(tables.clone(), 0),
+        reasm: Reassembler::new(tables.reassembly.clone()),
+        io: Io {
+            rng: 0x2545_f491_4f6c_dd1d,
+            released: Vec::new(),
+        },
+        counts: [0; Outcome::COUNT],
+    };
+    let t0 = frames.first().map_or(0, |f| f.ts_ns);
+    let at = |ts: u64| Instant(1_000_000_000 + ts.saturating_sub(t0));
+    // FASTPATH_CORPUS_FRAMES=1 prints the outcomes counted while each frame was handled (a
+    // fragment's come later, with the fragment that completes or refuses its datagram).
+    let show = std::env::var_os("FASTPATH_CORPUS_FRAMES").is_some();
+    for (b, burst) in frames.chunks(fastpath::runtime::BURST).enumerate() {
+        let now = at(burst[0].ts_ns);
+        for (i, f) in burst.iter().enumerate() {
+            let before = rx.counts;
+            if f.data.len() > DATA_ROOM {
+                rx.count(Outcome::Oversize);
+            } else {
+                rx.handle(HeapBuf::new(&f.data), now);
+            }
+            if show {
+                let what: Vec<&str> = Outcome::ALL
+                    .iter()
+                    .filter(|o| rx.counts[o.index()] != before[o.index()])
+                    .map(|o| o.name())
+                    .collect();
+                let staged = if what.is_empty() { "staged for a socket" } else { "" };
+                eprintln!(
+                    "  frame {}: {}{staged}",
+                    b * fastpath::runtime::BURST + i + 1,
+                    what.join(", ")
+                );
+            }
+        }
+        rx.enqueue_staged();
+        rx.expire(now);
+    }
+    // Quiet time after the last packet, then the clean stop.
+    let end = at(frames.last().map_or(0, |f| f.ts_ns)).0 + idle_ms * 1_000_000;
+    while let Some(d) = rx.reasm.next_deadline().filter(|d| d.0 <= end) {
+        rx.expire(d);
+    }
+    rx.reasm.drain_all(&mut rx.io);
+    rx.settle(Instant(end));
+    Outcome::ALL
+        .iter()
+        .map(|o| (o.name().to_string(), rx.counts[o.index()]))
+        .collect()
+}
+
+struct InProcess {
+    pipeline: Pipeline,
+    reasm: Reassembler<HeapBuf>,
+    io: Io,
+    counts: [u64; Outcome::COUNT],
+}
+
+impl InProcess {
+    fn count(&mut self, o: Outcome) {
+        self.counts[o.index()] += 1;
+    }
+
+    /// `RxLcore::handle`: a transmitted answer counts its outcome (the TX queue is assumed to
+    /// take it); a delivered packet is staged.
+    fn handle(&mut self, mut b: HeapBuf, now: Instant) {
+        loop {
+            match self.pipeline.process(0, &mut b, now) {
+                Verdict::Drop(o) | Verdict::Transmit(o) | Verdict::TransmitOn { outcome: o, .. } => self.count(o),
+                Verdict::Deliver(_) => {} // counted when the burst's staged packets are enqueued
+                Verdict::Reassemble { l3 } => {
+                    let Some(meta) = FragMeta::from_frame(b.data(), l3 as usize) else {
+                        self.count(Outcome::Malformed);
+                        return;
+                    };
+                    let done = self.reasm.insert(now, b, &meta, &mut self.io);
+                    self.settle(now);
+                    if let Insert::Complete { datagram, .. } = done {
+                        b = datagram;
+                        continue;
+                    }
+                }
+            }
+            return;
+        }
+    }
+
+    /// `RxLcore::enqueue_staged`: each socket takes what fits, the rest is `socket_full`.
+    fn enqueue_staged(&mut self) {
+        let tables = self.pipeline.tables().clone();
+        let staged: Vec<(usize, usize)> = self.pipeline.staged().collect();
+        for (s, n) in staged {
+            let socket = &tables.sockets[s];
+            let q = socket.queue.as_any().downcast_ref::<SimQueue>().unwrap();
+            let took = q.push(n);
+            let c = &socket.counters.rx[0];
+            c.delivered.add(took as u64);
+            c.full.add((n - took) as u64);
+            self.counts[Outcome::Delivered.index()] += took as u64;
+            self.counts[Outcome::SocketFull.index()] += (n - took) as u64;
+        }
+        self.pipeline.burst_done();
+    }
+
+    fn expire(&mut self, now: Instant) {
+        if self.reasm.next_deadline().is_some_and(|d| d <= now) {
+            self.reasm.expire(now, fastpath::runtime::EXPIRE_BUDGET, &mut self.io);
+            self.settle(now);
+        }
+    }
+
+    /// `RxLcore::settle_reassembly`: one outcome per fragment handed back; a timed-out first
+    /// fragment is answered with Time Exceeded when the ICMP limits allow.
+    fn settle(&mut self, now: Instant) {
+        for mut r in std::mem::take(&mut self.io.released) {
+            if r.fate == (Fate::TimedOut { first: true }) {
+                if let Some(Verdict::Transmit(o)) = self.pipeline.reassembly_timeout(0, &mut r.buf, now) {
+                    self.count(o);
+                    continue;
+                }
+            }
+            let o = match r.fate {
+                Fate::Reassembled => Some(Outcome::Reassembled),
+                Fate::Absorbed => None,
+                Fate::Refused(_) => Some(Outcome::ReassemblyRefused),
+                Fate::TimedOut { .. } => Some(Outcome::ReassemblyTimeout),
+                Fate::Drained => Some(Outcome::ReassemblyFlushed),
+            };
+            if let Some(o) = o {
+                self.count(o);
+            }
+        }
+    }
+}
