@@ -872,12 +872,7 @@ fn validate_tunnels(raw: Vec<TunnelSection>, ports: &[PortConfig], errs: &mut Er
     for (ti, r) in raw.iter().enumerate() {
         let at = |k: &'static str| [Key("tunnel"), Index(ti), Key(k)];
         let who = format!("tunnel {:?}", r.name);
-        if r.name.is_empty()
-            || !r
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
+        if !valid_name(&r.name) {
             errs.add(
                 &at("name"),
                 format!("{who}: expected a name of letters, digits, '-' and '_'"),
@@ -1063,12 +1058,7 @@ fn validate_services(
     for (si, r) in raw.into_iter().enumerate() {
         let at = |k: &'static str| [Key("service"), Index(si), Key(k)];
         let who = format!("service {:?}", r.name);
-        if r.name.is_empty()
-            || !r
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
+        if !valid_name(&r.name) {
             errs.add(
                 &at("name"),
                 format!("{who}: expected a name of letters, digits, '-' and '_'"),
@@ -1225,6 +1215,11 @@ fn validate_services(
         });
     }
     (out, tunnel_refs)
+}
+
+/// Whether `name` is a valid service or tunnel name (it becomes a metric label value).
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 /// Parses `port[pi].<key>`: local unicast addresses, each once.
