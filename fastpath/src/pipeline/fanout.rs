@@ -73,6 +73,15 @@ pub struct FanoutState {
     touched: Vec<usize>,
     /// This lcore's flow-limit table, if the limit is on here.
     pub flow_limit: Option<FlowLimit>,
+    /// Per global socket: the ring's length as read at its first use in the current burst. A
+    /// ring's length is two loads from lines the consumer and other producers keep writing;
+    /// reading it once per burst, not per packet, keeps the common path off those lines (the
+    /// packets staged since then are counted on top).
+    snap: Vec<u32>,
+    /// Per global socket: the burst `snap` was read in.
+    snap_burst: Vec<u32>,
+    /// The current burst.
+    burst: u32,
 }
 
 impl FanoutState {
@@ -87,7 +96,20 @@ impl FanoutState {
             staged: vec![0; sockets],
             touched: Vec::with_capacity(sockets),
             flow_limit: None,
+            snap: vec![0; sockets],
+            snap_burst: vec![0; sockets],
+            burst: 1,
         }
+    }
+
+    /// Packets in `socket` (global index `s`) counting this lcore's staged ones.
+    #[inline]
+    fn queued(&mut self, s: usize, socket: &Socket) -> usize {
+        if self.snap_burst[s] != self.burst {
+            self.snap[s] = socket.queue.len() as u32;
+            self.snap_burst[s] = self.burst;
+        }
+        self.snap[s] as usize + self.staged[s] as usize
     }
 
     #[inline]
@@ -124,6 +146,7 @@ impl FanoutState {
             self.staged[s] = 0;
         }
         self.touched.clear();
+        self.burst = self.burst.wrapping_add(1).max(1);
     }
 
     /// Picks the socket for a packet of flow `hash` in `group`.
@@ -141,7 +164,7 @@ impl FanoutState {
         };
         let gi = group.sockets[pos];
         let s = &sockets[gi];
-        let queued = s.queue.len() + self.staged(gi);
+        let queued = self.queued(gi, s);
         // Flow limit first (seed 003): a dominant flow is shed, a merely large one may still
         // roll over below.
         if let Some(fl) = &mut self.flow_limit {
@@ -172,7 +195,7 @@ impl FanoutState {
                 let gj = group.sockets[i];
                 let other = &sockets[gj];
                 if !other.under_pressure() {
-                    if other.room(self.staged(gj)) == Room::Normal {
+                    if Room::after_one_more(self.queued(gj, other), other.queue.capacity()) == Room::Normal {
                         self.remembered[gi] = i as u16;
                         let c = &s.counters.rx[self.slot];
                         c.rollover.inc();
@@ -196,7 +219,7 @@ impl FanoutState {
 
     #[inline]
     fn stay_if_it_fits(&mut self, gi: usize, s: &Socket) -> Choice {
-        if s.queue.len() + self.staged(gi) < s.queue.capacity() {
+        if self.queued(gi, s) < s.queue.capacity() {
             self.stage(gi);
             Choice::Socket(gi)
         } else {
@@ -649,5 +672,55 @@ mod flow_limit_tests {
             1,
         );
         assert_eq!(q.flow_limit_len(), Some(4096));
+    }
+}
+
+#[cfg(test)]
+mod snapshot_tests {
+    use super::*;
+    use crate::socket::{PacketQueue, SocketCounters};
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    /// A queue that counts how often its length is read.
+    struct Counting(AtomicUsize);
+
+    impl PacketQueue for Counting {
+        fn len(&self) -> usize {
+            self.0.fetch_add(1, Relaxed);
+            10
+        }
+        fn capacity(&self) -> usize {
+            1000
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    #[test]
+    fn the_ring_length_is_read_once_per_burst_and_staged_packets_count_on_top() {
+        let s = vec![Arc::new(Socket::new(
+            "svc",
+            0,
+            Box::new(Counting(AtomicUsize::new(0))),
+            0,
+            Arc::new(SocketCounters::new(1, 1)),
+        ))];
+        let g = Group {
+            sockets: vec![0],
+            mode: FanoutMode::Hash,
+            rollover: true,
+            huge_flows: true,
+        };
+        let mut st = FanoutState::new(1, 0, 1);
+        let reads = || s[0].queue.as_any().downcast_ref::<Counting>().unwrap().0.load(Relaxed);
+        for _ in 0..32 {
+            assert_eq!(st.choose(&g, &s, 1), Choice::Socket(0));
+        }
+        assert_eq!(reads(), 1, "one read for the whole burst");
+        assert_eq!(st.queued(0, &s[0]), 10 + 32);
+        st.burst_done();
+        assert_eq!(st.choose(&g, &s, 1), Choice::Socket(0));
+        assert_eq!(reads(), 2, "a new burst reads again");
     }
 }
