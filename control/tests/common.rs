@@ -61,6 +61,23 @@ pub fn run(args: &[&str]) -> Output {
     out
 }
 
+/// Runs fastpathd on `cfg` until no packet arrived for `idle_ms`, checks it stopped cleanly, and
+/// returns the metrics it dumped at exit.
+pub fn run_to_idle(s: &Scratch, cfg: &Path, idle_ms: u32) -> BTreeMap<String, f64> {
+    let dump = s.path("metrics.prom");
+    let idle = idle_ms.to_string();
+    let out = run(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--exit-when-idle",
+        &idle,
+        "--metrics-dump",
+        dump.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "fastpathd exit code");
+    parse_metrics(&std::fs::read_to_string(&dump).unwrap())
+}
+
 /// Parses a Prometheus text dump into `series -> value`, e.g.
 /// `fastpath_packets_total{outcome="malformed"} -> 5`.
 pub fn parse_metrics(text: &str) -> BTreeMap<String, f64> {

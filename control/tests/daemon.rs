@@ -26,18 +26,7 @@ fn replays_arp_and_junk_and_answers_arp() {
             eal_args("replay", &[vdev])
         ),
     );
-    let dump = s.path("metrics.prom");
-    let out = run(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--exit-when-idle",
-        "300",
-        "--metrics-dump",
-        dump.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0));
-
-    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    let m = run_to_idle(&s, &cfg, 300);
     assert_eq!(assert_conservation(&m), 22, "demo.pcap holds 22 frames");
     // Expected outcomes, one per frame of configs/captures/gen_demo.py.
     for (name, n) in [

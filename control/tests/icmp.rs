@@ -26,17 +26,7 @@ fn a_flooding_source_does_not_steal_other_sources_errors() {
             eal_args("icmp", &[vdev])
         ),
     );
-    let dump = s.path("metrics.prom");
-    let out = run(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--exit-when-idle",
-        "300",
-        "--metrics-dump",
-        dump.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0));
-    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    let m = run_to_idle(&s, &cfg, 300);
     assert_eq!(assert_conservation(&m), 2205);
 
     let errors = tshark_checked(

@@ -30,6 +30,22 @@ fn ip(args: &[&str]) {
     );
 }
 
+/// Runs `cmd` in network namespace `ns` and logs what it printed (shown when a test fails).
+fn ns_exec(ns: &str, cmd: &[&str]) -> Output {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(cmd)
+        .output()
+        .unwrap();
+    eprintln!(
+        "--- [{ns}] {cmd:?}: {:?}\n{}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 impl Peer {
     fn new() -> Peer {
         let n = SEQ.fetch_add(1, Ordering::SeqCst);
@@ -73,19 +89,7 @@ impl Peer {
     }
 
     fn exec_b(&self, cmd: &[&str]) -> Output {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.ns_b])
-            .args(cmd)
-            .output()
-            .unwrap();
-        eprintln!(
-            "--- [{}] {cmd:?}: {:?}\n{}{}",
-            self.ns_b,
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        ns_exec(&self.ns_b, cmd)
     }
 
     /// A Python snippet run by the peer's kernel side.
@@ -296,19 +300,7 @@ impl TapPeer {
     }
 
     fn exec(&self, cmd: &[&str]) -> Output {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.ns])
-            .args(cmd)
-            .output()
-            .unwrap();
-        eprintln!(
-            "--- [{}] {cmd:?}: {:?}\n{}{}",
-            self.ns,
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        ns_exec(&self.ns, cmd)
     }
 
     fn start(&self, s: &Scratch, name: &str, extra: &str, dump: &std::path::Path) -> Daemon {

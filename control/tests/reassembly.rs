@@ -29,18 +29,8 @@ fn fragmented_datagrams_are_reassembled_answered_and_counted() {
             eal_args("reasm", &[vdev])
         ),
     );
-    let dump = s.path("metrics.prom");
     // Idle long enough for the lone first fragment's datagram to time out while running.
-    let out = run(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--exit-when-idle",
-        "1500",
-        "--metrics-dump",
-        dump.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0));
-    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    let m = run_to_idle(&s, &cfg, 1500);
     assert_eq!(assert_conservation(&m), 13);
     for (o, n) in [
         ("reassembled", 6),

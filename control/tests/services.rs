@@ -26,17 +26,7 @@ fn a_dominant_flow_is_spread_and_small_flows_stay() {
             eal_args("rollover", &[vdev])
         ),
     );
-    let dump = s.path("metrics.prom");
-    let out = run(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--exit-when-idle",
-        "500",
-        "--metrics-dump",
-        dump.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0));
-    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    let m = run_to_idle(&s, &cfg, 500);
     assert_eq!(assert_conservation(&m), 2200);
     assert_eq!(outcome(&m, "delivered"), 2200, "nothing dropped");
     let per_socket = |family: &str| -> Vec<f64> {
@@ -93,17 +83,7 @@ fn storm(limit: bool) -> (f64, std::collections::BTreeMap<String, f64>) {
             eal_args(name, &[vdev])
         ),
     );
-    let dump = s.path("metrics.prom");
-    let out = run(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--exit-when-idle",
-        "500",
-        "--metrics-dump",
-        dump.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0));
-    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    let m = run_to_idle(&s, &cfg, 500);
     assert_eq!(assert_conservation(&m), 8400);
     let answered = tshark_fields(&replies, "udp.dstport >= 7000 && udp.dstport < 7020", &["udp.dstport"]).len();
     (answered as f64 / 400.0, m)

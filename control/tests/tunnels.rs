@@ -39,17 +39,7 @@ fn gre_capture_replay() {
     cfg += &tunnel("t-b", "203.0.113.11", "key = 2");
     cfg += &tunnel("t-seq", "203.0.113.12", "sequence = true\nchecksum = true");
     let cfg = s.write("c.toml", &cfg);
-    let dump = s.path("metrics.prom");
-    let out = run(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--exit-when-idle",
-        "400",
-        "--metrics-dump",
-        dump.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0));
-    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    let m = run_to_idle(&s, &cfg, 400);
     assert_eq!(assert_conservation(&m), 31);
     for (o, n) in [
         ("echo_reply", 7),
@@ -165,17 +155,7 @@ fn packets_too_big_for_the_tunnel() {
         tunnel("t-a", "203.0.113.10", "key = 1")
     );
     let cfg = s.write("c.toml", &cfg);
-    let dump = s.path("metrics.prom");
-    let out = run(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--exit-when-idle",
-        "300",
-        "--metrics-dump",
-        dump.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0));
-    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    let m = run_to_idle(&s, &cfg, 300);
     assert_eq!(assert_conservation(&m), 3);
     assert_eq!(m["fastpath_gre_too_big_total{tunnel=\"t-a\"}"], 3.0);
     let icmp = tshark_checked(
