@@ -102,6 +102,7 @@ impl Parsed {
     /// where it may differ from what software computes: fragments and packets with an IPv6
     /// Fragment header (NICs disagree on what they hash there) and symmetric mode (a NIC hashes
     /// the tuple as received).
+    #[inline(always)]
     pub fn parse_ip<T: AsRef<[u8]>>(
         frame: &EthernetFrame<T>,
         hasher: &Toeplitz,
@@ -142,19 +143,21 @@ impl Parsed {
             }
             _ => {}
         }
-        let hash_ports = if p.fragment.is_some() { None } else { p.ports };
-        let software = match (p.src, p.dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => hasher.hash_v4(s, d, hash_ports),
-            (IpAddr::V6(s), IpAddr::V6(d)) => hasher.hash_v6(&s, &d, hash_ports),
-            _ => 0, // versions never mix: both come from one header
-        };
         p.hash = match nic_hash {
             Some(h) if nic_ok && !hasher.is_symmetric() => h,
-            _ => software,
+            _ => {
+                let hash_ports = if p.fragment.is_some() { None } else { p.ports };
+                match (p.src, p.dst) {
+                    (IpAddr::V4(s), IpAddr::V4(d)) => hasher.hash_v4(s, d, hash_ports),
+                    (IpAddr::V6(s), IpAddr::V6(d)) => hasher.hash_v6(&s, &d, hash_ports),
+                    _ => 0, // versions never mix: both come from one header
+                }
+            }
         };
         Ok(p)
     }
 
+    #[inline(always)]
     fn ipv4(b: &[u8], l3: usize) -> wire::Result<(Self, bool)> {
         let ip = Ipv4Packet::new_checked(b)?;
         if !ip.verify_checksum() {
