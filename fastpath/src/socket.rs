@@ -132,6 +132,8 @@ pub struct Socket {
     pub worker: usize,
     /// Counters, shared with the socket's successor across reloads.
     pub counters: std::sync::Arc<SocketCounters>,
+    /// `queue.capacity()`, read per packet by fanout: a plain field, not a virtual call.
+    capacity: usize,
     pressure: Pressure,
     history: History,
 }
@@ -161,6 +163,7 @@ impl Socket {
         Socket {
             service: service.to_string(),
             index,
+            capacity: queue.capacity(),
             queue,
             worker,
             counters,
@@ -169,11 +172,17 @@ impl Socket {
         }
     }
 
+    /// How many packets the queue holds at most.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Room for one more packet, counting `staged` packets this lcore holds for it but has not
     /// enqueued yet (they are enqueued at the end of the burst).
     #[inline]
     pub fn room(&self, staged: usize) -> Room {
-        Room::after_one_more(self.queue.len() + staged, self.queue.capacity())
+        Room::after_one_more(self.queue.len() + staged, self.capacity)
     }
 
     /// Whether the socket is flagged under pressure.

@@ -168,11 +168,11 @@ impl FanoutState {
         // Flow limit first (seed 003): a dominant flow is shed, a merely large one may still
         // roll over below.
         if let Some(fl) = &mut self.flow_limit {
-            if queued * 2 >= s.queue.capacity() && fl.over_limit(hash) {
+            if queued * 2 >= s.capacity() && fl.over_limit(hash) {
                 return Choice::FlowLimited(gi);
             }
         }
-        let room = Room::after_one_more(queued, s.queue.capacity());
+        let room = Room::after_one_more(queued, s.capacity());
         if !group.rollover {
             return self.stay_if_it_fits(gi, s);
         }
@@ -195,7 +195,7 @@ impl FanoutState {
                 let gj = group.sockets[i];
                 let other = &sockets[gj];
                 if !other.under_pressure() {
-                    if Room::after_one_more(self.queued(gj, other), other.queue.capacity()) == Room::Normal {
+                    if Room::after_one_more(self.queued(gj, other), other.capacity()) == Room::Normal {
                         self.remembered[gi] = i as u16;
                         let c = &s.counters.rx[self.slot];
                         c.rollover.inc();
@@ -219,7 +219,7 @@ impl FanoutState {
 
     #[inline]
     fn stay_if_it_fits(&mut self, gi: usize, s: &Socket) -> Choice {
-        if self.queued(gi, s) < s.queue.capacity() {
+        if self.queued(gi, s) < s.capacity() {
             self.stage(gi);
             Choice::Socket(gi)
         } else {

@@ -60,9 +60,14 @@ pub enum Verdict {
     },
     /// Hand the packet to this socket (index into [`Tables::sockets`]); it is staged and
     /// enqueued at the end of the burst: outcome `delivered`, or `socket_full` if the ring
-    /// refuses it.
-    Deliver(usize),
+    /// refuses it. A `u32`, not a `usize`, so the whole verdict is 8 bytes and travels in a
+    /// register: as a 16-byte value it went through memory, written in pieces and read whole,
+    /// which stalled store forwarding on every packet.
+    Deliver(u32),
 }
+
+// Returned in a register by every stage (see `Deliver`).
+const _: () = assert!(std::mem::size_of::<Verdict>() <= 8);
 
 impl Verdict {
     /// The outcome the verdict carries.
@@ -312,14 +317,29 @@ impl Pipeline {
     }
 
     /// Runs every stage on one packet received on `port`.
+    #[inline]
     pub fn process<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Verdict {
-        let mut via = None;
-        let mut depth = 0;
+        // The common case, no tunnel, returns straight from one pass: keeping a loop (and its
+        // `Step`) around it made the compiler copy the verdict through memory byte-wise, which
+        // stalled store forwarding on every packet.
+        match self.process_once(port, pkt, now, 0) {
+            Step::Done(v) => v,
+            Step::Decapsulated(t) => self.process_tunnelled(port, pkt, now, t),
+        }
+    }
+
+    /// The rest of [`Pipeline::process`] once a tunnel header was stripped: the inner packet
+    /// goes through again (up to the recursion limit), and an answer goes back through the
+    /// tunnel it came from.
+    #[inline(never)]
+    fn process_tunnelled<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant, first: usize) -> Verdict {
+        let mut via = first;
+        let mut depth = 1;
         loop {
             match self.process_once(port, pkt, now, depth) {
-                Step::Done(v) => return self.answer_through(v, via, pkt),
+                Step::Done(v) => return self.answer_through(v, Some(via), pkt),
                 Step::Decapsulated(t) => {
-                    via = Some(t);
+                    via = t;
                     depth += 1;
                 }
             }
@@ -350,6 +370,7 @@ impl Pipeline {
     }
 
     /// One pass over a frame: a verdict, or "decapsulated, run me again".
+    #[inline(always)]
     fn process_once<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant, depth: usize) -> Step {
         let Some(local) = self.tables.ports.get(port as usize) else {
             return Step::Done(Verdict::Drop(Outcome::Unhandled));
@@ -572,7 +593,7 @@ impl Pipeline {
             .fanout
             .choose(&t.services.services()[svc].group, &t.sockets, p.hash)
         {
-            Choice::Socket(s) => Verdict::Deliver(s),
+            Choice::Socket(s) => Verdict::Deliver(s as u32),
             Choice::Full(s) => {
                 t.sockets[s].counters.rx[self.fanout.slot].full.inc();
                 Verdict::Drop(Outcome::SocketFull)

@@ -257,6 +257,7 @@ mod tests {
         let Verdict::Deliver(s) = p.process(0, &mut udp4(7, 0), Instant(0)) else {
             panic!("not delivered")
         };
+        let s = s as usize;
         assert!(s < 2);
         assert_eq!(p.staged().collect::<Vec<_>>(), vec![(s, 1)]);
         p.burst_done();
@@ -305,6 +306,7 @@ mod tests {
         let Verdict::Deliver(s) = p.process(0, &mut udp4(7, 0), Instant(0)) else {
             panic!()
         };
+        let s = s as usize;
         p.burst_done();
         sim(&p, s).set_len(4);
         assert_eq!(
@@ -317,9 +319,13 @@ mod tests {
         let Verdict::Deliver(s) = p.process(0, &mut udp4(7, 0), Instant(0)) else {
             panic!()
         };
+        let s = s as usize;
         p.burst_done();
         sim(&p, s).set_len(4);
-        assert_eq!(p.process(0, &mut udp4(7, 0), Instant(0)), Verdict::Deliver(1 - s));
+        assert_eq!(
+            p.process(0, &mut udp4(7, 0), Instant(0)),
+            Verdict::Deliver(1 - s as u32)
+        );
         assert_eq!(p.tables().sockets[s].counters.rx[0].rollover.get(), 1);
     }
 
