@@ -1,4 +1,7 @@
 /* Out-of-line copies of DPDK's static inline fast-path functions: see shim.h. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
 #include "shim.h"
 
 uint16_t fp_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts, uint16_t nb_pkts)
@@ -48,4 +51,18 @@ uint64_t fp_rss_hf_ip_udp_tcp(void) { return RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | 
 uint32_t fp_softrss(uint32_t *input_tuple, uint32_t input_len, const uint8_t *rss_key)
 {
 	return rte_softrss(input_tuple, input_len, rss_key);
+}
+
+int fp_pin_current_thread(const uint32_t *cpus, uint32_t n)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (uint32_t i = 0; i < n; i++) {
+        if (cpus[i] >= CPU_SETSIZE)
+            return EINVAL;
+        CPU_SET(cpus[i], &set);
+    }
+    if (CPU_COUNT(&set) == 0)
+        return EINVAL;
+    return pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }

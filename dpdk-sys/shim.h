@@ -59,4 +59,8 @@ uint64_t fp_rss_hf_ip_udp_tcp(void);
 /* rte_softrss is static inline too: the software Toeplitz hash DPDK itself offers. */
 uint32_t fp_softrss(uint32_t *input_tuple, uint32_t input_len, const uint8_t *rss_key);
 
+/* Pins the calling thread to the `n` CPUs in `cpus` (pthread_setaffinity_np): how fastpathd
+ * keeps its control and metrics threads off the CPUs of RX lcores. 0 or an errno value. */
+int fp_pin_current_thread(const uint32_t *cpus, uint32_t n);
+
 #endif

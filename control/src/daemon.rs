@@ -15,7 +15,6 @@ use fastpath::generation::Published;
 use fastpath::outcome::Outcome;
 use fastpath::runtime::{IdlePolicy, RunControl, RxLcore, TscClock, WorkerLcore};
 use fastpath::stats::{LcoreStats, QueueCounters};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -100,6 +99,8 @@ fn start_and_serve(
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
+    // Before the EAL narrows this thread to the main lcore's CPU.
+    let allowed = crate::placement::allowed_cpus();
     let argv = cfg.eal_argv(&opts.extra_eal_args);
     let eal = Eal::init(&argv).map_err(|e| {
         format!(
@@ -253,13 +254,37 @@ fn start_and_serve(
         reload: Arc::new(ReloadStats::default()),
     });
     let registry = metrics::registry(sources.clone());
-    let http_stop = Arc::new(AtomicBool::new(false));
+    // The control and metrics threads: off the RX lcores' CPUs whenever possible.
+    let housekeeping = match &allowed {
+        Some(allowed) => {
+            let (cpus, why) = crate::placement::housekeeping_cpus(allowed, &cfg.lcores.rx, &cfg.lcores.workers);
+            eprintln!("fastpathd: control and metrics threads on CPUs {cpus:?} ({why})");
+            Some(cpus)
+        }
+        None => {
+            eprintln!("fastpathd: cannot read the allowed CPUs: control and metrics threads share the main lcore's");
+            None
+        }
+    };
+    let pin = {
+        let cpus = housekeeping.clone();
+        move |what: &str| {
+            if let Some(c) = &cpus {
+                if let Err(e) = fastpath::dpdk::eal::pin_current_thread(c) {
+                    eprintln!("fastpathd: {what} thread stays on the main lcore's CPU: {e}");
+                }
+            }
+        }
+    };
     let http = match server {
         Some(server) => {
             eprintln!("fastpathd: metrics on http://{}/metrics", server.local_addr());
             Some(
                 server
-                    .spawn(registry.clone(), http_stop.clone())
+                    .spawn(registry.clone(), {
+                        let pin = pin.clone();
+                        move || pin("metrics")
+                    })
                     .map_err(|e| format!("cannot start the metrics thread: {e}"))?,
             )
         }
@@ -304,7 +329,10 @@ fn start_and_serve(
         );
         std::thread::Builder::new()
             .name("fastpath-control".into())
-            .spawn(move || control_loop(&stop, &signals, &sources, &mut reloader, idle_exit, interval))
+            .spawn(move || {
+                pin("control");
+                control_loop(&stop, &signals, &sources, &mut reloader, idle_exit, interval)
+            })
             .map_err(|e| format!("cannot start the control thread: {e}"))?
     };
 
@@ -318,9 +346,8 @@ fn start_and_serve(
         }
     }
     let _ = control.join();
-    http_stop.store(true, Ordering::SeqCst);
     if let Some(h) = http {
-        let _ = h.join();
+        h.stop();
     }
 
     let mut close_errors = Vec::new();

@@ -4,6 +4,7 @@ mod cli;
 mod daemon;
 mod http;
 mod metrics;
+mod placement;
 mod reload;
 mod signals;
 

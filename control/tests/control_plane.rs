@@ -265,3 +265,57 @@ fn a_changed_file_is_reloaded_without_a_signal() {
     assert_eq!(code, Some(0));
     assert!(log.contains("reload (file changed): generation 2 published"), "{log}");
 }
+
+/// The CPUs each thread of `pid` may run on, by thread name.
+fn thread_cpus(pid: u32) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let dir = t.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        out.push((comm.trim().to_string(), cpus));
+    }
+    out
+}
+
+#[test]
+fn control_and_metrics_threads_stay_off_the_rx_lcore() {
+    // RX on lcore 0, which is therefore the EAL main lcore: inheriting its affinity would put
+    // every scrape and reload on the receiving CPU. They must go to the worker's CPU instead.
+    let s = Scratch::new("placement");
+    let cfg = s.write(
+        "c.toml",
+        &format!(
+            "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_null0\"\ntx_queues = 2\n\
+             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\nworkers = [1]\n\n[[service]]\nname = \"s\"\n\
+             protocol = \"udp\"\nports = [9]\naction = \"sink\"\n{METRICS_ANY_PORT}",
+            eal_args("placement", &["--vdev=net_null0,size=64".to_string()])
+        ),
+    );
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    assert!(
+        d.log_text().contains("control and metrics threads on CPUs [1]"),
+        "{}",
+        d.log_text()
+    );
+    // The control thread pins itself as it starts: give it a moment.
+    let mut threads = Vec::new();
+    wait_for(5, "both threads pinned", || {
+        threads = thread_cpus(d.child.id());
+        ["fastpath-metric", "fastpath-contro"]
+            .iter()
+            .all(|n| threads.iter().any(|(c, cpus)| c == n && cpus == "1"))
+    });
+    // The receiving lcore is the main thread (EAL pins it to CPU 0); it shares with neither.
+    let main = threads.iter().find(|(c, _)| c == "fastpathd").expect("main thread");
+    assert_eq!(main.1, "0", "{threads:?}");
+    assert!(family_sum(&d.scrape(), "fastpath_rx_packets_total") >= 0.0);
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+}

@@ -117,3 +117,15 @@ pub fn pause() {
     // SAFETY: the pause instruction has no memory effects.
     unsafe { dpdk_sys::fp_pause() }
 }
+
+/// Pins the calling thread to `cpus` (for threads that are not lcores: control, metrics).
+pub fn pin_current_thread(cpus: &[u32]) -> Result<()> {
+    let n = u32::try_from(cpus.len()).map_err(|_| Error::new("too many CPUs", libc::EINVAL))?;
+    // SAFETY: `cpus` is a valid slice of `n` u32 that the callee only reads; it affects the
+    // calling thread only.
+    let rc = unsafe { dpdk_sys::fp_pin_current_thread(cpus.as_ptr(), n) };
+    if rc != 0 {
+        return Err(Error::new(format!("cannot pin the thread to CPUs {cpus:?}"), rc));
+    }
+    Ok(())
+}
