@@ -107,15 +107,24 @@ pub fn lcore_id() -> u32 {
 /// The time stamp counter.
 #[inline(always)]
 pub fn rdtsc() -> u64 {
+    // Inline on x86-64 (what rte_rdtsc is there): every lcore loop reads the TSC once per poll,
+    // and a call through the shim for one instruction showed up in the forward loop's profile.
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: RDTSC only reads the time-stamp counter; it touches no memory and every x86-64
+    // CPU has it.
+    return unsafe { core::arch::x86_64::_rdtsc() };
+    #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: reads the TSC; no memory is touched.
-    unsafe { dpdk_sys::fp_rdtsc() }
+    unsafe {
+        dpdk_sys::fp_rdtsc()
+    }
 }
 
 /// A CPU pause hint for spin loops.
 #[inline(always)]
 pub fn pause() {
-    // SAFETY: the pause instruction has no memory effects.
-    unsafe { dpdk_sys::fp_pause() }
+    // PAUSE on x86-64, like rte_pause, without a call through the shim.
+    core::hint::spin_loop()
 }
 
 /// Pins the calling thread to `cpus` (for threads that are not lcores: control, metrics).

@@ -391,7 +391,7 @@ impl Pipeline {
         let l3 = frame.header_len();
         let parsed = match frame.ethertype() {
             EtherType::Arp if depth == 0 => return Step::Done(arp::answer(local, pkt.data_mut(), l3)),
-            EtherType::Ipv4 | EtherType::Ipv6 => match Parsed::parse_ip(&frame, &self.tables.hasher, pkt.rss_hash()) {
+            EtherType::Ipv4 | EtherType::Ipv6 => match Parsed::parse_ip_unhashed(&frame) {
                 Ok(p) => p,
                 Err(wire::Error::Unsupported) => return Step::Done(Verdict::Drop(Outcome::Unhandled)),
                 Err(_) => return Step::Done(Verdict::Drop(Outcome::Malformed)),
@@ -427,7 +427,9 @@ impl Pipeline {
         if v != Verdict::Drop(Outcome::NoService) {
             return Step::Done(v);
         }
-        let v = self.service_socket(&parsed);
+        // A NIC hash describes the outermost packet: a decapsulated one hashes in software.
+        let nic_hash = if depth == 0 { pkt.rss_hash() } else { None };
+        let v = self.service_socket(&parsed, nic_hash);
         if v == Verdict::Drop(Outcome::NoService) && parsed.protocol == IpProtocol::Udp {
             // RFC 1122 §4.1.3.1: UDP to a port nobody listens on.
             return Step::Done(self.icmp_error(pkt, &parsed, port, icmp_error::ErrorKind::PortUnreachable, v, now));
@@ -581,7 +583,7 @@ impl Pipeline {
 
     /// A UDP or TCP packet for a local address: its service's socket, or `no_service`.
     #[inline]
-    fn service_socket(&mut self, p: &Parsed) -> Verdict {
+    fn service_socket(&mut self, p: &Parsed, nic_hash: Option<u32>) -> Verdict {
         let Some((_, dport)) = p.ports else {
             return Verdict::Drop(Outcome::NoService);
         };
@@ -589,10 +591,11 @@ impl Pipeline {
         let Some(svc) = t.services.lookup(p.protocol, dport, p.dst) else {
             return Verdict::Drop(Outcome::NoService);
         };
-        match self
-            .fanout
-            .choose(&t.services.services()[svc].group, &t.sockets, p.hash)
-        {
+        match self.fanout.choose(
+            &t.services.services()[svc].group,
+            &t.sockets,
+            p.flow_hash(&t.hasher, nic_hash),
+        ) {
             Choice::Socket(s) => Verdict::Deliver(s as u32),
             Choice::Full(s) => {
                 t.sockets[s].counters.rx[self.fanout.slot].full.inc();

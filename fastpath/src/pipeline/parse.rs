@@ -81,8 +81,12 @@ pub struct Parsed {
     /// Fragment info, when the packet is a fragment (an IPv6 atomic fragment, offset 0 and M
     /// clear, is not: RFC 6946 §4 processes it in isolation).
     pub fragment: Option<FragmentInfo>,
-    /// The flow hash, see [`Parsed::parse_ip`].
+    /// The flow hash, see [`Parsed::parse_ip`]; 0 after [`Parsed::parse_ip_unhashed`] until
+    /// [`Parsed::flow_hash`] is asked.
     pub hash: u32,
+    /// Whether a NIC's RSS hash may stand for the software one: not a fragment and no IPv6
+    /// Fragment header (NICs disagree on what they hash there).
+    pub nic_hash_ok: bool,
 }
 
 impl Parsed {
@@ -108,6 +112,31 @@ impl Parsed {
         hasher: &Toeplitz,
         nic_hash: Option<u32>,
     ) -> wire::Result<Self> {
+        let mut p = Self::parse_ip_unhashed(frame)?;
+        p.hash = p.flow_hash(hasher, nic_hash);
+        Ok(p)
+    }
+
+    /// The flow hash of [`Parsed::parse_ip`], for a result of [`Parsed::parse_ip_unhashed`].
+    #[inline]
+    pub fn flow_hash(&self, hasher: &Toeplitz, nic_hash: Option<u32>) -> u32 {
+        match nic_hash {
+            Some(h) if self.nic_hash_ok && !hasher.is_symmetric() => h,
+            _ => {
+                let hash_ports = if self.fragment.is_some() { None } else { self.ports };
+                match (self.src, self.dst) {
+                    (IpAddr::V4(s), IpAddr::V4(d)) => hasher.hash_v4(s, d, hash_ports),
+                    (IpAddr::V6(s), IpAddr::V6(d)) => hasher.hash_v6(&s, &d, hash_ports),
+                    _ => 0, // versions never mix: both come from one header
+                }
+            }
+        }
+    }
+
+    /// [`Parsed::parse_ip`] without the flow hash (`hash` stays 0): the pipeline asks for it
+    /// only on the way to a socket, so packets that are answered or dropped never pay for it.
+    #[inline(always)]
+    pub fn parse_ip_unhashed<T: AsRef<[u8]>>(frame: &EthernetFrame<T>) -> wire::Result<Self> {
         let l3 = frame.header_len();
         let bytes = frame.payload();
         let ethertype = frame.ethertype();
@@ -143,17 +172,7 @@ impl Parsed {
             }
             _ => {}
         }
-        p.hash = match nic_hash {
-            Some(h) if nic_ok && !hasher.is_symmetric() => h,
-            _ => {
-                let hash_ports = if p.fragment.is_some() { None } else { p.ports };
-                match (p.src, p.dst) {
-                    (IpAddr::V4(s), IpAddr::V4(d)) => hasher.hash_v4(s, d, hash_ports),
-                    (IpAddr::V6(s), IpAddr::V6(d)) => hasher.hash_v6(&s, &d, hash_ports),
-                    _ => 0, // versions never mix: both come from one header
-                }
-            }
-        };
+        p.nic_hash_ok = nic_ok;
         Ok(p)
     }
 
@@ -185,6 +204,7 @@ impl Parsed {
             tcp_flags: None,
             fragment,
             hash: 0,
+            nic_hash_ok: false,
         };
         Ok((p, nic_ok))
     }
@@ -216,6 +236,7 @@ impl Parsed {
             tcp_flags: None,
             fragment,
             hash: 0,
+            nic_hash_ok: false,
         };
         Ok((p, chain.fragment.is_none()))
     }

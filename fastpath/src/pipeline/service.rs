@@ -383,3 +383,99 @@ mod tests {
         assert!(!echo_in_place(&mut HeapBuf::new(&[1, 2, 3])));
     }
 }
+
+#[cfg(test)]
+mod tunnelled {
+    use super::*;
+    use crate::buf::HeapBuf;
+    use crate::pipeline::fanout::FanoutMode;
+    use crate::pipeline::parse::tests::{udp_bytes, v4_frame, MAC, PEER};
+    use crate::pipeline::tests::port;
+    use crate::pipeline::tunnel::{encapsulate, Tunnel, TunnelCounters, TunnelOut};
+    use crate::pipeline::{Instant, Pipeline, Tables, Verdict};
+    use crate::socket::{SimQueue, Socket, SocketCounters};
+    use crate::wire::{EthernetAddress, Toeplitz};
+    use std::net::Ipv4Addr;
+    use std::sync::Arc;
+
+    fn gre(local: &str, remote: &str, src_mac: EthernetAddress, dst_mac: EthernetAddress) -> Tunnel {
+        Tunnel {
+            name: "t1".into(),
+            local: local.parse().unwrap(),
+            remote: remote.parse().unwrap(),
+            key: None,
+            sequence: false,
+            checksum: false,
+            ttl: 64,
+            out: TunnelOut::Port {
+                port: 0,
+                src_mac,
+                dst_mac,
+                mtu: 1500,
+            },
+            depth: 1,
+            owner: 0,
+            counters: Arc::new(TunnelCounters::new(1, 1)),
+            handoff: None,
+        }
+    }
+
+    /// A NIC hash describes the outer (GRE) packet: every flow inside a tunnel has the same one.
+    /// Fanout must hash the inner flow instead, or one tunnel's flows would all land on one
+    /// socket.
+    #[test]
+    fn decapsulated_flows_are_spread_by_their_own_hash() {
+        let sockets: Vec<Arc<Socket>> = (0..2)
+            .map(|i| {
+                let q = Box::new(SimQueue::new(1 << 20));
+                Arc::new(Socket::new("svc", i, q, 0, Arc::new(SocketCounters::new(1, 1))))
+            })
+            .collect();
+        let svc = Service {
+            name: "svc".into(),
+            protocol: IpProtocol::Udp,
+            addresses: vec![],
+            group: Group {
+                sockets: vec![0, 1],
+                mode: FanoutMode::Hash,
+                rollover: false,
+                huge_flows: false,
+            },
+            action: Action::Sink,
+            cost_ns: 0,
+        };
+        let hasher = Toeplitz::default();
+        let mut p = Pipeline::new(
+            Arc::new(Tables {
+                generation: 1,
+                ports: vec![port()],
+                hasher: hasher.clone(),
+                services: ServiceTable::new(vec![(svc, vec![7])]),
+                sockets,
+                tunnels: vec![gre("192.0.2.1", "198.51.100.2", MAC, PEER)],
+                ..Default::default()
+            }),
+            0,
+        );
+        let theirs = vec![gre("198.51.100.2", "192.0.2.1", PEER, MAC)];
+        let (src, dst) = (Ipv4Addr::new(203, 0, 113, 9), Ipv4Addr::new(192, 0, 2, 1));
+        let mut per_socket = [0; 2];
+        for sport in 1000..1064u16 {
+            let mut b = HeapBuf::with_room(
+                &v4_frame(src, dst, IpProtocol::Udp, &[], 0, &udp_bytes(sport, 7, b"x")),
+                256,
+                256,
+            );
+            encapsulate(&mut b, &theirs, 0, None, 1).unwrap();
+            b.set_rss_hash(Some(0x8000_0000)); // what a NIC would give every packet of the tunnel
+            let Verdict::Deliver(s) = p.process(0, &mut b, Instant(0)) else {
+                panic!("not delivered")
+            };
+            let want = ((hasher.hash_v4(src, dst, Some((sport, 7))) as u64 * 2) >> 32) as u32;
+            assert_eq!(s, want, "source port {sport}");
+            per_socket[s as usize] += 1;
+            p.burst_done();
+        }
+        assert!(per_socket.iter().all(|&n| n > 10), "{per_socket:?}");
+    }
+}

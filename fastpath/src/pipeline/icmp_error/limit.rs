@@ -195,18 +195,26 @@ pub fn v6_peer_interval(interval_ns: u64, plen: u8) -> u64 {
 /// [`v6_peer_interval`].
 pub const V6_PEER_PLEN: u8 = 128;
 
-/// One per-destination bucket.
+/// One per-destination bucket: 32 bytes, aligned so that it never straddles a cache line (a
+/// lookup reads one line, two slots of the probe window per line).
 #[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(32))]
 struct PeerSlot {
-    /// The address: an IPv4 address in the low word, an IPv6 address in both.
+    /// The address ([`PeerTable::key`]); `[0, 0]` marks an empty slot.
     key: [u64; 2],
-    /// 0: empty; 4 or 6: the key's family.
-    family: u8,
     /// `now` of the last decision about this destination.
     last: u64,
     /// Banked time credit, nanoseconds, at most `burst × interval`.
     tokens: u64,
 }
+
+/// Key of an empty slot.
+const EMPTY: [u64; 2] = [0, 0];
+/// Upper key word of every IPv4 address.
+const V4_TAG: u64 = u64::MAX;
+
+// One slot, one half cache line.
+const _: () = assert!(std::mem::size_of::<PeerSlot>() == 32);
 
 /// Fixed-size open-addressing table of per-destination token buckets, owned by one RX lcore.
 #[derive(Clone, Debug)]
@@ -246,26 +254,36 @@ impl PeerTable {
 
     /// Destinations currently remembered.
     pub fn occupied(&self) -> usize {
-        self.slots.iter().filter(|s| s.family != 0).count()
+        self.slots.iter().filter(|s| s.key != EMPTY).count()
     }
 
+    /// The slot key of an address, family included: an IPv4 address is `[V4_TAG, address]`. No
+    /// IPv6 source that may be answered has all ones in its upper half (that is multicast,
+    /// RFC 4291 §2.7) or is all zeros (unspecified), so keys of the two families never meet and
+    /// `[0, 0]` is free to mean "empty"; an ineligible address that a caller passes anyway is
+    /// nudged into a neighbour's key (it then shares that bucket, nothing worse).
     #[inline]
-    fn key(addr: IpAddr) -> ([u64; 2], u8) {
+    fn key(addr: IpAddr) -> [u64; 2] {
         match addr {
-            IpAddr::V4(a) => ([0, u32::from(a) as u64], 4),
+            IpAddr::V4(a) => [V4_TAG, u32::from(a) as u64],
             IpAddr::V6(a) => {
                 let v = u128::from(a);
-                ([(v >> 64) as u64, v as u64], 6)
+                let k = [(v >> 64) as u64, v as u64];
+                match k {
+                    [V4_TAG, lo] => [V4_TAG - 1, lo],
+                    EMPTY => [0, 1],
+                    k => k,
+                }
             }
         }
     }
 
     #[inline]
-    fn hash(&self, key: [u64; 2], family: u8) -> usize {
+    fn hash(&self, key: [u64; 2]) -> usize {
         // One keyed multiply folds the high word in before the finaliser: one `mix` per lookup
         // instead of two (this runs for every packet to a closed port while the global budget
         // has credit). Both seed words stay secret, so senders still cannot aim at a slot.
-        let h = (key[0] ^ self.seed[0]).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key[1] ^ self.seed[1] ^ family as u64;
+        let h = (key[0] ^ self.seed[0]).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key[1] ^ self.seed[1];
         mix(h) as usize
     }
 
@@ -275,8 +293,8 @@ impl PeerTable {
     #[inline]
     pub fn allow(&mut self, now: Instant, addr: IpAddr, interval_ns: u64, burst: u32) -> (bool, usize) {
         let cap = interval_ns.saturating_mul(burst as u64);
-        let (key, family) = Self::key(addr);
-        let base = self.hash(key, family);
+        let key = Self::key(addr);
+        let base = self.hash(key);
         // One pass over the window: the slot holding `addr`, else the first empty one, else the
         // stalest (the smallest `last`).
         let mut victim = base & self.mask;
@@ -285,11 +303,11 @@ impl PeerTable {
         for i in 0..PROBES.min(self.mask + 1) {
             let idx = (base + i) & self.mask;
             let s = &self.slots[idx];
-            if s.family == family && s.key == key {
+            if s.key == key {
                 found = Some(idx);
                 break;
             }
-            let age = if s.family == 0 { 0 } else { s.last.saturating_add(1) };
+            let age = if s.key == EMPTY { 0 } else { s.last.saturating_add(1) };
             if age < victim_last {
                 victim = idx;
                 victim_last = age;
@@ -307,7 +325,6 @@ impl PeerTable {
                 // A new destination starts with a full burst (Linux sets `rate_last` 60 s back).
                 self.slots[victim] = PeerSlot {
                     key,
-                    family,
                     last: now.0,
                     tokens: cap,
                 };
@@ -571,6 +588,25 @@ mod tests {
             assert!(t.allow(at(12), addr(0), SEC, 6).0, "message {i}");
         }
         assert!(!t.allow(at(12), addr(0), SEC, 6).0);
+    }
+
+    #[test]
+    fn families_and_odd_addresses_keep_their_own_buckets() {
+        // An IPv4 address and the IPv6 address with the same low bits; 0.0.0.0 (whose low word
+        // is zero like an empty slot's); an IPv6 address in the IPv4 tag's range.
+        let v4 = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+        let v6 = IpAddr::V6(Ipv6Addr::from(0xc000_0201u128));
+        let zero = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        let tagged = IpAddr::V6(Ipv6Addr::from(u128::MAX << 64 | 0xc000_0201));
+        let mut t = PeerTable::new(64, 7);
+        for _ in 0..6 {
+            assert!(t.allow(at(0), v4, SEC, 6).0);
+        }
+        assert!(!t.allow(at(0), v4, SEC, 6).0, "burst of 6 spent");
+        for a in [v6, zero, tagged] {
+            assert!(t.allow(at(0), a, SEC, 6).0, "{a} has a bucket of its own");
+        }
+        assert_eq!(t.occupied(), 4);
     }
 
     #[test]
