@@ -1,13 +1,25 @@
-//! A minimal HTTP/1.1 server for `GET /metrics` and `GET /healthz`, on its own thread so a slow
-//! or stuck scraper delays nothing but itself. Rendering sums the per-lcore counter blocks; the
-//! lcores never wait for it.
+//! A minimal HTTP/1.1 server for `GET /metrics` and `GET /healthz`, on threads of its own so a
+//! slow or stuck scraper delays nothing but itself. Rendering sums the per-lcore counter blocks;
+//! the lcores never wait for it.
+//!
+//! Connections persist (HTTP/1.1 keep-alive, what Prometheus uses): a scrape on an open
+//! connection costs the render and one write, not a TCP handshake and teardown as well, which
+//! on loopback cost the CPU it shares with a worker as much as the render. Each connection has
+//! a thread (at most [`MAX_CONNECTIONS`], the others are refused with 503) that closes it after
+//! [`IDLE`] without a request; the threads inherit the accepting thread's CPUs.
 
 use prometheus::Registry;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Connections served at once; one more is answered 503 and closed.
+pub const MAX_CONNECTIONS: usize = 16;
+/// A connection with no request for this long is closed (Prometheus scrapes every 15 s to 1 min
+/// by default and reconnects when needed).
+pub const IDLE: Duration = Duration::from_secs(120);
 
 /// The bound endpoint.
 pub struct Server {
@@ -39,12 +51,12 @@ impl Server {
             .name("fastpath-metrics".into())
             .spawn(move || {
                 on_start();
+                let registry = Arc::new(registry);
+                let live = Arc::new(AtomicUsize::new(0));
                 while !flag.load(Ordering::Acquire) {
                     match self.listener.accept() {
-                        Ok((stream, _)) if !flag.load(Ordering::Acquire) => {
-                            let _ = handle(stream, &registry);
-                        }
-                        Ok(_) => break,
+                        Ok(_) if flag.load(Ordering::Acquire) => break,
+                        Ok((stream, _)) => serve(stream, &registry, &live, &flag),
                         // Out of descriptors or similar: back off instead of spinning.
                         Err(_) => std::thread::sleep(Duration::from_millis(10)),
                     }
@@ -80,50 +92,112 @@ impl Running {
     }
 }
 
-fn handle(stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+/// Hands `stream` to a thread of its own, or refuses it when [`MAX_CONNECTIONS`] are open.
+fn serve(stream: TcpStream, registry: &Arc<Registry>, live: &Arc<AtomicUsize>, stop: &Arc<AtomicBool>) {
+    if live.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+        live.fetch_sub(1, Ordering::AcqRel);
+        let _ = respond(
+            &stream,
+            "503 Service Unavailable",
+            "text/plain; charset=utf-8",
+            b"busy\n",
+            false,
+        );
+        return;
+    }
+    let (registry, live2, stop) = (registry.clone(), live.clone(), stop.clone());
+    let spawned = std::thread::Builder::new()
+        .name("fastpath-scrape".into())
+        .spawn(move || {
+            let _ = connection(stream, &registry, &stop);
+            live2.fetch_sub(1, Ordering::AcqRel);
+        });
+    if spawned.is_err() {
+        live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Answers the requests of one connection until the client closes it, asks to, goes idle, or
+/// the server stops.
+fn connection(stream: TcpStream, registry: &Registry, stop: &AtomicBool) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(IDLE))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
-    let mut request = String::new();
-    reader.read_line(&mut request)?;
-    // Drain the headers; we need none of them.
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
-            break;
+    while !stop.load(Ordering::Acquire) {
+        let mut request = String::new();
+        if reader.read_line(&mut request)? == 0 {
+            return Ok(());
+        }
+        // HTTP/1.1 keeps the connection unless the client says `Connection: close`; HTTP/1.0
+        // closes it unless the client says `keep-alive`.
+        let mut keep = request.trim_end().ends_with("HTTP/1.1");
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h)? == 0 {
+                return Ok(());
+            }
+            if h == "\r\n" || h == "\n" {
+                break;
+            }
+            if let Some((name, value)) = h.split_once(':') {
+                if name.trim().eq_ignore_ascii_case("connection") {
+                    let v = value.trim();
+                    if v.eq_ignore_ascii_case("close") {
+                        keep = false;
+                    } else if v.eq_ignore_ascii_case("keep-alive") {
+                        keep = true;
+                    }
+                }
+            }
+        }
+        let mut parts = request.split_whitespace();
+        let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let path = target.split('?').next().unwrap_or("");
+        match (method, path) {
+            ("GET", "/metrics") => respond(
+                &stream,
+                "200 OK",
+                "text/plain; version=0.0.4; charset=utf-8",
+                crate::metrics::render(registry).as_bytes(),
+                keep,
+            )?,
+            ("GET", "/healthz") => respond(&stream, "200 OK", "text/plain; charset=utf-8", b"ok\n", keep)?,
+            ("GET", _) => respond(
+                &stream,
+                "404 Not Found",
+                "text/plain; charset=utf-8",
+                b"not found: try /metrics or /healthz\n",
+                keep,
+            )?,
+            // A request body we would have to skip: answer and close rather than parse it.
+            _ => {
+                return respond(
+                    &stream,
+                    "405 Method Not Allowed",
+                    "text/plain; charset=utf-8",
+                    b"only GET\n",
+                    false,
+                )
+            }
+        }
+        if !keep {
+            return Ok(());
         }
     }
-    let mut parts = request.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    let (status, ctype, body) = match (method, path) {
-        ("GET", "/metrics") => (
-            "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            crate::metrics::render(registry).into_bytes(),
-        ),
-        ("GET", "/healthz") => ("200 OK", "text/plain; charset=utf-8", b"ok\n".to_vec()),
-        ("GET", _) => (
-            "404 Not Found",
-            "text/plain; charset=utf-8",
-            b"not found: try /metrics or /healthz\n".to_vec(),
-        ),
-        _ => (
-            "405 Method Not Allowed",
-            "text/plain; charset=utf-8",
-            b"only GET\n".to_vec(),
-        ),
-    };
-    // Head and body in one write: one segment for a small scrape, no Nagle wait between them.
-    let mut out = Vec::with_capacity(body.len() + 128);
+    Ok(())
+}
+
+/// Writes one response, head and body in one write (one segment for a small scrape).
+fn respond(mut w: &TcpStream, status: &str, ctype: &str, body: &[u8], keep: bool) -> std::io::Result<()> {
+    let mut out = Vec::with_capacity(body.len() + 160);
     write!(
         out,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
+        body.len(),
+        if keep { "keep-alive" } else { "close" }
     )?;
-    out.extend_from_slice(&body);
-    let mut w = stream;
+    out.extend_from_slice(body);
     w.write_all(&out)?;
     w.flush()
 }

@@ -319,3 +319,56 @@ fn control_and_metrics_threads_stay_off_the_rx_lcore() {
     let (code, log) = d.stop();
     assert_eq!(code, Some(0), "{log}");
 }
+
+/// Reads one HTTP response (head and a body of Content-Length bytes) from `r`.
+fn read_response(r: &mut impl std::io::BufRead) -> (String, String) {
+    let mut head = Vec::new();
+    loop {
+        let mut line = String::new();
+        assert!(r.read_line(&mut line).unwrap() > 0, "connection closed mid-response");
+        if line == "\r\n" {
+            break;
+        }
+        head.push(line.trim_end().to_string());
+    }
+    let len: usize = head
+        .iter()
+        .find_map(|h| h.strip_prefix("Content-Length: "))
+        .expect("Content-Length")
+        .parse()
+        .unwrap();
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).unwrap();
+    (head.join("\n"), String::from_utf8(body).unwrap())
+}
+
+#[test]
+fn scrapes_reuse_one_connection_like_prometheus() {
+    use std::io::{BufReader, Read, Write};
+    let s = Scratch::new("keepalive");
+    let cfg = null_config(&s, "keepalive");
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = d.metrics.expect("metrics address");
+    let conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = conn.try_clone().unwrap();
+    let mut r = BufReader::new(conn);
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        write!(w, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let (head, body) = read_response(&mut r);
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+        assert!(head.contains("Connection: keep-alive"), "{head}");
+        let m = parse_metrics(&body);
+        seen.push(family_sum(&m, "fastpath_rx_packets_total"));
+    }
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "counters only grow: {seen:?}");
+    // The client asks to close: answered, then closed.
+    write!(w, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let (head, body) = read_response(&mut r);
+    assert!(head.contains("Connection: close") && body == "ok\n", "{head} {body}");
+    let mut rest = Vec::new();
+    assert_eq!(r.read_to_end(&mut rest).unwrap(), 0, "closed after Connection: close");
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
