@@ -115,56 +115,40 @@ impl Toeplitz {
         h
     }
 
-    /// Hash of input given as big-endian 32-bit words (addresses, then both ports in one word):
-    /// the bytes go straight from registers to the table rows, with no byte array in memory
-    /// in between (a byte array written by words and read by bytes stalls store forwarding).
-    #[inline(always)]
-    fn hash_words<const N: usize>(&self, words: [u32; N]) -> u32 {
-        const { assert!(4 * N <= MAX_INPUT_LEN) };
-        let t = &self.table;
-        let mut h = 0u32;
-        for (i, w) in words.into_iter().enumerate() {
-            h ^= t[4 * i][(w >> 24) as usize]
-                ^ t[4 * i + 1][(w >> 16 & 0xff) as usize]
-                ^ t[4 * i + 2][(w >> 8 & 0xff) as usize]
-                ^ t[4 * i + 3][(w & 0xff) as usize];
-        }
-        h
-    }
-
     /// Hash of an IPv4 2-tuple (`ports` None) or 4-tuple (`ports` = (source, destination)).
     #[inline]
     pub fn hash_v4(&self, src: Ipv4Addr, dst: Ipv4Addr, ports: Option<(u16, u16)>) -> u32 {
-        let (mut s, mut d) = (u32::from(src), u32::from(dst));
+        let (mut s, mut d) = (src.octets(), dst.octets());
         let (mut sp, mut dp) = ports.unwrap_or((0, 0));
         if self.symmetric && (s, sp) > (d, dp) {
             core::mem::swap(&mut s, &mut d);
             core::mem::swap(&mut sp, &mut dp);
         }
-        match ports {
-            Some(_) => self.hash_words([s, d, (sp as u32) << 16 | dp as u32]),
-            None => self.hash_words([s, d]),
-        }
+        let mut input = [0u8; 12];
+        input[..4].copy_from_slice(&s);
+        input[4..8].copy_from_slice(&d);
+        input[8..10].copy_from_slice(&sp.to_be_bytes());
+        input[10..12].copy_from_slice(&dp.to_be_bytes());
+        let n = if ports.is_some() { 12 } else { 8 };
+        self.hash_bytes(&input[..n])
     }
 
     /// Hash of an IPv6 2-tuple (`ports` None) or 4-tuple.
     #[inline]
     pub fn hash_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr, ports: Option<(u16, u16)>) -> u32 {
-        let (mut s, mut d) = (u128::from(*src), u128::from(*dst));
+        let (mut s, mut d) = (src.octets(), dst.octets());
         let (mut sp, mut dp) = ports.unwrap_or((0, 0));
         if self.symmetric && (s, sp) > (d, dp) {
             core::mem::swap(&mut s, &mut d);
             core::mem::swap(&mut sp, &mut dp);
         }
-        let w = |a: u128, i: u32| (a >> (96 - 32 * i)) as u32;
-        let addrs = [w(s, 0), w(s, 1), w(s, 2), w(s, 3), w(d, 0), w(d, 1), w(d, 2), w(d, 3)];
-        match ports {
-            Some(_) => {
-                let [a, b, c, e, f, g, h, k] = addrs;
-                self.hash_words([a, b, c, e, f, g, h, k, (sp as u32) << 16 | dp as u32])
-            }
-            None => self.hash_words(addrs),
-        }
+        let mut input = [0u8; 36];
+        input[..16].copy_from_slice(&s);
+        input[16..32].copy_from_slice(&d);
+        input[32..34].copy_from_slice(&sp.to_be_bytes());
+        input[34..36].copy_from_slice(&dp.to_be_bytes());
+        let n = if ports.is_some() { 36 } else { 32 };
+        self.hash_bytes(&input[..n])
     }
 }
 
