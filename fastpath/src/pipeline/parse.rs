@@ -140,8 +140,7 @@ impl Parsed {
         let l3 = frame.header_len();
         let bytes = frame.payload();
         let ethertype = frame.ethertype();
-        // `nic_ok`: whether a NIC hash would equal the software one (no fragment header).
-        let (mut p, nic_ok) = match ethertype {
+        let mut p = match ethertype {
             EtherType::Ipv4 => Self::ipv4(bytes, l3)?,
             EtherType::Ipv6 => Self::ipv6(bytes, l3)?,
             _ => return Err(wire::Error::Unsupported),
@@ -172,12 +171,11 @@ impl Parsed {
             }
             _ => {}
         }
-        p.nic_hash_ok = nic_ok;
         Ok(p)
     }
 
     #[inline(always)]
-    fn ipv4(b: &[u8], l3: usize) -> wire::Result<(Self, bool)> {
+    fn ipv4(b: &[u8], l3: usize) -> wire::Result<Self> {
         let ip = Ipv4Packet::new_checked(b)?;
         if !ip.verify_checksum() {
             return Err(wire::Error::Malformed);
@@ -187,7 +185,6 @@ impl Parsed {
             more: ip.more_frags(),
             ident: ip.ident() as u32,
         });
-        let nic_ok = fragment.is_none();
         let p = Parsed {
             l3_offset: l3 as u16,
             l4_offset: (l3 + ip.header_len()) as u16,
@@ -204,12 +201,12 @@ impl Parsed {
             tcp_flags: None,
             fragment,
             hash: 0,
-            nic_hash_ok: false,
+            nic_hash_ok: fragment.is_none(),
         };
-        Ok((p, nic_ok))
+        Ok(p)
     }
 
-    fn ipv6(b: &[u8], l3: usize) -> wire::Result<(Self, bool)> {
+    fn ipv6(b: &[u8], l3: usize) -> wire::Result<Self> {
         let ip = Ipv6Packet::new_checked(b)?;
         let chain = ip.ext_chain()?;
         let fragment = chain
@@ -236,9 +233,9 @@ impl Parsed {
             tcp_flags: None,
             fragment,
             hash: 0,
-            nic_hash_ok: false,
+            nic_hash_ok: chain.fragment.is_none(),
         };
-        Ok((p, chain.fragment.is_none()))
+        Ok(p)
     }
 
     /// Whether the packet is a fragment.
