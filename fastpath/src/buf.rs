@@ -21,6 +21,8 @@ pub trait PacketBuf {
     fn trim(&mut self, n: usize) -> bool;
     /// The hash the NIC computed (RSS), if it supplied one.
     fn rss_hash(&self) -> Option<u32>;
+    /// Forgets the NIC's hash: it described headers the packet no longer has (decapsulation).
+    fn clear_rss_hash(&mut self);
 
     /// Length of the packet in bytes.
     fn len(&self) -> usize {
@@ -115,6 +117,9 @@ impl PacketBuf for HeapBuf {
     }
     fn rss_hash(&self) -> Option<u32> {
         self.rss
+    }
+    fn clear_rss_hash(&mut self) {
+        self.rss = None;
     }
 }
 

@@ -165,4 +165,9 @@ impl PacketBuf for Mbuf {
             None
         }
     }
+
+    #[inline]
+    fn clear_rss_hash(&mut self) {
+        self.raw_mut().ol_flags &= !(dpdk_sys::RTE_MBUF_F_RX_RSS_HASH as u64);
+    }
 }

@@ -427,9 +427,7 @@ impl Pipeline {
         if v != Verdict::Drop(Outcome::NoService) {
             return Step::Done(v);
         }
-        // A NIC hash describes the outermost packet: a decapsulated one hashes in software.
-        let nic_hash = if depth == 0 { pkt.rss_hash() } else { None };
-        let v = self.service_socket(&parsed, nic_hash);
+        let v = self.service_socket(&parsed, pkt.rss_hash());
         if v == Verdict::Drop(Outcome::NoService) && parsed.protocol == IpProtocol::Udp {
             // RFC 1122 §4.1.3.1: UDP to a port nobody listens on.
             return Step::Done(self.icmp_error(pkt, &parsed, port, icmp_error::ErrorKind::PortUnreachable, v, now));
@@ -569,6 +567,9 @@ impl Pipeline {
         ) {
             tunnel::Decap::Inner { tunnel } => {
                 t[tunnel].counters.rx[slot].decap.inc();
+                // The NIC hashed the outer header: the inner flow (fanout here, a tunnel choice
+                // on a worker) must hash in software, or every flow of a tunnel hashes alike.
+                pkt.clear_rss_hash();
                 Step::Decapsulated(tunnel)
             }
             tunnel::Decap::Unknown => Step::Done(Verdict::Drop(Outcome::GreUnknownTunnel)),
