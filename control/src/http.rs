@@ -42,6 +42,7 @@ impl Server {
     /// it wakes for a scrape and for nothing else (a polling loop would add its wake-up delay
     /// to every scrape and wake the CPU it shares with a worker lcore hundreds of times a
     /// second).
+    ///
     /// `on_start` runs first on the new thread (it pins the thread to its CPUs).
     pub fn spawn(self, registry: Registry, on_start: impl FnOnce() + Send + 'static) -> std::io::Result<Running> {
         let stop = Arc::new(AtomicBool::new(false));
