@@ -6,10 +6,12 @@
 //! connection costs the render and one write, not a TCP handshake and teardown as well, which
 //! on loopback cost the CPU it shares with a worker as much as the render. Each connection has
 //! a thread (at most [`MAX_CONNECTIONS`], the others are refused with 503) that closes it after
-//! [`IDLE`] without a request; the threads inherit the accepting thread's CPUs.
+//! [`IDLE`] without a request ([`FIRST_REQUEST`] for a new one); the threads inherit the
+//! accepting thread's CPUs. A request head must fit [`MAX_HEAD`] bytes and arrive within
+//! [`HEAD_TIME`], so a slow or endless client holds neither a slot nor memory for long.
 
 use prometheus::Registry;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -20,6 +22,15 @@ pub const MAX_CONNECTIONS: usize = 16;
 /// A connection with no request for this long is closed (Prometheus scrapes every 15 s to 1 min
 /// by default and reconnects when needed).
 pub const IDLE: Duration = Duration::from_secs(120);
+
+/// A new connection's first request must start within this.
+pub const FIRST_REQUEST: Duration = Duration::from_secs(10);
+/// Once a request has started, its whole head (request line and headers) must arrive within
+/// this and fit in [`MAX_HEAD`] bytes: a client dribbling an endless header can neither hold a
+/// slot nor grow our memory.
+pub const HEAD_TIME: Duration = Duration::from_secs(5);
+/// Largest request head accepted.
+pub const MAX_HEAD: usize = 8 * 1024;
 
 /// The bound endpoint.
 pub struct Server {
@@ -122,22 +133,25 @@ fn serve(stream: TcpStream, registry: &Arc<Registry>, live: &Arc<AtomicUsize>, s
 /// the server stops.
 fn connection(stream: TcpStream, registry: &Registry, stop: &AtomicBool) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(IDLE))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
+    let mut first = true;
     while !stop.load(Ordering::Acquire) {
-        let mut request = String::new();
-        if reader.read_line(&mut request)? == 0 {
+        // A new connection gets FIRST_REQUEST to ask something, a kept one IDLE between
+        // scrapes: a client that connects and says nothing frees its slot soon.
+        stream.set_read_timeout(Some(if first { FIRST_REQUEST } else { IDLE }))?;
+        first = false;
+        let mut head = HeadReader::new(&mut reader);
+        let Some(request) = head.line(&stream)? else {
             return Ok(());
-        }
+        };
         // HTTP/1.1 keeps the connection unless the client says `Connection: close`; HTTP/1.0
         // closes it unless the client says `keep-alive`.
         let mut keep = request.trim_end().ends_with("HTTP/1.1");
         loop {
-            let mut h = String::new();
-            if reader.read_line(&mut h)? == 0 {
+            let Some(h) = head.line(&stream)? else {
                 return Ok(());
-            }
+            };
             if h == "\r\n" || h == "\n" {
                 break;
             }
@@ -187,6 +201,43 @@ fn connection(stream: TcpStream, registry: &Registry, stop: &AtomicBool) -> std:
         }
     }
     Ok(())
+}
+
+/// Reads the lines of one request head under the [`MAX_HEAD`] and [`HEAD_TIME`] limits.
+struct HeadReader<'a> {
+    reader: &'a mut BufReader<TcpStream>,
+    started: Option<std::time::Instant>,
+    left: usize,
+}
+
+impl<'a> HeadReader<'a> {
+    fn new(reader: &'a mut BufReader<TcpStream>) -> Self {
+        HeadReader {
+            reader,
+            started: None,
+            left: MAX_HEAD,
+        }
+    }
+
+    /// The next line; `None` when the peer closed, or broke a limit (the connection is then
+    /// dropped without an answer).
+    fn line(&mut self, stream: &TcpStream) -> std::io::Result<Option<String>> {
+        if let Some(t) = self.started {
+            let Some(rest) = HEAD_TIME.checked_sub(t.elapsed()).filter(|r| !r.is_zero()) else {
+                return Ok(None);
+            };
+            stream.set_read_timeout(Some(rest))?;
+        }
+        let mut line = String::new();
+        let n = (&mut *self.reader).take(self.left as u64).read_line(&mut line)?;
+        if n == 0 || !line.ends_with('\n') {
+            return Ok(None); // closed, or the head is longer than MAX_HEAD
+        }
+        self.left -= n;
+        // The clock starts with the request's first line; waiting for it is the idle timeout.
+        self.started.get_or_insert_with(std::time::Instant::now);
+        Ok(Some(line))
+    }
 }
 
 /// Writes one response, head and body in one write (one segment for a small scrape).

@@ -372,3 +372,41 @@ fn scrapes_reuse_one_connection_like_prometheus() {
     let (code, log) = d.stop();
     assert_eq!(code, Some(0), "{log}");
 }
+
+#[test]
+fn a_dribbling_or_endless_request_head_is_cut_off() {
+    use std::io::{Read, Write};
+    let s = Scratch::new("slowhead");
+    let cfg = null_config(&s, "slowhead");
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = d.metrics.expect("metrics address");
+    // Closed by the server: a read returns 0 or the connection is reset, well before our 20 s.
+    let closed = |c: &mut std::net::TcpStream| {
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buf = [0u8; 64];
+        match c.read(&mut buf) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    };
+    // A header that never ends: dropped after the 8 KiB head limit, memory stays bounded.
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    write!(c, "GET /metrics HTTP/1.1\r\nX-Long: ").unwrap();
+    let chunk = [b'a'; 1024];
+    for _ in 0..64 {
+        if c.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    assert!(closed(&mut c), "an endless header line is cut off");
+    // A request line, then nothing: dropped once the head's time is up.
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    write!(c, "GET /metrics HTTP/1.1\r\n").unwrap();
+    let t = std::time::Instant::now();
+    assert!(closed(&mut c), "a stalled head is cut off");
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    // The endpoint still serves.
+    assert!(d.get("/healthz").0.contains("200 OK"));
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
