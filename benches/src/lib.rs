@@ -266,7 +266,7 @@ mod tests {
             .collect();
         let count = |f: &dyn Fn(&Parsed) -> bool| parsed.iter().filter(|p| f(p)).count();
         assert_eq!(count(&|p| p.version == IpVersion::V6), 16);
-        assert_eq!(count(&|p| p.protocol == IpProtocol::Tcp), 24);
+        assert_eq!(count(&|p| p.protocol == IpProtocol::TCP), 24);
         assert_eq!(count(&|p| p.vlan_tags == 1), 12);
         assert!(parsed.iter().all(|p| p.ports.is_some() && p.fragment.is_none()));
         let mut hashes: Vec<u32> = parsed.iter().map(|p| p.hash).collect();

@@ -1067,14 +1067,14 @@ fn validate_services(
             errs.add(&at("name"), format!("{who}: two services have this name"));
         }
         let protocol = match r.protocol.as_deref().unwrap_or("udp") {
-            "udp" => IpProtocol::Udp,
-            "tcp" => IpProtocol::Tcp,
+            "udp" => IpProtocol::UDP,
+            "tcp" => IpProtocol::TCP,
             other => {
                 errs.add(
                     &at("protocol"),
                     format!("{who}: {other:?}: expected \"udp\" or \"tcp\""),
                 );
-                IpProtocol::Udp
+                IpProtocol::UDP
             }
         };
         let mut svc_ports = Vec::new();
@@ -1161,7 +1161,7 @@ fn validate_services(
             }
         };
         let action = match r.action.as_str() {
-            "echo" if protocol == IpProtocol::Tcp => {
+            "echo" if protocol == IpProtocol::TCP => {
                 errs.add(
                     &at("action"),
                     format!("{who}: echo is a UDP echo server; a tcp service can use \"sink\""),

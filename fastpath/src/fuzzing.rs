@@ -204,7 +204,7 @@ mod tests {
         let fe80: Ipv6Addr = "fe80::2".parse().unwrap();
 
         let mut arp_req = vec![0u8; 14 + 28];
-        ethernet::emit_header(&mut arp_req, EthernetAddress::BROADCAST, pt::PEER, EtherType::Arp);
+        ethernet::emit_header(&mut arp_req, EthernetAddress::BROADCAST, pt::PEER, EtherType::ARP);
         arp::emit(
             &mut arp_req[14..],
             ArpOperation::Request,
@@ -213,16 +213,16 @@ mod tests {
             EthernetAddress([0; 6]),
             me,
         );
-        let mut bad_ck = v4_frame(them, me, IpProtocol::Udp, &[], 0, &udp_bytes(1, 7, b"x"));
+        let mut bad_ck = v4_frame(them, me, IpProtocol::UDP, &[], 0, &udp_bytes(1, 7, b"x"));
         bad_ck[24] ^= 0x10;
-        let mut long_total = v4_frame(them, me, IpProtocol::Udp, &[], 0, &udp_bytes(1, 7, b"x"));
+        let mut long_total = v4_frame(them, me, IpProtocol::UDP, &[], 0, &udp_bytes(1, 7, b"x"));
         long_total.truncate(long_total.len() - 1);
-        let mut vlan = v4_frame(them, me, IpProtocol::Udp, &[], 0, &udp_bytes(9, 7, b"hi"));
+        let mut vlan = v4_frame(them, me, IpProtocol::UDP, &[], 0, &udp_bytes(9, 7, b"hi"));
         vlan.splice(12..12, [0x81, 0x00, 0x00, 0x64]);
         let opts = [60u8, 0, 1, 4, 0, 0, 0, 0].repeat(9);
-        let mut other_mac = v4_frame(them, me, IpProtocol::Icmp, &[], 0, &echo4(b"x"));
+        let mut other_mac = v4_frame(them, me, IpProtocol::ICMP, &[], 0, &echo4(b"x"));
         other_mac[0..6].copy_from_slice(&[2, 9, 9, 9, 9, 9]);
-        let mut padded = v4_frame(them, me, IpProtocol::Icmp, &[], 0, &echo4(b"pad"));
+        let mut padded = v4_frame(them, me, IpProtocol::ICMP, &[], 0, &echo4(b"pad"));
         padded.extend_from_slice(&[0; 17]);
         let frag6 = [17u8, 0, 0, 1, 0, 0, 0, 9];
         let gre = [0x20u8, 0, 0x08, 0x00, 0, 0, 0, 42, 0x45, 0];
@@ -230,16 +230,16 @@ mod tests {
             ("arp_reply--request", arp_req),
             (
                 "echo_reply--icmpv4",
-                v4_frame(them, me, IpProtocol::Icmp, &[], 0x4000, &echo4(b"ping")),
+                v4_frame(them, me, IpProtocol::ICMP, &[], 0x4000, &echo4(b"ping")),
             ),
             (
                 "echo_reply--icmpv4-options",
-                v4_frame(them, me, IpProtocol::Icmp, &[1, 1, 1, 0], 0, &echo4(b"opt")),
+                v4_frame(them, me, IpProtocol::ICMP, &[1, 1, 1, 0], 0, &echo4(b"opt")),
             ),
             ("echo_reply--icmpv4-padded", padded),
             (
                 "echo_reply--icmpv6",
-                v6_frame(them6, me6, IpProtocol::Icmpv6, &[], 64, &echo6(&them6, &me6, b"ping6")),
+                v6_frame(them6, me6, IpProtocol::ICMPV6, &[], 64, &echo6(&them6, &me6, b"ping6")),
             ),
             (
                 "ndp_reply--ns",
@@ -260,24 +260,24 @@ mod tests {
             ("malformed--ipv4-total-length-beyond-frame", long_total),
             (
                 "malformed--ipv6-ext-chain-too-long",
-                v6_frame(them6, me6, IpProtocol::Ipv6Opts, &opts, 64, &[]),
+                v6_frame(them6, me6, IpProtocol::IPV6_OPTS, &opts, 64, &[]),
             ),
             (
                 "malformed--ipv6-ext-truncated",
-                v6_frame(them6, me6, IpProtocol::Ipv6Opts, &opts[..5], 64, &[]),
+                v6_frame(them6, me6, IpProtocol::IPV6_OPTS, &opts[..5], 64, &[]),
             ),
             ("icmp_error--ipv4-udp-vlan", vlan),
             (
                 "reassembled--ipv6-first-fragment",
-                v6_frame(them6, me6, IpProtocol::Ipv6Frag, &frag6, 64, &udp_bytes(1, 7, &[0; 8])),
+                v6_frame(them6, me6, IpProtocol::IPV6_FRAG, &frag6, 64, &udp_bytes(1, 7, &[0; 8])),
             ),
             (
                 "gre_unknown_tunnel--ipv4-gre",
-                v4_frame(them, me, IpProtocol::Gre, &[], 0, &gre),
+                v4_frame(them, me, IpProtocol::GRE, &[], 0, &gre),
             ),
             (
                 "not_local--ipv6-udp",
-                v6_frame(them6, them6, IpProtocol::Udp, &[], 64, &udp_bytes(1, 7, b"")),
+                v6_frame(them6, them6, IpProtocol::UDP, &[], 64, &udp_bytes(1, 7, b"")),
             ),
             ("not_for_us--other-mac", other_mac),
         ]

@@ -51,7 +51,7 @@ mod tests {
 
     fn request(eth_dst: EthernetAddress, sender: Ipv4Addr, target: Ipv4Addr) -> HeapBuf {
         let mut v = vec![0u8; 14 + 28];
-        ethernet::emit_header(&mut v, eth_dst, PEER, EtherType::Arp);
+        ethernet::emit_header(&mut v, eth_dst, PEER, EtherType::ARP);
         arp::emit(
             &mut v[14..],
             ArpOperation::Request,

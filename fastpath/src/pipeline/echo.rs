@@ -58,7 +58,7 @@ pub(super) fn answer_v4<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B
     Ipv4Repr {
         src: dst,
         dst: src,
-        protocol: IpProtocol::Icmp,
+        protocol: IpProtocol::ICMP,
         payload_len: msg_len as u16,
         ttl: HOP_LIMIT,
         dscp_ecn,
@@ -102,7 +102,7 @@ pub(super) fn answer_v6<B: PacketBuf>(local: &PortAddrs, me: Ipv6Addr, p: &Parse
     Ipv6Repr {
         src: me,
         dst: src,
-        next_header: IpProtocol::Icmpv6,
+        next_header: IpProtocol::ICMPV6,
         payload_len: msg_len as u16,
         hop_limit: HOP_LIMIT,
     }
@@ -159,7 +159,7 @@ pub(crate) mod tests {
     #[test]
     fn echo_v4_golden() {
         let mut p = pipeline();
-        let mut v = v4_frame(THEM, ME, IpProtocol::Icmp, &[], 0x4000, &echo4(b"ping"));
+        let mut v = v4_frame(THEM, ME, IpProtocol::ICMP, &[], 0x4000, &echo4(b"ping"));
         v.extend_from_slice(&[0; 6]); // padding, trimmed away
         let mut b = HeapBuf::new(&v);
         assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Transmit(Outcome::EchoReply));
@@ -180,7 +180,7 @@ pub(crate) mod tests {
     #[test]
     fn echo_v4_with_options_and_odd_payload() {
         let mut p = pipeline();
-        let v = v4_frame(THEM, ME, IpProtocol::Icmp, &[1, 1, 1, 0], 0, &echo4(b"odd"));
+        let v = v4_frame(THEM, ME, IpProtocol::ICMP, &[1, 1, 1, 0], 0, &echo4(b"odd"));
         let mut b = HeapBuf::new(&v);
         assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Transmit(Outcome::EchoReply));
         let f = EthernetFrame::new_checked(b.data()).unwrap();
@@ -204,22 +204,22 @@ pub(crate) mod tests {
         let mut bad = echo4(b"x");
         bad[8] ^= 1;
         for (v, want) in [
-            (v4_frame(THEM, ME, IpProtocol::Icmp, &[], 0, &bad), Outcome::Malformed),
+            (v4_frame(THEM, ME, IpProtocol::ICMP, &[], 0, &bad), Outcome::Malformed),
             (
-                v4_frame(THEM, ME, IpProtocol::Icmp, &[], 0, &[8, 0, 0]),
+                v4_frame(THEM, ME, IpProtocol::ICMP, &[], 0, &[8, 0, 0]),
                 Outcome::Malformed,
             ),
             (
-                v4_frame(Ipv4Addr::BROADCAST, ME, IpProtocol::Icmp, &[], 0, &echo4(b"")),
+                v4_frame(Ipv4Addr::BROADCAST, ME, IpProtocol::ICMP, &[], 0, &echo4(b"")),
                 Outcome::Malformed,
             ),
             (
-                v4_frame(THEM, Ipv4Addr::new(192, 0, 2, 9), IpProtocol::Icmp, &[], 0, &echo4(b"")),
+                v4_frame(THEM, Ipv4Addr::new(192, 0, 2, 9), IpProtocol::ICMP, &[], 0, &echo4(b"")),
                 Outcome::NotLocal,
             ),
             // a reply, and a fragment: not for this stage
             (
-                v4_frame(THEM, ME, IpProtocol::Icmp, &[], 0, &{
+                v4_frame(THEM, ME, IpProtocol::ICMP, &[], 0, &{
                     let mut m = echo4(b"");
                     m[0] = 0;
                     m[2] = m[2].wrapping_add(8);
@@ -232,7 +232,7 @@ pub(crate) mod tests {
             assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(want));
         }
         // A fragment goes to the reassembler first.
-        let frag = v4_frame(THEM, ME, IpProtocol::Icmp, &[], 0x2000, &echo4(b""));
+        let frag = v4_frame(THEM, ME, IpProtocol::ICMP, &[], 0x2000, &echo4(b""));
         assert_eq!(
             p.process(0, &mut HeapBuf::new(&frag), Instant(0)),
             Verdict::Reassemble { l3: 14 }
@@ -252,7 +252,7 @@ pub(crate) mod tests {
         let ip = Ipv6Packet::new_checked(f.payload()).unwrap();
         assert_eq!(ip.total_len(), f.payload().len());
         assert_eq!((ip.src_addr(), ip.dst_addr()), (me6(), them6()));
-        assert_eq!(ip.next_header(), IpProtocol::Icmpv6);
+        assert_eq!(ip.next_header(), IpProtocol::ICMPV6);
         assert_eq!(ip.hop_limit(), 64);
         let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
         assert_eq!(icmp.msg_type(), Icmpv6Message::EchoReply);
@@ -267,7 +267,7 @@ pub(crate) mod tests {
         let v = v6_frame(
             them6(),
             me6(),
-            IpProtocol::Icmpv6,
+            IpProtocol::ICMPV6,
             &[],
             64,
             &echo6(&them6(), &me6(), b"ping6"),
@@ -287,7 +287,7 @@ pub(crate) mod tests {
         let v = v6_frame(
             them6(),
             ALL_NODES,
-            IpProtocol::Icmpv6,
+            IpProtocol::ICMPV6,
             &[],
             64,
             &echo6(&them6(), &ALL_NODES, b"m"),
@@ -300,7 +300,7 @@ pub(crate) mod tests {
         let v = v6_frame(
             them6(),
             me6(),
-            IpProtocol::Ipv6Opts,
+            IpProtocol::IPV6_OPTS,
             &dst_opts,
             64,
             &echo6(&them6(), &me6(), b"ext"),
@@ -318,14 +318,14 @@ pub(crate) mod tests {
         let mcast_src: Ipv6Addr = "ff02::5".parse().unwrap();
         for (v, want) in [
             (
-                v6_frame(them6(), me6(), IpProtocol::Icmpv6, &[], 64, &bad),
+                v6_frame(them6(), me6(), IpProtocol::ICMPV6, &[], 64, &bad),
                 Outcome::Malformed,
             ),
             (
                 v6_frame(
                     mcast_src,
                     me6(),
-                    IpProtocol::Icmpv6,
+                    IpProtocol::ICMPV6,
                     &[],
                     64,
                     &echo6(&mcast_src, &me6(), b""),
@@ -336,7 +336,7 @@ pub(crate) mod tests {
                 v6_frame(
                     them6(),
                     them6(),
-                    IpProtocol::Icmpv6,
+                    IpProtocol::ICMPV6,
                     &[],
                     64,
                     &echo6(&them6(), &them6(), b""),
@@ -348,7 +348,7 @@ pub(crate) mod tests {
             assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(want));
         }
         // UDP to a closed port is answered by ICMPv6 Port Unreachable, not by the echo stage.
-        let udp = v6_frame(them6(), me6(), IpProtocol::Udp, &[], 64, &[0, 1, 0, 2, 0, 8, 0, 0]);
+        let udp = v6_frame(them6(), me6(), IpProtocol::UDP, &[], 64, &[0, 1, 0, 2, 0, 8, 0, 0]);
         assert_eq!(
             p.process(0, &mut HeapBuf::new(&udp), Instant(0)),
             Verdict::Transmit(Outcome::IcmpError)

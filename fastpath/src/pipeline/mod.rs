@@ -389,15 +389,16 @@ impl Pipeline {
             return Step::Done(Verdict::Drop(Outcome::Malformed));
         }
         let l3 = frame.header_len();
-        let parsed = match frame.ethertype() {
-            EtherType::Arp if depth == 0 => return Step::Done(arp::answer(local, pkt.data_mut(), l3)),
-            EtherType::Ipv4 | EtherType::Ipv6 => match Parsed::parse_ip_unhashed(&frame) {
-                Ok(p) => p,
+        let mut parsed = Parsed::EMPTY;
+        match frame.ethertype() {
+            EtherType::ARP if depth == 0 => return Step::Done(arp::answer(local, pkt.data_mut(), l3)),
+            EtherType::IPV4 | EtherType::IPV6 => match Parsed::parse_ip_into(&frame, &mut parsed) {
+                Ok(()) => {}
                 Err(wire::Error::Unsupported) => return Step::Done(Verdict::Drop(Outcome::Unhandled)),
                 Err(_) => return Step::Done(Verdict::Drop(Outcome::Malformed)),
             },
             _ => return Step::Done(Verdict::Drop(Outcome::Unhandled)),
-        };
+        }
         // Link-layer padding past the IP datagram is not part of it: drop it so every later
         // stage (and every answer built in place) sees the datagram only.
         let end = parsed.ip_end as usize;
@@ -409,7 +410,7 @@ impl Pipeline {
             // looks at the datagram (service lookup, echo, GRE).
             return Step::Done(Verdict::Reassemble { l3: parsed.l3_offset });
         }
-        if parsed.protocol == IpProtocol::Gre && parsed.fragment.is_none() && is_local(local, parsed.dst) {
+        if parsed.protocol == IpProtocol::GRE && parsed.fragment.is_none() && is_local(local, parsed.dst) {
             return self.decapsulate(pkt, &parsed, depth);
         }
         let v = local_delivery(local, &parsed, pkt);
@@ -418,7 +419,7 @@ impl Pipeline {
             && is_local(local, parsed.dst)
             && !matches!(
                 parsed.protocol,
-                IpProtocol::Icmp | IpProtocol::Udp | IpProtocol::Tcp | IpProtocol::Gre
+                IpProtocol::ICMP | IpProtocol::UDP | IpProtocol::TCP | IpProtocol::GRE
             )
         {
             // RFC 1122 §3.2.2.1: a protocol the box does not deliver.
@@ -428,7 +429,7 @@ impl Pipeline {
             return Step::Done(v);
         }
         let v = self.service_socket(&parsed, pkt.rss_hash());
-        if v == Verdict::Drop(Outcome::NoService) && parsed.protocol == IpProtocol::Udp {
+        if v == Verdict::Drop(Outcome::NoService) && parsed.protocol == IpProtocol::UDP {
             // RFC 1122 §4.1.3.1: UDP to a port nobody listens on.
             return Step::Done(self.icmp_error(pkt, &parsed, port, icmp_error::ErrorKind::PortUnreachable, v, now));
         }
@@ -608,41 +609,57 @@ impl Pipeline {
 }
 
 /// Packets for the host itself: the services every host must offer (echo, neighbor discovery).
+///
+/// The IPv4 decisions (not ours; no service yet) are a few compares inlined into the pipeline;
+/// building an answer and the IPv6 cases are calls, so the common path carries none of their
+/// code.
+#[inline(always)]
 fn local_delivery<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B) -> Verdict {
     match p.dst {
         IpAddr::V4(dst) => {
             if !local.has_ipv4(dst) {
                 return Verdict::Drop(Outcome::NotLocal);
             }
-            match p.protocol {
-                IpProtocol::Icmp if p.fragment.is_none() => echo::answer_v4(local, p, pkt),
-                IpProtocol::Udp | IpProtocol::Tcp if p.fragment.is_none() => Verdict::Drop(Outcome::NoService),
-                _ => Verdict::Drop(Outcome::Unhandled),
-            }
-        }
-        IpAddr::V6(dst) => {
-            let Some(me) = local.ipv6_local_for(&dst) else {
-                return Verdict::Drop(Outcome::NotLocal);
-            };
-            if matches!(p.protocol, IpProtocol::Udp | IpProtocol::Tcp) && p.fragment.is_none() && dst == me {
-                return Verdict::Drop(Outcome::NoService);
-            }
-            if p.protocol != IpProtocol::Icmpv6 || p.fragment.is_some() {
+            if p.fragment.is_some() {
                 return Verdict::Drop(Outcome::Unhandled);
             }
-            let Some(&ty) = pkt.data().get(p.l4_offset as usize) else {
-                return Verdict::Drop(Outcome::Malformed);
-            };
-            match Icmpv6Message::from(ty) {
-                Icmpv6Message::EchoRequest => echo::answer_v6(local, me, p, pkt),
-                Icmpv6Message::NeighborSolicit => ndp::answer(local, p, pkt),
-                Icmpv6Message::NeighborAdvert
-                | Icmpv6Message::RouterSolicit
-                | Icmpv6Message::RouterAdvert
-                | Icmpv6Message::Redirect => Verdict::Drop(Outcome::NdpIgnored),
+            match p.protocol {
+                IpProtocol::UDP | IpProtocol::TCP => Verdict::Drop(Outcome::NoService),
+                IpProtocol::ICMP => echo_v4(local, p, pkt),
                 _ => Verdict::Drop(Outcome::Unhandled),
             }
         }
+        IpAddr::V6(dst) => local_delivery_v6(local, &dst, p, pkt),
+    }
+}
+
+#[inline(never)]
+fn echo_v4<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B) -> Verdict {
+    echo::answer_v4(local, p, pkt)
+}
+
+#[inline(never)]
+fn local_delivery_v6<B: PacketBuf>(local: &PortAddrs, dst: &Ipv6Addr, p: &Parsed, pkt: &mut B) -> Verdict {
+    let Some(me) = local.ipv6_local_for(dst) else {
+        return Verdict::Drop(Outcome::NotLocal);
+    };
+    if matches!(p.protocol, IpProtocol::UDP | IpProtocol::TCP) && p.fragment.is_none() && *dst == me {
+        return Verdict::Drop(Outcome::NoService);
+    }
+    if p.protocol != IpProtocol::ICMPV6 || p.fragment.is_some() {
+        return Verdict::Drop(Outcome::Unhandled);
+    }
+    let Some(&ty) = pkt.data().get(p.l4_offset as usize) else {
+        return Verdict::Drop(Outcome::Malformed);
+    };
+    match Icmpv6Message::from(ty) {
+        Icmpv6Message::EchoRequest => echo::answer_v6(local, me, p, pkt),
+        Icmpv6Message::NeighborSolicit => ndp::answer(local, p, pkt),
+        Icmpv6Message::NeighborAdvert
+        | Icmpv6Message::RouterSolicit
+        | Icmpv6Message::RouterAdvert
+        | Icmpv6Message::Redirect => Verdict::Drop(Outcome::NdpIgnored),
+        _ => Verdict::Drop(Outcome::Unhandled),
     }
 }
 
@@ -701,7 +718,7 @@ pub(crate) mod tests {
         let me = Ipv4Addr::new(192, 0, 2, 1);
         let them = Ipv4Addr::new(198, 51, 100, 7);
         let udp = udp_bytes(1, 7, b"x");
-        let mut v = v4_frame(them, me, IpProtocol::Udp, &[], 0, &udp);
+        let mut v = v4_frame(them, me, IpProtocol::UDP, &[], 0, &udp);
         let ip_len = v.len();
         v.extend_from_slice(&[0xaa; 13]);
         // Padding is trimmed before anything looks at the datagram: a closed port (port 7 here)
@@ -729,9 +746,9 @@ pub(crate) mod tests {
             14 + 20 + 8 + (ip_len - 14),
             "the quote is the datagram without padding"
         );
-        let mut b = HeapBuf::new(&v4_frame(me, them, IpProtocol::Udp, &[], 0, &udp));
+        let mut b = HeapBuf::new(&v4_frame(me, them, IpProtocol::UDP, &[], 0, &udp));
         assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::NotLocal));
-        let bcast = v4_frame(them, Ipv4Addr::BROADCAST, IpProtocol::Udp, &[], 0, &udp);
+        let bcast = v4_frame(them, Ipv4Addr::BROADCAST, IpProtocol::UDP, &[], 0, &udp);
         assert_eq!(
             p.process(0, &mut HeapBuf::new(&bcast), Instant(0)),
             Verdict::Drop(Outcome::NotLocal)
@@ -747,7 +764,7 @@ pub(crate) mod tests {
             (solicited_node(&them6), Outcome::NotLocal),
             ("ff02::2".parse().unwrap(), Outcome::NotLocal),
         ] {
-            let v = v6_frame(them6, dst, IpProtocol::Udp, &[], 64, &udp);
+            let v = v6_frame(them6, dst, IpProtocol::UDP, &[], 64, &udp);
             let got = p.process(0, &mut HeapBuf::new(&v), Instant(0));
             let want = if want == Outcome::IcmpError {
                 Verdict::Transmit(want)
@@ -764,7 +781,7 @@ pub(crate) mod tests {
         let v = v4_frame(
             Ipv4Addr::new(198, 51, 100, 7),
             Ipv4Addr::new(192, 0, 2, 1),
-            IpProtocol::Udp,
+            IpProtocol::UDP,
             &[],
             0,
             &udp_bytes(1, 9, b"x"),

@@ -119,7 +119,7 @@ pub(super) fn answer<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B) -
     Ipv6Repr {
         src: ns.target,
         dst: ip_dst,
-        next_header: IpProtocol::Icmpv6,
+        next_header: IpProtocol::ICMPV6,
         payload_len: NA_LEN as u16,
         // §7.1.2 (receivers check it is 255, so it must be sent as 255)
         hop_limit: 255,
@@ -163,7 +163,7 @@ pub(crate) mod tests {
         let s = checksum::pseudo_v6(&src, &dst, 58, m.len() as u32);
         let c = checksum::finish(checksum::sum(s, &m));
         m[2..4].copy_from_slice(&c.to_be_bytes());
-        let mut v = v6_frame(src, dst, IpProtocol::Icmpv6, &[], hop, &m);
+        let mut v = v6_frame(src, dst, IpProtocol::ICMPV6, &[], hop, &m);
         v[0..6].copy_from_slice(&multicast_mac(&dst).0);
         HeapBuf::new(&v)
     }
@@ -174,13 +174,13 @@ pub(crate) mod tests {
         let f = EthernetFrame::new_checked(b.data()).unwrap();
         assert_eq!(f.dst_addr(), eth_dst);
         assert_eq!(f.src_addr(), MAC);
-        assert_eq!(f.ethertype(), EtherType::Ipv6);
+        assert_eq!(f.ethertype(), EtherType::IPV6);
         let ip = Ipv6Packet::new_checked(f.payload()).unwrap();
         assert_eq!(ip.total_len(), f.payload().len());
         assert_eq!(ip.hop_limit(), 255);
         assert_eq!(ip.src_addr(), me());
         assert_eq!(ip.dst_addr(), ip_dst);
-        assert_eq!(ip.next_header(), IpProtocol::Icmpv6);
+        assert_eq!(ip.next_header(), IpProtocol::ICMPV6);
         let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
         assert_eq!(icmp.msg_type(), Icmpv6Message::NeighborAdvert);
         assert_eq!(icmp.code(), 0);
@@ -290,7 +290,7 @@ pub(crate) mod tests {
         b.data_mut()[at + 2..at + 4].copy_from_slice(&c.to_be_bytes());
         assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::NdpIgnored));
         // shorter than 24 bytes
-        let mut short = v6_frame(peer(), sn, IpProtocol::Icmpv6, &[], 255, &[135, 0, 0, 0, 0, 0, 0, 0]);
+        let mut short = v6_frame(peer(), sn, IpProtocol::ICMPV6, &[], 255, &[135, 0, 0, 0, 0, 0, 0, 0]);
         short[0..6].copy_from_slice(&multicast_mac(&sn).0);
         let mut b = HeapBuf::new(&short);
         assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::Malformed));

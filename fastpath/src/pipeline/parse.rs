@@ -90,6 +90,26 @@ pub struct Parsed {
 }
 
 impl Parsed {
+    /// A placeholder to parse into ([`Parsed::parse_ip_into`] overwrites every field).
+    pub const EMPTY: Parsed = Parsed {
+        l3_offset: 0,
+        l4_offset: 0,
+        ip_end: 0,
+        vlan_id: None,
+        vlan_tags: 0,
+        ethertype: EtherType::IPV4,
+        version: IpVersion::V4,
+        src: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        dst: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        protocol: IpProtocol(0),
+        hop_limit: 0,
+        ports: None,
+        tcp_flags: None,
+        fragment: None,
+        hash: 0,
+        nic_hash_ok: false,
+    };
+
     /// Parses an Ethernet frame carrying IPv4 or IPv6. Other EtherTypes and more VLAN tags than
     /// supported are [`wire::Error::Unsupported`]; anything else that fails is truncated or
     /// malformed.
@@ -135,47 +155,63 @@ impl Parsed {
 
     /// [`Parsed::parse_ip`] without the flow hash (`hash` stays 0): the pipeline asks for it
     /// only on the way to a socket, so packets that are answered or dropped never pay for it.
-    #[inline(always)]
+    #[inline]
     pub fn parse_ip_unhashed<T: AsRef<[u8]>>(frame: &EthernetFrame<T>) -> wire::Result<Self> {
+        let mut p = Parsed::EMPTY;
+        Self::parse_ip_into(frame, &mut p)?;
+        Ok(p)
+    }
+
+    /// What [`Parsed::parse_ip_unhashed`] returns, written into `p` (every field; on an error
+    /// `p` holds a partial result that must not be used).
+    ///
+    /// The per-packet form: the fields are stored where the caller keeps them, once. Returned
+    /// by value, the IPv4 and IPv6 results met in a temporary that was then copied whole into
+    /// the caller's variable (~35 instructions per packet, more than the IPv4 header checks).
+    #[inline(always)]
+    pub fn parse_ip_into<T: AsRef<[u8]>>(frame: &EthernetFrame<T>, p: &mut Parsed) -> wire::Result<()> {
         let l3 = frame.header_len();
         let bytes = frame.payload();
         let ethertype = frame.ethertype();
-        let mut p = match ethertype {
-            EtherType::Ipv4 => Self::ipv4(bytes, l3)?,
-            EtherType::Ipv6 => Self::ipv6(bytes, l3)?,
+        match ethertype {
+            EtherType::IPV4 => Self::ipv4_into(bytes, l3, p)?,
+            EtherType::IPV6 => Self::ipv6_into(bytes, l3, p)?,
             _ => return Err(wire::Error::Unsupported),
-        };
+        }
         p.vlan_id = frame.inner_vlan_id();
         p.vlan_tags = frame.vlan_tags() as u8;
         p.ethertype = ethertype;
+        p.ports = None;
+        p.tcp_flags = None;
+        p.hash = 0;
         let l4 = &bytes[p.l4_offset as usize - l3..p.ip_end as usize - l3];
         let whole = p.fragment.is_none();
         let first = p.fragment.is_some_and(|f| f.is_first());
         match p.protocol {
-            IpProtocol::Udp if whole => {
+            IpProtocol::UDP if whole => {
                 let u = UdpPacket::new_checked(l4)?;
                 p.ports = Some((u.src_port(), u.dst_port()));
             }
-            IpProtocol::Tcp if whole => {
+            IpProtocol::TCP if whole => {
                 let t = TcpPacket::new_checked(l4)?;
                 p.ports = Some((t.src_port(), t.dst_port()));
                 p.tcp_flags = Some(t.flags());
             }
             // A first fragment may be too short for the header (RFC 1858's tiny fragments): take
             // what is there, without judging it; reassembly sees the whole datagram.
-            IpProtocol::Udp | IpProtocol::Tcp if first && l4.len() >= 4 => {
+            IpProtocol::UDP | IpProtocol::TCP if first && l4.len() >= 4 => {
                 p.ports = Some((wire::be16(l4, 0), wire::be16(l4, 2)));
-                if p.protocol == IpProtocol::Tcp {
+                if p.protocol == IpProtocol::TCP {
                     p.tcp_flags = TcpPacket::new_checked(l4).ok().map(|t| t.flags());
                 }
             }
             _ => {}
         }
-        Ok(p)
+        Ok(())
     }
 
     #[inline(always)]
-    fn ipv4(b: &[u8], l3: usize) -> wire::Result<Self> {
+    fn ipv4_into(b: &[u8], l3: usize, p: &mut Parsed) -> wire::Result<()> {
         let ip = Ipv4Packet::new_checked(b)?;
         if !ip.verify_checksum() {
             return Err(wire::Error::Malformed);
@@ -185,28 +221,23 @@ impl Parsed {
             more: ip.more_frags(),
             ident: ip.ident() as u32,
         });
-        let p = Parsed {
-            l3_offset: l3 as u16,
-            l4_offset: (l3 + ip.header_len()) as u16,
-            ip_end: offset(l3 + ip.total_len())?,
-            vlan_id: None,
-            vlan_tags: 0,
-            ethertype: EtherType::Ipv4,
-            version: IpVersion::V4,
-            src: IpAddr::V4(ip.src_addr()),
-            dst: IpAddr::V4(ip.dst_addr()),
-            protocol: ip.protocol(),
-            hop_limit: ip.ttl(),
-            ports: None,
-            tcp_flags: None,
-            fragment,
-            hash: 0,
-            nic_hash_ok: fragment.is_none(),
-        };
-        Ok(p)
+        p.l3_offset = l3 as u16;
+        p.l4_offset = (l3 + ip.header_len()) as u16;
+        p.ip_end = offset(l3 + ip.total_len())?;
+        p.version = IpVersion::V4;
+        p.src = IpAddr::V4(ip.src_addr());
+        p.dst = IpAddr::V4(ip.dst_addr());
+        p.protocol = ip.protocol();
+        p.hop_limit = ip.ttl();
+        p.fragment = fragment;
+        p.nic_hash_ok = fragment.is_none();
+        Ok(())
     }
 
-    fn ipv6(b: &[u8], l3: usize) -> wire::Result<Self> {
+    /// IPv6 out of line: its extension-header walk would crowd the IPv4 path the compiler
+    /// inlines into the pipeline.
+    #[inline(never)]
+    fn ipv6_into(b: &[u8], l3: usize, p: &mut Parsed) -> wire::Result<()> {
         let ip = Ipv6Packet::new_checked(b)?;
         let chain = ip.ext_chain()?;
         let fragment = chain
@@ -217,25 +248,17 @@ impl Parsed {
                 more: f.more,
                 ident: f.ident,
             });
-        let p = Parsed {
-            l3_offset: l3 as u16,
-            l4_offset: offset(l3 + chain.upper_offset)?,
-            ip_end: offset(l3 + ip.total_len())?,
-            vlan_id: None,
-            vlan_tags: 0,
-            ethertype: EtherType::Ipv6,
-            version: IpVersion::V6,
-            src: IpAddr::V6(ip.src_addr()),
-            dst: IpAddr::V6(ip.dst_addr()),
-            protocol: chain.upper,
-            hop_limit: ip.hop_limit(),
-            ports: None,
-            tcp_flags: None,
-            fragment,
-            hash: 0,
-            nic_hash_ok: chain.fragment.is_none(),
-        };
-        Ok(p)
+        p.l3_offset = l3 as u16;
+        p.l4_offset = offset(l3 + chain.upper_offset)?;
+        p.ip_end = offset(l3 + ip.total_len())?;
+        p.version = IpVersion::V6;
+        p.src = IpAddr::V6(ip.src_addr());
+        p.dst = IpAddr::V6(ip.dst_addr());
+        p.protocol = chain.upper;
+        p.hop_limit = ip.hop_limit();
+        p.fragment = fragment;
+        p.nic_hash_ok = chain.fragment.is_none();
+        Ok(())
     }
 
     /// Whether the packet is a fragment.
@@ -274,7 +297,7 @@ pub(crate) mod tests {
         l4: &[u8],
     ) -> Vec<u8> {
         let mut v = vec![0u8; 14 + 20];
-        ethernet::emit_header(&mut v, MAC, PEER, EtherType::Ipv4);
+        ethernet::emit_header(&mut v, MAC, PEER, EtherType::IPV4);
         Ipv4Repr {
             src,
             dst,
@@ -306,7 +329,7 @@ pub(crate) mod tests {
         l4: &[u8],
     ) -> Vec<u8> {
         let mut v = vec![0u8; 14 + 40];
-        ethernet::emit_header(&mut v, MAC, PEER, EtherType::Ipv6);
+        ethernet::emit_header(&mut v, MAC, PEER, EtherType::IPV6);
         Ipv6Repr {
             src,
             dst,
@@ -352,7 +375,7 @@ pub(crate) mod tests {
 
     #[test]
     fn ipv4_udp() {
-        let mut v = v4_frame(A, B, IpProtocol::Udp, &[], 0, &udp_bytes(5000, 53, b"q"));
+        let mut v = v4_frame(A, B, IpProtocol::UDP, &[], 0, &udp_bytes(5000, 53, b"q"));
         v.extend_from_slice(&[0; 9]); // Ethernet padding
         let p = parse(&v).unwrap();
         assert_eq!(p.l3_offset, 14);
@@ -360,9 +383,9 @@ pub(crate) mod tests {
         assert_eq!(p.ip_end, 34 + 9);
         assert_eq!(p.l4_len(), 9);
         assert_eq!(p.version, IpVersion::V4);
-        assert_eq!(p.ethertype, EtherType::Ipv4);
+        assert_eq!(p.ethertype, EtherType::IPV4);
         assert_eq!((p.src, p.dst), (IpAddr::V4(A), IpAddr::V4(B)));
-        assert_eq!(p.protocol, IpProtocol::Udp);
+        assert_eq!(p.protocol, IpProtocol::UDP);
         assert_eq!(p.hop_limit, 64);
         assert_eq!(p.ports, Some((5000, 53)));
         assert_eq!(p.tcp_flags, None);
@@ -377,7 +400,7 @@ pub(crate) mod tests {
         let v = v4_frame(
             A,
             B,
-            IpProtocol::Tcp,
+            IpProtocol::TCP,
             &opts,
             0x4000,
             &tcp_bytes(40000, 80, TcpFlags::SYN),
@@ -394,11 +417,60 @@ pub(crate) mod tests {
         assert_eq!(p.tcp_flags, Some(TcpFlags::SYN));
     }
 
+    /// The pipeline parses every packet into one place: whatever the previous packet left there
+    /// (a TCP segment's flags, a fragment, the other family's addresses, VLAN tags, a hash) must
+    /// not show through in the next packet's result.
+    #[test]
+    fn parsing_into_a_used_result_leaves_nothing_of_the_last_packet() {
+        let tcp = v4_frame(
+            A,
+            B,
+            IpProtocol::TCP,
+            &[1, 1, 1, 0],
+            0,
+            &tcp_bytes(40000, 80, TcpFlags::SYN),
+        );
+        let mut tagged = tcp[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x2a]);
+        tagged.extend_from_slice(&tcp[12..]);
+        let frames = [
+            tagged,
+            v6_frame(
+                a6(),
+                b6(),
+                IpProtocol::IPV6_FRAG,
+                &[17u8, 0, 0, 9, 0, 0, 0, 5],
+                9,
+                &[0; 16],
+            ),
+            v4_frame(A, B, IpProtocol::UDP, &[], 0, &udp_bytes(5000, 53, b"q")),
+            v4_frame(B, A, IpProtocol::UDP, &[], 0x2000 | 3, &[0; 8]),
+            v6_frame(a6(), b6(), IpProtocol::UDP, &[], 64, &udp_bytes(7, 9, b"z")),
+            v4_frame(A, B, IpProtocol::GRE, &[], 0, &[0; 4]),
+        ];
+        let mut reused = Parsed::EMPTY;
+        reused.hash = 0xdead_beef;
+        for (i, f) in frames.iter().chain(frames.iter().rev()).enumerate() {
+            let e = EthernetFrame::new_checked(&f[..]).unwrap();
+            let fresh = Parsed::parse_ip_unhashed(&e).unwrap();
+            Parsed::parse_ip_into(&e, &mut reused).unwrap();
+            assert_eq!(reused, fresh, "frame {i}");
+        }
+    }
+
+    #[test]
+    fn protocol_and_ethertype_numbers_print_as_before() {
+        assert_eq!(format!("{:?}", IpProtocol::UDP), "Udp");
+        assert_eq!(format!("{:?}", IpProtocol(200)), "Unknown(200)");
+        assert_eq!(format!("{:?}", EtherType::IPV6), "Ipv6");
+        assert_eq!(format!("{:?}", EtherType(0x6558)), "Unknown(0x6558)");
+    }
+
     #[test]
     fn ipv4_fragments_hash_on_the_two_tuple() {
         let h = Toeplitz::default();
         let two = h.hash_v4(A, B, None);
-        let first = v4_frame(A, B, IpProtocol::Udp, &[], 0x2000, &udp_bytes(1, 2, &[0; 16]));
+        let first = v4_frame(A, B, IpProtocol::UDP, &[], 0x2000, &udp_bytes(1, 2, &[0; 16]));
         let p = Parsed::parse(&first, &h, Some(0xdead)).unwrap();
         assert_eq!(
             p.fragment,
@@ -411,20 +483,20 @@ pub(crate) mod tests {
         assert!(p.fragment.unwrap().is_first());
         assert_eq!(p.ports, Some((1, 2)));
         assert_eq!(p.hash, two, "NIC hash ignored for fragments");
-        let later = v4_frame(A, B, IpProtocol::Udp, &[], 3, &[9; 8]);
+        let later = v4_frame(A, B, IpProtocol::UDP, &[], 3, &[9; 8]);
         let p = parse(&later).unwrap();
         assert_eq!(p.fragment.unwrap().offset, 24);
         assert!(!p.fragment.unwrap().more);
         assert_eq!(p.ports, None);
         assert_eq!(p.hash, two);
         // tiny first fragment: no ports, no error
-        let tiny = v4_frame(A, B, IpProtocol::Tcp, &[], 0x2000, &[0, 1]);
+        let tiny = v4_frame(A, B, IpProtocol::TCP, &[], 0x2000, &[0, 1]);
         assert_eq!(parse(&tiny).unwrap().ports, None);
     }
 
     #[test]
     fn nic_hash_used_when_equivalent() {
-        let v = v4_frame(A, B, IpProtocol::Udp, &[], 0, &udp_bytes(1, 2, &[]));
+        let v = v4_frame(A, B, IpProtocol::UDP, &[], 0, &udp_bytes(1, 2, &[]));
         let h = Toeplitz::default();
         assert_eq!(Parsed::parse(&v, &h, Some(77)).unwrap().hash, 77);
         let sym = Toeplitz::new(&wire::toeplitz::MICROSOFT_KEY, true);
@@ -435,7 +507,7 @@ pub(crate) mod tests {
 
     #[test]
     fn ipv4_malformed() {
-        let good = v4_frame(A, B, IpProtocol::Udp, &[], 0, &udp_bytes(1, 2, b"xy"));
+        let good = v4_frame(A, B, IpProtocol::UDP, &[], 0, &udp_bytes(1, 2, b"xy"));
         let m = |f: &dyn Fn(&mut Vec<u8>)| {
             let mut v = good.clone();
             f(&mut v);
@@ -470,12 +542,12 @@ pub(crate) mod tests {
         let dst = [17u8, 0, 1, 4, 0, 0, 0, 0];
         let mut exts = hbh.to_vec();
         exts.extend_from_slice(&dst);
-        let v = v6_frame(a6(), b6(), IpProtocol::HopByHop, &exts, 64, &udp_bytes(7, 9, b"z"));
+        let v = v6_frame(a6(), b6(), IpProtocol::HOP_BY_HOP, &exts, 64, &udp_bytes(7, 9, b"z"));
         let p = parse(&v).unwrap();
         assert_eq!(p.version, IpVersion::V6);
         assert_eq!(p.l4_offset, 14 + 40 + 16);
         assert_eq!(p.ip_end as usize, v.len());
-        assert_eq!(p.protocol, IpProtocol::Udp);
+        assert_eq!(p.protocol, IpProtocol::UDP);
         assert_eq!(p.ports, Some((7, 9)));
         assert_eq!(p.fragment, None);
         assert_eq!(p.hash, Toeplitz::default().hash_v6(&a6(), &b6(), Some((7, 9))));
@@ -486,7 +558,7 @@ pub(crate) mod tests {
         let v = v6_frame(
             a6(),
             b6(),
-            IpProtocol::Ipv6Frag,
+            IpProtocol::IPV6_FRAG,
             &frag_first,
             64,
             &udp_bytes(7, 9, &[0; 16]),
@@ -503,14 +575,14 @@ pub(crate) mod tests {
         assert_eq!(p.ports, Some((7, 9)));
         assert_eq!(p.hash, two);
         let frag_later = [17u8, 0, 0, 0x10, 0, 0, 0, 5];
-        let v = v6_frame(a6(), b6(), IpProtocol::Ipv6Frag, &frag_later, 64, &[1; 8]);
+        let v = v6_frame(a6(), b6(), IpProtocol::IPV6_FRAG, &frag_later, 64, &[1; 8]);
         let p = parse(&v).unwrap();
         assert_eq!(p.fragment.unwrap().offset, 16);
         assert_eq!(p.ports, None);
         assert_eq!(p.hash, two);
         // atomic fragment: not a fragment, ports read, software hash over the 4-tuple
         let atomic = [17u8, 0, 0, 0, 0, 0, 0, 5];
-        let v = v6_frame(a6(), b6(), IpProtocol::Ipv6Frag, &atomic, 64, &udp_bytes(7, 9, &[]));
+        let v = v6_frame(a6(), b6(), IpProtocol::IPV6_FRAG, &atomic, 64, &udp_bytes(7, 9, &[]));
         let p = Parsed::parse(&v, &h, Some(1)).unwrap();
         assert_eq!(p.fragment, None);
         assert_eq!(p.ports, Some((7, 9)));
@@ -521,20 +593,20 @@ pub(crate) mod tests {
     fn ipv6_malformed() {
         let opts = [60u8, 0, 1, 4, 0, 0, 0, 0];
         let long: Vec<u8> = opts.repeat(9);
-        let v = v6_frame(a6(), b6(), IpProtocol::Ipv6Opts, &long, 64, &[]);
+        let v = v6_frame(a6(), b6(), IpProtocol::IPV6_OPTS, &long, 64, &[]);
         assert_eq!(parse(&v), Err(wire::Error::Malformed));
-        let v = v6_frame(a6(), b6(), IpProtocol::Ipv6Opts, &opts[..4], 64, &[]);
+        let v = v6_frame(a6(), b6(), IpProtocol::IPV6_OPTS, &opts[..4], 64, &[]);
         assert_eq!(parse(&v), Err(wire::Error::Truncated));
-        let mut v = v6_frame(a6(), b6(), IpProtocol::Udp, &[], 64, &udp_bytes(1, 2, &[]));
+        let mut v = v6_frame(a6(), b6(), IpProtocol::UDP, &[], 64, &udp_bytes(1, 2, &[]));
         v[14] = 0x70;
         assert_eq!(parse(&v), Err(wire::Error::Malformed));
-        let mut v = v6_frame(a6(), b6(), IpProtocol::Udp, &[], 64, &udp_bytes(1, 2, &[]));
+        let mut v = v6_frame(a6(), b6(), IpProtocol::UDP, &[], 64, &udp_bytes(1, 2, &[]));
         v.pop();
         assert_eq!(parse(&v), Err(wire::Error::Truncated));
         // TCP data offset below 5 in an unfragmented segment
         let mut t = tcp_bytes(1, 2, TcpFlags::ACK);
         t[12] = 0x40;
-        let v = v6_frame(a6(), b6(), IpProtocol::Tcp, &[], 64, &t);
+        let v = v6_frame(a6(), b6(), IpProtocol::TCP, &[], 64, &t);
         assert_eq!(parse(&v), Err(wire::Error::Malformed));
     }
 }

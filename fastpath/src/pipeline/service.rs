@@ -116,11 +116,11 @@ pub fn echo_in_place<B: PacketBuf>(pkt: &mut B) -> bool {
     // this action stands in for: RFC 1122 §4.1.3.4, a non-zero checksum must verify; RFC 8200
     // §8.1, an IPv6 UDP checksum of zero is invalid.
     let l4 = match ty {
-        crate::wire::EtherType::Ipv4 => {
+        crate::wire::EtherType::IPV4 => {
             let Ok(ip) = Ipv4Packet::new_checked(&data[l3..]) else {
                 return false;
             };
-            if ip.protocol() != IpProtocol::Udp || ip.is_fragment() {
+            if ip.protocol() != IpProtocol::UDP || ip.is_fragment() {
                 return false;
             }
             let l4 = l3 + ip.header_len();
@@ -132,12 +132,12 @@ pub fn echo_in_place<B: PacketBuf>(pkt: &mut B) -> bool {
             }
             l4
         }
-        crate::wire::EtherType::Ipv6 => {
+        crate::wire::EtherType::IPV6 => {
             let Ok(ip) = Ipv6Packet::new_checked(&data[l3..]) else {
                 return false;
             };
             // Only a plain IPv6 header followed by UDP: the worker does not walk extensions.
-            if ip.next_header() != IpProtocol::Udp {
+            if ip.next_header() != IpProtocol::UDP {
                 return false;
             }
             let l4 = l3 + 40;
@@ -152,7 +152,7 @@ pub fn echo_in_place<B: PacketBuf>(pkt: &mut B) -> bool {
         _ => return false,
     };
     match ty {
-        crate::wire::EtherType::Ipv4 => {
+        crate::wire::EtherType::IPV4 => {
             let Ok(mut ip) = Ipv4Packet::new_checked(&mut data[l3..]) else {
                 return false;
             };
@@ -213,7 +213,7 @@ mod tests {
             .collect();
         let svc = Service {
             name: "svc".into(),
-            protocol: IpProtocol::Udp,
+            protocol: IpProtocol::UDP,
             addresses,
             group: Group {
                 sockets: vec![0, 1],
@@ -240,7 +240,7 @@ mod tests {
         HeapBuf::new(&v4_frame(
             THEM,
             ME,
-            IpProtocol::Udp,
+            IpProtocol::UDP,
             &[],
             frag,
             &udp_bytes(4000, dport, b"abc"),
@@ -273,7 +273,7 @@ mod tests {
         let tcp = v4_frame(
             THEM,
             ME,
-            IpProtocol::Tcp,
+            IpProtocol::TCP,
             &[],
             0,
             &[0, 1, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0x50, 2, 0, 0, 0, 0, 0, 0],
@@ -332,7 +332,7 @@ mod tests {
     #[test]
     fn echo_swaps_and_keeps_checksums_valid() {
         let mut udp = udp_bytes(40000, 7, b"hello");
-        let mut v = v4_frame(THEM, ME, IpProtocol::Udp, &[], 0, &udp);
+        let mut v = v4_frame(THEM, ME, IpProtocol::UDP, &[], 0, &udp);
         {
             let l4 = v.len() - udp.len();
             let mut u = UdpPacket::new_checked(&mut v[l4..]).unwrap();
@@ -353,7 +353,7 @@ mod tests {
         let _ = udp;
 
         let (me6, them6): (Ipv6Addr, Ipv6Addr) = ("2001:db8::1".parse().unwrap(), "2001:db8::7".parse().unwrap());
-        let mut v = v6_frame(them6, me6, IpProtocol::Udp, &[], 64, &udp_bytes(40000, 7, b"hi"));
+        let mut v = v6_frame(them6, me6, IpProtocol::UDP, &[], 64, &udp_bytes(40000, 7, b"hi"));
         {
             let mut u = UdpPacket::new_checked(&mut v[54..]).unwrap();
             u.fill_checksum_v6(&them6, &me6);
@@ -367,17 +367,17 @@ mod tests {
         assert_eq!((u.src_port(), u.dst_port()), (7, 40000));
 
         // A wrong checksum, or an IPv6 checksum of zero: dropped, like a host's UDP would.
-        let mut bad = v4_frame(THEM, ME, IpProtocol::Udp, &[], 0, &udp);
+        let mut bad = v4_frame(THEM, ME, IpProtocol::UDP, &[], 0, &udp);
         let n = bad.len();
         bad[n - 1] ^= 0x55;
         assert!(!echo_in_place(&mut HeapBuf::new(&bad)));
-        let zero6 = v6_frame(them6, me6, IpProtocol::Udp, &[], 64, &udp_bytes(40000, 7, b"hi"));
+        let zero6 = v6_frame(them6, me6, IpProtocol::UDP, &[], 64, &udp_bytes(40000, 7, b"hi"));
         assert!(
             !echo_in_place(&mut HeapBuf::new(&zero6)),
             "IPv6 UDP checksum 0 (RFC 8200 §8.1)"
         );
         // Not UDP, or a fragment: nothing to echo.
-        let mut icmp = HeapBuf::new(&v4_frame(THEM, ME, IpProtocol::Icmp, &[], 0, &[8, 0, 0, 0, 0, 0, 0, 0]));
+        let mut icmp = HeapBuf::new(&v4_frame(THEM, ME, IpProtocol::ICMP, &[], 0, &[8, 0, 0, 0, 0, 0, 0, 0]));
         assert!(!echo_in_place(&mut icmp));
         assert!(!echo_in_place(&mut udp4(7, 0x2000)));
         assert!(!echo_in_place(&mut HeapBuf::new(&[1, 2, 3])));
@@ -433,7 +433,7 @@ mod tunnelled {
             .collect();
         let svc = Service {
             name: "svc".into(),
-            protocol: IpProtocol::Udp,
+            protocol: IpProtocol::UDP,
             addresses: vec![],
             group: Group {
                 sockets: vec![0, 1],
@@ -462,7 +462,7 @@ mod tunnelled {
         let mut per_socket = [0; 2];
         for sport in 1000..1064u16 {
             let mut b = HeapBuf::with_room(
-                &v4_frame(src, dst, IpProtocol::Udp, &[], 0, &udp_bytes(sport, 7, b"x")),
+                &v4_frame(src, dst, IpProtocol::UDP, &[], 0, &udp_bytes(sport, 7, b"x")),
                 256,
                 256,
             );

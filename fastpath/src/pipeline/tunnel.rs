@@ -209,7 +209,7 @@ fn encapsulate_inner<B: PacketBuf>(
         let f = EthernetFrame::new_checked(pkt.data()).map_err(|_| EncapError::NotIp)?;
         (f.header_len(), f.ethertype())
     };
-    if !matches!(inner_ty, EtherType::Ipv4 | EtherType::Ipv6) {
+    if !matches!(inner_ty, EtherType::IPV4 | EtherType::IPV6) {
         return Err(EncapError::NotIp);
     }
     let inner_len = pkt.len() - l2;
@@ -248,7 +248,7 @@ fn encapsulate_inner<B: PacketBuf>(
                 crate::wire::ipv4::Ipv4Repr {
                     src,
                     dst,
-                    protocol: IpProtocol::Gre,
+                    protocol: IpProtocol::GRE,
                     payload_len: (glen + payload) as u16,
                     ttl: tun.ttl,
                     dscp_ecn: 0,
@@ -256,18 +256,18 @@ fn encapsulate_inner<B: PacketBuf>(
                     dont_frag: false,
                 }
                 .emit(b);
-                ty = EtherType::Ipv4;
+                ty = EtherType::IPV4;
             }
             (IpAddr::V6(src), IpAddr::V6(dst)) => {
                 crate::wire::ipv6::Ipv6Repr {
                     src,
                     dst,
-                    next_header: IpProtocol::Gre,
+                    next_header: IpProtocol::GRE,
                     payload_len: (glen + payload) as u16,
                     hop_limit: tun.ttl,
                 }
                 .emit(b);
-                ty = EtherType::Ipv6;
+                ty = EtherType::IPV6;
             }
             _ => return Err(EncapError::NotIp),
         }
@@ -331,7 +331,7 @@ pub fn decapsulate<B: PacketBuf>(
             !g.checksum_present() || g.verify_checksum(),
         )
     };
-    if !matches!(proto, EtherType::Ipv4 | EtherType::Ipv6) {
+    if !matches!(proto, EtherType::IPV4 | EtherType::IPV6) {
         return Decap::Malformed;
     }
     // RFC 2890 §2.1: a tunnel is identified by its endpoints and key; a packet without the key a
@@ -427,7 +427,7 @@ mod tests {
         v4_frame(
             Ipv4Addr::new(203, 0, 113, 9),
             Ipv4Addr::new(10, 1, 0, 5),
-            IpProtocol::Udp,
+            IpProtocol::UDP,
             &[],
             0,
             &udp_bytes(1000, 9000, b"payload"),
@@ -455,7 +455,7 @@ mod tests {
             assert!(ip.verify_checksum());
             assert_eq!(
                 (ip.protocol(), ip.ttl(), ip.total_len()),
-                (IpProtocol::Gre, 64, 20 + glen + orig.len() - 14)
+                (IpProtocol::GRE, 64, 20 + glen + orig.len() - 14)
             );
             assert_eq!(ip.src_addr(), Ipv4Addr::new(192, 0, 2, 1));
             assert_eq!(ip.dst_addr(), Ipv4Addr::new(198, 51, 100, 2));
@@ -605,7 +605,7 @@ mod tests {
         let d = b.data();
         assert_eq!(&d[12..14], &[0x86, 0xdd]);
         let ip = Ipv6Packet::new_checked(&d[14..]).unwrap();
-        assert_eq!(ip.next_header(), IpProtocol::Gre);
+        assert_eq!(ip.next_header(), IpProtocol::GRE);
         assert_eq!(ip.payload_len(), 8 + orig.len() - 14);
         assert!(GrePacket::new_checked(&d[54..]).unwrap().verify_checksum());
     }
@@ -681,7 +681,7 @@ mod pipeline_tests {
         let mut ping = v4_frame(
             Ipv4Addr::new(10, 9, 0, 2),
             Ipv4Addr::new(10, 9, 0, 1),
-            IpProtocol::Icmp,
+            IpProtocol::ICMP,
             &[],
             0,
             &[8, 0, 0xf7, 0xfe, 0, 1, 0, 0],

@@ -238,8 +238,8 @@ fn fragment_frame(m: &Mbuf, mtu: u16, pool: &Mempool, ident: u32, out: &mut Vec<
     let mut alloc = |len: usize| pool.alloc().filter(|b| b.tailroom() >= len);
     let mut emit = |b: Mbuf| out.push(b);
     let r = match EthernetFrame::new_checked(m.data()).map(|f| f.ethertype()) {
-        Ok(EtherType::Ipv4) => fragment_v4(m.data(), mtu as usize, &mut alloc, &mut emit),
-        Ok(EtherType::Ipv6) => fragment_v6(m.data(), mtu as usize, ident, &mut alloc, &mut emit),
+        Ok(EtherType::IPV4) => fragment_v4(m.data(), mtu as usize, &mut alloc, &mut emit),
+        Ok(EtherType::IPV6) => fragment_v6(m.data(), mtu as usize, ident, &mut alloc, &mut emit),
         _ => return false,
     };
     r.is_ok()

@@ -15,6 +15,7 @@ pub enum ArpOperation {
 }
 
 impl From<u16> for ArpOperation {
+    #[inline]
     fn from(v: u16) -> Self {
         match v {
             1 => ArpOperation::Request,
@@ -25,6 +26,7 @@ impl From<u16> for ArpOperation {
 }
 
 impl From<ArpOperation> for u16 {
+    #[inline]
     fn from(v: ArpOperation) -> u16 {
         match v {
             ArpOperation::Request => 1,
@@ -59,6 +61,7 @@ pub struct ArpPacket<T: AsRef<[u8]>> {
 impl<T: AsRef<[u8]>> ArpPacket<T> {
     /// Validates length and that the packet is Ethernet (htype 1, hlen 6) over IPv4
     /// (ptype 0x0800, plen 4); other hardware or protocol types are [`Error::Unsupported`].
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let b = buffer.as_ref();
         if b.len() < PACKET_LEN {
@@ -73,22 +76,27 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
         Ok(ArpPacket { buffer })
     }
     /// Operation.
+    #[inline]
     pub fn operation(&self) -> ArpOperation {
         ArpOperation::from(be16(self.buffer.as_ref(), field::OPER))
     }
     /// Sender hardware address.
+    #[inline]
     pub fn sender_hw(&self) -> EthernetAddress {
         EthernetAddress::from_bytes(&self.buffer.as_ref()[field::SHA])
     }
     /// Sender protocol address.
+    #[inline]
     pub fn sender_ip(&self) -> Ipv4Addr {
         ip(&self.buffer.as_ref()[field::SPA])
     }
     /// Target hardware address.
+    #[inline]
     pub fn target_hw(&self) -> EthernetAddress {
         EthernetAddress::from_bytes(&self.buffer.as_ref()[field::THA])
     }
     /// Target protocol address.
+    #[inline]
     pub fn target_ip(&self) -> Ipv4Addr {
         ip(&self.buffer.as_ref()[field::TPA])
     }
@@ -98,6 +106,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpPacket<T> {
     /// Turns a request into the reply `answer_hw` sends for `answer_ip`, in place (RFC 826
     /// "swap hardware and protocol fields, put the local hardware and protocol addresses in the
     /// sender fields, set the opcode to reply").
+    #[inline]
     pub fn make_reply(&mut self, answer_hw: EthernetAddress, answer_ip: Ipv4Addr) {
         let b = self.buffer.as_mut();
         let (sha, spa) = (EthernetAddress::from_bytes(&b[field::SHA]), ip(&b[field::SPA]));
@@ -110,6 +119,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpPacket<T> {
 }
 
 /// Writes a complete Ethernet/IPv4 ARP packet into the first [`PACKET_LEN`] bytes of `b`.
+#[inline]
 pub fn emit(b: &mut [u8], op: ArpOperation, sha: EthernetAddress, spa: Ipv4Addr, tha: EthernetAddress, tpa: Ipv4Addr) {
     put_be16(b, field::HTYPE, 1);
     put_be16(b, field::PTYPE, 0x0800);
@@ -122,6 +132,7 @@ pub fn emit(b: &mut [u8], op: ArpOperation, sha: EthernetAddress, spa: Ipv4Addr,
     b[field::TPA].copy_from_slice(&tpa.octets());
 }
 
+#[inline]
 fn ip(b: &[u8]) -> Ipv4Addr {
     Ipv4Addr::new(b[0], b[1], b[2], b[3])
 }

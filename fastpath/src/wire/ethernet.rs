@@ -13,30 +13,36 @@ impl EthernetAddress {
     pub const BROADCAST: EthernetAddress = EthernetAddress([0xff; 6]);
 
     /// Builds an address from the first six bytes of `b`; `b` must hold at least six.
+    #[inline]
     pub fn from_bytes(b: &[u8]) -> Self {
         let mut a = [0u8; 6];
         a.copy_from_slice(&b[..6]);
         EthernetAddress(a)
     }
     /// The bytes of the address.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8; 6] {
         &self.0
     }
     /// Whether this is the broadcast address.
+    #[inline]
     pub fn is_broadcast(&self) -> bool {
         *self == Self::BROADCAST
     }
     /// Whether the group bit is set (multicast, broadcast included).
+    #[inline]
     pub fn is_multicast(&self) -> bool {
         self.0[0] & 1 != 0
     }
     /// Whether this may be a frame's source: not multicast, not all zero.
+    #[inline]
     pub fn is_unicast(&self) -> bool {
         !self.is_multicast() && self.0 != [0; 6]
     }
 }
 
 impl fmt::Display for EthernetAddress {
+    #[inline]
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let b = self.0;
         write!(
@@ -48,6 +54,7 @@ impl fmt::Display for EthernetAddress {
 }
 
 impl fmt::Debug for EthernetAddress {
+    #[inline]
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         fmt::Display::fmt(self, f)
     }
@@ -56,6 +63,7 @@ impl fmt::Debug for EthernetAddress {
 impl FromStr for EthernetAddress {
     type Err = ();
     /// Parses `aa:bb:cc:dd:ee:ff` (or with `-`).
+    #[inline]
     fn from_str(s: &str) -> core::result::Result<Self, ()> {
         let mut out = [0u8; 6];
         let mut n = 0;
@@ -74,45 +82,50 @@ impl FromStr for EthernetAddress {
 }
 
 /// An EtherType. Unknown values are kept, not rejected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EtherType {
+///
+/// The number itself (see [`crate::wire::IpProtocol`] for why: no conversion per frame, one
+/// compare per test).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct EtherType(pub u16);
+
+impl EtherType {
     /// 0x0800
-    Ipv4,
+    pub const IPV4: EtherType = EtherType(0x0800);
     /// 0x0806
-    Arp,
+    pub const ARP: EtherType = EtherType(0x0806);
     /// 0x86dd
-    Ipv6,
+    pub const IPV6: EtherType = EtherType(0x86dd);
     /// 0x8100, IEEE 802.1Q customer tag
-    Vlan,
+    pub const VLAN: EtherType = EtherType(0x8100);
     /// 0x88a8, IEEE 802.1ad service tag
-    QinQ,
-    /// Anything else.
-    Unknown(u16),
+    pub const QINQ: EtherType = EtherType(0x88a8);
 }
 
-impl From<u16> for EtherType {
-    fn from(v: u16) -> Self {
-        match v {
-            0x0800 => EtherType::Ipv4,
-            0x0806 => EtherType::Arp,
-            0x86dd => EtherType::Ipv6,
-            0x8100 => EtherType::Vlan,
-            0x88a8 => EtherType::QinQ,
-            other => EtherType::Unknown(other),
+impl fmt::Debug for EtherType {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match *self {
+            EtherType::IPV4 => f.write_str("Ipv4"),
+            EtherType::ARP => f.write_str("Arp"),
+            EtherType::IPV6 => f.write_str("Ipv6"),
+            EtherType::VLAN => f.write_str("Vlan"),
+            EtherType::QINQ => f.write_str("QinQ"),
+            EtherType(other) => write!(f, "Unknown({other:#06x})"),
         }
     }
 }
 
+impl From<u16> for EtherType {
+    #[inline]
+    fn from(v: u16) -> Self {
+        EtherType(v)
+    }
+}
+
 impl From<EtherType> for u16 {
+    #[inline]
     fn from(v: EtherType) -> u16 {
-        match v {
-            EtherType::Ipv4 => 0x0800,
-            EtherType::Arp => 0x0806,
-            EtherType::Ipv6 => 0x86dd,
-            EtherType::Vlan => 0x8100,
-            EtherType::QinQ => 0x88a8,
-            EtherType::Unknown(o) => o,
-        }
+        v.0
     }
 }
 
@@ -142,6 +155,7 @@ pub struct EthernetFrame<T: AsRef<[u8]>> {
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
     /// Validates the frame: the 14-byte header and every VLAN tag (at most [`MAX_VLAN_TAGS`])
     /// must be present. More tags than that is [`Error::Unsupported`].
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let b = buffer.as_ref();
         if b.len() < field::HEADER_LEN {
@@ -149,7 +163,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         }
         let mut at = field::ETHERTYPE;
         let mut tags = 0u8;
-        while let EtherType::Vlan | EtherType::QinQ = EtherType::from(be16(b, at)) {
+        while let EtherType::VLAN | EtherType::QINQ = EtherType::from(be16(b, at)) {
             if tags as usize == MAX_VLAN_TAGS {
                 return Err(Error::Unsupported);
             }
@@ -167,22 +181,27 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// Destination address.
+    #[inline]
     pub fn dst_addr(&self) -> EthernetAddress {
         EthernetAddress::from_bytes(&self.buffer.as_ref()[field::DST])
     }
     /// Source address.
+    #[inline]
     pub fn src_addr(&self) -> EthernetAddress {
         EthernetAddress::from_bytes(&self.buffer.as_ref()[field::SRC])
     }
     /// The EtherType of the payload, after any VLAN tags.
+    #[inline]
     pub fn ethertype(&self) -> EtherType {
         EtherType::from(be16(self.buffer.as_ref(), self.inner_type_at))
     }
     /// Number of VLAN tags walked.
+    #[inline]
     pub fn vlan_tags(&self) -> usize {
         self.vlan_tags as usize
     }
     /// The VLAN id of the innermost tag, if any.
+    #[inline]
     pub fn inner_vlan_id(&self) -> Option<u16> {
         if self.vlan_tags == 0 {
             None
@@ -191,14 +210,17 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         }
     }
     /// Length of the header including VLAN tags: the offset of the payload.
+    #[inline]
     pub fn header_len(&self) -> usize {
         self.inner_type_at + 2
     }
     /// The payload (L3 header and beyond).
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
     }
     /// Gives the buffer back.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
@@ -206,14 +228,17 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     /// Sets the destination address.
+    #[inline]
     pub fn set_dst_addr(&mut self, a: EthernetAddress) {
         self.buffer.as_mut()[field::DST].copy_from_slice(&a.0);
     }
     /// Sets the source address.
+    #[inline]
     pub fn set_src_addr(&mut self, a: EthernetAddress) {
         self.buffer.as_mut()[field::SRC].copy_from_slice(&a.0);
     }
     /// The payload, writable.
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let at = self.header_len();
         &mut self.buffer.as_mut()[at..]
@@ -221,6 +246,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
 }
 
 /// Writes an untagged Ethernet II header into the first 14 bytes of `b` (caller sizes `b`).
+#[inline]
 pub fn emit_header(b: &mut [u8], dst: EthernetAddress, src: EthernetAddress, ty: EtherType) {
     b[field::DST].copy_from_slice(&dst.0);
     b[field::SRC].copy_from_slice(&src.0);
@@ -243,7 +269,7 @@ mod tests {
         let f = EthernetFrame::new_checked(&FRAME[..]).unwrap();
         assert!(f.dst_addr().is_broadcast());
         assert_eq!(f.src_addr(), "02:00:00:00:00:02".parse().unwrap());
-        assert_eq!(f.ethertype(), EtherType::Arp);
+        assert_eq!(f.ethertype(), EtherType::ARP);
         assert_eq!(f.header_len(), 14);
         assert_eq!(f.payload(), &[0xde, 0xad, 0xbe, 0xef]);
         assert_eq!(f.inner_vlan_id(), None);
@@ -256,7 +282,7 @@ mod tests {
         let f = EthernetFrame::new_checked(&v[..]).unwrap();
         assert_eq!(f.vlan_tags(), 2);
         assert_eq!(f.inner_vlan_id(), Some(20));
-        assert_eq!(f.ethertype(), EtherType::Ipv6);
+        assert_eq!(f.ethertype(), EtherType::IPV6);
         assert_eq!(f.payload(), &[1]);
     }
 
@@ -284,9 +310,9 @@ mod tests {
     fn emit_then_parse() {
         let mut b = [0u8; 14];
         let src = EthernetAddress([2, 0, 0, 0, 0, 1]);
-        emit_header(&mut b, EthernetAddress::BROADCAST, src, EtherType::Ipv6);
+        emit_header(&mut b, EthernetAddress::BROADCAST, src, EtherType::IPV6);
         let f = EthernetFrame::new_checked(&b[..]).unwrap();
         assert_eq!(f.src_addr(), src);
-        assert_eq!(f.ethertype(), EtherType::Ipv6);
+        assert_eq!(f.ethertype(), EtherType::IPV6);
     }
 }

@@ -46,6 +46,7 @@ impl<T: AsRef<[u8]>> GrePacket<T> {
     ///   "A receiver MUST discard a packet where any of bits 1-5 are non-zero, unless that
     ///   receiver implements RFC 1701", and RFC 2890 assigns bits 2 and 3. Bits 6-12 are ignored.
     /// - Every optional field the flags announce must be present ([`Error::Truncated`]).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let b = buffer.as_ref();
         if b.len() < MIN_HEADER_LEN {
@@ -62,55 +63,68 @@ impl<T: AsRef<[u8]>> GrePacket<T> {
         Ok(p)
     }
 
+    #[inline]
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
+    #[inline]
     fn flags(&self) -> u16 {
         be16(self.b(), field::FLAGS)
     }
     /// C: a checksum field is present.
+    #[inline]
     pub fn checksum_present(&self) -> bool {
         self.flags() & C != 0
     }
     /// K: a key field is present.
+    #[inline]
     pub fn key_present(&self) -> bool {
         self.flags() & K != 0
     }
     /// S: a sequence number field is present.
+    #[inline]
     pub fn seq_present(&self) -> bool {
         self.flags() & S != 0
     }
     /// Protocol type of the payload (an EtherType).
+    #[inline]
     pub fn protocol(&self) -> EtherType {
         EtherType::from(be16(self.b(), field::PROTOCOL))
     }
     /// Header length: 4 plus 4 for each of C, K and S.
+    #[inline]
     pub fn header_len(&self) -> usize {
         MIN_HEADER_LEN
             + 4 * (self.checksum_present() as usize + self.key_present() as usize + self.seq_present() as usize)
     }
+    #[inline]
     fn key_at(&self) -> usize {
         field::OPTIONAL + 4 * self.checksum_present() as usize
     }
     /// The checksum, if present.
+    #[inline]
     pub fn checksum(&self) -> Option<u16> {
         self.checksum_present().then(|| be16(self.b(), field::OPTIONAL))
     }
     /// The key, if present.
+    #[inline]
     pub fn key(&self) -> Option<u32> {
         self.key_present().then(|| be32(self.b(), self.key_at()))
     }
     /// The sequence number, if present.
+    #[inline]
     pub fn sequence(&self) -> Option<u32> {
         let at = self.key_at() + 4 * self.key_present() as usize;
         self.seq_present().then(|| be32(self.b(), at))
     }
     /// Whether the checksum (over header and payload, RFC 2784 §2.5) is right; true when
     /// there is none.
+    #[inline]
     pub fn verify_checksum(&self) -> bool {
         !self.checksum_present() || checksum::verify(self.b())
     }
     /// The payload.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.b()[self.header_len()..]
     }
@@ -131,12 +145,14 @@ pub struct GreRepr {
 
 impl GreRepr {
     /// Length of the header this emits.
+    #[inline]
     pub fn header_len(&self) -> usize {
         MIN_HEADER_LEN + 4 * (self.checksum as usize + self.key.is_some() as usize + self.sequence.is_some() as usize)
     }
 
     /// Writes the header into the front of `b`, which holds the whole GRE packet (header then
     /// payload, already in place): the checksum, when asked for, covers all of `b`.
+    #[inline]
     pub fn emit(&self, b: &mut [u8]) {
         let mut flags = 0u16;
         let mut at = field::OPTIONAL;
@@ -189,7 +205,7 @@ mod tests {
         assert_eq!(&b[4..6], &[0x83, 0x07]);
         let g = GrePacket::new_checked(&b[..]).unwrap();
         assert!(g.checksum_present() && g.key_present() && g.seq_present());
-        assert_eq!(g.protocol(), EtherType::Ipv4);
+        assert_eq!(g.protocol(), EtherType::IPV4);
         assert_eq!(g.header_len(), 16);
         assert_eq!(g.checksum(), Some(0x8307));
         assert_eq!(g.key(), Some(42));
@@ -199,7 +215,7 @@ mod tests {
 
         let plain = [0x00, 0x00, 0x86, 0xdd, 1, 2];
         let g = GrePacket::new_checked(&plain[..]).unwrap();
-        assert_eq!(g.protocol(), EtherType::Ipv6);
+        assert_eq!(g.protocol(), EtherType::IPV6);
         assert_eq!((g.checksum(), g.key(), g.sequence()), (None, None, None));
         assert!(g.verify_checksum());
         assert_eq!(g.payload(), &[1, 2]);
@@ -215,7 +231,7 @@ mod tests {
         let mut b = [0u8; 20];
         b[16..].copy_from_slice(b"abcd");
         let r = GreRepr {
-            protocol: EtherType::Ipv4,
+            protocol: EtherType::IPV4,
             checksum: true,
             key: Some(42),
             sequence: Some(7),
@@ -225,7 +241,7 @@ mod tests {
         assert_eq!(b, full());
         let mut k = [0u8; 8];
         GreRepr {
-            protocol: EtherType::Unknown(0x6558),
+            protocol: EtherType(0x6558),
             checksum: false,
             key: Some(0x01020304),
             sequence: None,

@@ -23,6 +23,7 @@ pub enum Icmpv4Message {
 }
 
 impl From<u8> for Icmpv4Message {
+    #[inline]
     fn from(v: u8) -> Self {
         match v {
             0 => Icmpv4Message::EchoReply,
@@ -37,6 +38,7 @@ impl From<u8> for Icmpv4Message {
 }
 
 impl From<Icmpv4Message> for u8 {
+    #[inline]
     fn from(v: Icmpv4Message) -> u8 {
         match v {
             Icmpv4Message::EchoReply => 0,
@@ -72,70 +74,86 @@ pub struct Icmpv4Packet<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
     /// Validates that the 8-byte header is present.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         if buffer.as_ref().len() < HEADER_LEN {
             return Err(Error::Truncated);
         }
         Ok(Icmpv4Packet { buffer })
     }
+    #[inline]
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
     /// Message type.
+    #[inline]
     pub fn msg_type(&self) -> Icmpv4Message {
         Icmpv4Message::from(self.b()[field::TYPE])
     }
     /// Code.
+    #[inline]
     pub fn code(&self) -> u8 {
         self.b()[field::CODE]
     }
     /// Checksum as stored.
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.b(), field::CHECKSUM)
     }
     /// Echo identifier (meaningful for echo messages).
+    #[inline]
     pub fn echo_ident(&self) -> u16 {
         be16(self.b(), field::ECHO_IDENT)
     }
     /// Echo sequence number (meaningful for echo messages).
+    #[inline]
     pub fn echo_seq(&self) -> u16 {
         be16(self.b(), field::ECHO_SEQ)
     }
     /// What follows the 8-byte header (echo data, or the invoking datagram of an error).
+    #[inline]
     pub fn data(&self) -> &[u8] {
         &self.b()[HEADER_LEN..]
     }
     /// Whether the checksum over the whole message is right (RFC 792).
+    #[inline]
     pub fn verify_checksum(&self) -> bool {
         checksum::verify(self.b())
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv4Packet<T> {
+    #[inline]
     fn bm(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
     /// Sets the type (checksum not updated).
+    #[inline]
     pub fn set_msg_type(&mut self, v: Icmpv4Message) {
         self.bm()[field::TYPE] = v.into();
     }
     /// Sets the code (checksum not updated).
+    #[inline]
     pub fn set_code(&mut self, v: u8) {
         self.bm()[field::CODE] = v;
     }
     /// Sets the checksum field.
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         put_be16(self.bm(), field::CHECKSUM, v);
     }
     /// Sets the echo identifier (checksum not updated).
+    #[inline]
     pub fn set_echo_ident(&mut self, v: u16) {
         put_be16(self.bm(), field::ECHO_IDENT, v);
     }
     /// Sets the echo sequence number (checksum not updated).
+    #[inline]
     pub fn set_echo_seq(&mut self, v: u16) {
         put_be16(self.bm(), field::ECHO_SEQ, v);
     }
     /// Recomputes the checksum over the whole message.
+    #[inline]
     pub fn fill_checksum(&mut self) {
         self.set_checksum(0);
         let c = checksum::checksum(self.b());
@@ -143,6 +161,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv4Packet<T> {
     }
     /// Sets type and code and updates the checksum incrementally (RFC 1624 eqn. 3): type and
     /// code form the first 16-bit word. O(1) whatever the payload length.
+    #[inline]
     pub fn set_type_code_update_checksum(&mut self, ty: Icmpv4Message, code: u8) {
         let old = be16(self.b(), field::TYPE);
         let new = u16::from_be_bytes([ty.into(), code]);

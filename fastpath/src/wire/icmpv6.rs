@@ -34,6 +34,7 @@ pub enum Icmpv6Message {
 }
 
 impl From<u8> for Icmpv6Message {
+    #[inline]
     fn from(v: u8) -> Self {
         match v {
             1 => Icmpv6Message::DstUnreachable,
@@ -53,6 +54,7 @@ impl From<u8> for Icmpv6Message {
 }
 
 impl From<Icmpv6Message> for u8 {
+    #[inline]
     fn from(v: Icmpv6Message) -> u8 {
         match v {
             Icmpv6Message::DstUnreachable => 1,
@@ -103,40 +105,49 @@ pub struct Icmpv6Packet<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
     /// Validates that the 8-byte header is present.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         if buffer.as_ref().len() < HEADER_LEN {
             return Err(Error::Truncated);
         }
         Ok(Icmpv6Packet { buffer })
     }
+    #[inline]
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
     /// Message type.
+    #[inline]
     pub fn msg_type(&self) -> Icmpv6Message {
         Icmpv6Message::from(self.b()[field::TYPE])
     }
     /// Code.
+    #[inline]
     pub fn code(&self) -> u8 {
         self.b()[field::CODE]
     }
     /// Checksum as stored.
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.b(), field::CHECKSUM)
     }
     /// Echo identifier (meaningful for echo messages).
+    #[inline]
     pub fn echo_ident(&self) -> u16 {
         be16(self.b(), field::ECHO_IDENT)
     }
     /// Echo sequence number (meaningful for echo messages).
+    #[inline]
     pub fn echo_seq(&self) -> u16 {
         be16(self.b(), field::ECHO_SEQ)
     }
     /// What follows the 8-byte header.
+    #[inline]
     pub fn data(&self) -> &[u8] {
         &self.b()[HEADER_LEN..]
     }
     /// Whether the checksum, pseudo-header included (RFC 4443 §2.3), is right.
+    #[inline]
     pub fn verify_checksum(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
         let b = self.b();
         let s = checksum::pseudo_v6(src, dst, PROTO, b.len() as u32);
@@ -145,22 +156,27 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv6Packet<T> {
+    #[inline]
     fn bm(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
     /// Sets the type (checksum not updated).
+    #[inline]
     pub fn set_msg_type(&mut self, v: Icmpv6Message) {
         self.bm()[field::TYPE] = v.into();
     }
     /// Sets the code (checksum not updated).
+    #[inline]
     pub fn set_code(&mut self, v: u8) {
         self.bm()[field::CODE] = v;
     }
     /// Sets the checksum field.
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         put_be16(self.bm(), field::CHECKSUM, v);
     }
     /// Computes the checksum over the pseudo-header and the whole message (RFC 4443 §2.3).
+    #[inline]
     pub fn fill_checksum(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
         self.set_checksum(0);
         let b = self.b();
@@ -181,9 +197,11 @@ pub struct NeighborFlags {
 }
 
 impl NeighborFlags {
+    #[inline]
     fn to_byte(self) -> u8 {
         (self.router as u8) << 7 | (self.solicited as u8) << 6 | (self.override_ as u8) << 5
     }
+    #[inline]
     fn from_byte(b: u8) -> Self {
         NeighborFlags {
             router: b & 0x80 != 0,
@@ -205,6 +223,7 @@ pub struct NeighborPacket<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> NeighborPacket<T> {
     /// Validates the length. The type is not checked (see [`Icmpv6Packet::msg_type`]).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         if buffer.as_ref().len() < NEIGHBOR_LEN {
             return Err(Error::Truncated);
@@ -212,14 +231,17 @@ impl<T: AsRef<[u8]>> NeighborPacket<T> {
         Ok(NeighborPacket { buffer })
     }
     /// The R/S/O flags (an advertisement's; reserved in a solicitation).
+    #[inline]
     pub fn flags(&self) -> NeighborFlags {
         NeighborFlags::from_byte(self.buffer.as_ref()[field::NEIGH_FLAGS])
     }
     /// Target address.
+    #[inline]
     pub fn target_addr(&self) -> Ipv6Addr {
         ipv6_at(self.buffer.as_ref(), field::NEIGH_TARGET.start)
     }
     /// The options, as an iterator that validates each (RFC 4861 §4.6).
+    #[inline]
     pub fn options(&self) -> NdpOptions<'_> {
         NdpOptions {
             rest: &self.buffer.as_ref()[NEIGHBOR_LEN..],
@@ -249,6 +271,7 @@ pub struct NdpOptions<'a> {
 
 impl<'a> Iterator for NdpOptions<'a> {
     type Item = Result<NdpOption<'a>>;
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         let r = self.rest;
         if r.is_empty() {
@@ -280,6 +303,7 @@ impl<'a> Iterator for NdpOptions<'a> {
 /// Writes a Neighbor Advertisement into the front of `b`: header, `target`, and a Target
 /// Link-Layer Address option when `lladdr` is given. Returns its length (24 or 32); the caller
 /// sizes `b` and then fills the checksum ([`Icmpv6Packet::fill_checksum`]).
+#[inline]
 pub fn emit_neighbor_advert(
     b: &mut [u8],
     flags: NeighborFlags,

@@ -40,6 +40,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Validates the length relations (RFC 791 §3.1): version 4, IHL at least 5 words, total
     /// length at least the header and no more than the buffer. Does not verify the checksum
     /// (see [`Ipv4Packet::verify_checksum`]).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let b = buffer.as_ref();
         if b.len() < MIN_HEADER_LEN {
@@ -62,108 +63,134 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         Ok(Ipv4Packet { buffer })
     }
 
+    #[inline]
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
     /// Header length in bytes (IHL × 4), options included.
+    #[inline]
     pub fn header_len(&self) -> usize {
         ((self.b()[field::VER_IHL] & 0x0f) as usize) * 4
     }
     /// DSCP (upper six bits of the former TOS byte).
+    #[inline]
     pub fn dscp(&self) -> u8 {
         self.b()[field::DSCP_ECN] >> 2
     }
     /// ECN (lower two bits).
+    #[inline]
     pub fn ecn(&self) -> u8 {
         self.b()[field::DSCP_ECN] & 3
     }
     /// Total length: header plus payload.
+    #[inline]
     pub fn total_len(&self) -> usize {
         be16(self.b(), field::LENGTH) as usize
     }
     /// Identification.
+    #[inline]
     pub fn ident(&self) -> u16 {
         be16(self.b(), field::IDENT)
     }
     /// Don't Fragment.
+    #[inline]
     pub fn dont_frag(&self) -> bool {
         be16(self.b(), field::FLG_OFF) & DF != 0
     }
     /// More Fragments.
+    #[inline]
     pub fn more_frags(&self) -> bool {
         be16(self.b(), field::FLG_OFF) & MF != 0
     }
     /// Fragment offset in bytes.
+    #[inline]
     pub fn frag_offset(&self) -> u16 {
         (be16(self.b(), field::FLG_OFF) & OFFSET_MASK) << 3
     }
     /// Whether this is a fragment (MF set or offset non-zero).
+    #[inline]
     pub fn is_fragment(&self) -> bool {
         be16(self.b(), field::FLG_OFF) & (MF | OFFSET_MASK) != 0
     }
     /// Time to live.
+    #[inline]
     pub fn ttl(&self) -> u8 {
         self.b()[field::TTL]
     }
     /// Protocol of the payload.
+    #[inline]
     pub fn protocol(&self) -> IpProtocol {
         IpProtocol::from(self.b()[field::PROTOCOL])
     }
     /// Header checksum as stored.
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.b(), field::CHECKSUM)
     }
     /// Source address.
+    #[inline]
     pub fn src_addr(&self) -> Ipv4Addr {
         ipv4_at(self.b(), field::SRC.start)
     }
     /// Destination address.
+    #[inline]
     pub fn dst_addr(&self) -> Ipv4Addr {
         ipv4_at(self.b(), field::DST.start)
     }
     /// The options bytes (empty when IHL is 5).
+    #[inline]
     pub fn options(&self) -> &[u8] {
         &self.b()[MIN_HEADER_LEN..self.header_len()]
     }
     /// Whether the header checksum is right (RFC 791 §3.1, RFC 1071).
+    #[inline]
     pub fn verify_checksum(&self) -> bool {
         checksum::verify(&self.b()[..self.header_len()])
     }
     /// The payload: from the end of the header to `total_len` (trailing padding excluded).
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.b()[self.header_len()..self.total_len()]
     }
     /// Gives the buffer back.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
+    #[inline]
     fn bm(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
     /// Sets the time to live (checksum not updated).
+    #[inline]
     pub fn set_ttl(&mut self, v: u8) {
         self.bm()[field::TTL] = v;
     }
     /// Sets the protocol (checksum not updated).
+    #[inline]
     pub fn set_protocol(&mut self, v: IpProtocol) {
         self.bm()[field::PROTOCOL] = v.into();
     }
     /// Sets the source address (checksum not updated).
+    #[inline]
     pub fn set_src_addr(&mut self, a: Ipv4Addr) {
         self.bm()[field::SRC].copy_from_slice(&a.octets());
     }
     /// Sets the destination address (checksum not updated).
+    #[inline]
     pub fn set_dst_addr(&mut self, a: Ipv4Addr) {
         self.bm()[field::DST].copy_from_slice(&a.octets());
     }
     /// Sets the checksum field.
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         put_be16(self.bm(), field::CHECKSUM, v);
     }
     /// Recomputes the header checksum over the whole header.
+    #[inline]
     pub fn fill_checksum(&mut self) {
         self.set_checksum(0);
         let hl = self.header_len();
@@ -172,6 +199,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     }
     /// Sets the TTL and updates the checksum incrementally (RFC 1624): the TTL shares its
     /// 16-bit word with the protocol.
+    #[inline]
     pub fn set_ttl_update_checksum(&mut self, ttl: u8) {
         let proto = self.b()[field::PROTOCOL];
         let old = u16::from_be_bytes([self.ttl(), proto]);
@@ -181,6 +209,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         self.set_checksum(c);
     }
     /// The payload, writable.
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let (hl, tl) = (self.header_len(), self.total_len());
         &mut self.bm()[hl..tl]
@@ -211,6 +240,7 @@ pub struct Ipv4Repr {
 impl Ipv4Repr {
     /// Writes the 20-byte header, checksum included, into the front of `b` (caller sizes `b`
     /// to at least [`MIN_HEADER_LEN`]). `payload_len` must not exceed `65535 - 20`.
+    #[inline]
     pub fn emit(&self, b: &mut [u8]) {
         b[field::VER_IHL] = 0x45;
         b[field::DSCP_ECN] = self.dscp_ecn;
@@ -248,7 +278,7 @@ mod tests {
         assert!(!p.is_fragment());
         assert_eq!(p.frag_offset(), 0);
         assert_eq!(p.ttl(), 64);
-        assert_eq!(p.protocol(), IpProtocol::Icmp);
+        assert_eq!(p.protocol(), IpProtocol::ICMP);
         assert_eq!(p.src_addr(), Ipv4Addr::new(192, 0, 2, 2));
         assert_eq!(p.dst_addr(), Ipv4Addr::new(192, 0, 2, 1));
         assert!(p.verify_checksum());
@@ -262,7 +292,7 @@ mod tests {
         Ipv4Repr {
             src: Ipv4Addr::new(192, 0, 2, 2),
             dst: Ipv4Addr::new(192, 0, 2, 1),
-            protocol: IpProtocol::Icmp,
+            protocol: IpProtocol::ICMP,
             payload_len: 8,
             ttl: 64,
             dscp_ecn: 0,

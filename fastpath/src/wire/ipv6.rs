@@ -29,17 +29,20 @@ pub const MAX_EXT_HEADERS: usize = 8;
 pub const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
 
 /// The solicited-node multicast group of `a`, ff02::1:ffXX:XXXX (RFC 4291 §2.7.1).
+#[inline]
 pub fn solicited_node(a: &Ipv6Addr) -> Ipv6Addr {
     let o = a.octets();
     Ipv6Addr::from([0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, o[13], o[14], o[15]])
 }
 
 /// Whether `a` is a solicited-node multicast group (ff02::1:ff00:0/104).
+#[inline]
 pub fn is_solicited_node(a: &Ipv6Addr) -> bool {
     a.octets()[..13] == [0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff]
 }
 
 /// The Ethernet address an IPv6 multicast group maps to, 33:33 + its last 32 bits (RFC 2464 §7).
+#[inline]
 pub fn multicast_mac(a: &Ipv6Addr) -> EthernetAddress {
     let o = a.octets();
     EthernetAddress([0x33, 0x33, o[12], o[13], o[14], o[15]])
@@ -84,6 +87,7 @@ pub struct Ipv6Packet<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     /// Validates version 6 and that the payload length fits the buffer (RFC 8200 §3).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let b = buffer.as_ref();
         if b.len() < HEADER_LEN {
@@ -98,42 +102,52 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         Ok(Ipv6Packet { buffer })
     }
 
+    #[inline]
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
     /// Traffic class.
+    #[inline]
     pub fn traffic_class(&self) -> u8 {
         ((be32(self.b(), field::VER_TC_FLOW) >> 20) & 0xff) as u8
     }
     /// Flow label.
+    #[inline]
     pub fn flow_label(&self) -> u32 {
         be32(self.b(), field::VER_TC_FLOW) & 0x000f_ffff
     }
     /// Payload length (extension headers included).
+    #[inline]
     pub fn payload_len(&self) -> usize {
         be16(self.b(), field::LENGTH) as usize
     }
     /// Header length plus payload length.
+    #[inline]
     pub fn total_len(&self) -> usize {
         HEADER_LEN + self.payload_len()
     }
     /// Next header of the fixed header.
+    #[inline]
     pub fn next_header(&self) -> IpProtocol {
         IpProtocol::from(self.b()[field::NXT_HDR])
     }
     /// Hop limit.
+    #[inline]
     pub fn hop_limit(&self) -> u8 {
         self.b()[field::HOP_LIMIT]
     }
     /// Source address.
+    #[inline]
     pub fn src_addr(&self) -> Ipv6Addr {
         ipv6_at(self.b(), field::SRC.start)
     }
     /// Destination address.
+    #[inline]
     pub fn dst_addr(&self) -> Ipv6Addr {
         ipv6_at(self.b(), field::DST.start)
     }
     /// The payload: extension headers and upper layer, without trailing padding.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.b()[HEADER_LEN..self.total_len()]
     }
@@ -148,6 +162,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     ///
     /// The walk stops after a fragment header whose offset is not zero: what follows is the
     /// middle of the fragmentable part, not a header.
+    #[inline]
     pub fn ext_chain(&self) -> Result<Ipv6ExtChain> {
         let b = self.b();
         let end = self.total_len();
@@ -158,8 +173,8 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         let mut stop = false;
         while !stop {
             match next {
-                IpProtocol::HopByHop | IpProtocol::Ipv6Route | IpProtocol::Ipv6Opts => {
-                    if next == IpProtocol::HopByHop && count != 0 {
+                IpProtocol::HOP_BY_HOP | IpProtocol::IPV6_ROUTE | IpProtocol::IPV6_OPTS => {
+                    if next == IpProtocol::HOP_BY_HOP && count != 0 {
                         return Err(Error::Malformed);
                     }
                     // Next Header, Hdr Ext Len in 8-octet units not counting the first 8.
@@ -173,7 +188,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
                     next = IpProtocol::from(b[at]);
                     at += len;
                 }
-                IpProtocol::Ipv6Frag => {
+                IpProtocol::IPV6_FRAG => {
                     if fragment.is_some() {
                         return Err(Error::Malformed);
                     }
@@ -208,32 +223,39 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// Gives the buffer back.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
+    #[inline]
     fn bm(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
     /// Sets the hop limit.
+    #[inline]
     pub fn set_hop_limit(&mut self, v: u8) {
         self.bm()[field::HOP_LIMIT] = v;
     }
     /// Sets the next header of the fixed header.
+    #[inline]
     pub fn set_next_header(&mut self, v: IpProtocol) {
         self.bm()[field::NXT_HDR] = v.into();
     }
     /// Sets the source address.
+    #[inline]
     pub fn set_src_addr(&mut self, a: &Ipv6Addr) {
         self.bm()[field::SRC].copy_from_slice(&a.octets());
     }
     /// Sets the destination address.
+    #[inline]
     pub fn set_dst_addr(&mut self, a: &Ipv6Addr) {
         self.bm()[field::DST].copy_from_slice(&a.octets());
     }
     /// The payload, writable.
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let end = self.total_len();
         &mut self.bm()[HEADER_LEN..end]
@@ -242,6 +264,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
 
 /// Partial checksum sum of the pseudo-header for an upper-layer packet of `len` bytes carried by
 /// an IPv6 packet from `src` to `dst` (RFC 8200 §8.1).
+#[inline]
 pub fn pseudo_sum(src: &Ipv6Addr, dst: &Ipv6Addr, protocol: IpProtocol, len: usize) -> u32 {
     checksum::pseudo_v6(src, dst, protocol.into(), len as u32)
 }
@@ -264,6 +287,7 @@ pub struct Ipv6Repr {
 impl Ipv6Repr {
     /// Writes the 40-byte fixed header (traffic class and flow label zero) into the front of
     /// `b` (caller sizes `b`).
+    #[inline]
     pub fn emit(&self, b: &mut [u8]) {
         put_be32(b, field::VER_TC_FLOW, 6 << 28);
         put_be16(b, field::LENGTH, self.payload_len);
@@ -302,7 +326,7 @@ mod tests {
     fn parse_golden() {
         let p = Ipv6Packet::new_checked(&PACKET[..]).unwrap();
         assert_eq!(p.payload_len(), 8);
-        assert_eq!(p.next_header(), IpProtocol::Udp);
+        assert_eq!(p.next_header(), IpProtocol::UDP);
         assert_eq!(p.hop_limit(), 64);
         assert_eq!(p.traffic_class(), 0);
         assert_eq!(p.flow_label(), 0);
@@ -313,7 +337,7 @@ mod tests {
         assert_eq!(
             c,
             Ipv6ExtChain {
-                upper: IpProtocol::Udp,
+                upper: IpProtocol::UDP,
                 upper_offset: 40,
                 count: 0,
                 fragment: None
@@ -327,7 +351,7 @@ mod tests {
         Ipv6Repr {
             src: "2001:db8::2".parse().unwrap(),
             dst: "2001:db8::1".parse().unwrap(),
-            next_header: IpProtocol::Udp,
+            next_header: IpProtocol::UDP,
             payload_len: 8,
             hop_limit: 64,
         }
@@ -357,7 +381,7 @@ mod tests {
         let v = with_ext(0, &[hbh, dst, rt, frag]);
         let p = Ipv6Packet::new_checked(&v[..]).unwrap();
         let c = p.ext_chain().unwrap();
-        assert_eq!(c.upper, IpProtocol::Udp);
+        assert_eq!(c.upper, IpProtocol::UDP);
         assert_eq!(c.upper_offset, 40 + 8 + 16 + 8 + 8);
         assert_eq!(c.count, 4);
         assert_eq!(
@@ -377,7 +401,7 @@ mod tests {
         let frag: &[u8] = &[17, 0, 0x05, 0x28, 0, 0, 0, 7]; // offset 1320, M clear
         let v = with_ext(44, &[frag]);
         let c = Ipv6Packet::new_checked(&v[..]).unwrap().ext_chain().unwrap();
-        assert_eq!(c.upper, IpProtocol::Udp);
+        assert_eq!(c.upper, IpProtocol::UDP);
         assert_eq!(c.upper_offset, 48);
         let f = c.fragment.unwrap();
         assert_eq!((f.offset, f.more, f.ident), (1320, false, 7));

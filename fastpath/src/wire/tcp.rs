@@ -45,6 +45,7 @@ impl TcpFlags {
     pub const CWR: TcpFlags = TcpFlags(0x80);
 
     /// Whether every bit of `other` is set.
+    #[inline]
     pub fn contains(self, other: TcpFlags) -> bool {
         self.0 & other.0 == other.0
     }
@@ -52,12 +53,14 @@ impl TcpFlags {
 
 impl core::ops::BitOr for TcpFlags {
     type Output = TcpFlags;
+    #[inline]
     fn bitor(self, o: TcpFlags) -> TcpFlags {
         TcpFlags(self.0 | o.0)
     }
 }
 
 impl fmt::Debug for TcpFlags {
+    #[inline]
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         const NAMES: [&str; 8] = ["FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR"];
         let mut first = true;
@@ -88,6 +91,7 @@ pub struct TcpPacket<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// Validates the data offset: at least five words (RFC 9293 §3.1) and within the buffer.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let b = buffer.as_ref();
         if b.len() < MIN_HEADER_LEN {
@@ -103,60 +107,74 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
         Ok(TcpPacket { buffer })
     }
 
+    #[inline]
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
     /// Source port.
+    #[inline]
     pub fn src_port(&self) -> u16 {
         be16(self.b(), field::SRC_PORT)
     }
     /// Destination port.
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         be16(self.b(), field::DST_PORT)
     }
     /// Sequence number.
+    #[inline]
     pub fn seq_number(&self) -> u32 {
         be32(self.b(), field::SEQ)
     }
     /// Acknowledgment number.
+    #[inline]
     pub fn ack_number(&self) -> u32 {
         be32(self.b(), field::ACK)
     }
     /// Header length in bytes (data offset × 4).
+    #[inline]
     pub fn header_len(&self) -> usize {
         (self.b()[field::OFF] >> 4) as usize * 4
     }
     /// Control bits.
+    #[inline]
     pub fn flags(&self) -> TcpFlags {
         TcpFlags(self.b()[field::FLAGS])
     }
     /// Window.
+    #[inline]
     pub fn window(&self) -> u16 {
         be16(self.b(), field::WINDOW)
     }
     /// Checksum as stored.
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.b(), field::CHECKSUM)
     }
     /// Urgent pointer.
+    #[inline]
     pub fn urgent(&self) -> u16 {
         be16(self.b(), field::URGENT)
     }
     /// The options bytes.
+    #[inline]
     pub fn options(&self) -> &[u8] {
         &self.b()[MIN_HEADER_LEN..self.header_len()]
     }
     /// The payload.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.b()[self.header_len()..]
     }
     /// Verifies the checksum over IPv4 (the whole buffer is the segment).
+    #[inline]
     pub fn verify_checksum_v4(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
         let b = self.b();
         let s = checksum::pseudo_v4(src, dst, PROTO, b.len() as u16);
         checksum::fold(checksum::sum(s, b)) == 0xffff
     }
     /// Verifies the checksum over IPv6.
+    #[inline]
     pub fn verify_checksum_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
         let b = self.b();
         let s = checksum::pseudo_v6(src, dst, PROTO, b.len() as u32);
@@ -165,26 +183,32 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
+    #[inline]
     fn bm(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
     /// Sets the source port (checksum not updated).
+    #[inline]
     pub fn set_src_port(&mut self, v: u16) {
         put_be16(self.bm(), field::SRC_PORT, v);
     }
     /// Sets the destination port (checksum not updated).
+    #[inline]
     pub fn set_dst_port(&mut self, v: u16) {
         put_be16(self.bm(), field::DST_PORT, v);
     }
     /// Sets the control bits (checksum not updated).
+    #[inline]
     pub fn set_flags(&mut self, f: TcpFlags) {
         self.bm()[field::FLAGS] = f.0;
     }
     /// Sets the checksum field.
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         put_be16(self.bm(), field::CHECKSUM, v);
     }
     /// Computes the checksum over IPv4.
+    #[inline]
     pub fn fill_checksum_v4(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
         self.set_checksum(0);
         let b = self.b();

@@ -27,6 +27,7 @@ pub struct UdpPacket<T: AsRef<[u8]>> {
 impl<T: AsRef<[u8]>> UdpPacket<T> {
     /// Validates that the header is present and that the length field covers at least the
     /// header and no more than the buffer (RFC 768 "Length ... minimum value is eight").
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let b = buffer.as_ref();
         if b.len() < HEADER_LEN {
@@ -42,34 +43,42 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         Ok(UdpPacket { buffer })
     }
 
+    #[inline]
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
     /// Source port.
+    #[inline]
     pub fn src_port(&self) -> u16 {
         be16(self.b(), field::SRC_PORT)
     }
     /// Destination port.
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         be16(self.b(), field::DST_PORT)
     }
     /// The length field: header plus payload.
+    #[inline]
     pub fn len(&self) -> usize {
         be16(self.b(), field::LENGTH) as usize
     }
     /// Whether the payload is empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == HEADER_LEN
     }
     /// Checksum as stored.
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.b(), field::CHECKSUM)
     }
     /// The payload.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.b()[HEADER_LEN..self.len()]
     }
     /// Verifies the checksum over IPv4: a zero checksum means "none" (RFC 768).
+    #[inline]
     pub fn verify_checksum_v4(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
         if self.checksum() == 0 {
             return true;
@@ -80,6 +89,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     }
     /// Verifies the checksum over IPv6, where it is mandatory: a zero checksum is invalid
     /// (RFC 8200 §8.1).
+    #[inline]
     pub fn verify_checksum_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
         if self.checksum() == 0 {
             return false;
@@ -91,39 +101,47 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
+    #[inline]
     fn bm(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
     /// Sets the source port (checksum not updated).
+    #[inline]
     pub fn set_src_port(&mut self, v: u16) {
         put_be16(self.bm(), field::SRC_PORT, v);
     }
     /// Sets the destination port (checksum not updated).
+    #[inline]
     pub fn set_dst_port(&mut self, v: u16) {
         put_be16(self.bm(), field::DST_PORT, v);
     }
     /// Sets the checksum field.
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         put_be16(self.bm(), field::CHECKSUM, v);
     }
     /// Computes the checksum for IPv4; a computed 0 is sent as 0xffff (RFC 768).
+    #[inline]
     pub fn fill_checksum_v4(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
         let len = self.len();
         let s = checksum::pseudo_v4(src, dst, PROTO, len as u16);
         self.fill(s, len);
     }
     /// Computes the checksum for IPv6; a computed 0 is sent as 0xffff (RFC 8200 §8.1).
+    #[inline]
     pub fn fill_checksum_v6(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
         let len = self.len();
         let s = checksum::pseudo_v6(src, dst, PROTO, len as u32);
         self.fill(s, len);
     }
+    #[inline]
     fn fill(&mut self, pseudo: u32, len: usize) {
         self.set_checksum(0);
         let c = checksum::finish(checksum::sum(pseudo, &self.b()[..len]));
         self.set_checksum(if c == 0 { 0xffff } else { c });
     }
     /// The payload, writable.
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let len = self.len();
         &mut self.bm()[HEADER_LEN..len]
@@ -131,6 +149,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
 }
 
 /// Writes a UDP header for a `payload_len`-byte payload into the front of `b`, checksum zero.
+#[inline]
 pub fn emit_header(b: &mut [u8], src_port: u16, dst_port: u16, payload_len: u16) {
     put_be16(b, field::SRC_PORT, src_port);
     put_be16(b, field::DST_PORT, dst_port);

@@ -74,13 +74,13 @@ pub fn build_in_place<B: PacketBuf>(
             (
                 ipv4::MIN_HEADER_LEN + icmpv4::HEADER_LEN,
                 IPV4_MAX_ERROR_LEN,
-                EtherType::Ipv4,
+                EtherType::IPV4,
             )
         }
         (IpVersion::V6, IpAddr::V6(me), IpAddr::V6(_)) if !(me.is_unspecified() || me.is_multicast()) => (
             ipv6::HEADER_LEN + icmpv6::HEADER_LEN,
             IPV6_MAX_ERROR_LEN,
-            EtherType::Ipv6,
+            EtherType::IPV6,
         ),
         _ => return false,
     };
@@ -122,7 +122,7 @@ pub fn build_in_place<B: PacketBuf>(
             Ipv4Repr {
                 src: me,
                 dst: them,
-                protocol: IpProtocol::Icmp,
+                protocol: IpProtocol::ICMP,
                 payload_len: msg_len as u16,
                 ttl: HOP_LIMIT,
                 dscp_ecn: IPV4_ERROR_TOS,
@@ -141,7 +141,7 @@ pub fn build_in_place<B: PacketBuf>(
             Ipv6Repr {
                 src: me,
                 dst: them,
-                next_header: IpProtocol::Icmpv6,
+                next_header: IpProtocol::ICMPV6,
                 payload_len: msg_len as u16,
                 hop_limit: HOP_LIMIT,
             }

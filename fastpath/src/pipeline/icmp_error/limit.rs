@@ -290,13 +290,49 @@ impl PeerTable {
     /// Whether `addr` may be sent one more error at `now`, given one error per `interval_ns` and
     /// at most `burst` banked (Linux's `inet_peer_xrlim_allow`). Also returns the slot used, for
     /// [`PeerTable::refund`]. `interval_ns == 0` means no per-destination limit.
-    #[inline]
+    ///
+    /// A destination already in its home slot (the first of its window: under a flood from a
+    /// few sources, nearly every lookup) is decided inline; the window scan and the eviction
+    /// are a call.
+    #[inline(always)]
     pub fn allow(&mut self, now: Instant, addr: IpAddr, interval_ns: u64, burst: u32) -> (bool, usize) {
-        let cap = interval_ns.saturating_mul(burst as u64);
         let key = Self::key(addr);
-        let base = self.hash(key);
-        // One pass over the window: the slot holding `addr`, else the first empty one, else the
-        // stalest (the smallest `last`).
+        let home = self.hash(key) & self.mask;
+        match self.slots.get_mut(home) {
+            Some(s) if s.key == key => (Self::spend(s, now, interval_ns, burst), home),
+            _ => self.allow_in_window(now, key, home, interval_ns, burst),
+        }
+    }
+
+    /// Earns the time since the slot's last decision (capped at `burst × interval`), then takes
+    /// one interval if there is that much.
+    #[inline(always)]
+    fn spend(s: &mut PeerSlot, now: Instant, interval_ns: u64, burst: u32) -> bool {
+        let cap = interval_ns.saturating_mul(burst as u64);
+        let earned = now.0.saturating_sub(s.last);
+        s.tokens = s.tokens.saturating_add(earned).min(cap);
+        s.last = s.last.max(now.0);
+        if s.tokens >= interval_ns {
+            s.tokens -= interval_ns;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// [`PeerTable::allow`] past the home slot: one pass over the window finds the slot holding
+    /// `key`, else the first empty one, else the stalest (the smallest `last`), which a new
+    /// destination takes with a full burst (Linux sets `rate_last` 60 s back).
+    #[inline(never)]
+    fn allow_in_window(
+        &mut self,
+        now: Instant,
+        key: [u64; 2],
+        base: usize,
+        interval_ns: u64,
+        burst: u32,
+    ) -> (bool, usize) {
+        let cap = interval_ns.saturating_mul(burst as u64);
         let mut victim = base & self.mask;
         let mut victim_last = u64::MAX;
         let mut found = None;
@@ -314,15 +350,8 @@ impl PeerTable {
             }
         }
         let idx = match found {
-            Some(idx) => {
-                let s = &mut self.slots[idx];
-                let earned = now.0.saturating_sub(s.last);
-                s.tokens = s.tokens.saturating_add(earned).min(cap);
-                s.last = s.last.max(now.0);
-                idx
-            }
+            Some(idx) => idx,
             None => {
-                // A new destination starts with a full burst (Linux sets `rate_last` 60 s back).
                 self.slots[victim] = PeerSlot {
                     key,
                     last: now.0,
@@ -331,13 +360,7 @@ impl PeerTable {
                 victim
             }
         };
-        let s = &mut self.slots[idx];
-        if s.tokens >= interval_ns {
-            s.tokens -= interval_ns;
-            (true, idx)
-        } else {
-            (false, idx)
-        }
+        (Self::spend(&mut self.slots[idx], now, interval_ns, burst), idx)
     }
 
     /// Gives back the credit [`PeerTable::allow`] took from slot `idx` for a message that was not

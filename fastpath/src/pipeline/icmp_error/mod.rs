@@ -481,7 +481,7 @@ fn v6_source_is_one_node(src: &Ipv6Addr) -> bool {
 ///
 /// An ICMP packet whose type byte is not in the packet (a first fragment of one byte) is
 /// ineligible: it might be an error.
-#[inline]
+#[inline(always)]
 pub fn eligible(kind: ErrorKind, p: &Parsed, frame: &[u8]) -> bool {
     if kind.type_code(p.version).is_none() {
         return false;
@@ -503,7 +503,7 @@ pub fn eligible(kind: ErrorKind, p: &Parsed, frame: &[u8]) -> bool {
             if group_frame || dst.is_broadcast() || dst.is_multicast() || !v4_source_is_one_host(src) {
                 return false;
             }
-            if p.protocol == IpProtocol::Icmp {
+            if p.protocol == IpProtocol::ICMP {
                 return icmp_type().is_some_and(|t| !v4_is_error_type(t));
             }
             true
@@ -516,7 +516,7 @@ pub fn eligible(kind: ErrorKind, p: &Parsed, frame: &[u8]) -> bool {
             if !v6_source_is_one_node(&src) {
                 return false;
             }
-            if p.protocol == IpProtocol::Icmpv6 {
+            if p.protocol == IpProtocol::ICMPV6 {
                 return icmp_type().is_some_and(|t| t >= 128 && t != 137);
             }
             true
@@ -589,7 +589,7 @@ impl IcmpLimiter {
     ///
     /// [`Decision::Send`] has consumed the budget: the caller must send the error (or count it as
     /// lost on TX).
-    #[inline]
+    #[inline(always)]
     pub fn decide(
         &mut self,
         now: Instant,
@@ -607,7 +607,7 @@ impl IcmpLimiter {
     /// [`IcmpLimiter::decide`] without the eligibility check (which needs the offending frame):
     /// steps (a) to (e) only, for a caller that checked [`eligible`] itself. The benchmark's
     /// "build first" variant uses it after the frame has become the error.
-    #[inline]
+    #[inline(always)]
     pub fn decide_limits(&mut self, now: Instant, kind: ErrorKind, p: &Parsed, draw: impl FnOnce() -> u32) -> Decision {
         // (a) Not rate limited at all: PMTU errors, types outside the mask.
         let Some((ty, code)) = kind.type_code(p.version) else {

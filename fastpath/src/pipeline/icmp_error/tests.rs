@@ -28,10 +28,10 @@ fn parse(v: &[u8]) -> Parsed {
     Parsed::parse(v, &Toeplitz::default(), None).unwrap()
 }
 fn udp4(src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
-    v4_frame(src, dst, IpProtocol::Udp, &[], 0, &udp_bytes(5000, 9, b"hello"))
+    v4_frame(src, dst, IpProtocol::UDP, &[], 0, &udp_bytes(5000, 9, b"hello"))
 }
 fn udp6(src: Ipv6Addr, dst: Ipv6Addr) -> Vec<u8> {
-    v6_frame(src, dst, IpProtocol::Udp, &[], 64, &udp_bytes(5000, 9, b"hello"))
+    v6_frame(src, dst, IpProtocol::UDP, &[], 64, &udp_bytes(5000, 9, b"hello"))
 }
 /// The caller's lcore-local generator, as tests have it (xorshift64).
 struct XorShift(u64);
@@ -111,13 +111,13 @@ fn never_about_an_icmp_error() {
         (19, false),
         (200, false),
     ] {
-        let v = v4_frame(THEM4, ME4, IpProtocol::Icmp, &[], 0, &[ty, 0, 0, 0, 0, 0, 0, 0]);
+        let v = v4_frame(THEM4, ME4, IpProtocol::ICMP, &[], 0, &[ty, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(ok(TE, &v), want, "ICMP type {ty}");
     }
     // A first fragment too short to hold the type: it might be an error.
-    let v = v4_frame(THEM4, ME4, IpProtocol::Icmp, &[], 0x2000, &[]);
+    let v = v4_frame(THEM4, ME4, IpProtocol::ICMP, &[], 0x2000, &[]);
     assert!(!ok(TE, &v));
-    let v = v4_frame(THEM4, ME4, IpProtocol::Icmp, &[], 0x2000, &[8]);
+    let v = v4_frame(THEM4, ME4, IpProtocol::ICMP, &[], 0x2000, &[8]);
     assert!(ok(TE, &v));
 
     // RFC 4443 §2.4(e.1), (e.2): ICMPv6 errors (< 128) and Redirect (137).
@@ -132,7 +132,7 @@ fn never_about_an_icmp_error() {
         (129, true),
         (135, true),
     ] {
-        let v = v6_frame(them6(), me6(), IpProtocol::Icmpv6, &[], 64, &[ty, 0, 0, 0, 0, 0, 0, 0]);
+        let v = v6_frame(them6(), me6(), IpProtocol::ICMPV6, &[], 64, &[ty, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(ok(PU, &v), want, "ICMPv6 type {ty}");
         assert_eq!(ok(PTB, &v), want, "ICMPv6 type {ty}, Packet Too Big");
     }
@@ -140,23 +140,23 @@ fn never_about_an_icmp_error() {
 
 #[test]
 fn never_about_a_non_first_fragment() {
-    let first = v4_frame(THEM4, ME4, IpProtocol::Udp, &[], 0x2000, &udp_bytes(1, 2, &[0; 8]));
+    let first = v4_frame(THEM4, ME4, IpProtocol::UDP, &[], 0x2000, &udp_bytes(1, 2, &[0; 8]));
     assert!(ok(TE, &first));
-    let later = v4_frame(THEM4, ME4, IpProtocol::Udp, &[], 3, &[0; 8]);
+    let later = v4_frame(THEM4, ME4, IpProtocol::UDP, &[], 3, &[0; 8]);
     assert!(!ok(TE, &later));
     assert!(!ok(FN, &later));
     let frag_first = [17u8, 0, 0, 1, 0, 0, 0, 5];
     let v = v6_frame(
         them6(),
         me6(),
-        IpProtocol::Ipv6Frag,
+        IpProtocol::IPV6_FRAG,
         &frag_first,
         64,
         &udp_bytes(1, 2, &[0; 8]),
     );
     assert!(ok(TE, &v));
     let frag_later = [17u8, 0, 0, 0x10, 0, 0, 0, 5];
-    let v = v6_frame(them6(), me6(), IpProtocol::Ipv6Frag, &frag_later, 64, &[0; 8]);
+    let v = v6_frame(them6(), me6(), IpProtocol::IPV6_FRAG, &frag_later, 64, &[0; 8]);
     assert!(!ok(TE, &v));
     assert!(!ok(PTB, &v));
 }
@@ -735,13 +735,13 @@ fn check_error(out: &[u8], orig: &[u8], p: &Parsed, local: IpAddr, kind: ErrorKi
     let (ty, code) = kind.type_code(p.version).unwrap();
     let msg = match (local, p.src) {
         (IpAddr::V4(me), IpAddr::V4(them)) => {
-            assert_eq!(f.ethertype(), EtherType::Ipv4);
+            assert_eq!(f.ethertype(), EtherType::IPV4);
             let ip = Ipv4Packet::new_checked(f.payload()).unwrap();
             assert!(ip.verify_checksum());
             assert_eq!(ip.total_len(), f.payload().len());
             assert!(ip.total_len() <= IPV4_MAX_ERROR_LEN);
             assert_eq!((ip.src_addr(), ip.dst_addr()), (me, them));
-            assert_eq!((ip.ttl(), ip.protocol(), ip.dont_frag()), (64, IpProtocol::Icmp, false));
+            assert_eq!((ip.ttl(), ip.protocol(), ip.dont_frag()), (64, IpProtocol::ICMP, false));
             assert_eq!(ip.header_len(), 20);
             let icmp = Icmpv4Packet::new_checked(ip.payload()).unwrap();
             assert!(icmp.verify_checksum());
@@ -751,12 +751,12 @@ fn check_error(out: &[u8], orig: &[u8], p: &Parsed, local: IpAddr, kind: ErrorKi
             ip.payload().to_vec()
         }
         (IpAddr::V6(me), IpAddr::V6(them)) => {
-            assert_eq!(f.ethertype(), EtherType::Ipv6);
+            assert_eq!(f.ethertype(), EtherType::IPV6);
             let ip = Ipv6Packet::new_checked(f.payload()).unwrap();
             assert_eq!(ip.total_len(), f.payload().len());
             assert!(ip.total_len() <= IPV6_MAX_ERROR_LEN);
             assert_eq!((ip.src_addr(), ip.dst_addr()), (me, them));
-            assert_eq!((ip.hop_limit(), ip.next_header()), (64, IpProtocol::Icmpv6));
+            assert_eq!((ip.hop_limit(), ip.next_header()), (64, IpProtocol::ICMPV6));
             let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
             assert!(icmp.verify_checksum(&me, &them));
             assert_eq!((u8::from(icmp.msg_type()), icmp.code()), (ty, code));
@@ -771,14 +771,14 @@ fn check_error(out: &[u8], orig: &[u8], p: &Parsed, local: IpAddr, kind: ErrorKi
 
 #[test]
 fn quotes_are_cut_at_576_and_1280() {
-    let v = v4_frame(THEM4, ME4, IpProtocol::Udp, &[], 0, &udp_bytes(1, 2, &[0x5a; 1400]));
+    let v = v4_frame(THEM4, ME4, IpProtocol::UDP, &[], 0, &udp_bytes(1, 2, &[0x5a; 1400]));
     let b = build(&v, IpAddr::V4(ME4), PU).unwrap();
     check_error(b.data(), &v, &parse(&v), IpAddr::V4(ME4), PU);
     assert_eq!(b.len(), 14 + 576);
     let v = v6_frame(
         them6(),
         me6(),
-        IpProtocol::Udp,
+        IpProtocol::UDP,
         &[],
         64,
         &udp_bytes(1, 2, &[0x5a; 1400]),
@@ -815,7 +815,7 @@ fn mtu_fields_and_other_kinds() {
 
 #[test]
 fn vlan_tags_and_ip_options_and_padding() {
-    let v = v4_frame(THEM4, ME4, IpProtocol::Udp, &[1, 1, 1, 0], 0, &udp_bytes(1, 2, b"opts"));
+    let v = v4_frame(THEM4, ME4, IpProtocol::UDP, &[1, 1, 1, 0], 0, &udp_bytes(1, 2, b"opts"));
     let mut t = v[..12].to_vec();
     t.extend_from_slice(&[0x88, 0xa8, 0x00, 0x07, 0x81, 0x00, 0x00, 0x2a]);
     t.extend_from_slice(&v[12..]);
@@ -845,8 +845,8 @@ fn vlan_tags_and_ip_options_and_padding() {
 #[test]
 fn without_headroom_the_quote_moves() {
     for v in [
-        v4_frame(THEM4, ME4, IpProtocol::Udp, &[], 0, &udp_bytes(1, 2, &[7; 1000])),
-        v6_frame(them6(), me6(), IpProtocol::Udp, &[], 64, &udp_bytes(1, 2, &[7; 1400])),
+        v4_frame(THEM4, ME4, IpProtocol::UDP, &[], 0, &udp_bytes(1, 2, &[7; 1000])),
+        v6_frame(them6(), me6(), IpProtocol::UDP, &[], 64, &udp_bytes(1, 2, &[7; 1400])),
         udp4(THEM4, ME4),
     ] {
         let p = parse(&v);
@@ -940,8 +940,8 @@ fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
                 };
                 let first = match exts.len() {
                     0 => IpProtocol::from(proto),
-                    _ if opts % 3 == 1 => IpProtocol::Ipv6Opts,
-                    _ => IpProtocol::Ipv6Frag,
+                    _ if opts % 3 == 1 => IpProtocol::IPV6_OPTS,
+                    _ => IpProtocol::IPV6_FRAG,
                 };
                 v6_frame(them6(), me6(), first, &exts, 64, &payload)
             } else {

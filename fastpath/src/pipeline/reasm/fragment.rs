@@ -60,7 +60,7 @@ pub fn fragment_v4<B: PacketBuf>(
     emit: &mut impl FnMut(B),
 ) -> Result<usize, FragError> {
     let eth = EthernetFrame::new_checked(frame).map_err(|_| FragError::Malformed)?;
-    if eth.ethertype() != EtherType::Ipv4 {
+    if eth.ethertype() != EtherType::IPV4 {
         return Err(FragError::Malformed);
     }
     let l3 = eth.header_len();
@@ -160,7 +160,7 @@ pub fn fragment_v6<B: PacketBuf>(
     emit: &mut impl FnMut(B),
 ) -> Result<usize, FragError> {
     let eth = EthernetFrame::new_checked(frame).map_err(|_| FragError::Malformed)?;
-    if eth.ethertype() != EtherType::Ipv6 {
+    if eth.ethertype() != EtherType::IPV6 {
         return Err(FragError::Malformed);
     }
     let l3 = eth.header_len();

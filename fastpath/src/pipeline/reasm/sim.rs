@@ -183,12 +183,12 @@ pub fn v4_fragment(src: Ipv4Addr, dst: Ipv4Addr, ident: u16, offset: u16, more: 
         &mut v,
         EthernetAddress([2, 0, 0, 0, 0, 1]),
         EthernetAddress([2, 0, 0, 0, 0, 2]),
-        EtherType::Ipv4,
+        EtherType::IPV4,
     );
     Ipv4Repr {
         src,
         dst,
-        protocol: IpProtocol::Udp,
+        protocol: IpProtocol::UDP,
         payload_len: data.len() as u16,
         ttl: 64,
         dscp_ecn: 0,

@@ -131,7 +131,7 @@ fn v6_frag(ident: u32, offset: u16, more: bool, data: &[u8]) -> Vec<u8> {
     let mut fh = vec![17, 0];
     fh.extend_from_slice(&(offset | more as u16).to_be_bytes());
     fh.extend_from_slice(&ident.to_be_bytes());
-    v6_frame(a6(), me6(), IpProtocol::Ipv6Frag, &fh, 64, data)
+    v6_frame(a6(), me6(), IpProtocol::IPV6_FRAG, &fh, 64, data)
 }
 
 #[rustfmt::skip]
@@ -167,7 +167,7 @@ fn v6_per_fragment_headers_kept_and_next_header_fixed() {
         e.extend_from_slice(&[17, 0]);
         e.extend_from_slice(&(off | more as u16).to_be_bytes());
         e.extend_from_slice(&9u32.to_be_bytes());
-        v6_frame(a6(), me6(), IpProtocol::HopByHop, &e, 64, data)
+        v6_frame(a6(), me6(), IpProtocol::HOP_BY_HOP, &e, 64, data)
     };
     let mut r = Reassembler::new(cfg());
     let mut io = Io::default();
@@ -176,7 +176,7 @@ fn v6_per_fragment_headers_kept_and_next_header_fixed() {
     let out = complete(put(&mut r, &mut io, 0, &frag(8, true, &d[8..16])));
     let mut hbh_udp = hbh;
     hbh_udp[0] = 17;
-    assert_eq!(out, v6_frame(a6(), me6(), IpProtocol::HopByHop, &hbh_udp, 64, &d));
+    assert_eq!(out, v6_frame(a6(), me6(), IpProtocol::HOP_BY_HOP, &hbh_udp, 64, &d));
 }
 
 #[test]
@@ -317,7 +317,7 @@ fn rfc7112_first_fragment_needs_the_whole_header_chain() {
     // Destination Options (8 bytes, next header UDP) and no UDP header after it.
     let mut ext = fh(60, 0, true);
     ext.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]);
-    let f = v6_frame(a6(), me6(), IpProtocol::Ipv6Frag, &ext, 64, &[]);
+    let f = v6_frame(a6(), me6(), IpProtocol::IPV6_FRAG, &ext, 64, &[]);
     let m = FragMeta::from_ethernet(&f).unwrap();
     assert!(!m.chain_complete);
     assert_eq!(dropped(put(&mut r, &mut io, 0, &f)), (Reason::IncompleteChain, 1));
@@ -325,16 +325,16 @@ fn rfc7112_first_fragment_needs_the_whole_header_chain() {
     // as truncated; `FragMeta` still reads it, as incomplete.
     let mut ext = fh(60, 0, true);
     ext.extend_from_slice(&[17, 1, 1, 4, 0, 0, 0, 0]);
-    let f = v6_frame(a6(), me6(), IpProtocol::Ipv6Frag, &ext, 64, &[]);
+    let f = v6_frame(a6(), me6(), IpProtocol::IPV6_FRAG, &ext, 64, &[]);
     assert!(Parsed::parse(&f, &Toeplitz::default(), None).is_err());
     assert_eq!(dropped(put(&mut r, &mut io, 0, &f)), (Reason::IncompleteChain, 1));
     // TCP needs 20 bytes: 16 are not enough, 24 are.
-    let f = v6_frame(a6(), me6(), IpProtocol::Ipv6Frag, &fh(6, 0, true), 64, &[0; 16]);
+    let f = v6_frame(a6(), me6(), IpProtocol::IPV6_FRAG, &fh(6, 0, true), 64, &[0; 16]);
     assert_eq!(dropped(put(&mut r, &mut io, 0, &f)), (Reason::IncompleteChain, 1));
-    let f = v6_frame(a6(), me6(), IpProtocol::Ipv6Frag, &fh(6, 0, true), 64, &[0; 24]);
+    let f = v6_frame(a6(), me6(), IpProtocol::IPV6_FRAG, &fh(6, 0, true), 64, &[0; 24]);
     held(put(&mut r, &mut io, 0, &f));
     // Later fragments carry no chain.
-    let f = v6_frame(a6(), me6(), IpProtocol::Ipv6Frag, &fh(6, 64, true), 64, &[0; 8]);
+    let f = v6_frame(a6(), me6(), IpProtocol::IPV6_FRAG, &fh(6, 64, true), 64, &[0; 8]);
     held(put(&mut r, &mut io, 0, &f));
     assert_eq!(r.stats().refused[1][Reason::IncompleteChain.index()], 3);
 }
@@ -343,7 +343,7 @@ fn rfc7112_first_fragment_needs_the_whole_header_chain() {
 fn atomic_fragments_and_whole_packets_are_not_fragments() {
     let atomic = v6_frag(1, 0, false, &[0; 8]);
     assert_eq!(FragMeta::from_ethernet(&atomic), None);
-    let whole = v4_frame(A, ME, IpProtocol::Udp, &[], 0, &udp_bytes(1, 2, b"x"));
+    let whole = v4_frame(A, ME, IpProtocol::UDP, &[], 0, &udp_bytes(1, 2, b"x"));
     assert_eq!(FragMeta::from_ethernet(&whole), None);
 }
 
@@ -650,7 +650,7 @@ fn fragment_v4_headers() {
     // Record Route, 7 bytes) then EOL: 12 bytes.
     let opts = [0x94, 4, 0, 0, 7, 7, 4, 0, 0, 0, 0, 0];
     let udp = udp_bytes(1, 7, &(0..200u8).collect::<Vec<_>>());
-    let dg = v4_frame(A, ME, IpProtocol::Udp, &opts, 0, &udp);
+    let dg = v4_frame(A, ME, IpProtocol::UDP, &opts, 0, &udp);
     let frags = frag4(&dg, 100).unwrap();
     let mut expect_off = 0;
     for (i, f) in frags.iter().enumerate() {
@@ -675,11 +675,11 @@ fn fragment_v4_headers() {
     // Fits: one unchanged copy.
     assert_eq!(frag4(&dg, 1500).unwrap(), vec![dg.clone()]);
     // DF.
-    let df = v4_frame(A, ME, IpProtocol::Udp, &[], 0x4000, &udp);
+    let df = v4_frame(A, ME, IpProtocol::UDP, &[], 0x4000, &udp);
     assert_eq!(frag4(&df, 100), Err(FragError::DontFragment));
     assert_eq!(frag4(&dg, 36), Err(FragError::MtuTooSmall));
     assert_eq!(frag4(&dg[..20], 100), Err(FragError::Malformed));
-    let v6 = v6_frame(a6(), me6(), IpProtocol::Udp, &[], 64, &udp);
+    let v6 = v6_frame(a6(), me6(), IpProtocol::UDP, &[], 64, &udp);
     assert_eq!(frag4(&v6, 100), Err(FragError::Malformed));
     let mut none = |_| None::<HeapBuf>;
     assert_eq!(fragment_v4(&dg, 100, &mut none, &mut |_| {}), Err(FragError::NoBuffer));
@@ -689,7 +689,7 @@ fn fragment_v4_headers() {
 fn fragment_v6_headers() {
     let udp = udp_bytes(1, 7, &(0..255u8).cycle().take(3000).collect::<Vec<_>>());
     let hbh = [17u8, 0, 1, 4, 0, 0, 0, 0];
-    let dg = v6_frame(a6(), me6(), IpProtocol::HopByHop, &hbh, 64, &udp);
+    let dg = v6_frame(a6(), me6(), IpProtocol::HOP_BY_HOP, &hbh, 64, &udp);
     let frags = frag6(&dg, 1280, 0xabcd).unwrap();
     assert_eq!(frags.len(), 3);
     let mut off = 0;
@@ -717,7 +717,7 @@ fn fragment_v6_headers() {
     }
     assert_eq!(off as usize, udp.len());
     assert_eq!(frag6(&dg, 1500, 1).unwrap().len(), 3);
-    let small = v6_frame(a6(), me6(), IpProtocol::Udp, &[], 64, &udp[..100]);
+    let small = v6_frame(a6(), me6(), IpProtocol::UDP, &[], 64, &udp[..100]);
     assert_eq!(frag6(&small, 1280, 1).unwrap(), vec![small.clone()]);
     let already = v6_frag(1, 0, true, &udp[..2000]);
     assert_eq!(frag6(&already, 1280, 1), Err(FragError::AlreadyFragmented));
@@ -766,7 +766,7 @@ proptest! {
         mtu in 68usize..1500,
         seed in any::<u64>(),
     ) {
-        let dg = v4_frame(A, ME, IpProtocol::Udp, &[], 0, &udp_bytes(9, 7, &payload));
+        let dg = v4_frame(A, ME, IpProtocol::UDP, &[], 0, &udp_bytes(9, 7, &payload));
         let frags = frag4(&dg, mtu).unwrap();
         prop_assume!(frags.len() > 1);
         prop_assert_eq!(reassemble_all(&shuffled(frags, seed)), dg);
@@ -782,9 +782,9 @@ proptest! {
     ) {
         let udp = udp_bytes(9, 7, &payload);
         let dg = if with_hbh {
-            v6_frame(a6(), me6(), IpProtocol::HopByHop, &[17, 0, 1, 4, 0, 0, 0, 0], 64, &udp)
+            v6_frame(a6(), me6(), IpProtocol::HOP_BY_HOP, &[17, 0, 1, 4, 0, 0, 0, 0], 64, &udp)
         } else {
-            v6_frame(a6(), me6(), IpProtocol::Udp, &[], 64, &udp)
+            v6_frame(a6(), me6(), IpProtocol::UDP, &[], 64, &udp)
         };
         let frags = frag6(&dg, mtu, ident).unwrap();
         prop_assume!(frags.len() > 1);
