@@ -135,6 +135,20 @@ pub fn ip_frame(v6: bool, proto: u8, vlan: Option<u16>, host: u8, sport: u16, dp
         v.extend_from_slice(&[0, 0]);
     }
     v.extend(std::iter::repeat_n(0xab, payload));
+    if proto == 17 {
+        // A real sender's checksum: mandatory over IPv6, and a closed port answers only
+        // datagrams whose checksum is right (RFC 1122 §4.1.3.4).
+        let l4 = v.len() - l4_len;
+        let mut u = fastpath::wire::UdpPacket::new_checked(&mut v[l4..]).expect("a whole UDP header");
+        if v6 {
+            u.fill_checksum_v6(
+                &Ipv6Addr::new(0x2001, 0xdb8, 0x100, 0, 0, 0, 0, host as u16 + 7),
+                &ME_IP6,
+            );
+        } else {
+            u.fill_checksum_v4(Ipv4Addr::new(198, 51, 100, host), ME_IP);
+        }
+    }
     v
 }
 

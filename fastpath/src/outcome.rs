@@ -64,11 +64,14 @@ pub enum Outcome {
     IcmpSuppressed,
     /// Sent on unchanged by the plain forward mode (`[lcores] mode = "forward"`), no stage run.
     Forwarded,
+    /// UDP to a closed port with a wrong checksum (or none, over IPv6): silently discarded,
+    /// not answered (RFC 1122 §4.1.3.4), once the limits would have let an error go.
+    UdpBadChecksum,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 26] = [
+    pub const ALL: [Outcome; 27] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -95,6 +98,7 @@ impl Outcome {
         Outcome::IcmpError,
         Outcome::IcmpSuppressed,
         Outcome::Forwarded,
+        Outcome::UdpBadChecksum,
     ];
     /// Number of outcomes.
     pub const COUNT: usize = Self::ALL.len();
@@ -134,6 +138,7 @@ impl Outcome {
             Outcome::IcmpError => "icmp_error",
             Outcome::IcmpSuppressed => "icmp_suppressed",
             Outcome::Forwarded => "forwarded",
+            Outcome::UdpBadChecksum => "udp_bad_checksum",
         }
     }
 }

@@ -348,7 +348,14 @@ pub(crate) mod tests {
             assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(want));
         }
         // UDP to a closed port is answered by ICMPv6 Port Unreachable, not by the echo stage.
-        let udp = v6_frame(them6(), me6(), IpProtocol::UDP, &[], 64, &[0, 1, 0, 2, 0, 8, 0, 0]);
+        let udp = crate::pipeline::tests::with_udp_checksum(v6_frame(
+            them6(),
+            me6(),
+            IpProtocol::UDP,
+            &[],
+            64,
+            &[0, 1, 0, 2, 0, 8, 0, 0],
+        ));
         assert_eq!(
             p.process(0, &mut HeapBuf::new(&udp), Instant(0)),
             Verdict::Transmit(Outcome::IcmpError)

@@ -469,6 +469,9 @@ impl Pipeline {
                 Verdict::Drop(Outcome::IcmpSuppressed)
             }
             icmp_error::Decision::Send => {
+                if !icmp_error::answerable(kind, p, pkt.data()) {
+                    return Verdict::Drop(Outcome::UdpBadChecksum);
+                }
                 let Some(local) = self.tables.ports.get(port as usize) else {
                     return otherwise;
                 };
@@ -500,6 +503,9 @@ impl Pipeline {
     ) -> Verdict {
         if !icmp_error::eligible(kind, p, pkt.data()) {
             return otherwise;
+        }
+        if !icmp_error::answerable(kind, p, pkt.data()) {
+            return Verdict::Drop(Outcome::UdpBadChecksum);
         }
         let Some(local) = self.tables.ports.get(port as usize) else {
             return otherwise;
@@ -764,7 +770,7 @@ pub(crate) mod tests {
             (solicited_node(&them6), Outcome::NotLocal),
             ("ff02::2".parse().unwrap(), Outcome::NotLocal),
         ] {
-            let v = v6_frame(them6, dst, IpProtocol::UDP, &[], 64, &udp);
+            let v = with_udp_checksum(v6_frame(them6, dst, IpProtocol::UDP, &[], 64, &udp));
             let got = p.process(0, &mut HeapBuf::new(&v), Instant(0));
             let want = if want == Outcome::IcmpError {
                 Verdict::Transmit(want)
@@ -773,6 +779,85 @@ pub(crate) mod tests {
             };
             assert_eq!(got, want, "{dst}");
         }
+    }
+
+    /// Fills the UDP checksum of a frame the test helpers built with none.
+    pub(crate) fn with_udp_checksum(mut v: Vec<u8>) -> Vec<u8> {
+        let p = Parsed::parse(&v, &wire::Toeplitz::default(), None).unwrap();
+        let mut u = wire::UdpPacket::new_checked(&mut v[p.l4_offset as usize..p.ip_end as usize]).unwrap();
+        match (p.src, p.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => u.fill_checksum_v4(s, d),
+            (IpAddr::V6(s), IpAddr::V6(d)) => u.fill_checksum_v6(&s, &d),
+            _ => unreachable!(),
+        }
+        v
+    }
+
+    /// RFC 1122 §4.1.3.4: a UDP datagram with a wrong checksum is discarded, not answered with
+    /// Port Unreachable (over IPv6 a missing checksum is wrong too, RFC 8200 §8.1), and the check
+    /// comes after the limits: a flood they hold back costs no checksum.
+    #[test]
+    fn closed_port_errors_only_about_datagrams_with_a_right_checksum() {
+        use parse::tests::{udp_bytes, v4_frame, v6_frame};
+        let me = Ipv4Addr::new(192, 0, 2, 1);
+        let them = Ipv4Addr::new(198, 51, 100, 7);
+        let me6: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let them6: Ipv6Addr = "2001:db8::7".parse().unwrap();
+        let udp = udp_bytes(1, 7, b"payload");
+        let corrupt = |mut v: Vec<u8>| {
+            let last = v.len() - 1;
+            v[last] ^= 0x40;
+            v
+        };
+        let v4_none = v4_frame(them, me, IpProtocol::UDP, &[], 0, &udp);
+        let v4_right = with_udp_checksum(v4_none.clone());
+        let v6_none = v6_frame(them6, me6, IpProtocol::UDP, &[], 64, &udp);
+        let v6_right = with_udp_checksum(v6_none.clone());
+        for (name, frame, want) in [
+            (
+                "v4, checksum right",
+                v4_right.clone(),
+                Verdict::Transmit(Outcome::IcmpError),
+            ),
+            (
+                "v4, no checksum (RFC 768)",
+                v4_none,
+                Verdict::Transmit(Outcome::IcmpError),
+            ),
+            (
+                "v4, checksum wrong",
+                corrupt(v4_right.clone()),
+                Verdict::Drop(Outcome::UdpBadChecksum),
+            ),
+            (
+                "v6, checksum right",
+                v6_right.clone(),
+                Verdict::Transmit(Outcome::IcmpError),
+            ),
+            ("v6, no checksum", v6_none, Verdict::Drop(Outcome::UdpBadChecksum)),
+            (
+                "v6, checksum wrong",
+                corrupt(v6_right),
+                Verdict::Drop(Outcome::UdpBadChecksum),
+            ),
+        ] {
+            // A fresh pipeline each time: the per-destination burst is not what is tested.
+            let mut p = pipeline();
+            let mut b = HeapBuf::new(&frame);
+            assert_eq!(p.process(0, &mut b, Instant(0)), want, "{name}");
+            if want == Verdict::Drop(Outcome::UdpBadChecksum) {
+                assert_eq!(b.data(), &frame[..], "{name}: nothing built");
+            }
+        }
+        // With no budget left the limiter answers first: suppressed, whatever the checksum.
+        let mut p = pipeline();
+        let cfg = icmp_error::IcmpConfig {
+            burst: 0,
+            ..Default::default()
+        };
+        p.icmp.apply(&cfg, cfg.global_bucket(Instant(0)), 1);
+        let mut b = HeapBuf::new(&corrupt(v4_right));
+        assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::IcmpSuppressed));
     }
 
     #[test]

@@ -333,23 +333,7 @@ impl RxLcore {
                     forward(tx, &mut burst, &self.stats, &self.stats.rx[qi]);
                     continue;
                 }
-                let now = self.clock.at(t0);
-                let mut bytes = 0u64;
-                for m in burst.drain(..) {
-                    bytes += m.pkt_len() as u64;
-                    if m.segments() != 1 {
-                        self.stats.outcome(Outcome::Oversize);
-                        drops.push(m);
-                        continue;
-                    }
-                    self.handle(port, m, now, &mut drops);
-                    if drops.len() >= BURST {
-                        Mbuf::free_bulk(&mut drops);
-                    }
-                }
-                self.stats.rx[qi].bytes.add(bytes);
-                self.enqueue_staged(&mut drops);
-                Mbuf::free_bulk(&mut drops);
+                self.pipeline_burst(qi, port, self.clock.at(t0), &mut burst, &mut drops);
             }
             // Reassembly expiry: bounded work per iteration, no background thread (seed 001).
             if self.reasm.next_deadline().is_some_and(|d| d <= self.clock.at(t0)) {
@@ -388,6 +372,32 @@ impl RxLcore {
         self.settle_reassembly(&mut drops);
         Mbuf::free_bulk(&mut drops);
         control.rx_exited();
+    }
+
+    /// Runs a received burst through the pipeline, then hands the staged packets to their
+    /// sockets and frees the dropped ones.
+    ///
+    /// A call of its own (one per burst), so the whole pipeline inlined here does not share a
+    /// function, and its registers and stack frame, with the poll loop: when it did, the
+    /// forward mode's loop got ~10 cycles per packet slower as the pipeline grew.
+    #[inline(never)]
+    fn pipeline_burst(&mut self, qi: usize, port: u16, now: Instant, burst: &mut Vec<Mbuf>, drops: &mut Vec<Mbuf>) {
+        let mut bytes = 0u64;
+        for m in burst.drain(..) {
+            bytes += m.pkt_len() as u64;
+            if m.segments() != 1 {
+                self.stats.outcome(Outcome::Oversize);
+                drops.push(m);
+                continue;
+            }
+            self.handle(port, m, now, drops);
+            if drops.len() >= BURST {
+                Mbuf::free_bulk(drops);
+            }
+        }
+        self.stats.rx[qi].bytes.add(bytes);
+        self.enqueue_staged(drops);
+        Mbuf::free_bulk(drops);
     }
 
     /// Runs one received packet through the pipeline and acts on the verdict; a fragment goes

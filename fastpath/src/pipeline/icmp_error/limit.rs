@@ -503,14 +503,20 @@ mod tests {
         // No refill (rate 0): every credit is spent exactly once. Each thread records the credits
         // its successful consumptions took; together they are the initial credit, plus at most one
         // for the single consumption that hit the floor (1 left, 2 drawn).
-        const CREDIT: u32 = 200_000;
+        // Both threads start together (a barrier) on a budget that lasts tens of milliseconds,
+        // so they contend even when spawning one is slow on a loaded machine (with 200 000
+        // credits and no barrier, the first thread sometimes spent everything alone).
+        const CREDIT: u32 = 4_000_000;
         let g = Arc::new(GlobalBucket::new(0, CREDIT, at(0)));
+        let start = Arc::new(std::sync::Barrier::new(2));
         let threads: Vec<_> = (0..2u64)
             .map(|t| {
                 let g = Arc::clone(&g);
+                let start = Arc::clone(&start);
                 std::thread::spawn(move || {
                     let mut rng = 0x2545_f491_4f6c_dd1d ^ (t + 1);
                     let (mut taken, mut sent) = (0u64, 0u64);
+                    start.wait();
                     loop {
                         rng ^= rng << 13;
                         rng ^= rng >> 7;

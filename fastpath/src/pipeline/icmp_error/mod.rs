@@ -525,6 +525,36 @@ pub fn eligible(kind: ErrorKind, p: &Parsed, frame: &[u8]) -> bool {
     }
 }
 
+/// Whether the UDP datagram `p` (in `frame`) may be answered as far as its checksum goes: RFC
+/// 1122 §4.1.3.4, "If a UDP datagram is received with a checksum that is non-zero and invalid,
+/// UDP MUST silently discard the datagram"; over IPv6 a zero checksum is invalid too (RFC 8200
+/// §8.1). Linux checks it before its Port Unreachable (`__udp4_lib_rcv`: "No socket. Drop
+/// packet silently, if checksum is wrong").
+///
+/// The pipeline asks only once the limits allowed an error, so a flood the limiter holds back
+/// pays nothing for it (seed 000); the credit such a datagram took is not given back, so a
+/// sender of bad checksums can only use up what the limits would have let it have anyway.
+pub fn udp_checksum_ok(frame: &[u8], p: &Parsed) -> bool {
+    let Some(l4) = frame.get(p.l4_offset as usize..p.ip_end as usize) else {
+        return false;
+    };
+    let Ok(u) = crate::wire::UdpPacket::new_checked(l4) else {
+        return false;
+    };
+    match (p.src, p.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => u.verify_checksum_v4(s, d),
+        (IpAddr::V6(s), IpAddr::V6(d)) => u.verify_checksum_v6(&s, &d),
+        _ => false,
+    }
+}
+
+/// Whether an error of `kind` about `p` may be answered at all once the limits allow it: a UDP
+/// datagram's Port Unreachable needs a right checksum ([`udp_checksum_ok`]).
+#[inline]
+pub fn answerable(kind: ErrorKind, p: &Parsed, frame: &[u8]) -> bool {
+    kind != ErrorKind::PortUnreachable || p.protocol != IpProtocol::UDP || udp_checksum_ok(frame, p)
+}
+
 /// One RX lcore's ICMP error limiter: its own per-destination table, a handle on the global
 /// bucket all lcores share, and the settings of the current config generation.
 #[derive(Clone, Debug)]
