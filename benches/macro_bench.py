@@ -459,11 +459,13 @@ def scenario_figures(sc, metrics, mpps):
     return out
 
 
-def run_fastpathd(sc, prefix, warmup, seconds, tmp):
-    # A paired scenario needs several scraped and unscraped windows whatever BENCH_SECONDS is.
-    seconds = max(seconds, sc.get("min_seconds", 0))
+def fastpathd_binary():
+    return os.environ.get("FASTPATHD") or os.path.join(REPO, "target", "release", "fastpathd")
+
+
+def write_config(sc, prefix, tmp):
+    """Writes the fastpathd config of scenario `sc` into `tmp`; returns (path, metrics port)."""
     name, mode, capture = sc["name"], sc["kind"].split(":")[1], sc["capture"]
-    binary = os.environ.get("FASTPATHD") or os.path.join(REPO, "target", "release", "fastpathd")
     eal = "[" + ", ".join(f'"{a}"' for a in eal_args(prefix, capture)) + "]"
     cfg = os.path.join(tmp, f"{name}.toml")
     mport = free_port()
@@ -473,6 +475,15 @@ def run_fastpathd(sc, prefix, warmup, seconds, tmp):
             ipv4="[" + ", ".join(f'"{a}"' for a in sc.get("ipv4", ["192.0.2.1"])) + "]",
             extra=sc.get("extra", ""),
             forward_to='forward_to = "net_null0"' if mode == "forward" else ""))
+    return cfg, mport
+
+
+def run_fastpathd(sc, prefix, warmup, seconds, tmp):
+    # A paired scenario needs several scraped and unscraped windows whatever BENCH_SECONDS is.
+    seconds = max(seconds, sc.get("min_seconds", 0))
+    name = sc["name"]
+    binary = fastpathd_binary()
+    cfg, mport = write_config(sc, prefix, tmp)
     dump = os.path.join(tmp, f"{name}.prom")
     if os.path.exists(dump):
         os.remove(dump)

@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""Instructions per packet on fastpathd's RX lcore, counted by valgrind's callgrind.
+
+The macro benchmark's Mpps and cycles move by 10-30% between runs on a shared machine, which
+hides a change of a few percent. An instruction count does not move: the same binary, config and
+capture give the same count per packet whatever else the machine does. It is not a time (cycles
+per instruction vary with cache misses and dependencies), so it says what a change removed from
+the per-packet path, and the macro benchmark says what that was worth.
+
+Each scenario is one of ci/bench's (same config, EAL settings and capture, see macro_bench.py),
+run under `valgrind --tool=callgrind` for BENCH_SECONDS (default 20) of wall time, collecting
+only inside `RxLcore::run` (the RX lcore's loop and everything it calls: the PMD's receive, our
+pipeline, freeing mbufs). Packets are what fastpathd says it received at exit; the report splits
+the count into DPDK's own code (the net_pcap/net_null drivers, librte_mbuf, and the dynamic
+loader's TLS lookups DPDK's per-lcore variables cost in shared libraries) and ours.
+
+Usage: benches/instructions.py [scenario ...]   (default: forward, plain drop, closed port,
+build first). Scenarios with a service are refused: under valgrind every thread shares one
+CPU, so the worker cannot keep up and the figures would describe full sockets.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import macro_bench as mb  # noqa: E402
+
+DEFAULT = ["fastpathd-forward", "fastpathd-plain-drop", "fastpathd-closed-port", "fastpathd-build-first"]
+PACKETS = re.compile(r"stopped after [0-9.]+s: ([0-9]+) packets received")
+COLLECTED = re.compile(r"Collected : ([0-9]+)")
+# callgrind_annotate --inclusive=no: "<count> <file>:<function> [<object>]"
+SELF_LINE = re.compile(r"^\s*([0-9,]+)\s+.*?(?:\[(\S+)\])?\s*$")
+DPDK_OBJECTS = ("librte_", "ld-linux")
+
+
+def dpdk_share(out_file):
+    """Instructions spent in DPDK's objects (and the loader's TLS lookups), from a callgrind
+    output: the per-function self counts of `callgrind_annotate`, by object."""
+    text = subprocess.run(["callgrind_annotate", "--inclusive=no", "--auto=no", "--threshold=100", out_file],
+                          capture_output=True, text=True, check=True).stdout
+    dpdk = 0
+    for line in text.split("file:function", 1)[-1].splitlines():
+        m = SELF_LINE.match(line)
+        if m and "PROGRAM TOTALS" not in line and any(d in os.path.basename(m.group(2) or "") for d in DPDK_OBJECTS):
+            dpdk += int(m.group(1).replace(",", ""))
+    return dpdk
+
+
+def run(sc, seconds, tmp):
+    prefix = f"fpinsn-{os.getpid()}"
+    cfg, _ = mb.write_config(sc, prefix, tmp)
+    out = os.path.join(tmp, f"{sc['name']}.callgrind")
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+           "--toggle-collect=fastpath::runtime::RxLcore::run*",
+           mb.fastpathd_binary(), "--config", cfg, "--stats-interval", "1000"]
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = mb.Reader(p.stderr)
+    try:
+        if not err.wait_for("fastpathd: running", 180, p):
+            mb.fail(sc["name"], "fastpathd did not start under valgrind", err.text())
+        try:
+            p.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            pass
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    text = err.text()
+    packets, collected = PACKETS.search(text), COLLECTED.search(text)
+    if p.returncode != 0 or not packets or not collected or int(packets.group(1)) == 0:
+        mb.fail(sc["name"], f"no count (exit {p.returncode})", text)
+    n, total = int(packets.group(1)), int(collected.group(1))
+    dpdk = dpdk_share(out)
+    return {"packets": n, "total": total / n, "dpdk": dpdk / n, "ours": (total - dpdk) / n}
+
+
+def main():
+    names = sys.argv[1:] or DEFAULT
+    known = {sc["name"]: sc for sc in mb.SCENARIOS}
+    for name in names:
+        sc = known.get(name)
+        if sc is None or not sc["kind"].startswith("fastpathd"):
+            sys.exit(f"instructions: {name} is not a fastpathd scenario; known: {sorted(known)}")
+        if "service" in sc.get("extra", "") or sc.get("scrape"):
+            sys.exit(f"instructions: {name} has a service (or a scraper): not measurable under valgrind")
+    seconds = mb.env_num("BENCH_SECONDS", 20.0)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="fastpath-insn-") as tmp:
+        for name in names:
+            r = run(known[name], seconds, tmp)
+            rows.append((name, r))
+            print(f"{name}: {r['packets']} packets, {r['total']:.1f} instructions/packet "
+                  f"(DPDK {r['dpdk']:.1f}, fastpathd {r['ours']:.1f})", flush=True)
+    print()
+    print("| scenario | packets | instructions/packet | DPDK (drivers, mbuf) | fastpathd |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name, r in rows:
+        print(f"| {name} | {r['packets']} | {r['total']:.1f} | {r['dpdk']:.1f} | {r['ours']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
