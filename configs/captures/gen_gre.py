@@ -35,6 +35,8 @@ def packets():
     # echo_reply x1 and gre_bad_checksum x1: the checksummed tunnel.
     out.append(eth(gre(ping(3), "198.51.100.4", chksum_present=1)))
     out.append(eth(gre(ping(4), "198.51.100.4", chksum_present=1, chksum=0x1234)))
+    # gre_bad_checksum x1: the checksummed tunnel's remote without a checksum (Linux drops it too).
+    out.append(eth(gre(ping(7), "198.51.100.4")))
     # gre_unknown_tunnel x2: an unknown remote, and the keyed tunnel's remote with another key.
     out.append(eth(gre(ping(5), "198.51.100.99")))
     out.append(eth(gre(ping(6), "198.51.100.3", key_present=1, key=43)))

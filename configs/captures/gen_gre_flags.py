@@ -49,8 +49,9 @@ def packets():
     out.append(eth / gre(ping(22), remote(0, 0, 0), 0, 1, 0))
     out.append(eth / gre(ping(23), remote(1, 0, 0), 1, 1, 0))
     # Flags the tunnel does not use: a checksum to a tunnel without (echo_reply), none to one
-    # with (echo_reply: `checksum = true` is about what we send), a sequence number to a tunnel
-    # without (echo_reply), none to one with (gre_seq_dropped).
+    # with (gre_bad_checksum: a `checksum = true` tunnel takes only checksummed packets, as
+    # Linux's does), a sequence number to a tunnel without (echo_reply), none to one with
+    # (gre_seq_dropped).
     out.append(eth / gre(ping(30), remote(0, 0, 0), 1, 0, 0))
     out.append(eth / gre(ping(31), remote(1, 0, 0), 0, 0, 0))
     out.append(eth / gre(ping(32), remote(0, 0, 0), 0, 0, 1, seq=5))

@@ -294,7 +294,9 @@ pub enum Decap {
     },
     /// No configured tunnel matches (remote, local, key).
     Unknown,
-    /// The GRE checksum is wrong.
+    /// The GRE checksum is wrong, or missing on a tunnel configured with `checksum = true`
+    /// (Linux's `ip_tunnel_rcv` drops those too, as `rx_crc_errors`: a tunnel that checksums
+    /// must not take an unchecked packet, or a sender skips the check by leaving the bit clear).
     BadChecksum,
     /// Older than the last accepted packet of a sequence tunnel (RFC 2890 §2.2).
     SeqOld {
@@ -316,7 +318,7 @@ pub fn decapsulate<B: PacketBuf>(
     tunnels: &[Tunnel],
     last_seq: &mut [Option<u32>],
 ) -> Decap {
-    let (glen, proto, key, seqno, csum_ok) = {
+    let (glen, proto, key, seqno, csum_present, csum_ok) = {
         let Some(rest) = pkt.data().get(l4..) else {
             return Decap::Malformed;
         };
@@ -328,6 +330,7 @@ pub fn decapsulate<B: PacketBuf>(
             g.protocol(),
             g.key(),
             g.sequence(),
+            g.checksum_present(),
             !g.checksum_present() || g.verify_checksum(),
         )
     };
@@ -342,7 +345,7 @@ pub fn decapsulate<B: PacketBuf>(
     else {
         return Decap::Unknown;
     };
-    if !csum_ok {
+    if !csum_ok || (tunnels[t].checksum && !csum_present) {
         return Decap::BadChecksum;
     }
     if tunnels[t].sequence {
@@ -521,6 +524,32 @@ mod tests {
         assert_eq!(
             decapsulate(&mut b, 14, 34, src, dst, &rx, &mut last),
             Decap::BadChecksum
+        );
+        // A checksum tunnel refuses a packet without one; a tunnel without takes either.
+        let plain = vec![Tunnel {
+            checksum: false,
+            ..tuns[0].clone()
+        }];
+        let unchecked = |seq: u32| {
+            let mut b = HeapBuf::new(&orig);
+            encapsulate(&mut b, &plain, 0, Some(seq), 1).unwrap();
+            b
+        };
+        assert_eq!(
+            decapsulate(&mut unchecked(101), 14, 34, src, dst, &rx, &mut last),
+            Decap::BadChecksum
+        );
+        let rx_plain = vec![Tunnel {
+            checksum: false,
+            ..rx[0].clone()
+        }];
+        assert_eq!(
+            decapsulate(&mut unchecked(102), 14, 34, src, dst, &rx_plain, &mut last),
+            Decap::Inner { tunnel: 0 }
+        );
+        assert_eq!(
+            decapsulate(&mut wrap(103), 14, 34, src, dst, &rx_plain, &mut last),
+            Decap::Inner { tunnel: 0 }
         );
         // Wrong key, wrong remote: unknown.
         let other_key = vec![Tunnel {
