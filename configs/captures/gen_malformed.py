@@ -125,11 +125,11 @@ def cases():
     add(eth(IP(src="198.51.100.3", dst=ME4, proto=47) / Raw(b"\x20\x00\x08\x00")))        # malformed: K set, no key
     add(eth(IP(src="198.51.100.2", dst=ME4) / GRE(version=1) / inner))                     # malformed: GRE version 1
     add(eth(IP(src="198.51.100.2", dst=ME4) / GRE(routing_present=1) / inner))             # malformed: routing bit
-    add(eth(IP(src="198.51.100.2", dst=ME4) / GRE(proto=0x1234) / Raw(b"\0" * 20)))         # malformed: unknown inner type
-    add(eth(IP(src="198.51.100.2", dst=ME4) / GRE() / Raw(bytes(inner)[:12])))             # malformed: inner IPv4 cut
+    add(eth(IP(src="198.51.100.2", dst=ME4) / GRE(proto=0x1234) / Raw(b"\0" * 20)))         # unhandled: a type we do not carry
+    add(eth(IP(src="198.51.100.2", dst=ME4) / GRE(proto=0x0800) / Raw(bytes(inner)[:12])))  # malformed: inner IPv4 cut
     ib = bytearray(bytes(inner))
     ib[10] ^= 0xFF
-    add(eth(IP(src="198.51.100.2", dst=ME4) / GRE() / Raw(bytes(ib))))                     # malformed: inner bad checksum
+    add(eth(IP(src="198.51.100.2", dst=ME4) / GRE(proto=0x0800) / Raw(bytes(ib))))          # malformed: inner bad checksum
     add(eth(IP(src="198.51.100.3", dst=ME4) / GRE(key_present=1, key=42) / inner))         # echo_reply: keyed tunnel
     # --- ICMP
     add(eth(v4(Raw(b"\x08\x00\xf7\xff"), proto=1)))                              # malformed: echo request cut at 4

@@ -585,6 +585,7 @@ impl Pipeline {
                 t[tunnel].counters.rx[slot].seq_dropped.inc();
                 Step::Done(Verdict::Drop(Outcome::GreSeqDropped))
             }
+            tunnel::Decap::Unsupported => Step::Done(Verdict::Drop(Outcome::Unhandled)),
             tunnel::Decap::Malformed => Step::Done(Verdict::Drop(Outcome::Malformed)),
         }
     }

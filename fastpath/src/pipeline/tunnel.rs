@@ -303,7 +303,11 @@ pub enum Decap {
         /// The tunnel.
         tunnel: usize,
     },
-    /// Not a GRE packet we can parse (version, reserved bits, truncated, unknown payload).
+    /// A tunnel's packet whose payload type is not IPv4 or IPv6 (Ethernet over GRE, MPLS, ...):
+    /// well formed, but nothing the box carries. Checked after the tunnel and its checksum, and
+    /// before the sequence number, so it never moves a sequence tunnel's window.
+    Unsupported,
+    /// Not a GRE packet we can parse (version, reserved bits, truncated).
     Malformed,
 }
 
@@ -334,9 +338,6 @@ pub fn decapsulate<B: PacketBuf>(
             !g.checksum_present() || g.verify_checksum(),
         )
     };
-    if !matches!(proto, EtherType::IPV4 | EtherType::IPV6) {
-        return Decap::Malformed;
-    }
     // RFC 2890 §2.1: a tunnel is identified by its endpoints and key; a packet without the key a
     // tunnel has (or with one it has not) does not belong to it.
     let Some(t) = tunnels
@@ -347,6 +348,9 @@ pub fn decapsulate<B: PacketBuf>(
     };
     if !csum_ok || (tunnels[t].checksum && !csum_present) {
         return Decap::BadChecksum;
+    }
+    if !matches!(proto, EtherType::IPV4 | EtherType::IPV6) {
+        return Decap::Unsupported;
     }
     if tunnels[t].sequence {
         // RFC 2890 §2.2: accept only a number after the last one received, in serial-number
@@ -551,6 +555,21 @@ mod tests {
             decapsulate(&mut wrap(103), 14, 34, src, dst, &rx_plain, &mut last),
             Decap::Inner { tunnel: 0 }
         );
+        // Ethernet over GRE (0x6558) to a known tunnel: well formed, not carried; the sequence
+        // window stays where it was. From an unknown remote it is an unknown tunnel first.
+        let before = last.clone();
+        let mut teb = unchecked(500);
+        teb.data_mut()[36..38].copy_from_slice(&[0x65, 0x58]);
+        assert_eq!(
+            decapsulate(&mut teb, 14, 34, src, dst, &rx_plain, &mut last),
+            Decap::Unsupported
+        );
+        assert_eq!(last, before, "an unsupported packet does not move the sequence window");
+        let stranger: IpAddr = "198.51.100.99".parse().unwrap();
+        assert_eq!(
+            decapsulate(&mut teb, 14, 34, stranger, dst, &rx_plain, &mut last),
+            Decap::Unknown
+        );
         // Wrong key, wrong remote: unknown.
         let other_key = vec![Tunnel {
             key: Some(10),
@@ -573,10 +592,16 @@ mod tests {
             decapsulate(&mut wrap(202), 14, 34, other, dst, &rx, &mut last),
             Decap::Unknown
         );
-        // Garbage after the outer header.
-        let mut junk = HeapBuf::new(&[0u8; 40]);
+        // Zeros after the outer header are a GRE header without a key (so not this keyed
+        // tunnel's); two bytes are no GRE header at all.
+        let mut zeros = HeapBuf::new(&[0u8; 40]);
         assert_eq!(
-            decapsulate(&mut junk, 14, 34, src, dst, &rx, &mut last),
+            decapsulate(&mut zeros, 14, 34, src, dst, &rx, &mut last),
+            Decap::Unknown
+        );
+        let mut cut = HeapBuf::new(&[0u8; 36]);
+        assert_eq!(
+            decapsulate(&mut cut, 14, 34, src, dst, &rx, &mut last),
             Decap::Malformed
         );
     }
