@@ -15,6 +15,7 @@ use std::net::{IpAddr, Ipv6Addr};
 const HOP_LIMIT: u8 = 64;
 
 /// Answers an ICMP echo request to a local IPv4 address.
+#[inline(never)] // kept out of the pipeline's common path (see `local_delivery`)
 pub(super) fn answer_v4<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B) -> Verdict {
     let (IpAddr::V4(src), IpAddr::V4(dst)) = (p.src, p.dst) else {
         return Verdict::Drop(Outcome::Unhandled);

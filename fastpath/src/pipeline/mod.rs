@@ -632,17 +632,12 @@ fn local_delivery<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B) -> V
             }
             match p.protocol {
                 IpProtocol::UDP | IpProtocol::TCP => Verdict::Drop(Outcome::NoService),
-                IpProtocol::ICMP => echo_v4(local, p, pkt),
+                IpProtocol::ICMP => echo::answer_v4(local, p, pkt),
                 _ => Verdict::Drop(Outcome::Unhandled),
             }
         }
         IpAddr::V6(dst) => local_delivery_v6(local, &dst, p, pkt),
     }
-}
-
-#[inline(never)]
-fn echo_v4<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B) -> Verdict {
-    echo::answer_v4(local, p, pkt)
 }
 
 #[inline(never)]
