@@ -122,6 +122,7 @@ struct DpdkSection {
     eal_args: Vec<String>,
     mbufs: Option<u32>,
     mbuf_cache: Option<u32>,
+    mempool_ops: Option<String>,
     rx_desc: Option<u16>,
     tx_desc: Option<u16>,
 }
@@ -265,6 +266,29 @@ pub struct MetricsConfig {
     pub listen: Option<std::net::SocketAddr>,
 }
 
+/// Mempool drivers `[dpdk] mempool_ops` may name: DPDK 22.11's software handlers (the hardware
+/// ones need their bus and are picked by their PMDs).
+pub const MEMPOOL_OPS: &[&str] = &[
+    "stack",
+    "lf_stack",
+    "ring_mp_mc",
+    "ring_sp_sc",
+    "ring_mp_sc",
+    "ring_sp_mc",
+    "ring_mt_rts",
+    "ring_mt_hts",
+    "bucket",
+];
+
+/// The packet pool's default driver: a LIFO. Packets handed from RX lcores to workers return
+/// to the pool from the worker's cache and are allocated again from the common pool by the RX
+/// lcore; with DPDK's default FIFO ring (`ring_mp_mc`) the next mbuf is the one freed longest
+/// ago, so every mbuf of the pool is in the working set (16383 x 2.3 KiB = 37 MiB: cache and
+/// TLB misses on every header), while a stack hands back the most recently freed, still in
+/// cache. Measured on the open-port benchmark (RX lcore to a sink worker): 1.15-1.16x the
+/// packet rate, paired runs; unchanged where mbufs stay on one lcore.
+pub const DEFAULT_MEMPOOL_OPS: &str = "stack";
+
 /// `[dpdk]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DpdkConfig {
@@ -274,6 +298,8 @@ pub struct DpdkConfig {
     pub mbufs: u32,
     /// Per-lcore mempool cache.
     pub mbuf_cache: u32,
+    /// The packet pool's mempool driver (see [`MEMPOOL_OPS`]).
+    pub mempool_ops: String,
     /// RX descriptors per queue.
     pub rx_desc: u16,
     /// TX descriptors per queue.
@@ -520,6 +546,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         eal_args: raw.dpdk.eal_args,
         mbufs: raw.dpdk.mbufs.unwrap_or(16383),
         mbuf_cache: raw.dpdk.mbuf_cache.unwrap_or(256),
+        mempool_ops: raw.dpdk.mempool_ops.unwrap_or_else(|| DEFAULT_MEMPOOL_OPS.to_string()),
         rx_desc: raw.dpdk.rx_desc.unwrap_or(1024),
         tx_desc: raw.dpdk.tx_desc.unwrap_or(1024),
     };
@@ -527,6 +554,12 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         errs.add(
             &[Key("dpdk"), Key("mbufs")],
             "expected a number of mbufs between 1023 and 16777216",
+        );
+    }
+    if !MEMPOOL_OPS.contains(&dpdk.mempool_ops.as_str()) {
+        errs.add(
+            &[Key("dpdk"), Key("mempool_ops")],
+            format!("{:?}: expected one of {}", dpdk.mempool_ops, MEMPOOL_OPS.join(", ")),
         );
     }
     if dpdk.mbuf_cache > 512 {
@@ -1272,6 +1305,9 @@ impl Config {
         if d.0.eal_args != d.1.eal_args {
             out.push("dpdk.eal_args".to_string());
         }
+        if d.0.mempool_ops != d.1.mempool_ops {
+            out.push("dpdk.mempool_ops".to_string());
+        }
         for (k, a, b) in [
             ("dpdk.mbufs", d.0.mbufs as u64, d.1.mbufs as u64),
             ("dpdk.mbuf_cache", d.0.mbuf_cache as u64, d.1.mbuf_cache as u64),
@@ -1536,6 +1572,27 @@ workers = [1]
         assert_eq!(e[0].key, "lcores.mode");
         assert_eq!(e[0].line, Some(15));
         assert!(e[0].message.contains("expected \"pipeline\" or \"forward\""), "{e:?}");
+    }
+
+    #[test]
+    fn mempool_ops_defaults_to_a_stack_and_names_key_and_line() {
+        let c = parse(GOOD, "t.toml").unwrap();
+        assert_eq!(c.dpdk.mempool_ops, "stack");
+        let with = |v: &str| GOOD.replace("[dpdk]\n", &format!("[dpdk]\nmempool_ops = \"{v}\"\n"));
+        assert_eq!(
+            parse(&with("ring_mp_mc"), "t.toml").unwrap().dpdk.mempool_ops,
+            "ring_mp_mc"
+        );
+        let e = errors(&with("heap"));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!((e[0].key.as_str(), e[0].line), ("dpdk.mempool_ops", Some(3)));
+        assert!(
+            e[0].message
+                .contains("\"heap\": expected one of stack, lf_stack, ring_mp_mc"),
+            "{e:?}"
+        );
+        let b = parse(&with("ring_mp_mc"), "t.toml").unwrap();
+        assert_eq!(c.restart_only_changes(&b), vec!["dpdk.mempool_ops"]);
     }
 
     #[test]

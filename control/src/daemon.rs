@@ -113,8 +113,14 @@ fn start_and_serve(
     let max_mtu = cfg.ports.iter().filter_map(|p| p.mtu).max().unwrap_or(1500) as u32;
     let data_room = (dpdk_room(max_mtu)).max(2048 + 128) as u16;
     let pool = Arc::new(
-        Mempool::new("fastpath_pkts", cfg.dpdk.mbufs, cfg.dpdk.mbuf_cache, data_room)
-            .map_err(|e| format!("{e}\n  Give EAL more memory (-m) or lower [dpdk] mbufs."))?,
+        Mempool::with_ops(
+            "fastpath_pkts",
+            cfg.dpdk.mbufs,
+            cfg.dpdk.mbuf_cache,
+            data_room,
+            Some(&cfg.dpdk.mempool_ops),
+        )
+        .map_err(|e| format!("{e}\n  Give EAL more memory (-m) or lower [dpdk] mbufs."))?,
     );
     // One buffer per reassembled datagram (up to 64 KiB): a pool of its own, so fragment floods
     // cannot take the mbufs RX needs, and the other way round.
@@ -166,7 +172,7 @@ fn start_and_serve(
         }
         port_names[id] = p.device.clone();
     }
-    let mut builder = TableBuilder::new(opened, cfg.lcores.rx.len(), cfg.lcores.workers.len());
+    let mut builder = TableBuilder::new(opened, cfg.lcores.rx.len(), cfg.lcores.workers.len(), pool.clone());
     let first = builder
         .build(&cfg, 1)
         .map_err(|e| format!("{e}\n  Give EAL more memory (-m) for the socket rings."))?;

@@ -7,7 +7,7 @@
 //! socket's ring is drained by its worker and freed once no lcore can reach it.
 
 use crate::config::Config;
-use fastpath::dpdk::MbufRing;
+use fastpath::dpdk::{MbufRing, Mempool};
 use fastpath::pipeline::icmp_error::{GlobalBucket, IcmpCounters};
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
 use fastpath::pipeline::Instant;
@@ -42,12 +42,7 @@ pub struct TableBuilder {
 }
 
 /// Makes the queue behind a socket or a hand-off of this capacity.
-pub type MakeQueue = fn(usize) -> Result<Box<dyn PacketQueue>, String>;
-
-/// The daemon's queues: DPDK rings (EAL must be up).
-fn dpdk_ring(capacity: usize) -> Result<Box<dyn PacketQueue>, String> {
-    Ok(Box::new(MbufRing::new(capacity).map_err(|e| e.to_string())?))
-}
+pub type MakeQueue = Box<dyn Fn(usize) -> Result<Box<dyn PacketQueue>, String> + Send>;
 
 /// Packets a sequence tunnel's hand-off ring holds.
 pub const HANDOFF_CAPACITY: usize = 4096;
@@ -64,9 +59,16 @@ pub fn worker_for(service: &str, index: usize, workers: usize) -> usize {
 }
 
 impl TableBuilder {
-    /// A builder for these opened ports (same order as the config's) and lcore counts.
-    pub fn new(ports: Vec<OpenedPort>, rx_lcores: usize, workers: usize) -> Self {
-        Self::with_queues(ports, rx_lcores, workers, dpdk_ring)
+    /// A builder for these opened ports (same order as the config's) and lcore counts, whose
+    /// queues are DPDK rings (EAL must be up) for packets from `pool` (the RX pool: see
+    /// [`MbufRing`] for what a ring does with its home pool).
+    pub fn new(ports: Vec<OpenedPort>, rx_lcores: usize, workers: usize, pool: Arc<Mempool>) -> Self {
+        let make = move |capacity: usize| -> Result<Box<dyn PacketQueue>, String> {
+            Ok(Box::new(
+                MbufRing::new(capacity, pool.clone()).map_err(|e| e.to_string())?,
+            ))
+        };
+        Self::with_queues(ports, rx_lcores, workers, Box::new(make))
     }
 
     /// Like [`TableBuilder::new`] with other queues than DPDK rings (e.g.

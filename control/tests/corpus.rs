@@ -545,7 +545,12 @@ fn in_process(cfg: &config::Config, frames: &[Frame], idle_ms: u64) -> BTreeMap<
         id: 0,
         mac: cfg.ports[0].mac.unwrap_or_default(),
     };
-    let mut builder = TableBuilder::with_queues(vec![port], cfg.lcores.rx.len(), cfg.lcores.workers.len(), sim_queue);
+    let mut builder = TableBuilder::with_queues(
+        vec![port],
+        cfg.lcores.rx.len(),
+        cfg.lcores.workers.len(),
+        Box::new(sim_queue),
+    );
     let tables = Arc::new(builder.build(cfg, 1).expect("tables"));
     let mut rx = InProcess {
         pipeline: Pipeline::new(tables.clone(), 0),

@@ -18,20 +18,42 @@ unsafe impl Sync for Mempool {}
 
 impl Mempool {
     /// Creates a pool of `n` mbufs with `data_room` bytes each (headroom included), a per-lcore
-    /// cache of `cache` mbufs, on any NUMA socket.
+    /// cache of `cache` mbufs, on any NUMA socket, with DPDK's default mempool driver.
     pub fn new(name: &str, n: u32, cache: u32, data_room: u16) -> Result<Mempool> {
-        let cname = CString::new(name).map_err(|_| Error::new("mempool name", libc::EINVAL))?;
-        // SAFETY: cname is a valid C string for the duration of the call; DPDK copies it. The
-        // numeric arguments are plain values; a NULL return is handled below.
-        let raw = unsafe {
-            dpdk_sys::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache, 0, data_room, dpdk_sys::SOCKET_ID_ANY)
-        };
-        NonNull::new(raw)
-            .map(|raw| Mempool { raw, size: n })
-            .ok_or_else(|| Error::from_rte_errno(format!("rte_pktmbuf_pool_create({name}, {n} mbufs)")))
+        Self::with_ops(name, n, cache, data_room, None)
     }
 
-    /// The raw pool, for the port and mbuf modules.
+    /// Like [`Mempool::new`] with the mempool driver named `ops` (`"stack"`, `"ring_mp_mc"`,
+    /// ...; `None` for DPDK's default).
+    pub fn with_ops(name: &str, n: u32, cache: u32, data_room: u16, ops: Option<&str>) -> Result<Mempool> {
+        let cname = CString::new(name).map_err(|_| Error::new("mempool name", libc::EINVAL))?;
+        let cops = ops
+            .map(CString::new)
+            .transpose()
+            .map_err(|_| Error::new("mempool driver name", libc::EINVAL))?;
+        // SAFETY: cname (and cops, if any) are valid C strings for the duration of the call;
+        // DPDK copies them. The numeric arguments are plain values; a NULL return is handled
+        // below.
+        let raw = unsafe {
+            dpdk_sys::rte_pktmbuf_pool_create_by_ops(
+                cname.as_ptr(),
+                n,
+                cache,
+                0,
+                data_room,
+                dpdk_sys::SOCKET_ID_ANY,
+                cops.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            )
+        };
+        NonNull::new(raw).map(|raw| Mempool { raw, size: n }).ok_or_else(|| {
+            Error::from_rte_errno(format!(
+                "rte_pktmbuf_pool_create({name}, {n} mbufs, {})",
+                ops.unwrap_or("default")
+            ))
+        })
+    }
+
+    /// The raw pool, for the port, mbuf and ring modules.
     pub(crate) fn as_ptr(&self) -> *mut dpdk_sys::rte_mempool {
         self.raw.as_ptr()
     }

@@ -15,7 +15,7 @@ pub mod reasm;
 pub mod service;
 pub mod tunnel;
 
-pub use fanout::{Choice, FanoutMode, FanoutState, Group};
+pub use fanout::{Choice, FanoutMode, FanoutState, FlowHash, Group, HashOnDemand};
 pub use parse::{FragmentInfo, IpVersion, Parsed};
 pub use service::{Action, Service, ServiceTable};
 
@@ -603,7 +603,7 @@ impl Pipeline {
         match self.fanout.choose(
             &t.services.services()[svc].group,
             &t.sockets,
-            p.flow_hash(&t.hasher, nic_hash),
+            HashOnDemand::new(|| p.flow_hash(&t.hasher, nic_hash)),
         ) {
             Choice::Socket(s) => Verdict::Deliver(s as u32),
             Choice::Full(s) => {
