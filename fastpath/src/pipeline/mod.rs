@@ -439,6 +439,7 @@ impl Pipeline {
     /// Answers the packet with an ICMP error of `kind` if the rate limits allow (seed 000: every
     /// cheap check first, the packet built only when it will be sent); `otherwise` is the verdict
     /// when no error may be sent at all.
+    #[inline(always)]
     pub fn icmp_error<B: PacketBuf>(
         &mut self,
         pkt: &mut B,
@@ -448,8 +449,9 @@ impl Pipeline {
         otherwise: Verdict,
         now: Instant,
     ) -> Verdict {
-        let fam = icmp_error::family_index(p.version);
-        let slot = self.fanout.slot;
+        if self.tables.icmp.build_first {
+            return self.icmp_error_build_first(pkt, p, port, kind, otherwise, now);
+        }
         let rng = &mut self.rng;
         let draw = || {
             *rng ^= *rng << 13;
@@ -457,35 +459,46 @@ impl Pipeline {
             *rng ^= *rng << 17;
             (*rng >> 32) as u32
         };
-        if self.tables.icmp.build_first {
-            return self.icmp_error_build_first(pkt, p, port, kind, otherwise, now);
-        }
+        // The decision is inline (under a flood it is the whole per-packet cost: seed 000's
+        // point); counting a suppression is one increment; sending is a call.
         match self.icmp.decide(now, kind, p, pkt.data(), draw) {
             icmp_error::Decision::Ineligible => otherwise,
             icmp_error::Decision::Suppressed(l) => {
-                if let Some(c) = self.tables.icmp_counters.rx.get(slot) {
-                    c.limited[fam][l.index()].inc();
+                if let Some(c) = self.tables.icmp_counters.rx.get(self.fanout.slot) {
+                    c.limited[icmp_error::family_index(p.version)][l.index()].inc();
                 }
                 Verdict::Drop(Outcome::IcmpSuppressed)
             }
-            icmp_error::Decision::Send => {
-                if !icmp_error::answerable(kind, p, pkt.data()) {
-                    return Verdict::Drop(Outcome::UdpBadChecksum);
-                }
-                let Some(local) = self.tables.ports.get(port as usize) else {
-                    return otherwise;
-                };
-                let mac = local.mac;
-                self.ident = self.ident.wrapping_add(1);
-                if !icmp_error::build_in_place(pkt, p, mac, p.dst, kind, self.ident) {
-                    return Verdict::Drop(Outcome::Malformed);
-                }
-                if let Some(c) = self.tables.icmp_counters.rx.get(slot) {
-                    c.sent[fam][kind.type_index()].inc();
-                }
-                Verdict::Transmit(Outcome::IcmpError)
-            }
+            icmp_error::Decision::Send => self.icmp_error_send(pkt, p, port, kind, otherwise),
         }
+    }
+
+    /// The limits let the error of `kind` go: check that the packet may be answered, build the
+    /// error in place, count it.
+    #[inline(never)]
+    fn icmp_error_send<B: PacketBuf>(
+        &mut self,
+        pkt: &mut B,
+        p: &Parsed,
+        port: u16,
+        kind: icmp_error::ErrorKind,
+        otherwise: Verdict,
+    ) -> Verdict {
+        if !icmp_error::answerable(kind, p, pkt.data()) {
+            return Verdict::Drop(Outcome::UdpBadChecksum);
+        }
+        let Some(local) = self.tables.ports.get(port as usize) else {
+            return otherwise;
+        };
+        let mac = local.mac;
+        self.ident = self.ident.wrapping_add(1);
+        if !icmp_error::build_in_place(pkt, p, mac, p.dst, kind, self.ident) {
+            return Verdict::Drop(Outcome::Malformed);
+        }
+        if let Some(c) = self.tables.icmp_counters.rx.get(self.fanout.slot) {
+            c.sent[icmp_error::family_index(p.version)][kind.type_index()].inc();
+        }
+        Verdict::Transmit(Outcome::IcmpError)
     }
 
     /// `[icmp] build_first` (benchmark only): the order seed 000 fixed, the error built before the
@@ -591,15 +604,24 @@ impl Pipeline {
     }
 
     /// A UDP or TCP packet for a local address: its service's socket, or `no_service`.
-    #[inline]
+    /// The service socket for a packet local delivery left to the services. Finding no service
+    /// (a closed port: the flood case of seed 000) is a lookup inlined into the pipeline; the
+    /// fanout to a socket is a call of its own, so the closed-port path carries none of its
+    /// registers or code.
+    #[inline(always)]
     fn service_socket(&mut self, p: &Parsed, nic_hash: Option<u32>) -> Verdict {
         let Some((_, dport)) = p.ports else {
             return Verdict::Drop(Outcome::NoService);
         };
-        let t = &*self.tables;
-        let Some(svc) = t.services.lookup(p.protocol, dport, p.dst) else {
+        let Some(svc) = self.tables.services.lookup(p.protocol, dport, p.dst) else {
             return Verdict::Drop(Outcome::NoService);
         };
+        self.fan_out(svc, p, nic_hash)
+    }
+
+    #[inline(never)]
+    fn fan_out(&mut self, svc: usize, p: &Parsed, nic_hash: Option<u32>) -> Verdict {
+        let t = &*self.tables;
         match self.fanout.choose(
             &t.services.services()[svc].group,
             &t.sockets,

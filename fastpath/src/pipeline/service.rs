@@ -82,8 +82,9 @@ impl ServiceTable {
         self.services.is_empty()
     }
 
-    /// The service for a packet of `protocol` to `dst`:`port`, if any.
-    #[inline]
+    /// The service for a packet of `protocol` to `dst`:`port`, if any. Inline: for a closed
+    /// port this is the whole service step.
+    #[inline(always)]
     pub fn lookup(&self, protocol: IpProtocol, port: u16, dst: IpAddr) -> Option<usize> {
         let key = (u8::from(protocol), port);
         let at = self.index.binary_search_by(|e| (e.0, e.1).cmp(&key)).ok()?;

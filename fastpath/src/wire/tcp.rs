@@ -112,12 +112,12 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
         self.buffer.as_ref()
     }
     /// Source port.
-    #[inline]
+    #[inline(always)]
     pub fn src_port(&self) -> u16 {
         be16(self.b(), field::SRC_PORT)
     }
     /// Destination port.
-    #[inline]
+    #[inline(always)]
     pub fn dst_port(&self) -> u16 {
         be16(self.b(), field::DST_PORT)
     }
