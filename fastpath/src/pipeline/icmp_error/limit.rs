@@ -221,6 +221,10 @@ const _: () = assert!(std::mem::size_of::<PeerSlot>() == 32);
 pub struct PeerTable {
     mask: usize,
     seed: [u64; 2],
+    /// Secret odd multiplier of the multiply-shift that picks the home slot.
+    mul: u64,
+    /// `32 - log2(size)`: the home slot is the top `log2(size)` bits of the product.
+    shift: u32,
     slots: Box<[PeerSlot]>,
 }
 
@@ -243,6 +247,8 @@ impl PeerTable {
         PeerTable {
             mask: len - 1,
             seed: [mix(seed ^ 0x243f_6a88_85a3_08d3), mix(seed ^ 0x1319_8a2e_0370_7344)],
+            mul: mix(seed ^ 0xa409_3822_299f_31d0) | 1,
+            shift: 32 - len.trailing_zeros(),
             slots: vec![PeerSlot::default(); len].into(),
         }
     }
@@ -278,13 +284,21 @@ impl PeerTable {
         }
     }
 
+    /// The home slot of `key`.
+    ///
+    /// A keyed multiply folds the upper word into the lower, then a multiply-shift with a
+    /// secret odd multiplier takes the slot from the product's top bits (Dietzfelbinger et al.'s
+    /// universal family: two distinct keys share a home slot with probability at most
+    /// 2 / size, whatever keys a sender picks without the secret). For an IPv4 key the first
+    /// multiply does not depend on the address (its upper word is always `V4_TAG`), so from the
+    /// address to the slot's load there is one multiply: this runs for every packet to a closed
+    /// port while the global budget has credit, and a full 64-bit finaliser there was ~15
+    /// cycles of latency per packet.
     #[inline]
-    fn hash(&self, key: [u64; 2]) -> usize {
-        // One keyed multiply folds the high word in before the finaliser: one `mix` per lookup
-        // instead of two (this runs for every packet to a closed port while the global budget
-        // has credit). Both seed words stay secret, so senders still cannot aim at a slot.
+    fn home(&self, key: [u64; 2]) -> usize {
         let h = (key[0] ^ self.seed[0]).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key[1] ^ self.seed[1];
-        mix(h) as usize
+        // Two shifts: `shift` is 32 for a one-slot table, and the result then is 0.
+        (h.wrapping_mul(self.mul) >> 32 >> self.shift) as usize
     }
 
     /// Whether `addr` may be sent one more error at `now`, given one error per `interval_ns` and
@@ -297,7 +311,7 @@ impl PeerTable {
     #[inline(always)]
     pub fn allow(&mut self, now: Instant, addr: IpAddr, interval_ns: u64, burst: u32) -> (bool, usize) {
         let key = Self::key(addr);
-        let home = self.hash(key) & self.mask;
+        let home = self.home(key) & self.mask;
         match self.slots.get_mut(home) {
             Some(s) if s.key == key => (Self::spend(s, now, interval_ns, burst), home),
             _ => self.allow_in_window(now, key, home, interval_ns, burst),
@@ -378,6 +392,36 @@ impl PeerTable {
 mod tests {
     use super::*;
     use std::net::{Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn home_slots_spread_consecutive_addresses_and_fit_any_size() {
+        for seed in [1u64, 7, 0xdead_beef, u64::MAX] {
+            let t = PeerTable::new(4096, seed);
+            let v4: std::collections::HashSet<usize> = (0..256u32)
+                .map(|i| t.home(PeerTable::key(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)))) & t.mask)
+                .collect();
+            // 256 keys into 4096 slots: ~8 collisions expected from a random function.
+            assert!(v4.len() >= 230, "seed {seed}: {} distinct home slots of 256", v4.len());
+            let v6: std::collections::HashSet<usize> = (0..256u128)
+                .map(|i| {
+                    t.home(PeerTable::key(IpAddr::V6(Ipv6Addr::from(
+                        (0x2001_0db8u128 << 96) + (i << 64) + 1,
+                    )))) & t.mask
+                })
+                .collect();
+            assert!(
+                v6.len() >= 230,
+                "seed {seed}: {} distinct home slots of 256 /64s",
+                v6.len()
+            );
+        }
+        for size in [1, 2, 4096, MAX_PEER_TABLE_SIZE] {
+            let t = PeerTable::new(size, 3);
+            for i in 0..1000u32 {
+                assert!(t.home(PeerTable::key(IpAddr::V4(Ipv4Addr::from(i)))) <= t.mask);
+            }
+        }
+    }
     use std::sync::Arc;
 
     const MS: u64 = 1_000_000;
