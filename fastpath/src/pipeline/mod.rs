@@ -453,28 +453,19 @@ impl Pipeline {
             return self.icmp_error_build_first(pkt, p, port, kind, otherwise, now);
         }
         let rng = &mut self.rng;
-        let draw = || {
-            *rng ^= *rng << 13;
-            *rng ^= *rng >> 7;
-            *rng ^= *rng << 17;
-            (*rng >> 32) as u32
-        };
         // The decision is inline (under a flood it is the whole per-packet cost: seed 000's
         // point); counting a suppression is one increment; sending is a call.
-        match self.icmp.decide(now, kind, p, pkt.data(), draw) {
+        match self.icmp.decide(now, kind, p, pkt.data(), || xorshift(rng)) {
             icmp_error::Decision::Ineligible => otherwise,
             icmp_error::Decision::Suppressed(l) => {
-                if let Some(c) = self.tables.icmp_counters.rx.get(self.fanout.slot) {
-                    c.limited[icmp_error::family_index(p.version)][l.index()].inc();
-                }
+                self.count_suppressed(p, l);
                 Verdict::Drop(Outcome::IcmpSuppressed)
             }
             icmp_error::Decision::Send => self.icmp_error_send(pkt, p, port, kind, otherwise),
         }
     }
 
-    /// The limits let the error of `kind` go: check that the packet may be answered, build the
-    /// error in place, count it.
+    /// The limits let the error of `kind` go: build it in place and count it.
     #[inline(never)]
     fn icmp_error_send<B: PacketBuf>(
         &mut self,
@@ -484,21 +475,49 @@ impl Pipeline {
         kind: icmp_error::ErrorKind,
         otherwise: Verdict,
     ) -> Verdict {
+        if let Err(v) = self.build_error(pkt, p, port, kind, otherwise) {
+            return v;
+        }
+        self.count_sent(p, kind);
+        Verdict::Transmit(Outcome::IcmpError)
+    }
+
+    /// Turns `pkt` into the error of `kind` about it, if it may be answered (its UDP checksum,
+    /// see [`icmp_error::answerable`]); otherwise the verdict for it.
+    fn build_error<B: PacketBuf>(
+        &mut self,
+        pkt: &mut B,
+        p: &Parsed,
+        port: u16,
+        kind: icmp_error::ErrorKind,
+        otherwise: Verdict,
+    ) -> Result<(), Verdict> {
         if !icmp_error::answerable(kind, p, pkt.data()) {
-            return Verdict::Drop(Outcome::UdpBadChecksum);
+            return Err(Verdict::Drop(Outcome::UdpBadChecksum));
         }
         let Some(local) = self.tables.ports.get(port as usize) else {
-            return otherwise;
+            return Err(otherwise);
         };
         let mac = local.mac;
         self.ident = self.ident.wrapping_add(1);
         if !icmp_error::build_in_place(pkt, p, mac, p.dst, kind, self.ident) {
-            return Verdict::Drop(Outcome::Malformed);
+            return Err(Verdict::Drop(Outcome::Malformed));
         }
+        Ok(())
+    }
+
+    #[inline]
+    fn count_sent(&self, p: &Parsed, kind: icmp_error::ErrorKind) {
         if let Some(c) = self.tables.icmp_counters.rx.get(self.fanout.slot) {
             c.sent[icmp_error::family_index(p.version)][kind.type_index()].inc();
         }
-        Verdict::Transmit(Outcome::IcmpError)
+    }
+
+    #[inline]
+    fn count_suppressed(&self, p: &Parsed, l: icmp_error::Limit) {
+        if let Some(c) = self.tables.icmp_counters.rx.get(self.fanout.slot) {
+            c.limited[icmp_error::family_index(p.version)][l.index()].inc();
+        }
     }
 
     /// `[icmp] build_first` (benchmark only): the order seed 000 fixed, the error built before the
@@ -517,38 +536,18 @@ impl Pipeline {
         if !icmp_error::eligible(kind, p, pkt.data()) {
             return otherwise;
         }
-        if !icmp_error::answerable(kind, p, pkt.data()) {
-            return Verdict::Drop(Outcome::UdpBadChecksum);
+        if let Err(v) = self.build_error(pkt, p, port, kind, otherwise) {
+            return v;
         }
-        let Some(local) = self.tables.ports.get(port as usize) else {
-            return otherwise;
-        };
-        let mac = local.mac;
-        self.ident = self.ident.wrapping_add(1);
-        if !icmp_error::build_in_place(pkt, p, mac, p.dst, kind, self.ident) {
-            return Verdict::Drop(Outcome::Malformed);
-        }
-        let fam = icmp_error::family_index(p.version);
-        let slot = self.fanout.slot;
         let rng = &mut self.rng;
-        let draw = || {
-            *rng ^= *rng << 13;
-            *rng ^= *rng >> 7;
-            *rng ^= *rng << 17;
-            (*rng >> 32) as u32
-        };
-        match self.icmp.decide_limits(now, kind, p, draw) {
+        match self.icmp.decide_limits(now, kind, p, || xorshift(rng)) {
             icmp_error::Decision::Ineligible => otherwise,
             icmp_error::Decision::Suppressed(l) => {
-                if let Some(c) = self.tables.icmp_counters.rx.get(slot) {
-                    c.limited[fam][l.index()].inc();
-                }
+                self.count_suppressed(p, l);
                 Verdict::Drop(Outcome::IcmpSuppressed)
             }
             icmp_error::Decision::Send => {
-                if let Some(c) = self.tables.icmp_counters.rx.get(slot) {
-                    c.sent[fam][kind.type_index()].inc();
-                }
+                self.count_sent(p, kind);
                 Verdict::Transmit(Outcome::IcmpError)
             }
         }
@@ -635,6 +634,15 @@ impl Pipeline {
             Choice::FlowLimited(_) => Verdict::Drop(Outcome::FlowLimited),
         }
     }
+}
+
+/// The next word of an lcore-local xorshift generator (the ICMP credit draws).
+#[inline(always)]
+fn xorshift(rng: &mut u64) -> u32 {
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    (*rng >> 32) as u32
 }
 
 /// Packets for the host itself: the services every host must offer (echo, neighbor discovery).
