@@ -4,6 +4,18 @@
 //! (`dpdk::Mbuf`) and by [`HeapBuf`], so every stage is unit-tested without DPDK. The data is one
 //! contiguous slice (ports are configured without scatter, so received frames are one segment).
 
+/// What the NIC found when it checked a received packet's IPv4 header checksum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IpChecksum {
+    /// Not checked (no offload, not IPv4, or a buffer we built): check it in software.
+    #[default]
+    Unknown,
+    /// The header's integrity was verified.
+    Good,
+    /// The checksum is wrong.
+    Bad,
+}
+
 /// A packet: one contiguous run of bytes with room to grow at both ends.
 pub trait PacketBuf {
     /// The packet bytes.
@@ -23,6 +35,11 @@ pub trait PacketBuf {
     fn rss_hash(&self) -> Option<u32>;
     /// Forgets the NIC's hash: it described headers the packet no longer has (decapsulation).
     fn clear_rss_hash(&mut self);
+    /// What the NIC found checking the outermost IPv4 header's checksum (RX offload); only
+    /// meaningful for the packet as received.
+    fn ip_checksum(&self) -> IpChecksum {
+        IpChecksum::Unknown
+    }
 
     /// Length of the packet in bytes.
     fn len(&self) -> usize {
@@ -53,6 +70,7 @@ pub struct HeapBuf {
     start: usize,
     end: usize,
     rss: Option<u32>,
+    ip_checksum: IpChecksum,
 }
 
 impl HeapBuf {
@@ -65,6 +83,7 @@ impl HeapBuf {
             start: headroom,
             end: headroom + bytes.len(),
             rss: None,
+            ip_checksum: IpChecksum::Unknown,
         }
     }
 
@@ -76,6 +95,11 @@ impl HeapBuf {
     /// Sets the hash a NIC would have supplied.
     pub fn set_rss_hash(&mut self, hash: Option<u32>) {
         self.rss = hash;
+    }
+
+    /// Sets what a NIC would have found checking the IPv4 header checksum.
+    pub fn set_ip_checksum(&mut self, c: IpChecksum) {
+        self.ip_checksum = c;
     }
 }
 
@@ -120,6 +144,9 @@ impl PacketBuf for HeapBuf {
     }
     fn clear_rss_hash(&mut self) {
         self.rss = None;
+    }
+    fn ip_checksum(&self) -> IpChecksum {
+        self.ip_checksum
     }
 }
 

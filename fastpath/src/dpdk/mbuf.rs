@@ -1,6 +1,6 @@
 //! The owned mbuf.
 
-use crate::buf::PacketBuf;
+use crate::buf::{IpChecksum, PacketBuf};
 use std::ptr::NonNull;
 
 /// An mbuf we own: freed (returned to its pool) when dropped, unless it is handed to a TX queue.
@@ -183,5 +183,17 @@ impl PacketBuf for Mbuf {
     #[inline]
     fn clear_rss_hash(&mut self) {
         self.raw_mut().ol_flags &= !(dpdk_sys::RTE_MBUF_F_RX_RSS_HASH as u64);
+    }
+
+    #[inline]
+    fn ip_checksum(&self) -> IpChecksum {
+        // NONE ("not correct in the packet data, but the integrity of the IP header is
+        // verified", rte_mbuf_core.h) stays Unknown: an answer built in place from such a
+        // header would carry its wrong checksum, so the software check decides.
+        match self.raw().ol_flags & dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_MASK as u64 {
+            f if f == dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD as u64 => IpChecksum::Good,
+            f if f == dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_BAD as u64 => IpChecksum::Bad,
+            _ => IpChecksum::Unknown,
+        }
     }
 }

@@ -120,6 +120,13 @@ impl Port {
                 eth_conf.rx_adv_conf.rss_conf.rss_key_len = key.len() as u8;
             }
         }
+        // The NIC checks IPv4 header checksums where it can: the pipeline then skips its own
+        // check (`IpChecksum`); a port without the offload leaves the flags unknown.
+        // SAFETY: returns a constant.
+        let ipv4_cksum = unsafe { dpdk_sys::fp_rx_offload_ipv4_cksum() };
+        if info.rx_offload_capa & ipv4_cksum != 0 {
+            eth_conf.rxmode.offloads |= ipv4_cksum;
+        }
         // SAFETY: id is valid; eth_conf is a fully initialised config that DPDK copies, and the
         // key it points to lives on this stack frame across the call.
         let rc = unsafe { dpdk_sys::rte_eth_dev_configure(id, conf.rx_queues, conf.tx_queues, &eth_conf) };

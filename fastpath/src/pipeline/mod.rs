@@ -21,7 +21,7 @@ pub use service::{Action, Service, ServiceTable};
 
 use crate::socket::Socket;
 
-use crate::buf::PacketBuf;
+use crate::buf::{IpChecksum, PacketBuf};
 use crate::outcome::Outcome;
 use crate::wire::icmpv6::Icmpv6Message;
 use crate::wire::ipv6::{is_solicited_node, solicited_node, ALL_NODES};
@@ -389,10 +389,16 @@ impl Pipeline {
             return Step::Done(Verdict::Drop(Outcome::Malformed));
         }
         let l3 = frame.header_len();
+        // The NIC checked the header it received, not one a decapsulation uncovered.
+        let ip_checksum = if depth == 0 {
+            pkt.ip_checksum()
+        } else {
+            IpChecksum::Unknown
+        };
         let mut parsed = Parsed::EMPTY;
         match frame.ethertype() {
             EtherType::ARP if depth == 0 => return Step::Done(arp::answer(local, pkt.data_mut(), l3)),
-            EtherType::IPV4 | EtherType::IPV6 => match Parsed::parse_ip_into(&frame, &mut parsed) {
+            EtherType::IPV4 | EtherType::IPV6 => match Parsed::parse_ip_into(&frame, &mut parsed, ip_checksum) {
                 Ok(()) => {}
                 Err(wire::Error::Unsupported) => return Step::Done(Verdict::Drop(Outcome::Unhandled)),
                 Err(_) => return Step::Done(Verdict::Drop(Outcome::Malformed)),
@@ -741,6 +747,29 @@ pub(crate) mod tests {
             p.process(7, &mut unknown_port, Instant(0)),
             Verdict::Drop(Outcome::Unhandled)
         );
+    }
+
+    #[test]
+    fn the_nics_ipv4_checksum_verdict_replaces_the_software_check() {
+        use parse::tests::{udp_bytes, v4_frame};
+        let them = Ipv4Addr::new(198, 51, 100, 7);
+        let other = Ipv4Addr::new(203, 0, 113, 9);
+        let good = v4_frame(them, other, IpProtocol::UDP, &[], 0, &udp_bytes(1, 7, b"x"));
+        let mut wrong = good.clone();
+        wrong[14 + 10] ^= 0xff;
+        let run = |bytes: &[u8], c: IpChecksum| {
+            let mut b = HeapBuf::new(bytes);
+            b.set_ip_checksum(c);
+            pipeline().process(0, &mut b, Instant(0))
+        };
+        assert_eq!(run(&good, IpChecksum::Unknown), Verdict::Drop(Outcome::NotLocal));
+        assert_eq!(run(&wrong, IpChecksum::Unknown), Verdict::Drop(Outcome::Malformed));
+        assert_eq!(
+            run(&wrong, IpChecksum::Good),
+            Verdict::Drop(Outcome::NotLocal),
+            "the NIC's word is taken: no second check"
+        );
+        assert_eq!(run(&good, IpChecksum::Bad), Verdict::Drop(Outcome::Malformed));
     }
 
     #[test]

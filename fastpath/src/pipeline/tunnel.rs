@@ -732,6 +732,11 @@ mod pipeline_tests {
 
     /// What the peer sends: `layers` GRE headers around a ping to 10.9.0.1.
     fn from_peer(layers: usize, seq: u32) -> HeapBuf {
+        from_peer_with(layers, seq, |_| {})
+    }
+
+    /// [`from_peer`] with the ping frame changed by `change` before it is wrapped.
+    fn from_peer_with(layers: usize, seq: u32, change: impl FnOnce(&mut Vec<u8>)) -> HeapBuf {
         let mut ping = v4_frame(
             Ipv4Addr::new(10, 9, 0, 2),
             Ipv4Addr::new(10, 9, 0, 1),
@@ -742,6 +747,7 @@ mod pipeline_tests {
         );
         ping[0..6].copy_from_slice(&ME_MAC.0);
         ping[6..12].copy_from_slice(&PEER_MAC.0);
+        change(&mut ping);
         let theirs = vec![t(Some(5), seq > 0, "192.0.2.2", "192.0.2.1", (PEER_MAC, ME_MAC))];
         let mut b = HeapBuf::with_room(&ping, 512, 512);
         for _ in 0..layers {
@@ -776,6 +782,35 @@ mod pipeline_tests {
         assert_eq!(inner.payload()[0], 0, "an echo reply");
         let c = &p.tables().tunnels[0].counters;
         assert_eq!((c.sum(|c| &c.decap), c.sum(|c| &c.encap)), (1, 1));
+    }
+
+    #[test]
+    fn the_nics_ipv4_checksum_verdict_covers_the_outer_header_only() {
+        use crate::buf::IpChecksum;
+        let mut p = pipeline(false);
+        let mut b = from_peer(1, 0);
+        b.set_ip_checksum(IpChecksum::Good);
+        assert!(matches!(
+            p.process(0, &mut b, Instant(0)),
+            Verdict::TransmitOn {
+                outcome: Outcome::EchoReply,
+                ..
+            }
+        ));
+        // The NIC vouched for the outer header; the inner one is checked in software.
+        let mut b = from_peer_with(1, 0, |ping| ping[14 + 10] ^= 0xff);
+        b.set_ip_checksum(IpChecksum::Good);
+        assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::Malformed));
+        // A NIC that found the outer checksum wrong: dropped before any GRE processing.
+        let mut b = from_peer(1, 0);
+        b.set_ip_checksum(IpChecksum::Bad);
+        assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::Malformed));
+        let c = &p.tables().tunnels[0].counters;
+        assert_eq!(
+            c.sum(|c| &c.decap),
+            2,
+            "the first and the inner-corrupt one were decapsulated"
+        );
     }
 
     #[test]
