@@ -1088,6 +1088,9 @@ fn validate_services(
             "services need at least one worker lcore to drain their sockets",
         );
     }
+    if raw.len() > u16::MAX as usize {
+        errs.add(&[Key("service")], format!("{} services: at most 65535", raw.len()));
+    }
     for (si, r) in raw.into_iter().enumerate() {
         let at = |k: &'static str| [Key("service"), Index(si), Key(k)];
         let who = format!("service {:?}", r.name);

@@ -47,29 +47,54 @@ pub struct Service {
     pub cost_ns: u32,
 }
 
-/// Maps (protocol, destination port) to a service. Sorted, searched by bisection: no hashing,
-/// no allocation per packet.
-#[derive(Clone, Debug, Default)]
+/// Maps (protocol, destination port) to a service: per protocol, an array indexed by port, so a
+/// lookup is one load whether a service listens there or not (a closed-port flood's packets ask
+/// it too, and miss). 2 × 128 KiB per generation; a flood touches one line of it. No hashing, no
+/// allocation per packet.
+#[derive(Clone, Debug)]
 pub struct ServiceTable {
     services: Vec<Service>,
-    /// (protocol number, port, service index), sorted.
-    index: Vec<(u8, u16, u16)>,
+    /// Per UDP destination port: 1 + the service's index, 0 for none.
+    udp: Box<[u16; 65536]>,
+    /// The same for TCP.
+    tcp: Box<[u16; 65536]>,
+}
+
+fn no_ports() -> Box<[u16; 65536]> {
+    vec![0u16; 65536].into_boxed_slice().try_into().expect("65536 entries")
+}
+
+impl Default for ServiceTable {
+    fn default() -> Self {
+        ServiceTable {
+            services: Vec::new(),
+            udp: no_ports(),
+            tcp: no_ports(),
+        }
+    }
 }
 
 impl ServiceTable {
     /// A table over `services`, each listening on its `ports`. The caller has rejected
-    /// duplicate (protocol, port) pairs.
+    /// duplicate (protocol, port) pairs, more than 65535 services, and protocols other than UDP
+    /// and TCP.
     pub fn new(services: Vec<(Service, Vec<u16>)>) -> Self {
-        let mut index = Vec::new();
-        let mut list = Vec::new();
+        let mut t = ServiceTable::default();
         for (i, (svc, ports)) in services.into_iter().enumerate() {
+            let by_port = match svc.protocol {
+                IpProtocol::UDP => &mut t.udp,
+                IpProtocol::TCP => &mut t.tcp,
+                _ => {
+                    t.services.push(svc);
+                    continue;
+                }
+            };
             for p in ports {
-                index.push((u8::from(svc.protocol), p, i as u16));
+                by_port[p as usize] = u16::try_from(i + 1).unwrap_or(0);
             }
-            list.push(svc);
+            t.services.push(svc);
         }
-        index.sort_unstable();
-        ServiceTable { services: list, index }
+        t
     }
 
     /// The services, in config order.
@@ -86,9 +111,12 @@ impl ServiceTable {
     /// port this is the whole service step.
     #[inline(always)]
     pub fn lookup(&self, protocol: IpProtocol, port: u16, dst: IpAddr) -> Option<usize> {
-        let key = (u8::from(protocol), port);
-        let at = self.index.binary_search_by(|e| (e.0, e.1).cmp(&key)).ok()?;
-        let svc = self.index[at].2 as usize;
+        let by_port = match protocol {
+            IpProtocol::UDP => &self.udp,
+            IpProtocol::TCP => &self.tcp,
+            _ => return None,
+        };
+        let svc = (by_port[port as usize] as usize).checked_sub(1)?;
         let s = &self.services[svc];
         if s.addresses.is_empty() || s.addresses.contains(&dst) {
             Some(svc)
@@ -250,6 +278,45 @@ mod tests {
 
     fn sim(p: &Pipeline, s: usize) -> &SimQueue {
         p.tables().sockets[s].queue.as_any().downcast_ref::<SimQueue>().unwrap()
+    }
+
+    #[test]
+    fn the_port_table_maps_every_port_of_each_protocol_on_its_own() {
+        let svc = |name: &str, protocol| Service {
+            name: name.into(),
+            protocol,
+            addresses: vec![],
+            group: Group {
+                sockets: vec![0],
+                mode: FanoutMode::Hash,
+                rollover: false,
+                huge_flows: false,
+            },
+            action: Action::Sink,
+            cost_ns: 0,
+        };
+        let t = ServiceTable::new(vec![
+            (svc("a", IpProtocol::UDP), vec![1, 53, 65535]),
+            (svc("b", IpProtocol::TCP), vec![53]),
+            (svc("c", IpProtocol::UDP), vec![54]),
+        ]);
+        let me = IpAddr::V4(ME);
+        let found = |proto, port| t.lookup(proto, port, me);
+        assert_eq!(
+            [1, 53, 65535, 54].map(|p| found(IpProtocol::UDP, p)),
+            [Some(0), Some(0), Some(0), Some(2)]
+        );
+        assert_eq!(found(IpProtocol::TCP, 53), Some(1));
+        for (proto, port) in [
+            (IpProtocol::UDP, 0),
+            (IpProtocol::UDP, 2),
+            (IpProtocol::TCP, 54),
+            (IpProtocol::TCP, 65535),
+        ] {
+            assert_eq!(found(proto, port), None, "{proto:?} {port}");
+        }
+        assert_eq!(found(IpProtocol::ICMP, 53), None, "only UDP and TCP have ports");
+        assert_eq!(ServiceTable::default().lookup(IpProtocol::UDP, 53, me), None);
     }
 
     #[test]
