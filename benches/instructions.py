@@ -68,9 +68,7 @@ def run(sc, seconds, tmp):
         p.send_signal(signal.SIGINT)
         p.wait(timeout=180)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        mb.reap(p)
     text = err.text()
     packets, collected = PACKETS.search(text), COLLECTED.search(text)
     if p.returncode != 0 or not packets or not collected or int(packets.group(1)) == 0:

@@ -258,6 +258,13 @@ def child_affinity():
     os.sched_setaffinity(0, ALL_CPUS)
 
 
+def reap(p):
+    """Kills `p` if it is still running and waits for it (the `finally` of every run)."""
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+
+
 def fail(name, why, output):
     tail = "\n".join(output.splitlines()[-25:])
     sys.exit(f"macro_bench: {name}: {why}\n--- last output:\n{tail}")
@@ -289,9 +296,7 @@ def run_testpmd(name, mode, capture, prefix, warmup, seconds):
         p.stdin.close()
         p.wait(timeout=60)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        reap(p)
     text = out.text()
     sections = re.findall(r"NIC statistics for port 0\s+#+(.*?)#{10,}", text, re.S)
     if len(sections) < 2:
@@ -520,9 +525,7 @@ def run_fastpathd(sc, prefix, warmup, seconds, tmp):
     finally:
         if scraper:
             scraper.finish()
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        reap(p)
     text = err.text()
     if p.returncode != 0:
         fail(name, f"fastpathd exited with {p.returncode}", text)

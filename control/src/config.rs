@@ -266,19 +266,12 @@ pub struct MetricsConfig {
     pub listen: Option<std::net::SocketAddr>,
 }
 
-/// Mempool drivers `[dpdk] mempool_ops` may name: DPDK 22.11's software handlers (the hardware
-/// ones need their bus and are picked by their PMDs).
-pub const MEMPOOL_OPS: &[&str] = &[
-    "stack",
-    "lf_stack",
-    "ring_mp_mc",
-    "ring_sp_sc",
-    "ring_mp_sc",
-    "ring_sp_mc",
-    "ring_mt_rts",
-    "ring_mt_hts",
-    "bucket",
-];
+/// Mempool drivers `[dpdk] mempool_ops` may name: DPDK 22.11's software handlers that are safe
+/// for any number of threads putting and getting at once, as every lcore and the control
+/// thread (draining sockets at a reload or stop) do here. The single-producer or
+/// single-consumer rings (`ring_sp_sc`, `ring_mp_sc`, `ring_sp_mc`) would corrupt the pool;
+/// the hardware handlers need their bus and are picked by their PMDs.
+pub const MEMPOOL_OPS: &[&str] = &["stack", "lf_stack", "ring_mp_mc", "ring_mt_rts", "ring_mt_hts"];
 
 /// The packet pool's default driver: a LIFO. Packets handed from RX lcores to workers return
 /// to the pool from the worker's cache and are allocated again from the common pool by the RX
@@ -1594,6 +1587,8 @@ workers = [1]
                 .contains("\"heap\": expected one of stack, lf_stack, ring_mp_mc"),
             "{e:?}"
         );
+        let e = errors(&with("ring_sp_sc"));
+        assert_eq!(e[0].key, "dpdk.mempool_ops", "a single-producer pool is refused: {e:?}");
         let b = parse(&with("ring_mp_mc"), "t.toml").unwrap();
         assert_eq!(c.restart_only_changes(&b), vec!["dpdk.mempool_ops"]);
     }

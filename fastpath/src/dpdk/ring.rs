@@ -3,6 +3,7 @@
 use super::{Error, Mbuf, Mempool, Result};
 use crate::socket::PacketQueue;
 use std::ffi::{c_void, CString};
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -137,8 +138,9 @@ impl MbufRing {
     /// without a read of their headers (type docs); the rest through `rte_pktmbuf_free_bulk`.
     #[inline]
     pub fn dequeue_and_free(&self, max: usize) -> usize {
-        let mut slots = [0usize; FREE_BURST];
-        let mut plain = [std::ptr::null_mut::<dpdk_sys::rte_mbuf>(); FREE_BURST];
+        // Not zeroed: the worker calls this on every poll, most of them finding the ring empty.
+        let mut slots = [const { MaybeUninit::<usize>::uninit() }; FREE_BURST];
+        let mut plain = [const { MaybeUninit::<*mut dpdk_sys::rte_mbuf>::uninit() }; FREE_BURST];
         // SAFETY: slots has room for FREE_BURST >= max.min(FREE_BURST) pointers; the ring
         // writes n of them, owned (possibly tagged) mbufs, which we free below, each once.
         let n = unsafe {
@@ -152,16 +154,18 @@ impl MbufRing {
         // Marked ones are compacted to the front of `slots`, the others moved to `plain`.
         let (mut raw, mut other) = (0, 0);
         for i in 0..n {
-            let p = slots[i];
+            // SAFETY: i < n: the ring wrote slot i.
+            let p = unsafe { slots[i].assume_init() };
             if p & RAW_FREE != 0 {
-                slots[raw] = p & !RAW_FREE;
+                slots[raw] = MaybeUninit::new(p & !RAW_FREE);
                 raw += 1;
             } else {
-                plain[other] = p as *mut dpdk_sys::rte_mbuf;
+                plain[other] = MaybeUninit::new(p as *mut dpdk_sys::rte_mbuf);
                 other += 1;
             }
         }
-        // SAFETY: the first `raw` slots are mbufs the producer found to be from the home pool,
+        // SAFETY: the first `raw` slots and `other` entries of `plain` were written above. The
+        // first `raw` slots are mbufs the producer found to be from the home pool,
         // direct, with one reference and one segment when it gave up ownership; nobody has
         // touched them since, so they may be put back as they are. `plain` holds the other
         // owned mbufs, freed normally.
@@ -170,7 +174,7 @@ impl MbufRing {
                 dpdk_sys::fp_mempool_put_bulk(self.home.as_ptr(), slots.as_ptr() as *const *mut c_void, raw as u32);
             }
             if other > 0 {
-                dpdk_sys::rte_pktmbuf_free_bulk(plain.as_mut_ptr(), other as u32);
+                dpdk_sys::rte_pktmbuf_free_bulk(plain.as_mut_ptr() as *mut *mut dpdk_sys::rte_mbuf, other as u32);
             }
         }
         n
