@@ -583,20 +583,23 @@ impl IcmpLimiter {
     }
 
     /// Adopts a new config generation, between bursts. The per-destination table (and what it
-    /// remembers) is kept unless its size changed; `global` is the bucket of the new generation
-    /// (the same `Arc`, [`GlobalBucket::reconfigure`]d, keeps the credit earned so far).
+    /// remembers) is kept unless its size, the interval or the burst changed (its buckets are
+    /// times that mean something only for one interval and burst: a new table gives every
+    /// destination a full burst once, which the global budget still bounds); `global` is the
+    /// bucket of the new generation (the same `Arc`, [`GlobalBucket::reconfigure`]d, keeps the
+    /// credit earned so far).
     pub fn apply(&mut self, cfg: &IcmpConfig, global: Arc<GlobalBucket>, seed: u64) {
-        if self.peers.size()
-            != cfg
-                .peer_table_size
-                .clamp(1, limit::MAX_PEER_TABLE_SIZE)
-                .next_power_of_two()
-        {
+        let size = cfg
+            .peer_table_size
+            .clamp(1, limit::MAX_PEER_TABLE_SIZE)
+            .next_power_of_two();
+        let interval_ns = cfg.peer_interval_ms as u64 * 1_000_000;
+        if self.peers.size() != size || self.peer_interval_ns != interval_ns || self.peer_burst != cfg.peer_burst {
             self.peers = PeerTable::new(cfg.peer_table_size, seed);
         }
         self.global = global;
         self.ratemask = cfg.ratemask;
-        self.peer_interval_ns = cfg.peer_interval_ms as u64 * 1_000_000;
+        self.peer_interval_ns = interval_ns;
         self.peer_burst = cfg.peer_burst;
         self.exempt = cfg.exempt.clone().into_boxed_slice();
     }
@@ -671,7 +674,7 @@ impl IcmpLimiter {
         // (e) Consume global credit. If another lcore took the last of it since (c), the
         // destination gets its credit back: it did not receive anything.
         if !self.global.try_consume(draw()) {
-            self.peers.refund(slot, interval, self.peer_burst);
+            self.peers.refund(slot, interval);
             return Decision::Suppressed(Limit::Global);
         }
         Decision::Send

@@ -513,7 +513,7 @@ fn two_lcores_share_the_global_budget_exactly() {
 }
 
 #[test]
-fn apply_keeps_the_table_unless_its_size_changes() {
+fn apply_keeps_the_table_unless_its_size_interval_or_burst_changes() {
     let cfg = IcmpConfig::default();
     let mut l = limiter(&cfg);
     assert!(
@@ -544,6 +544,28 @@ fn apply_keeps_the_table_unless_its_size_changes() {
     );
     assert_eq!(l.peers().size(), 1024);
     assert_eq!(decide4(&mut l, at(0), THEM4), Decision::Send, "a new table forgets");
+    // A bucket is a time that means something for one interval and burst: either changing
+    // makes a new table too.
+    for changed in [
+        IcmpConfig {
+            peer_table_size: 1024,
+            peer_interval_ms: 500,
+            ..cfg.clone()
+        },
+        IcmpConfig {
+            peer_table_size: 1024,
+            peer_interval_ms: 500,
+            peer_burst: 3,
+            ..cfg.clone()
+        },
+    ] {
+        assert!(
+            (0..1000).any(|_| decide4(&mut l, at(0), THEM4) != Decision::Send),
+            "never refused"
+        );
+        l.apply(&changed, Arc::clone(l.global()), 1);
+        assert_eq!(decide4(&mut l, at(0), THEM4), Decision::Send, "a new table forgets");
+    }
 }
 
 // ---- config, prefixes, labels -------------------------------------------------------------
