@@ -199,13 +199,20 @@ fn start_and_serve(
     // One role per lcore; RX lcore i owns TX queue i on every port.
     let mut roles: Vec<(u32, Role)> = Vec::new();
     let mut all_stats = Vec::new();
+    // The plain forward mode counts packets per queue, as testpmd's io mode does; the bytes are
+    // the ports' counters.
+    let counters = if cfg.lcores.mode == LcoreMode::Forward {
+        QueueCounters::packets_only
+    } else {
+        QueueCounters::new
+    };
     for (i, (&lcore, assigned)) in cfg.lcores.rx.iter().zip(cfg.rx_assignment()).enumerate() {
         let rxqs: Vec<_> = assigned.iter().filter_map(|&(p, q)| ports[p].rx_queue(q)).collect();
         let txqs: Vec<_> = ports.iter().filter_map(|p| p.tx_queue(i as u16)).collect();
         let stats = Arc::new(LcoreStats::new(
             lcore,
-            rxqs.iter().map(|q| QueueCounters::new(q.port(), q.queue())).collect(),
-            txqs.iter().map(|q| QueueCounters::new(q.port(), q.queue())).collect(),
+            rxqs.iter().map(|q| counters(q.port(), q.queue())).collect(),
+            txqs.iter().map(|q| counters(q.port(), q.queue())).collect(),
         ));
         all_stats.push(stats.clone());
         let mut rx_lcore = RxLcore::new(
@@ -231,7 +238,7 @@ fn start_and_serve(
         let stats = Arc::new(LcoreStats::new(
             lcore,
             vec![],
-            txqs.iter().map(|q| QueueCounters::new(q.port(), q.queue())).collect(),
+            txqs.iter().map(|q| counters(q.port(), q.queue())).collect(),
         ));
         all_stats.push(stats.clone());
         roles.push((
@@ -249,6 +256,8 @@ fn start_and_serve(
     }
 
     let (pool_for_metrics, big_for_metrics) = (pool.clone(), big.clone());
+    // Live port counters until the ports close; then the snapshot taken just before.
+    let final_port_stats: Arc<std::sync::Mutex<Option<Vec<Option<dpdk::port::PortStats>>>>> = Default::default();
     let sources = Arc::new(Sources {
         port_names,
         lcores: all_stats.clone(),
@@ -256,6 +265,13 @@ fn start_and_serve(
         start_time,
         tsc_hz: eal.tsc_hz(),
         mbufs_in_use: Box::new(move || (pool_for_metrics.in_use() + big_for_metrics.in_use()) as u64),
+        port_stats: {
+            let last = final_port_stats.clone();
+            Box::new(move |id| match &*last.lock().unwrap_or_else(|e| e.into_inner()) {
+                Some(last) => last.get(id as usize).copied().flatten(),
+                None => dpdk::port::stats_of(id).ok(),
+            })
+        },
         published: published.clone(),
         reload: Arc::new(ReloadStats::default()),
     });
@@ -356,6 +372,12 @@ fn start_and_serve(
         h.stop();
     }
 
+    // The ports' last counters, for the final metrics (rendered once the ports are closed).
+    *final_port_stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(
+        (0..sources.port_names.len() as u16)
+            .map(|id| dpdk::port::stats_of(id).ok())
+            .collect(),
+    );
     let mut close_errors = Vec::new();
     for p in ports.iter_mut() {
         if let Err(e) = p.close() {

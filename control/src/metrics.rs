@@ -2,6 +2,7 @@
 //! the data plane keeps writing plain per-lcore counters and never waits for a reader.
 
 use crate::reload::ReloadStats;
+use fastpath::dpdk::port::PortStats;
 use fastpath::generation::Published;
 use fastpath::outcome::Outcome;
 use fastpath::stats::LcoreStats;
@@ -25,6 +26,8 @@ pub struct Sources {
     pub tsc_hz: u64,
     /// Mbufs currently allocated from the pool.
     pub mbufs_in_use: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// The counters of a DPDK port by id (`None` if it has none to give).
+    pub port_stats: Box<dyn Fn(u16) -> Option<PortStats> + Send + Sync>,
     /// The published config generation.
     pub published: Arc<Published>,
     /// Reload outcomes.
@@ -99,7 +102,7 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
     ),
     (
         "fastpath_rx_bytes_total",
-        "Bytes received, per port and RX queue.",
+        "Bytes received, per port and RX queue (not counted in the plain forward mode: see fastpath_port_rx_bytes_total).",
         MetricType::COUNTER,
     ),
     (
@@ -109,7 +112,7 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
     ),
     (
         "fastpath_tx_bytes_total",
-        "Bytes sent, per port and TX queue.",
+        "Bytes sent, per port and TX queue (not counted in the plain forward mode: see fastpath_port_tx_bytes_total).",
         MetricType::COUNTER,
     ),
     (
@@ -147,6 +150,46 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         "fastpath_lcore_idle_poll_ratio",
         "Share of loop iterations since start that found no work, per lcore (0 to 1).",
         MetricType::GAUGE,
+    ),
+    (
+        "fastpath_port_rx_packets_total",
+        "Packets the port received (the NIC's count, rte_eth_stats ipackets).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_port_rx_bytes_total",
+        "Bytes the port received (rte_eth_stats ibytes).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_port_tx_packets_total",
+        "Packets the port sent (rte_eth_stats opackets).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_port_tx_bytes_total",
+        "Bytes the port sent (rte_eth_stats obytes).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_port_rx_missed_total",
+        "Packets the NIC dropped because no RX descriptor was free: the RX lcores did not keep up (rte_eth_stats imissed).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_port_rx_errors_total",
+        "Erroneous packets the port received (rte_eth_stats ierrors).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_port_tx_errors_total",
+        "Packets the port failed to send (rte_eth_stats oerrors).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_port_rx_nombuf_total",
+        "RX mbuf allocation failures: the pool ran dry (rte_eth_stats rx_nombuf).",
+        MetricType::COUNTER,
     ),
     (
         "fastpath_tsc_hz",
@@ -305,6 +348,14 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
     ),
 ];
 
+/// One sample per port that has counters to give: `field` of its [`PortStats`].
+fn port_counter(s: &Sources, field: impl Fn(&PortStats) -> u64) -> Samples<'static> {
+    (0..s.port_names.len() as u16)
+        .filter(|&id| !s.port_names[id as usize].is_empty())
+        .filter_map(|id| (s.port_stats)(id).map(|p| (vec![("port", s.port(id))], field(&p) as f64)))
+        .collect()
+}
+
 impl DataPlaneCollector {
     /// A collector reading `src`.
     pub fn new(src: Arc<Sources>) -> Self {
@@ -339,12 +390,16 @@ impl Collector for DataPlaneCollector {
             for q in l.rx.iter() {
                 let lb = vec![("port", s.port(q.port)), ("queue", q.queue.to_string())];
                 rx_p.push((lb.clone(), q.packets.get() as f64));
-                rx_b.push((lb, q.bytes.get() as f64));
+                if q.counts_bytes {
+                    rx_b.push((lb, q.bytes.get() as f64));
+                }
             }
             for q in l.tx.iter() {
                 let lb = vec![("port", s.port(q.port)), ("queue", q.queue.to_string())];
                 tx_p.push((lb.clone(), q.packets.get() as f64));
-                tx_b.push((lb, q.bytes.get() as f64));
+                if q.counts_bytes {
+                    tx_b.push((lb, q.bytes.get() as f64));
+                }
             }
             for (i, c) in l.outcomes.iter().enumerate() {
                 outcomes[i] += c.get();
@@ -379,6 +434,14 @@ impl Collector for DataPlaneCollector {
             ("fastpath_lcore_packets_total", lcore_pkts),
             ("fastpath_lcore_cycles_per_packet", per_packet),
             ("fastpath_lcore_idle_poll_ratio", idle_ratio),
+            ("fastpath_port_rx_packets_total", port_counter(s, |p| p.ipackets)),
+            ("fastpath_port_rx_bytes_total", port_counter(s, |p| p.ibytes)),
+            ("fastpath_port_tx_packets_total", port_counter(s, |p| p.opackets)),
+            ("fastpath_port_tx_bytes_total", port_counter(s, |p| p.obytes)),
+            ("fastpath_port_rx_missed_total", port_counter(s, |p| p.imissed)),
+            ("fastpath_port_rx_errors_total", port_counter(s, |p| p.ierrors)),
+            ("fastpath_port_tx_errors_total", port_counter(s, |p| p.oerrors)),
+            ("fastpath_port_rx_nombuf_total", port_counter(s, |p| p.rx_nombuf)),
             ("fastpath_tsc_hz", vec![(vec![], s.tsc_hz as f64)]),
             ("fastpath_mbufs_in_use", vec![(vec![], (s.mbufs_in_use)() as f64)]),
             (
@@ -770,6 +833,13 @@ mod tests {
             start_time: 1.0,
             tsc_hz: 2_000_000_000,
             mbufs_in_use: Box::new(|| 7),
+            port_stats: Box::new(|id| {
+                (id == 0).then_some(PortStats {
+                    ipackets: 11,
+                    imissed: 5,
+                    ..Default::default()
+                })
+            }),
             published: Arc::new(Published::new(Arc::new(fastpath::pipeline::Tables {
                 generation: 3,
                 ..Default::default()
@@ -798,6 +868,14 @@ mod tests {
         assert!(text.contains("# TYPE fastpath_packets_total counter"), "{text}");
         assert!(text.contains("fastpath_mbufs_in_use 7"), "{text}");
         assert!(text.contains("fastpath_tsc_hz 2000000000"), "{text}");
+        assert!(
+            text.contains("fastpath_port_rx_packets_total{port=\"net_pcap0\"} 11"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fastpath_port_rx_missed_total{port=\"net_pcap0\"} 5"),
+            "{text}"
+        );
         assert!(text.contains("fastpath_lcore_packets_total{lcore=\"0\"} 3"), "{text}");
         assert!(
             text.contains("fastpath_lcore_cycles_per_packet{lcore=\"0\"} 100"),

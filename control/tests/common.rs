@@ -113,6 +113,11 @@ pub fn assert_conservation(m: &BTreeMap<String, f64>) -> u64 {
     let outcomes = family_sum(m, "fastpath_packets_total");
     assert_eq!(rx, outcomes, "sum(rx) must equal sum(outcomes)");
     assert_eq!(
+        family_sum(m, "fastpath_port_rx_packets_total"),
+        rx,
+        "the ports' own count of packets received equals the lcores' (the NIC's counters are exported)"
+    );
+    assert_eq!(
         m.get("fastpath_mbufs_in_use").copied(),
         Some(0.0),
         "every mbuf returned to the pool at exit"

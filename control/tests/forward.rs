@@ -83,6 +83,18 @@ fn forward_mode_sends_every_frame_unchanged_on_the_forward_to_port() {
     // Runts, junk and ARP requests alike: no stage looks at them.
     assert_eq!(outcome(&m, "forwarded"), 22);
     assert_eq!(m["fastpath_tx_packets_total{port=\"net_pcap1\",queue=\"0\"}"], 22.0);
+    // The loop counts what testpmd's io mode counts (packets); the bytes are the ports'.
+    let bytes: usize = frames(&input).iter().map(Vec::len).sum();
+    assert_eq!(m["fastpath_port_rx_packets_total{port=\"net_pcap0\"}"], 22.0);
+    assert_eq!(m["fastpath_port_rx_bytes_total{port=\"net_pcap0\"}"], bytes as f64);
+    assert_eq!(m["fastpath_port_tx_packets_total{port=\"net_pcap1\"}"], 22.0);
+    assert_eq!(m["fastpath_port_tx_bytes_total{port=\"net_pcap1\"}"], bytes as f64);
+    assert_eq!(m["fastpath_port_rx_missed_total{port=\"net_pcap0\"}"], 0.0);
+    assert!(
+        !m.keys()
+            .any(|k| k.starts_with("fastpath_rx_bytes_total") || k.starts_with("fastpath_tx_bytes_total")),
+        "no per-queue byte series in forward mode"
+    );
     assert_eq!(m["fastpath_lcore_packets_total{lcore=\"0\"}"], 22.0);
     assert!(m["fastpath_lcore_cycles_per_packet{lcore=\"0\"}"] > 0.0);
     assert!(m["fastpath_tsc_hz"] > 0.0);

@@ -45,8 +45,11 @@ pub struct QueueCounters {
     pub queue: u16,
     /// Packets.
     pub packets: Counter,
-    /// Bytes (frame length without FCS).
+    /// Bytes (frame length without FCS), if `counts_bytes`.
     pub bytes: Counter,
+    /// Whether the loop using the queue counts its bytes (the plain forward mode does not: it
+    /// does per packet what testpmd's io mode does; the port's own counters have the bytes).
+    pub counts_bytes: bool,
 }
 
 impl QueueCounters {
@@ -55,7 +58,16 @@ impl QueueCounters {
         QueueCounters {
             port,
             queue,
+            counts_bytes: true,
             ..Default::default()
+        }
+    }
+
+    /// Zeroed counters for (port, queue) whose bytes are not counted.
+    pub fn packets_only(port: u16, queue: u16) -> Self {
+        QueueCounters {
+            counts_bytes: false,
+            ..Self::new(port, queue)
         }
     }
 }

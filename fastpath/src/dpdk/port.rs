@@ -224,19 +224,9 @@ impl Port {
 
     /// Port counters.
     pub fn stats(&self) -> Result<PortStats> {
-        let mut s = dpdk_sys::rte_eth_stats::default();
-        // SAFETY: id is a valid port; s is a valid out-pointer.
-        let rc = unsafe { dpdk_sys::rte_eth_stats_get(self.id, &mut s) };
-        check(|| format!("rte_eth_stats_get({})", self.name), rc)?;
-        Ok(PortStats {
-            ipackets: s.ipackets,
-            opackets: s.opackets,
-            ibytes: s.ibytes,
-            obytes: s.obytes,
-            imissed: s.imissed,
-            ierrors: s.ierrors,
-            oerrors: s.oerrors,
-            rx_nombuf: s.rx_nombuf,
+        stats_of(self.id).map_err(|e| Error {
+            what: format!("rte_eth_stats_get({})", self.name),
+            ..e
         })
     }
 
@@ -359,4 +349,24 @@ impl TxQueue {
         }
         n
     }
+}
+
+/// The counters of port `id` (`rte_eth_stats_get`), from any thread while no other thread
+/// closes the port (an unknown or already closed id is an error: DPDK checks it).
+pub fn stats_of(id: u16) -> Result<PortStats> {
+    let mut s = dpdk_sys::rte_eth_stats::default();
+    // SAFETY: rte_eth_stats_get validates `id` (-ENODEV for a port that does not exist) and
+    // writes only through the out-pointer, which points at a live, writable rte_eth_stats.
+    let rc = unsafe { dpdk_sys::rte_eth_stats_get(id, &mut s) };
+    check(|| format!("rte_eth_stats_get(port {id})"), rc)?;
+    Ok(PortStats {
+        ipackets: s.ipackets,
+        opackets: s.opackets,
+        ibytes: s.ibytes,
+        obytes: s.obytes,
+        imissed: s.imissed,
+        ierrors: s.ierrors,
+        oerrors: s.oerrors,
+        rx_nombuf: s.rx_nombuf,
+    })
 }

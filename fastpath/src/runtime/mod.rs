@@ -17,7 +17,7 @@ use crate::outcome::Outcome;
 use crate::pipeline::reasm::{fragment_v4, fragment_v6, Fate, FragMeta, Insert, ReasmIo, Reassembler, Released};
 use crate::pipeline::{service, tunnel, Action, Instant, Pipeline, Tables, Verdict};
 use crate::socket::Socket;
-use crate::stats::{LcoreStats, QueueCounters};
+use crate::stats::LcoreStats;
 use crate::wire::{EtherType, EthernetFrame};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -42,6 +42,48 @@ impl IdlePolicy {
             std::thread::sleep(self.sleep);
         } else {
             eal::pause();
+        }
+    }
+}
+
+/// The bookkeeping every poll of an RX loop does: one TSC read per poll (rdtsc is ~40 cycles)
+/// serves the cycle accounting and the pipeline clock; a busy poll's cycles run from its start to
+/// the start of the next poll; empty polls count as idle and run the idle policy.
+#[derive(Default)]
+struct Polls {
+    busy_since: Option<u64>,
+    empty_in_a_row: u32,
+}
+
+impl Polls {
+    /// Starts a poll: its TSC reading.
+    #[inline(always)]
+    fn start(&mut self, stats: &LcoreStats) -> u64 {
+        let t0 = eal::rdtsc();
+        if let Some(t) = self.busy_since.take() {
+            stats.busy_cycles.add(t0.wrapping_sub(t));
+        }
+        t0
+    }
+
+    /// Ends the poll that started at `t0` and received `got` packets.
+    #[inline(always)]
+    fn end(&mut self, t0: u64, got: usize, stats: &LcoreStats, idle: &IdlePolicy) {
+        if got == 0 {
+            stats.idle_polls.inc();
+            self.empty_in_a_row = self.empty_in_a_row.saturating_add(1);
+            idle.idle(self.empty_in_a_row);
+        } else {
+            stats.busy_polls.inc();
+            self.busy_since = Some(t0);
+            self.empty_in_a_row = 0;
+        }
+    }
+
+    /// The loop stopped: the last busy poll's cycles.
+    fn finish(self, stats: &LcoreStats) {
+        if let Some(t) = self.busy_since {
+            stats.busy_cycles.add(eal::rdtsc().wrapping_sub(t));
         }
     }
 }
@@ -318,17 +360,14 @@ impl RxLcore {
 
     /// Runs until a stop is requested. On return every received packet has been counted once.
     pub fn run(mut self, control: &RunControl) {
+        if let Some(to) = self.forward.take() {
+            return self.run_forward(&to, control);
+        }
         let mut burst: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut drops: Vec<Mbuf> = Vec::with_capacity(BURST);
-        let mut empty_in_a_row = 0u32;
-        // A busy poll's cycles run from its start to the start of the next poll, so one TSC read
-        // per poll serves the cycle accounting and the pipeline clock (rdtsc is ~40 cycles).
-        let mut busy_since: Option<u64> = None;
+        let mut polls = Polls::default();
         while !control.stop_requested() {
-            let t0 = eal::rdtsc();
-            if let Some(t) = busy_since.take() {
-                self.stats.busy_cycles.add(t0.wrapping_sub(t));
-            }
+            let t0 = polls.start(&self.stats);
             let mut got = 0usize;
             for qi in 0..self.rx.len() {
                 let n = self.rx[qi].recv(&mut burst);
@@ -338,12 +377,6 @@ impl RxLcore {
                 got += n;
                 let port = self.rx[qi].port();
                 self.stats.rx[qi].packets.add(n as u64);
-                if let Some(to) = &self.forward {
-                    let dst = to.get(port as usize).copied().unwrap_or(port) as usize;
-                    let tx = self.tx.get_mut(dst).and_then(Option::as_mut);
-                    forward(tx, &mut burst, &self.stats, &self.stats.rx[qi]);
-                    continue;
-                }
                 self.pipeline_burst(qi, port, self.clock.at(t0), &mut burst, &mut drops);
             }
             // Reassembly expiry: bounded work per iteration, no background thread (seed 001).
@@ -365,23 +398,45 @@ impl RxLcore {
                 self.staged = staging(self.pipeline.tables());
                 self.stats.set_generation(self.pipeline.generation());
             }
-            if got == 0 {
-                self.stats.idle_polls.inc();
-                empty_in_a_row = empty_in_a_row.saturating_add(1);
-                self.idle.idle(empty_in_a_row);
-            } else {
-                self.stats.busy_polls.inc();
-                busy_since = Some(t0);
-                empty_in_a_row = 0;
-            }
+            polls.end(t0, got, &self.stats, &self.idle);
         }
-        if let Some(t) = busy_since {
-            self.stats.busy_cycles.add(eal::rdtsc().wrapping_sub(t));
-        }
+        polls.finish(&self.stats);
         // Clean stop: fragments still held are handed back and counted.
         self.reasm.drain_all(&mut self.io);
         self.settle_reassembly(&mut drops);
         Mbuf::free_bulk(&mut drops);
+        control.rx_exited();
+    }
+
+    /// The plain forward mode's loop: each burst received on a port goes out on `to[port]` as it
+    /// is, nothing else per poll but the accounting every loop does and the generation check (a
+    /// reload must see every lcore reach it). It measures what the DPDK layer costs, so it does
+    /// per packet what testpmd's io mode does and no more: the queues' byte counters stay at zero
+    /// here (the ports' own counters, `fastpath_port_*_bytes_total`, have the bytes).
+    fn run_forward(mut self, to: &[u16], control: &RunControl) {
+        let mut burst: Vec<Mbuf> = Vec::with_capacity(BURST);
+        let mut polls = Polls::default();
+        while !control.stop_requested() {
+            let t0 = polls.start(&self.stats);
+            let mut got = 0usize;
+            for qi in 0..self.rx.len() {
+                let n = self.rx[qi].recv(&mut burst);
+                if n == 0 {
+                    continue;
+                }
+                got += n;
+                let port = self.rx[qi].port();
+                self.stats.rx[qi].packets.add(n as u64);
+                let dst = to.get(port as usize).copied().unwrap_or(port) as usize;
+                forward(self.tx.get_mut(dst).and_then(Option::as_mut), &mut burst, &self.stats);
+            }
+            if let Some(t) = self.published.newer_than(self.pipeline.generation()) {
+                self.pipeline.apply(t);
+                self.stats.set_generation(self.pipeline.generation());
+            }
+            polls.end(t0, got, &self.stats, &self.idle);
+        }
+        polls.finish(&self.stats);
         control.rx_exited();
     }
 
@@ -1061,15 +1116,10 @@ fn sockets_of(slot: usize, t: &Tables, tsc_hz: u64) -> Vec<Drained> {
 /// Forward mode: sends a whole received burst on `tx` at once; counts it `forwarded`, and what
 /// the queue refuses (or all of it, without a queue) `tx_full`, then frees the refused.
 #[inline]
-fn forward(tx: Option<&mut TxBatch<Option<Outcome>>>, burst: &mut Vec<Mbuf>, stats: &LcoreStats, rxq: &QueueCounters) {
-    let bytes: u64 = burst.iter().map(|m| m.pkt_len() as u64).sum();
-    rxq.bytes.add(bytes);
+fn forward(tx: Option<&mut TxBatch<Option<Outcome>>>, burst: &mut Vec<Mbuf>, stats: &LcoreStats) {
     if let Some(b) = tx {
         let sent = b.queue.send(burst);
-        let unsent_bytes: u64 = burst.iter().map(|m| m.pkt_len() as u64).sum();
-        let q = &stats.tx[b.stats_index];
-        q.packets.add(sent as u64);
-        q.bytes.add(bytes - unsent_bytes);
+        stats.tx[b.stats_index].packets.add(sent as u64);
         stats.outcomes_add(Outcome::Forwarded, sent as u64);
     }
     if !burst.is_empty() {
