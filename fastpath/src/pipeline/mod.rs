@@ -434,7 +434,7 @@ impl Pipeline {
         if v != Verdict::Drop(Outcome::NoService) {
             return Step::Done(v);
         }
-        let v = self.service_socket(&parsed, pkt.rss_hash());
+        let v = self.service_socket(&parsed, || pkt.rss_hash());
         if v == Verdict::Drop(Outcome::NoService) && parsed.protocol == IpProtocol::UDP {
             // RFC 1122 §4.1.3.1: UDP to a port nobody listens on.
             return Step::Done(self.icmp_error(pkt, &parsed, port, icmp_error::ErrorKind::PortUnreachable, v, now));
@@ -614,14 +614,15 @@ impl Pipeline {
     /// fanout to a socket is a call of its own, so the closed-port path carries none of its
     /// registers or code.
     #[inline(always)]
-    fn service_socket(&mut self, p: &Parsed, nic_hash: Option<u32>) -> Verdict {
+    fn service_socket(&mut self, p: &Parsed, nic_hash: impl FnOnce() -> Option<u32>) -> Verdict {
         let Some((_, dport)) = p.ports else {
             return Verdict::Drop(Outcome::NoService);
         };
         let Some(svc) = self.tables.services.lookup(p.protocol, dport, p.dst) else {
             return Verdict::Drop(Outcome::NoService);
         };
-        self.fan_out(svc, p, nic_hash)
+        // The NIC's hash (a read of the mbuf's flags) only for a packet that has a service.
+        self.fan_out(svc, p, nic_hash())
     }
 
     #[inline(never)]
