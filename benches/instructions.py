@@ -14,9 +14,15 @@ pipeline, freeing mbufs). Packets are what fastpathd says it received at exit; t
 the count into DPDK's own code (the net_pcap/net_null drivers, librte_mbuf, and the dynamic
 loader's TLS lookups DPDK's per-lcore variables cost in shared libraries) and ours.
 
-Usage: benches/instructions.py [scenario ...]   (default: forward, plain drop, closed port,
-build first). Scenarios with a service are refused: under valgrind every thread shares one
-CPU, so the worker cannot keep up and the figures would describe full sockets.
+`testpmd-io` is the reference: dpdk-testpmd is stripped (no symbol to collect inside), so it runs
+twice under callgrind collecting everything, forwarding for BENCH_SECONDS / 2 and for
+BENCH_SECONDS; start-up, the idle prompt and shut-down are the same in both, so the difference in
+instructions over the difference in packets (its `stop` statistics) is its forwarding loop's
+count per packet. It has no split by object.
+
+Usage: benches/instructions.py [scenario ...]   (default: testpmd io, forward, plain drop,
+closed port, build first). Scenarios with a service are refused: under valgrind every thread
+shares one CPU, so the worker cannot keep up and the figures would describe full sockets.
 """
 import os
 import re
@@ -24,11 +30,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import macro_bench as mb  # noqa: E402
 
-DEFAULT = ["fastpathd-forward", "fastpathd-plain-drop", "fastpathd-closed-port", "fastpathd-build-first"]
+DEFAULT = ["testpmd-io", "fastpathd-forward", "fastpathd-plain-drop", "fastpathd-closed-port", "fastpathd-build-first"]
 PACKETS = re.compile(r"stopped after [0-9.]+s: ([0-9]+) packets received")
 COLLECTED = re.compile(r"Collected : ([0-9]+)")
 # callgrind_annotate --inclusive=no: "<count> <file>:<function> [<object>]"
@@ -78,28 +85,80 @@ def run(sc, seconds, tmp):
     return {"packets": n, "total": total / n, "dpdk": dpdk / n, "ours": (total - dpdk) / n}
 
 
+def testpmd_once(sc, window, tmp):
+    """testpmd io under callgrind, forwarding for `window` seconds: (instructions, packets)."""
+    prefix = f"fpinsn-tp-{os.getpid()}"
+    out = os.path.join(tmp, f"testpmd-{window}.callgrind")
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+           os.environ.get("TESTPMD", "dpdk-testpmd"), "-l", "0,1", *mb.eal_args(prefix, sc["capture"]), "--",
+           "-i", "--forward-mode=io", f"--burst={mb.BURST}", f"--rxd={mb.DESC}", f"--txd={mb.DESC}",
+           "--nb-cores=1", f"--total-num-mbufs={mb.MBUFS}", f"--mbcache={mb.MBUF_CACHE}"]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    text = mb.Reader(p.stdout)
+
+    def send(line):
+        p.stdin.write((line + "\n").encode())
+        p.stdin.flush()
+
+    try:
+        if not text.wait_for("testpmd> ", 300, p):
+            mb.fail(sc["name"], "testpmd did not reach its prompt under valgrind", text.text())
+        send("start")
+        time.sleep(window)
+        send("stop")
+        # Its statistics are block-buffered (stdout is a pipe) and come at exit; the prompt
+        # (written directly) says when the stop is done.
+        deadline = time.monotonic() + 180
+        while text.text().count("testpmd> ") < 3 and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.05)
+        send("quit")
+        p.stdin.close()
+        p.wait(timeout=300)
+    finally:
+        mb.reap(p)
+    output = text.text()
+    # The accumulated statistics of `stop`: port 0's RX first.
+    packets = re.search(r"Accumulated forward statistics for all ports.*?RX-packets:\s+(\d+)", output, re.S)
+    collected = COLLECTED.search(output)
+    if not packets or not collected:
+        mb.fail(sc["name"], "no packet or instruction count from testpmd", output)
+    return int(collected.group(1)), int(packets.group(1))
+
+
+def run_testpmd(sc, seconds, tmp):
+    short, long = testpmd_once(sc, seconds / 2, tmp), testpmd_once(sc, seconds, tmp)
+    n = long[1] - short[1]
+    if n <= 0:
+        mb.fail(sc["name"], f"no more packets in the longer run ({short[1]} vs {long[1]})", "")
+    per = (long[0] - short[0]) / n
+    return {"packets": n, "total": per, "dpdk": None, "ours": None}
+
+
 def main():
     names = sys.argv[1:] or DEFAULT
     known = {sc["name"]: sc for sc in mb.SCENARIOS}
     for name in names:
         sc = known.get(name)
-        if sc is None or not sc["kind"].startswith("fastpathd"):
-            sys.exit(f"instructions: {name} is not a fastpathd scenario; known: {sorted(known)}")
+        if sc is None or not (sc["kind"].startswith("fastpathd") or name == "testpmd-io"):
+            sys.exit(f"instructions: {name} is not testpmd-io or a fastpathd scenario; known: {sorted(known)}")
         if "service" in sc.get("extra", "") or sc.get("scrape"):
             sys.exit(f"instructions: {name} has a service (or a scraper): not measurable under valgrind")
     seconds = mb.env_num("BENCH_SECONDS", 20.0)
     rows = []
     with tempfile.TemporaryDirectory(prefix="fastpath-insn-") as tmp:
         for name in names:
-            r = run(known[name], seconds, tmp)
+            r = run_testpmd(known[name], seconds, tmp) if name == "testpmd-io" else run(known[name], seconds, tmp)
             rows.append((name, r))
-            print(f"{name}: {r['packets']} packets, {r['total']:.1f} instructions/packet "
-                  f"(DPDK {r['dpdk']:.1f}, fastpathd {r['ours']:.1f})", flush=True)
+            split = "" if r["dpdk"] is None else f" (DPDK {r['dpdk']:.1f}, fastpathd {r['ours']:.1f})"
+            print(f"{name}: {r['packets']} packets, {r['total']:.1f} instructions/packet{split}", flush=True)
     print()
     print("| scenario | packets | instructions/packet | DPDK (drivers, mbuf) | fastpathd |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, r in rows:
-        print(f"| {name} | {r['packets']} | {r['total']:.1f} | {r['dpdk']:.1f} | {r['ours']:.1f} |")
+        if r["dpdk"] is None:
+            print(f"| {name} | {r['packets']} | {r['total']:.1f} | — | — |")
+        else:
+            print(f"| {name} | {r['packets']} | {r['total']:.1f} | {r['dpdk']:.1f} | {r['ours']:.1f} |")
 
 
 if __name__ == "__main__":
