@@ -368,17 +368,9 @@ impl RxLcore {
         let mut polls = Polls::default();
         while !control.stop_requested() {
             let t0 = polls.start(&self.stats);
-            let mut got = 0usize;
-            for qi in 0..self.rx.len() {
-                let n = self.rx[qi].recv(&mut burst);
-                if n == 0 {
-                    continue;
-                }
-                got += n;
-                let port = self.rx[qi].port();
-                self.stats.rx[qi].packets.add(n as u64);
-                self.pipeline_burst(qi, port, self.clock.at(t0), &mut burst, &mut drops);
-            }
+            let got = self.poll_queues(&mut burst, |me, qi, port, b| {
+                me.pipeline_burst(qi, port, me.clock.at(t0), b, &mut drops)
+            });
             // Reassembly expiry: bounded work per iteration, no background thread (seed 001).
             if self.reasm.next_deadline().is_some_and(|d| d <= self.clock.at(t0)) {
                 self.reasm.expire(self.clock.at(t0), EXPIRE_BUDGET, &mut self.io);
@@ -408,28 +400,42 @@ impl RxLcore {
         control.rx_exited();
     }
 
+    /// Polls each RX queue once; a queue that received packets has them counted and its burst
+    /// handed to `each` (with the queue's index and port). The packets received in all.
+    #[inline(always)]
+    fn poll_queues(
+        &mut self,
+        burst: &mut Vec<Mbuf>,
+        mut each: impl FnMut(&mut Self, usize, u16, &mut Vec<Mbuf>),
+    ) -> usize {
+        let mut got = 0usize;
+        for qi in 0..self.rx.len() {
+            let n = self.rx[qi].recv(burst);
+            if n == 0 {
+                continue;
+            }
+            got += n;
+            let port = self.rx[qi].port();
+            self.stats.rx[qi].packets.add(n as u64);
+            each(self, qi, port, burst);
+        }
+        got
+    }
+
     /// The plain forward mode's loop: each burst received on a port goes out on `to[port]` as it
     /// is, nothing else per poll but the accounting every loop does and the generation check (a
     /// reload must see every lcore reach it). It measures what the DPDK layer costs, so it does
-    /// per packet what testpmd's io mode does and no more: the queues' byte counters stay at zero
-    /// here (the ports' own counters, `fastpath_port_*_bytes_total`, have the bytes).
+    /// per packet what testpmd's io mode does and no more: the queues' bytes are not counted
+    /// (the daemon gives them packet-only counters; the ports' own counters have the bytes).
     fn run_forward(mut self, to: &[u16], control: &RunControl) {
         let mut burst: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut polls = Polls::default();
         while !control.stop_requested() {
             let t0 = polls.start(&self.stats);
-            let mut got = 0usize;
-            for qi in 0..self.rx.len() {
-                let n = self.rx[qi].recv(&mut burst);
-                if n == 0 {
-                    continue;
-                }
-                got += n;
-                let port = self.rx[qi].port();
-                self.stats.rx[qi].packets.add(n as u64);
+            let got = self.poll_queues(&mut burst, |me, _, port, b| {
                 let dst = to.get(port as usize).copied().unwrap_or(port) as usize;
-                forward(self.tx.get_mut(dst).and_then(Option::as_mut), &mut burst, &self.stats);
-            }
+                forward(me.tx.get_mut(dst).and_then(Option::as_mut), b, &me.stats);
+            });
             if let Some(t) = self.published.newer_than(self.pipeline.generation()) {
                 self.pipeline.apply(t);
                 self.stats.set_generation(self.pipeline.generation());
