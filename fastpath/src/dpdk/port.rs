@@ -247,7 +247,9 @@ impl Port {
         self.stop()?;
         if !self.closed {
             self.closed = true;
-            // SAFETY: the port is stopped and no lcore uses it.
+            // No `stats_of` reads the port while it is released.
+            let _closing = CLOSING.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: the port is stopped and no lcore uses it; `stats_of` is excluded above.
             let rc = unsafe { dpdk_sys::rte_eth_dev_close(self.id) };
             check(|| format!("rte_eth_dev_close({})", self.name), rc)?;
         }
@@ -351,12 +353,20 @@ impl TxQueue {
     }
 }
 
-/// The counters of port `id` (`rte_eth_stats_get`), from any thread while no other thread
-/// closes the port (an unknown or already closed id is an error: DPDK checks it).
+/// Held while a port is closed and while `stats_of` reads one: ethdev's control calls are not
+/// safe against each other, and `stats_of` takes a bare id that may be closing on another thread.
+/// Never taken on a per-packet path.
+static CLOSING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The counters of port `id` (`rte_eth_stats_get`), from any thread, e.g. a metrics scrape while
+/// the lcores run. An unknown or closed id is an error.
 pub fn stats_of(id: u16) -> Result<PortStats> {
     let mut s = dpdk_sys::rte_eth_stats::default();
-    // SAFETY: rte_eth_stats_get validates `id` (-ENODEV for a port that does not exist) and
-    // writes only through the out-pointer, which points at a live, writable rte_eth_stats.
+    let _not_closing = CLOSING.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: rte_eth_stats_get validates `id` (-ENODEV for a port that does not exist or was
+    // released by a close, which `CLOSING` keeps from running meanwhile), reads counters the
+    // driver keeps for this purpose (safe against the data path: testpmd reads them while it
+    // forwards) and writes only through the out-pointer, a live, writable rte_eth_stats.
     let rc = unsafe { dpdk_sys::rte_eth_stats_get(id, &mut s) };
     check(|| format!("rte_eth_stats_get(port {id})"), rc)?;
     Ok(PortStats {
