@@ -46,7 +46,7 @@ impl IdlePolicy {
     }
 }
 
-/// The bookkeeping every poll of an RX loop does: one TSC read per poll (rdtsc is ~40 cycles)
+/// The bookkeeping every poll of an lcore loop (RX or worker) does: one TSC read per poll (rdtsc is ~40 cycles)
 /// serves the cycle accounting and the pipeline clock; a busy poll's cycles run from its start to
 /// the start of the next poll; empty polls count as idle and run the idle policy.
 #[derive(Default)]
@@ -713,11 +713,11 @@ impl WorkerLcore {
         // Next sequence number of each owned sequence tunnel, by name (kept across reloads).
         let mut next_seq: std::collections::HashMap<String, u32> = Default::default();
         let mut ident: u16 = (me.slot as u16).wrapping_mul(0x9e37).wrapping_add(0x5555);
-        let mut empty_in_a_row = 0u32;
+        let mut polls = Polls::default();
         loop {
             // Read before draining: if RX had already stopped, an empty pass means truly empty.
             let finishing = control.stop_requested() && control.rx_all_exited();
-            let t0 = eal::rdtsc();
+            let t0 = polls.start(&me.stats);
             let mut got = 0usize;
             // Borrowed, not cloned: an Arc clone is an atomic write to a line every lcore shares.
             let tables: &Tables = &w.tables;
@@ -921,19 +921,12 @@ impl WorkerLcore {
                 me.stats.set_generation(t.generation);
                 w = me.tables_for(t, retired);
             }
-            if got == 0 {
-                if finishing {
-                    break;
-                }
-                me.stats.idle_polls.inc();
-                empty_in_a_row = empty_in_a_row.saturating_add(1);
-                me.idle.idle(empty_in_a_row);
-            } else {
-                me.stats.busy_polls.inc();
-                me.stats.busy_cycles.add(eal::rdtsc().wrapping_sub(t0));
-                empty_in_a_row = 0;
+            if got == 0 && finishing {
+                break;
             }
+            polls.end(t0, got, &me.stats, &me.idle);
         }
+        polls.finish(&me.stats);
     }
 }
 
