@@ -51,6 +51,7 @@ void fp_pause(void) { rte_pause(); }
 const char *fp_version(void) { return rte_version(); }
 uint64_t fp_rss_hf_ip_udp_tcp(void) { return RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | RTE_ETH_RSS_TCP; }
 uint64_t fp_rx_offload_ipv4_cksum(void) { return RTE_ETH_RX_OFFLOAD_IPV4_CKSUM; }
+uint64_t fp_rx_offload_udp_cksum(void) { return RTE_ETH_RX_OFFLOAD_UDP_CKSUM; }
 uint32_t fp_softrss(uint32_t *input_tuple, uint32_t input_len, const uint8_t *rss_key)
 {
 	return rte_softrss(input_tuple, input_len, rss_key);

@@ -60,6 +60,8 @@ const char *fp_version(void);
 uint64_t fp_rss_hf_ip_udp_tcp(void);
 /* RTE_ETH_RX_OFFLOAD_IPV4_CKSUM, an RTE_BIT64() too. */
 uint64_t fp_rx_offload_ipv4_cksum(void);
+/* RTE_ETH_RX_OFFLOAD_UDP_CKSUM, the same. */
+uint64_t fp_rx_offload_udp_cksum(void);
 /* rte_softrss is static inline too: the software Toeplitz hash DPDK itself offers. */
 uint32_t fp_softrss(uint32_t *input_tuple, uint32_t input_len, const uint8_t *rss_key);
 

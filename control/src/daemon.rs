@@ -147,14 +147,15 @@ fn start_and_serve(
             )
         })?;
         eprintln!(
-            "fastpathd: port {} ({}) id {} mac {} rx {} tx {} rss {}",
+            "fastpathd: port {} ({}) id {} mac {} rx {} tx {} rss {} rx checksum offload {}",
             p.device,
             port.driver(),
             port.id(),
             p.mac.unwrap_or(port.mac()),
             p.rx_queues,
             p.tx_queues,
-            if port.rss() { "on" } else { "off" }
+            if port.rss() { "on" } else { "off" },
+            port.rx_checksums()
         );
         ports.push(port);
     }

@@ -397,3 +397,66 @@ fn big_datagrams_are_reassembled_and_answered_in_fragments() {
     assert_eq!(m["fastpath_reasm_completed_total{family=\"ipv6\"}"], 5.0);
     assert_eq!(outcome(&m, "reassembled"), 20);
 }
+
+/// The tap PMD checks UDP checksums on receive (RX offload): the port turns that on, the echo
+/// service answers the datagrams it found right and still refuses the ones with a wrong sum (the
+/// NIC's "bad" is checked again in software; a unit test shows a "good" is taken as is).
+#[test]
+fn the_nics_udp_checksum_verdicts_reach_the_echo_service() {
+    let p = TapPeer::new();
+    let s = Scratch::new("peer-cksum");
+    let dump = s.path("metrics.prom");
+    let d = p.start(&s, "peer-cksum", ECHO_SERVICE, &dump);
+    let out = p.exec(&[
+        "/usr/bin/python3",
+        "-c",
+        "import socket, struct\n\
+         def csum(b):\n\
+         \x20   if len(b) % 2: b += b'\\0'\n\
+         \x20   s = sum(struct.unpack('!%dH' % (len(b) // 2), b))\n\
+         \x20   while s >> 16: s = (s & 0xffff) + (s >> 16)\n\
+         \x20   return ~s & 0xffff\n\
+         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(3); u.bind(('192.0.2.2', 4000))\n\
+         for i in range(3):\n\
+         \x20   u.sendto(b'right %d' % i, ('192.0.2.1', 7)); got, _ = u.recvfrom(2048)\n\
+         \x20   assert got == b'right %d' % i, got\n\
+         r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)\n\
+         for i in range(2):\n\
+         \x20   data = b'wrong %d' % i\n\
+         \x20   hdr = struct.pack('!HHHH', 4000, 7, 8 + len(data), 0)\n\
+         \x20   pseudo = socket.inet_aton('192.0.2.2') + socket.inet_aton('192.0.2.1') + struct.pack('!BBH', 0, 17, 8 + len(data))\n\
+         \x20   good = csum(pseudo + hdr + data) or 0xffff\n\
+         \x20   bad = good ^ 0x0101\n\
+         \x20   r.sendto(struct.pack('!HHHH', 4000, 7, 8 + len(data), bad) + data, ('192.0.2.1', 0))\n\
+         u.settimeout(1)\n\
+         try:\n\
+         \x20   got = u.recvfrom(2048); raise SystemExit('echoed a wrong checksum: %r' % (got,))\n\
+         except socket.timeout:\n\
+         \x20   pass\n\
+         print('checksums ok')\n",
+    ]);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("checksums ok"),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0));
+    assert!(
+        log.contains("(net_tap) id 0") && log.contains("rx checksum offload ipv4,udp"),
+        "the tap port should check IPv4 and UDP checksums:\n{log}"
+    );
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    assert_conservation(&m);
+    let processed = |result: &str| -> f64 {
+        m.iter()
+            .filter(|(k, _)| {
+                k.starts_with("fastpath_socket_processed_total{") && k.contains(&format!("result=\"{result}\""))
+            })
+            .map(|(_, v)| v)
+            .sum()
+    };
+    assert_eq!(processed("echoed"), 3.0);
+    assert_eq!(processed("invalid"), 2.0);
+}

@@ -4,13 +4,15 @@
 //! (`dpdk::Mbuf`) and by [`HeapBuf`], so every stage is unit-tested without DPDK. The data is one
 //! contiguous slice (ports are configured without scatter, so received frames are one segment).
 
-/// What the NIC found when it checked a received packet's IPv4 header checksum.
+/// What the NIC found when it checked one of a received packet's checksums (RX offload): the
+/// outermost IPv4 header's ([`PacketBuf::ip_checksum`]) or its UDP or TCP checksum
+/// ([`PacketBuf::l4_checksum`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum IpChecksum {
-    /// Not checked (no offload, not IPv4, or a buffer we built): check it in software.
+pub enum NicChecksum {
+    /// Not checked (no offload, not that protocol, or a buffer we built): check it in software.
     #[default]
     Unknown,
-    /// The header's integrity was verified.
+    /// The checksum was verified.
     Good,
     /// The checksum is wrong.
     Bad,
@@ -37,8 +39,20 @@ pub trait PacketBuf {
     fn clear_rss_hash(&mut self);
     /// What the NIC found checking the outermost IPv4 header's checksum (RX offload); only
     /// meaningful for the packet as received.
-    fn ip_checksum(&self) -> IpChecksum {
-        IpChecksum::Unknown
+    fn ip_checksum(&self) -> NicChecksum {
+        NicChecksum::Unknown
+    }
+    /// What the NIC found checking the UDP or TCP checksum of the packet as received (RX
+    /// offload). Only [`NicChecksum::Good`] may stand in for a software check, and only while
+    /// the packet is the one received: a decapsulation clears it
+    /// ([`PacketBuf::clear_rx_offload_flags`]).
+    fn l4_checksum(&self) -> NicChecksum {
+        NicChecksum::Unknown
+    }
+    /// Forgets what the NIC found about the packet (its hash and checksum verdicts): they
+    /// described headers the packet no longer has (decapsulation).
+    fn clear_rx_offload_flags(&mut self) {
+        self.clear_rss_hash();
     }
 
     /// Length of the packet in bytes.
@@ -70,7 +84,8 @@ pub struct HeapBuf {
     start: usize,
     end: usize,
     rss: Option<u32>,
-    ip_checksum: IpChecksum,
+    ip_checksum: NicChecksum,
+    l4_checksum: NicChecksum,
 }
 
 impl HeapBuf {
@@ -83,7 +98,8 @@ impl HeapBuf {
             start: headroom,
             end: headroom + bytes.len(),
             rss: None,
-            ip_checksum: IpChecksum::Unknown,
+            ip_checksum: NicChecksum::Unknown,
+            l4_checksum: NicChecksum::Unknown,
         }
     }
 
@@ -98,8 +114,13 @@ impl HeapBuf {
     }
 
     /// Sets what a NIC would have found checking the IPv4 header checksum.
-    pub fn set_ip_checksum(&mut self, c: IpChecksum) {
+    pub fn set_ip_checksum(&mut self, c: NicChecksum) {
         self.ip_checksum = c;
+    }
+
+    /// Sets what a NIC would have found checking the UDP or TCP checksum.
+    pub fn set_l4_checksum(&mut self, c: NicChecksum) {
+        self.l4_checksum = c;
     }
 }
 
@@ -145,8 +166,16 @@ impl PacketBuf for HeapBuf {
     fn clear_rss_hash(&mut self) {
         self.rss = None;
     }
-    fn ip_checksum(&self) -> IpChecksum {
+    fn ip_checksum(&self) -> NicChecksum {
         self.ip_checksum
+    }
+    fn l4_checksum(&self) -> NicChecksum {
+        self.l4_checksum
+    }
+    fn clear_rx_offload_flags(&mut self) {
+        self.rss = None;
+        self.ip_checksum = NicChecksum::Unknown;
+        self.l4_checksum = NicChecksum::Unknown;
     }
 }
 

@@ -1,6 +1,6 @@
 //! The owned mbuf.
 
-use crate::buf::{IpChecksum, PacketBuf};
+use crate::buf::{NicChecksum, PacketBuf};
 use std::ptr::NonNull;
 
 /// An mbuf we own: freed (returned to its pool) when dropped, unless it is handed to a TX queue.
@@ -186,14 +186,32 @@ impl PacketBuf for Mbuf {
     }
 
     #[inline]
-    fn ip_checksum(&self) -> IpChecksum {
+    fn ip_checksum(&self) -> NicChecksum {
         // NONE ("not correct in the packet data, but the integrity of the IP header is
         // verified", rte_mbuf_core.h) stays Unknown: an answer built in place from such a
         // header would carry its wrong checksum, so the software check decides.
         match self.raw().ol_flags & dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_MASK as u64 {
-            f if f == dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD as u64 => IpChecksum::Good,
-            f if f == dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_BAD as u64 => IpChecksum::Bad,
-            _ => IpChecksum::Unknown,
+            f if f == dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD as u64 => NicChecksum::Good,
+            f if f == dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_BAD as u64 => NicChecksum::Bad,
+            _ => NicChecksum::Unknown,
         }
+    }
+
+    #[inline]
+    fn l4_checksum(&self) -> NicChecksum {
+        // NONE (the data is intact but the checksum field is not filled in) stays Unknown, as
+        // for the IP header: an echo built in place would carry that field.
+        match self.raw().ol_flags & dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK as u64 {
+            f if f == dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD as u64 => NicChecksum::Good,
+            f if f == dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_BAD as u64 => NicChecksum::Bad,
+            _ => NicChecksum::Unknown,
+        }
+    }
+
+    #[inline]
+    fn clear_rx_offload_flags(&mut self) {
+        self.raw_mut().ol_flags &= !((dpdk_sys::RTE_MBUF_F_RX_RSS_HASH
+            | dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_MASK
+            | dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK) as u64);
     }
 }

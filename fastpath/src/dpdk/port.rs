@@ -32,11 +32,33 @@ pub struct Port {
     driver: String,
     mac: EthernetAddress,
     rss: bool,
+    checksums: RxChecksums,
     rx_queues: u16,
     tx_queues: u16,
     started: bool,
     closed: bool,
     _pool: Arc<Mempool>,
+}
+
+/// Which checksums the NIC checks on receive (RX offloads the port turned on because the driver
+/// offers them); the verdicts reach the pipeline as [`crate::buf::NicChecksum`]s.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxChecksums {
+    /// IPv4 header checksums (`RTE_ETH_RX_OFFLOAD_IPV4_CKSUM`).
+    pub ipv4: bool,
+    /// UDP checksums (`RTE_ETH_RX_OFFLOAD_UDP_CKSUM`).
+    pub udp: bool,
+}
+
+impl std::fmt::Display for RxChecksums {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match (self.ipv4, self.udp) {
+            (false, false) => f.write_str("none"),
+            (true, false) => f.write_str("ipv4"),
+            (false, true) => f.write_str("udp"),
+            (true, true) => f.write_str("ipv4,udp"),
+        }
+    }
 }
 
 /// Port-level counters from `rte_eth_stats_get`.
@@ -120,12 +142,25 @@ impl Port {
                 eth_conf.rx_adv_conf.rss_conf.rss_key_len = key.len() as u8;
             }
         }
-        // The NIC checks IPv4 header checksums where it can: the pipeline then skips its own
-        // check (`IpChecksum`); a port without the offload leaves the flags unknown.
-        // SAFETY: returns a constant.
-        let ipv4_cksum = unsafe { dpdk_sys::fp_rx_offload_ipv4_cksum() };
-        if info.rx_offload_capa & ipv4_cksum != 0 {
+        // The NIC checks IPv4 header and UDP checksums where it can: the pipeline and the
+        // workers then skip their own check (`NicChecksum`); a port without the offload leaves
+        // the flags unknown.
+        // SAFETY: both return a constant.
+        let (ipv4_cksum, udp_cksum) = unsafe {
+            (
+                dpdk_sys::fp_rx_offload_ipv4_cksum(),
+                dpdk_sys::fp_rx_offload_udp_cksum(),
+            )
+        };
+        let checksums = RxChecksums {
+            ipv4: info.rx_offload_capa & ipv4_cksum != 0,
+            udp: info.rx_offload_capa & udp_cksum != 0,
+        };
+        if checksums.ipv4 {
             eth_conf.rxmode.offloads |= ipv4_cksum;
+        }
+        if checksums.udp {
+            eth_conf.rxmode.offloads |= udp_cksum;
         }
         // SAFETY: id is valid; eth_conf is a fully initialised config that DPDK copies, and the
         // key it points to lives on this stack frame across the call.
@@ -182,6 +217,7 @@ impl Port {
             driver,
             mac: EthernetAddress(addr.addr_bytes),
             rss,
+            checksums,
             rx_queues: conf.rx_queues,
             tx_queues: conf.tx_queues,
             started: true,
@@ -209,6 +245,11 @@ impl Port {
     /// Whether RSS spreads packets over the RX queues (in hardware, or the driver's own).
     pub fn rss(&self) -> bool {
         self.rss
+    }
+
+    /// The RX checksum offloads turned on (the ones the driver offers).
+    pub fn rx_checksums(&self) -> RxChecksums {
+        self.checksums
     }
 
     /// The handle for RX queue `queue`. Each handle must be polled by one lcore only: that is

@@ -21,7 +21,7 @@ pub use service::{Action, Service, ServiceTable};
 
 use crate::socket::Socket;
 
-use crate::buf::{IpChecksum, PacketBuf};
+use crate::buf::{NicChecksum, PacketBuf};
 use crate::outcome::Outcome;
 use crate::wire::icmpv6::Icmpv6Message;
 use crate::wire::ipv6::{is_solicited_node, solicited_node, ALL_NODES};
@@ -393,7 +393,7 @@ impl Pipeline {
         let ip_checksum = if depth == 0 {
             pkt.ip_checksum()
         } else {
-            IpChecksum::Unknown
+            NicChecksum::Unknown
         };
         let mut parsed = Parsed::EMPTY;
         match frame.ethertype() {
@@ -498,7 +498,8 @@ impl Pipeline {
         kind: icmp_error::ErrorKind,
         otherwise: Verdict,
     ) -> Result<(), Verdict> {
-        if !icmp_error::answerable(kind, p, pkt.data()) {
+        // (A decapsulation cleared the NIC's verdict: it was about the outer packet.)
+        if !icmp_error::answerable(kind, p, pkt.data(), pkt.l4_checksum()) {
             return Err(Verdict::Drop(Outcome::UdpBadChecksum));
         }
         let Some(local) = self.tables.ports.get(port as usize) else {
@@ -592,9 +593,10 @@ impl Pipeline {
         ) {
             tunnel::Decap::Inner { tunnel } => {
                 t[tunnel].counters.rx[slot].decap.inc();
-                // The NIC hashed the outer header: the inner flow (fanout here, a tunnel choice
-                // on a worker) must hash in software, or every flow of a tunnel hashes alike.
-                pkt.clear_rss_hash();
+                // The NIC hashed and checked the outer headers: the inner flow (fanout here, a
+                // tunnel choice on a worker) must hash in software, or every flow of a tunnel
+                // hashes alike, and the inner UDP checksum must be checked in software.
+                pkt.clear_rx_offload_flags();
                 Step::Decapsulated(tunnel)
             }
             tunnel::Decap::Unknown => Step::Done(Verdict::Drop(Outcome::GreUnknownTunnel)),
@@ -758,19 +760,19 @@ pub(crate) mod tests {
         let good = v4_frame(them, other, IpProtocol::UDP, &[], 0, &udp_bytes(1, 7, b"x"));
         let mut wrong = good.clone();
         wrong[14 + 10] ^= 0xff;
-        let run = |bytes: &[u8], c: IpChecksum| {
+        let run = |bytes: &[u8], c: NicChecksum| {
             let mut b = HeapBuf::new(bytes);
             b.set_ip_checksum(c);
             pipeline().process(0, &mut b, Instant(0))
         };
-        assert_eq!(run(&good, IpChecksum::Unknown), Verdict::Drop(Outcome::NotLocal));
-        assert_eq!(run(&wrong, IpChecksum::Unknown), Verdict::Drop(Outcome::Malformed));
+        assert_eq!(run(&good, NicChecksum::Unknown), Verdict::Drop(Outcome::NotLocal));
+        assert_eq!(run(&wrong, NicChecksum::Unknown), Verdict::Drop(Outcome::Malformed));
         assert_eq!(
-            run(&wrong, IpChecksum::Good),
+            run(&wrong, NicChecksum::Good),
             Verdict::Drop(Outcome::NotLocal),
             "the NIC's word is taken: no second check"
         );
-        assert_eq!(run(&good, IpChecksum::Bad), Verdict::Drop(Outcome::Malformed));
+        assert_eq!(run(&good, NicChecksum::Bad), Verdict::Drop(Outcome::Malformed));
     }
 
     #[test]
@@ -914,6 +916,60 @@ pub(crate) mod tests {
         p.icmp.apply(&cfg, cfg.global_bucket(Instant(0)), 1);
         let mut b = HeapBuf::new(&corrupt(v4_right));
         assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::IcmpSuppressed));
+    }
+
+    /// The UDP checksum verdict of a NIC with the RX offload: "good" is taken (nothing summed),
+    /// anything else is checked in software; an IPv6 zero checksum is wrong whatever it says.
+    #[test]
+    fn closed_port_checksum_check_takes_the_nics_good_verdict() {
+        use crate::buf::NicChecksum;
+        use parse::tests::{udp_bytes, v4_frame, v6_frame};
+        let me = Ipv4Addr::new(192, 0, 2, 1);
+        let them = Ipv4Addr::new(198, 51, 100, 7);
+        let udp = udp_bytes(1, 7, b"payload");
+        let right = with_udp_checksum(v4_frame(them, me, IpProtocol::UDP, &[], 0, &udp));
+        let mut wrong = right.clone();
+        let last = wrong.len() - 1;
+        wrong[last] ^= 0x40;
+        let v6_none = v6_frame(
+            "2001:db8::7".parse().unwrap(),
+            "2001:db8::1".parse().unwrap(),
+            IpProtocol::UDP,
+            &[],
+            64,
+            &udp,
+        );
+        for (name, frame, nic, want) in [
+            (
+                "wrong, NIC good",
+                &wrong,
+                NicChecksum::Good,
+                Verdict::Transmit(Outcome::IcmpError),
+            ),
+            (
+                "wrong, NIC bad",
+                &wrong,
+                NicChecksum::Bad,
+                Verdict::Drop(Outcome::UdpBadChecksum),
+            ),
+            (
+                "right, NIC bad",
+                &right,
+                NicChecksum::Bad,
+                Verdict::Transmit(Outcome::IcmpError),
+            ),
+            (
+                "v6 zero, NIC good",
+                &v6_none,
+                NicChecksum::Good,
+                Verdict::Drop(Outcome::UdpBadChecksum),
+            ),
+        ] {
+            let mut p = pipeline();
+            let mut b = HeapBuf::new(frame);
+            b.set_l4_checksum(nic);
+            assert_eq!(p.process(0, &mut b, Instant(0)), want, "{name}");
+        }
     }
 
     #[test]

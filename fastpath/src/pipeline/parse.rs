@@ -12,7 +12,7 @@
 //!
 //! Frames may carry Ethernet padding past the IP datagram; `ip_end` marks where it ends.
 
-use crate::buf::IpChecksum;
+use crate::buf::NicChecksum;
 use crate::wire::{
     self, EtherType, EthernetFrame, IpProtocol, Ipv4Packet, Ipv6Packet, TcpFlags, TcpPacket, Toeplitz, UdpPacket,
 };
@@ -159,7 +159,7 @@ impl Parsed {
     #[inline]
     pub fn parse_ip_unhashed<T: AsRef<[u8]>>(frame: &EthernetFrame<T>) -> wire::Result<Self> {
         let mut p = Parsed::EMPTY;
-        Self::parse_ip_into(frame, &mut p, IpChecksum::Unknown)?;
+        Self::parse_ip_into(frame, &mut p, NicChecksum::Unknown)?;
         Ok(p)
     }
 
@@ -177,7 +177,7 @@ impl Parsed {
     pub fn parse_ip_into<T: AsRef<[u8]>>(
         frame: &EthernetFrame<T>,
         p: &mut Parsed,
-        ip_checksum: IpChecksum,
+        ip_checksum: NicChecksum,
     ) -> wire::Result<()> {
         let l3 = frame.header_len();
         let bytes = frame.payload();
@@ -220,12 +220,12 @@ impl Parsed {
     }
 
     #[inline(always)]
-    fn ipv4_into(b: &[u8], l3: usize, p: &mut Parsed, ip_checksum: IpChecksum) -> wire::Result<()> {
+    fn ipv4_into(b: &[u8], l3: usize, p: &mut Parsed, ip_checksum: NicChecksum) -> wire::Result<()> {
         let ip = Ipv4Packet::new_checked(b)?;
         let checksum_ok = match ip_checksum {
-            IpChecksum::Good => true,
-            IpChecksum::Bad => false,
-            IpChecksum::Unknown => ip.verify_checksum(),
+            NicChecksum::Good => true,
+            NicChecksum::Bad => false,
+            NicChecksum::Unknown => ip.verify_checksum(),
         };
         if !checksum_ok {
             return Err(wire::Error::Malformed);
@@ -467,7 +467,7 @@ pub(crate) mod tests {
         for (i, f) in frames.iter().chain(frames.iter().rev()).enumerate() {
             let e = EthernetFrame::new_checked(&f[..]).unwrap();
             let fresh = Parsed::parse_ip_unhashed(&e).unwrap();
-            Parsed::parse_ip_into(&e, &mut reused, IpChecksum::Unknown).unwrap();
+            Parsed::parse_ip_into(&e, &mut reused, NicChecksum::Unknown).unwrap();
             assert_eq!(reused, fresh, "frame {i}");
         }
     }

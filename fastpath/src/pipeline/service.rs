@@ -135,6 +135,9 @@ pub const ECHO_TTL: u8 = 64;
 /// incrementally (RFC 1624). Returns `false` (packet unchanged or not to be sent) if it is not
 /// a complete, unfragmented UDP datagram.
 pub fn echo_in_place<B: PacketBuf>(pkt: &mut B) -> bool {
+    // A NIC that verified the UDP checksum saves summing the whole datagram again; any other
+    // verdict (bad included: some NICs misjudge a few datagrams) is checked here.
+    let nic_good = pkt.l4_checksum() == crate::buf::NicChecksum::Good;
     let data = pkt.data_mut();
     let Ok(frame) = EthernetFrame::new_checked(&data[..]) else {
         return false;
@@ -156,7 +159,7 @@ pub fn echo_in_place<B: PacketBuf>(pkt: &mut B) -> bool {
             let Ok(udp) = UdpPacket::new_checked(&data[l4..]) else {
                 return false;
             };
-            if udp.checksum() != 0 && !udp.verify_checksum_v4(ip.src_addr(), ip.dst_addr()) {
+            if udp.checksum() != 0 && !nic_good && !udp.verify_checksum_v4(ip.src_addr(), ip.dst_addr()) {
                 return false;
             }
             l4
@@ -173,7 +176,7 @@ pub fn echo_in_place<B: PacketBuf>(pkt: &mut B) -> bool {
             let Ok(udp) = UdpPacket::new_checked(&data[l4..]) else {
                 return false;
             };
-            if udp.checksum() == 0 || !udp.verify_checksum_v6(&ip.src_addr(), &ip.dst_addr()) {
+            if udp.checksum() == 0 || (!nic_good && !udp.verify_checksum_v6(&ip.src_addr(), &ip.dst_addr())) {
                 return false;
             }
             l4
@@ -450,6 +453,41 @@ mod tests {
         assert!(!echo_in_place(&mut udp4(7, 0x2000)));
         assert!(!echo_in_place(&mut HeapBuf::new(&[1, 2, 3])));
     }
+
+    /// A NIC that verified the UDP checksum (RX offload) spares the worker the sum; any other
+    /// verdict is checked in software, and an IPv6 zero checksum is refused whatever the NIC says.
+    #[test]
+    fn echo_takes_the_nics_good_udp_checksum_and_rechecks_anything_else() {
+        use crate::buf::NicChecksum;
+        let mut v = v4_frame(THEM, ME, IpProtocol::UDP, &[], 0, &udp_bytes(40000, 7, b"hello"));
+        let l4 = v.len() - 8 - 5;
+        UdpPacket::new_checked(&mut v[l4..]).unwrap().fill_checksum_v4(THEM, ME);
+        let mut wrong = v.clone();
+        let n = wrong.len();
+        wrong[n - 1] ^= 0x55;
+        let with = |bytes: &[u8], c| {
+            let mut b = HeapBuf::new(bytes);
+            b.set_l4_checksum(c);
+            echo_in_place(&mut b)
+        };
+        // Trusted: a wrong sum the NIC called good is not summed again (so the verdict is used).
+        assert!(with(&wrong, NicChecksum::Good));
+        for c in [NicChecksum::Unknown, NicChecksum::Bad] {
+            assert!(!with(&wrong, c), "{c:?}: checked in software");
+            assert!(with(&v, c), "{c:?}: a right sum is echoed whatever the NIC said");
+        }
+        let (me6, them6): (Ipv6Addr, Ipv6Addr) = ("2001:db8::1".parse().unwrap(), "2001:db8::7".parse().unwrap());
+        let zero6 = v6_frame(them6, me6, IpProtocol::UDP, &[], 64, &udp_bytes(40000, 7, b"hi"));
+        assert!(!with(&zero6, NicChecksum::Good), "IPv6 UDP checksum 0 (RFC 8200 §8.1)");
+        let mut wrong6 = zero6.clone();
+        UdpPacket::new_checked(&mut wrong6[54..])
+            .unwrap()
+            .fill_checksum_v6(&them6, &me6);
+        let n = wrong6.len();
+        wrong6[n - 1] ^= 0x55;
+        assert!(with(&wrong6, NicChecksum::Good));
+        assert!(!with(&wrong6, NicChecksum::Bad));
+    }
 }
 
 #[cfg(test)]
@@ -536,9 +574,16 @@ mod tunnelled {
             );
             encapsulate(&mut b, &theirs, 0, None, 1).unwrap();
             b.set_rss_hash(Some(0x8000_0000)); // what a NIC would give every packet of the tunnel
+                                               // And its checksum verdicts, about the outer packet: the worker must not take them
+                                               // for the inner datagram's.
+            b.set_ip_checksum(crate::buf::NicChecksum::Good);
+            b.set_l4_checksum(crate::buf::NicChecksum::Good);
             let Verdict::Deliver(s) = p.process(0, &mut b, Instant(0)) else {
                 panic!("not delivered")
             };
+            assert_eq!(b.rss_hash(), None);
+            assert_eq!(b.l4_checksum(), crate::buf::NicChecksum::Unknown);
+            assert_eq!(b.ip_checksum(), crate::buf::NicChecksum::Unknown);
             let want = ((hasher.hash_v4(src, dst, Some((sport, 7))) as u64 * 2) >> 32) as u32;
             assert_eq!(s, want, "source port {sport}");
             per_socket[s as usize] += 1;

@@ -786,10 +786,10 @@ mod pipeline_tests {
 
     #[test]
     fn the_nics_ipv4_checksum_verdict_covers_the_outer_header_only() {
-        use crate::buf::IpChecksum;
+        use crate::buf::NicChecksum;
         let mut p = pipeline(false);
         let mut b = from_peer(1, 0);
-        b.set_ip_checksum(IpChecksum::Good);
+        b.set_ip_checksum(NicChecksum::Good);
         assert!(matches!(
             p.process(0, &mut b, Instant(0)),
             Verdict::TransmitOn {
@@ -799,11 +799,11 @@ mod pipeline_tests {
         ));
         // The NIC vouched for the outer header; the inner one is checked in software.
         let mut b = from_peer_with(1, 0, |ping| ping[14 + 10] ^= 0xff);
-        b.set_ip_checksum(IpChecksum::Good);
+        b.set_ip_checksum(NicChecksum::Good);
         assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::Malformed));
         // A NIC that found the outer checksum wrong: dropped before any GRE processing.
         let mut b = from_peer(1, 0);
-        b.set_ip_checksum(IpChecksum::Bad);
+        b.set_ip_checksum(NicChecksum::Bad);
         assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::Malformed));
         let c = &p.tables().tunnels[0].counters;
         assert_eq!(

@@ -33,6 +33,7 @@ pub use build::{build_in_place, IPV4_MAX_ERROR_LEN, IPV6_MAX_ERROR_LEN};
 pub use limit::{GlobalBucket, PeerTable};
 
 use super::{Instant, IpVersion, Parsed};
+use crate::buf::NicChecksum;
 use crate::wire::IpProtocol;
 use core::fmt;
 use core::str::FromStr;
@@ -534,13 +535,20 @@ pub fn eligible(kind: ErrorKind, p: &Parsed, frame: &[u8]) -> bool {
 /// The pipeline asks only once the limits allowed an error, so a flood the limiter holds back
 /// pays nothing for it (seed 000); the credit such a datagram took is not given back, so a
 /// sender of bad checksums can only use up what the limits would have let it have anyway.
-pub fn udp_checksum_ok(frame: &[u8], p: &Parsed) -> bool {
+///
+/// `nic` is what the NIC found checking it ([`crate::buf::PacketBuf::l4_checksum`]): `Good`
+/// spares summing the datagram (but an IPv6 zero checksum is refused whatever it says); any other
+/// verdict is checked here.
+pub fn udp_checksum_ok(frame: &[u8], p: &Parsed, nic: NicChecksum) -> bool {
     let Some(l4) = frame.get(p.l4_offset as usize..p.ip_end as usize) else {
         return false;
     };
     let Ok(u) = crate::wire::UdpPacket::new_checked(l4) else {
         return false;
     };
+    if nic == NicChecksum::Good {
+        return p.version == IpVersion::V4 || u.checksum() != 0;
+    }
     match (p.src, p.dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => u.verify_checksum_v4(s, d),
         (IpAddr::V6(s), IpAddr::V6(d)) => u.verify_checksum_v6(&s, &d),
@@ -551,8 +559,8 @@ pub fn udp_checksum_ok(frame: &[u8], p: &Parsed) -> bool {
 /// Whether an error of `kind` about `p` may be answered at all once the limits allow it: a UDP
 /// datagram's Port Unreachable needs a right checksum ([`udp_checksum_ok`]).
 #[inline]
-pub fn answerable(kind: ErrorKind, p: &Parsed, frame: &[u8]) -> bool {
-    kind != ErrorKind::PortUnreachable || p.protocol != IpProtocol::UDP || udp_checksum_ok(frame, p)
+pub fn answerable(kind: ErrorKind, p: &Parsed, frame: &[u8], nic: NicChecksum) -> bool {
+    kind != ErrorKind::PortUnreachable || p.protocol != IpProtocol::UDP || udp_checksum_ok(frame, p, nic)
 }
 
 /// One RX lcore's ICMP error limiter: its own per-destination table, a handle on the global
