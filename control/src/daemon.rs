@@ -162,6 +162,7 @@ fn start_and_serve(
 
     let mut opened = Vec::new();
     let mut port_names = Vec::new();
+    let mut port_info = Vec::new();
     for (p, port) in cfg.ports.iter().zip(&ports) {
         opened.push(OpenedPort {
             id: port.id(),
@@ -170,8 +171,14 @@ fn start_and_serve(
         let id = port.id() as usize;
         if port_names.len() <= id {
             port_names.resize(id + 1, String::new());
+            port_info.resize(id + 1, None);
         }
         port_names[id] = p.device.clone();
+        port_info[id] = Some(metrics::PortInfo {
+            driver: port.driver().to_string(),
+            rss: port.rss(),
+            rx_checksum_offload: port.rx_checksums().to_string(),
+        });
     }
     let mut builder = TableBuilder::new(opened, cfg.lcores.rx.len(), cfg.lcores.workers.len(), pool.clone());
     let first = builder
@@ -261,6 +268,7 @@ fn start_and_serve(
     let final_port_stats: Arc<std::sync::Mutex<Option<Vec<Option<dpdk::port::PortStats>>>>> = Default::default();
     let sources = Arc::new(Sources {
         port_names,
+        port_info,
         lcores: all_stats.clone(),
         dpdk_version: dpdk::version(),
         start_time,

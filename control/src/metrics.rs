@@ -16,6 +16,8 @@ use std::sync::Arc;
 pub struct Sources {
     /// Device name per DPDK port id (for the `port` label).
     pub port_names: Vec<String>,
+    /// What each port (by DPDK port id) was set up with, for `fastpath_port_info`.
+    pub port_info: Vec<Option<PortInfo>>,
     /// Every lcore's counters.
     pub lcores: Vec<Arc<LcoreStats>>,
     /// DPDK version string.
@@ -32,6 +34,17 @@ pub struct Sources {
     pub published: Arc<Published>,
     /// Reload outcomes.
     pub reload: Arc<ReloadStats>,
+}
+
+/// How a port was set up: its driver and the offloads it got (`fastpath_port_info`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortInfo {
+    /// The ethdev driver, e.g. `net_pcap`, `mlx5_pci`.
+    pub driver: String,
+    /// Whether RSS spreads flows over its RX queues.
+    pub rss: bool,
+    /// The RX checksum offloads turned on: `none`, `ipv4`, `udp` or `ipv4,udp`.
+    pub rx_checksum_offload: String,
 }
 
 impl Sources {
@@ -190,6 +203,11 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         "fastpath_port_rx_nombuf_total",
         "RX mbuf allocation failures: the pool ran dry (rte_eth_stats rx_nombuf).",
         MetricType::COUNTER,
+    ),
+    (
+        "fastpath_port_info",
+        "How each port was set up: driver, RSS, RX checksum offloads (ipv4, udp); the value is always 1.",
+        MetricType::GAUGE,
     ),
     (
         "fastpath_tsc_hz",
@@ -442,6 +460,25 @@ impl Collector for DataPlaneCollector {
             ("fastpath_port_rx_errors_total", port_counter(s, |p| p.ierrors)),
             ("fastpath_port_tx_errors_total", port_counter(s, |p| p.oerrors)),
             ("fastpath_port_rx_nombuf_total", port_counter(s, |p| p.rx_nombuf)),
+            (
+                "fastpath_port_info",
+                s.port_info
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(id, i)| {
+                        let i = i.as_ref()?;
+                        Some((
+                            vec![
+                                ("port", s.port(id as u16)),
+                                ("driver", i.driver.clone()),
+                                ("rss", if i.rss { "on" } else { "off" }.to_string()),
+                                ("rx_checksum_offload", i.rx_checksum_offload.clone()),
+                            ],
+                            1.0,
+                        ))
+                    })
+                    .collect(),
+            ),
             ("fastpath_tsc_hz", vec![(vec![], s.tsc_hz as f64)]),
             ("fastpath_mbufs_in_use", vec![(vec![], (s.mbufs_in_use)() as f64)]),
             (
@@ -828,6 +865,11 @@ mod tests {
         worker.idle_polls.add(10);
         let src = Arc::new(Sources {
             port_names: vec!["net_pcap0".into()],
+            port_info: vec![Some(PortInfo {
+                driver: "net_pcap".into(),
+                rss: false,
+                rx_checksum_offload: "none".into(),
+            })],
             lcores: vec![a, b, worker],
             dpdk_version: "DPDK 22.11.11".into(),
             start_time: 1.0,
@@ -870,6 +912,12 @@ mod tests {
         assert!(text.contains("fastpath_tsc_hz 2000000000"), "{text}");
         assert!(
             text.contains("fastpath_port_rx_packets_total{port=\"net_pcap0\"} 11"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "fastpath_port_info{port=\"net_pcap0\",driver=\"net_pcap\",rss=\"off\",rx_checksum_offload=\"none\"} 1"
+            ),
             "{text}"
         );
         assert!(

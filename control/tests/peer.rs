@@ -449,6 +449,14 @@ fn the_nics_udp_checksum_verdicts_reach_the_echo_service() {
     );
     let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
     assert_conservation(&m);
+    assert_eq!(
+        m.get("fastpath_port_info{port=\"net_tap0\",driver=\"net_tap\",rss=\"on\",rx_checksum_offload=\"ipv4,udp\"}"),
+        Some(&1.0),
+        "{:?}",
+        m.keys()
+            .filter(|k| k.starts_with("fastpath_port_info"))
+            .collect::<Vec<_>>()
+    );
     let processed = |result: &str| -> f64 {
         m.iter()
             .filter(|(k, _)| {
