@@ -375,18 +375,49 @@ impl Pipeline {
         let Some(local) = self.tables.ports.get(port as usize) else {
             return Step::Done(Verdict::Drop(Outcome::Unhandled));
         };
+        let mut parsed = Parsed::EMPTY;
+        // The common frame (untagged IPv4 UDP, no options, not a fragment) as received: read
+        // from fixed offsets; anything else goes through the general parser below.
+        if depth == 0 && Parsed::parse_v4_udp_into(pkt.data(), &mut parsed, pkt.ip_checksum()) {
+            let d = pkt.data();
+            let dst = EthernetAddress::from_bytes(&d[0..6]);
+            if !dst.is_multicast() && dst != local.mac {
+                return Step::Done(Verdict::Drop(Outcome::NotForUs));
+            }
+            if !EthernetAddress::from_bytes(&d[6..12]).is_unicast() {
+                return Step::Done(Verdict::Drop(Outcome::Malformed));
+            }
+        } else {
+            match Self::parse_general(local, pkt, &mut parsed, depth) {
+                Ok(()) => {}
+                Err(v) => return Step::Done(v),
+            }
+        }
+        self.after_parse(port, pkt, &parsed, now, depth)
+    }
+
+    /// The general parser's part of [`Pipeline::process_once`]: the frame's Ethernet checks,
+    /// ARP, then any IPv4 or IPv6 packet into `parsed`; `Err` is the verdict for a frame that
+    /// goes no further.
+    #[inline(always)]
+    fn parse_general<B: PacketBuf>(
+        local: &PortAddrs,
+        pkt: &mut B,
+        parsed: &mut Parsed,
+        depth: usize,
+    ) -> Result<(), Verdict> {
         let frame = match EthernetFrame::new_checked(pkt.data()) {
             Ok(f) => f,
-            Err(wire::Error::Unsupported) => return Step::Done(Verdict::Drop(Outcome::Unhandled)),
-            Err(_) => return Step::Done(Verdict::Drop(Outcome::Malformed)),
+            Err(wire::Error::Unsupported) => return Err(Verdict::Drop(Outcome::Unhandled)),
+            Err(_) => return Err(Verdict::Drop(Outcome::Malformed)),
         };
         let dst = frame.dst_addr();
         if !dst.is_multicast() && dst != local.mac {
-            return Step::Done(Verdict::Drop(Outcome::NotForUs));
+            return Err(Verdict::Drop(Outcome::NotForUs));
         }
         if !frame.src_addr().is_unicast() {
             // RFC 1122 §3.3.6 / IEEE 802: a group address is never a valid source.
-            return Step::Done(Verdict::Drop(Outcome::Malformed));
+            return Err(Verdict::Drop(Outcome::Malformed));
         }
         let l3 = frame.header_len();
         // The NIC checked the header it received, not one a decapsulation uncovered.
@@ -395,16 +426,31 @@ impl Pipeline {
         } else {
             NicChecksum::Unknown
         };
-        let mut parsed = Parsed::EMPTY;
         match frame.ethertype() {
-            EtherType::ARP if depth == 0 => return Step::Done(arp::answer(local, pkt.data_mut(), l3)),
-            EtherType::IPV4 | EtherType::IPV6 => match Parsed::parse_ip_into(&frame, &mut parsed, ip_checksum) {
-                Ok(()) => {}
-                Err(wire::Error::Unsupported) => return Step::Done(Verdict::Drop(Outcome::Unhandled)),
-                Err(_) => return Step::Done(Verdict::Drop(Outcome::Malformed)),
+            EtherType::ARP if depth == 0 => Err(arp::answer(local, pkt.data_mut(), l3)),
+            EtherType::IPV4 | EtherType::IPV6 => match Parsed::parse_ip_into(&frame, parsed, ip_checksum) {
+                Ok(()) => Ok(()),
+                Err(wire::Error::Unsupported) => Err(Verdict::Drop(Outcome::Unhandled)),
+                Err(_) => Err(Verdict::Drop(Outcome::Malformed)),
             },
-            _ => return Step::Done(Verdict::Drop(Outcome::Unhandled)),
+            _ => Err(Verdict::Drop(Outcome::Unhandled)),
         }
+    }
+
+    /// The rest of [`Pipeline::process_once`] once the packet is parsed: local delivery, the
+    /// services, the ICMP errors.
+    #[inline(always)]
+    fn after_parse<B: PacketBuf>(
+        &mut self,
+        port: u16,
+        pkt: &mut B,
+        parsed: &Parsed,
+        now: Instant,
+        depth: usize,
+    ) -> Step {
+        let Some(local) = self.tables.ports.get(port as usize) else {
+            return Step::Done(Verdict::Drop(Outcome::Unhandled));
+        };
         // Link-layer padding past the IP datagram is not part of it: drop it so every later
         // stage (and every answer built in place) sees the datagram only.
         let end = parsed.ip_end as usize;
@@ -417,9 +463,9 @@ impl Pipeline {
             return Step::Done(Verdict::Reassemble { l3: parsed.l3_offset });
         }
         if parsed.protocol == IpProtocol::GRE && parsed.fragment.is_none() && is_local(local, parsed.dst) {
-            return self.decapsulate(pkt, &parsed, depth);
+            return self.decapsulate(pkt, parsed, depth);
         }
-        let v = local_delivery(local, &parsed, pkt);
+        let v = local_delivery(local, parsed, pkt);
         if v == Verdict::Drop(Outcome::Unhandled)
             && parsed.version == IpVersion::V4
             && is_local(local, parsed.dst)
@@ -429,15 +475,15 @@ impl Pipeline {
             )
         {
             // RFC 1122 §3.2.2.1: a protocol the box does not deliver.
-            return Step::Done(self.icmp_error(pkt, &parsed, port, icmp_error::ErrorKind::ProtocolUnreachable, v, now));
+            return Step::Done(self.icmp_error(pkt, parsed, port, icmp_error::ErrorKind::ProtocolUnreachable, v, now));
         }
         if v != Verdict::Drop(Outcome::NoService) {
             return Step::Done(v);
         }
-        let v = self.service_socket(&parsed, || pkt.rss_hash());
+        let v = self.service_socket(parsed, || pkt.rss_hash());
         if v == Verdict::Drop(Outcome::NoService) && parsed.protocol == IpProtocol::UDP {
             // RFC 1122 §4.1.3.1: UDP to a port nobody listens on.
-            return Step::Done(self.icmp_error(pkt, &parsed, port, icmp_error::ErrorKind::PortUnreachable, v, now));
+            return Step::Done(self.icmp_error(pkt, parsed, port, icmp_error::ErrorKind::PortUnreachable, v, now));
         }
         Step::Done(v)
     }
