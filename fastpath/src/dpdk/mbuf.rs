@@ -102,6 +102,19 @@ impl Drop for Mbuf {
     }
 }
 
+impl Mbuf {
+    /// A checksum verdict from the RX flags: the two bits under `mask` say good, bad, or
+    /// neither (unknown, or "none": not checked against the field).
+    #[inline]
+    fn rx_verdict(&self, mask: u32, good: u32, bad: u32) -> NicChecksum {
+        match self.raw().ol_flags & mask as u64 {
+            f if f == good as u64 => NicChecksum::Good,
+            f if f == bad as u64 => NicChecksum::Bad,
+            _ => NicChecksum::Unknown,
+        }
+    }
+}
+
 impl PacketBuf for Mbuf {
     #[inline(always)]
     fn data(&self) -> &[u8] {
@@ -190,22 +203,22 @@ impl PacketBuf for Mbuf {
         // NONE ("not correct in the packet data, but the integrity of the IP header is
         // verified", rte_mbuf_core.h) stays Unknown: an answer built in place from such a
         // header would carry its wrong checksum, so the software check decides.
-        match self.raw().ol_flags & dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_MASK as u64 {
-            f if f == dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD as u64 => NicChecksum::Good,
-            f if f == dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_BAD as u64 => NicChecksum::Bad,
-            _ => NicChecksum::Unknown,
-        }
+        self.rx_verdict(
+            dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_MASK,
+            dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD,
+            dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_BAD,
+        )
     }
 
     #[inline]
     fn l4_checksum(&self) -> NicChecksum {
         // NONE (the data is intact but the checksum field is not filled in) stays Unknown, as
         // for the IP header: an echo built in place would carry that field.
-        match self.raw().ol_flags & dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK as u64 {
-            f if f == dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD as u64 => NicChecksum::Good,
-            f if f == dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_BAD as u64 => NicChecksum::Bad,
-            _ => NicChecksum::Unknown,
-        }
+        self.rx_verdict(
+            dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_MASK,
+            dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD,
+            dpdk_sys::RTE_MBUF_F_RX_L4_CKSUM_BAD,
+        )
     }
 
     #[inline]

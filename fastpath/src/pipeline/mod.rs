@@ -168,6 +168,20 @@ enum Step {
     Decapsulated(usize),
 }
 
+/// The verdict for a frame the port must not take by its Ethernet addresses: not to us (our
+/// MAC or a group address), or from a group address (RFC 1122 §3.3.6 / IEEE 802: never a valid
+/// source); `None` to go on.
+#[inline(always)]
+fn link_layer_refusal(local: &PortAddrs, dst: EthernetAddress, src: EthernetAddress) -> Option<Verdict> {
+    if !dst.is_multicast() && dst != local.mac {
+        return Some(Verdict::Drop(Outcome::NotForUs));
+    }
+    if !src.is_unicast() {
+        return Some(Verdict::Drop(Outcome::Malformed));
+    }
+    None
+}
+
 /// Whether `dst` is one of the port's own unicast addresses.
 #[inline]
 fn is_local(local: &PortAddrs, dst: IpAddr) -> bool {
@@ -380,12 +394,12 @@ impl Pipeline {
         // from fixed offsets; anything else goes through the general parser below.
         if depth == 0 && Parsed::parse_v4_udp_into(pkt.data(), &mut parsed, pkt.ip_checksum()) {
             let d = pkt.data();
-            let dst = EthernetAddress::from_bytes(&d[0..6]);
-            if !dst.is_multicast() && dst != local.mac {
-                return Step::Done(Verdict::Drop(Outcome::NotForUs));
-            }
-            if !EthernetAddress::from_bytes(&d[6..12]).is_unicast() {
-                return Step::Done(Verdict::Drop(Outcome::Malformed));
+            let (dst, src) = (
+                EthernetAddress::from_bytes(&d[0..6]),
+                EthernetAddress::from_bytes(&d[6..12]),
+            );
+            if let Some(v) = link_layer_refusal(local, dst, src) {
+                return Step::Done(v);
             }
         } else {
             match Self::parse_general(local, pkt, &mut parsed, depth) {
@@ -411,13 +425,8 @@ impl Pipeline {
             Err(wire::Error::Unsupported) => return Err(Verdict::Drop(Outcome::Unhandled)),
             Err(_) => return Err(Verdict::Drop(Outcome::Malformed)),
         };
-        let dst = frame.dst_addr();
-        if !dst.is_multicast() && dst != local.mac {
-            return Err(Verdict::Drop(Outcome::NotForUs));
-        }
-        if !frame.src_addr().is_unicast() {
-            // RFC 1122 §3.3.6 / IEEE 802: a group address is never a valid source.
-            return Err(Verdict::Drop(Outcome::Malformed));
+        if let Some(v) = link_layer_refusal(local, frame.dst_addr(), frame.src_addr()) {
+            return Err(v);
         }
         let l3 = frame.header_len();
         // The NIC checked the header it received, not one a decapsulation uncovered.
