@@ -1,7 +1,7 @@
 //! What the cargo-fuzz target (`fastpath/fuzz/`) runs, shared with the test that replays its
 //! corpus on stable and with the property tests. Not part of the data-plane API.
 
-use crate::buf::{HeapBuf, PacketBuf};
+use crate::buf::{HeapBuf, NicChecksum, PacketBuf};
 use crate::outcome::Outcome;
 use crate::pipeline::{Instant, Parsed, Pipeline, PortAddrs};
 use crate::wire::{
@@ -30,6 +30,7 @@ pub fn parse_one(data: &[u8]) -> Outcome {
         views(rest);
     }
     let _ = black_box(Parsed::parse(data, &Toeplitz::default(), None));
+    same_parse_both_ways(data);
     let mut p = Pipeline::for_ports(vec![port()]);
     let mut b = HeapBuf::new(data);
     b.set_rss_hash(Some(0x1234_5678));
@@ -37,6 +38,27 @@ pub fn parse_one(data: &[u8]) -> Outcome {
     // Whatever was built in place must still be a frame the views accept or reject cleanly.
     views(b.data());
     outcome
+}
+
+/// The pipeline reads the common frames from fixed offsets ([`Parsed::parse_common_into`]) and
+/// everything else with the general parser: wherever the first takes a frame, the second must
+/// take it too with exactly the same result (the differential oracle the fuzzer checks).
+fn same_parse_both_ways(data: &[u8]) {
+    for nic in [NicChecksum::Unknown, NicChecksum::Good] {
+        let mut fixed = Parsed::EMPTY;
+        if !Parsed::parse_common_into(data, &mut fixed, nic) {
+            continue;
+        }
+        let general = EthernetFrame::new_checked(data).ok().and_then(|f| {
+            let mut g = Parsed::EMPTY;
+            Parsed::parse_ip_into(&f, &mut g, nic).ok().map(|()| g)
+        });
+        assert_eq!(
+            Some(fixed),
+            general,
+            "the fixed-offset and the general parse disagree ({nic:?})"
+        );
+    }
 }
 
 fn views(data: &[u8]) {
