@@ -21,8 +21,9 @@ instructions over the difference in packets (its `stop` statistics) is its forwa
 count per packet. It has no split by object.
 
 Usage: benches/instructions.py [scenario ...]   (default: testpmd io, forward, plain drop,
-closed port, build first). Scenarios with a service are refused: under valgrind every thread
-shares one CPU, so the worker cannot keep up and the figures would describe full sockets.
+closed port, build first, closed port over IPv6, TCP to no service). Scenarios with a service are
+refused: under valgrind every thread shares one CPU, so the worker cannot keep up and the figures
+would describe full sockets.
 """
 import os
 import re
@@ -35,7 +36,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import macro_bench as mb  # noqa: E402
 
-DEFAULT = ["testpmd-io", "fastpathd-forward", "fastpathd-plain-drop", "fastpathd-closed-port", "fastpathd-build-first"]
+DEFAULT = ["testpmd-io", "fastpathd-forward", "fastpathd-plain-drop", "fastpathd-closed-port", "fastpathd-build-first",
+           "fastpathd-closed-port-v6", "fastpathd-tcp-no-service"]
 PACKETS = re.compile(r"stopped after [0-9.]+s: ([0-9]+) packets received")
 COLLECTED = re.compile(r"Collected : ([0-9]+)")
 # callgrind_annotate --inclusive=no: "<count> <file>:<function> [<object>]"

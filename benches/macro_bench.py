@@ -18,7 +18,8 @@ Throughput is what port 0 received per second in steady state (after a warm-up):
 
 Scenarios (SCENARIOS below): testpmd io and macswap; fastpathd forward mode; and the full pipeline
 on bench_udp to an open port (a `sink` service), to a closed port (ICMP limiter saturated), as a
-plain drop (not_local), and with `[icmp] build_first = true` (issue 6's cases a-d); the flow-limit
+plain drop (not_local), and with `[icmp] build_first = true` (issue 6's cases a-d); the closed
+port over IPv6 (bench_udp6) and a SYN flood to a port without a service (bench_tcp); the flow-limit
 storm on and off (issue 5: normal flows' answered fraction from packet and byte counters); the
 fragment mix with and without a table smaller than the flood (issue 7); GRE encapsulation through
 a tunnel service (issue 8); and open-sink with /metrics scraped every 10 ms (issue 9). fastpathd
@@ -51,6 +52,8 @@ CAPTURES = os.path.join(REPO, "configs", "captures")
 BENCH_UDP = os.path.join(CAPTURES, "bench_udp.pcap")
 BENCH_STORM = os.path.join(CAPTURES, "bench_storm.pcap")
 BENCH_FRAGS = os.path.join(CAPTURES, "bench_frags.pcap")
+BENCH_UDP6 = os.path.join(CAPTURES, "bench_udp6.pcap")
+BENCH_TCP = os.path.join(CAPTURES, "bench_tcp.pcap")
 DEMO = os.path.join(CAPTURES, "demo.pcap")
 
 MBUFS = 16383
@@ -138,6 +141,12 @@ SCENARIOS = [
          extra=ICMP_DEFAULTS + "build_first = true   # benchmark only\n",
          what="as closed-port with `[icmp] build_first = true`: every error built in place before the limiter "
               "is asked (the order seed 000 replaced): issue 6's case (d)"),
+    dict(name="fastpathd-closed-port-v6", kind="fastpathd:pipeline", capture=BENCH_UDP6, extra=ICMP_DEFAULTS,
+         what="closed-port over IPv6 (bench_udp6: the same flood to [2001:db8::1]:9, 66-byte frames): ICMPv6 "
+              "Destination Unreachable (port) until the limiter is saturated, then icmp_suppressed"),
+    dict(name="fastpathd-tcp-no-service", kind="fastpathd:pipeline", capture=BENCH_TCP,
+         what="full pipeline, a SYN flood (bench_tcp: 1024 flows) to 192.0.2.1:9 where no service listens: "
+              "parsed, looked up, dropped as no_service (no RST is sent)"),
     dict(name="fastpathd-storm-limit-on", kind="fastpathd:pipeline", capture=BENCH_STORM,
          extra=STORM_ECHO + "\n[flow_limit]\nenabled = true\n", figures="storm",
          what="seed 003's storm (bench_storm: one flow 20x the rate of 20 normal flows) to an `echo` service whose "
@@ -857,7 +866,9 @@ def main():
     rows, goals = report(results, scenarios)
     note = ("Captures (each from its generator `configs/captures/gen_<name>.py`): bench_udp.pcap (1024 UDP frames "
             "of 64 bytes from 1024 flows to 192.0.2.1:9), bench_storm.pcap (1600 storm + 80 normal frames to port 7), "
-            "bench_frags.pcap (1024 never-completing first fragments + 64 legitimate 3-fragment datagrams). fastpathd: "
+            "bench_frags.pcap (1024 never-completing first fragments + 64 legitimate 3-fragment datagrams), "
+            "bench_udp6.pcap (bench_udp's flows over IPv6 to [2001:db8::1]:9, 66-byte frames), bench_tcp.pcap "
+            "(1024 TCP SYNs of 60 bytes to 192.0.2.1:9). fastpathd: "
             "RX on lcore 1, the worker (services) on lcore 0, the EAL main lcore, with the control thread and "
             "this script. EAL: `-l 0,1 " + " ".join(eal_args("PREFIX", "CAPTURE")) + "`; burst 32, "
             f"{DESC} descriptors, {MBUFS} mbufs, cache {MBUF_CACHE}.")
