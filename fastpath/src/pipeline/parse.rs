@@ -219,8 +219,8 @@ impl Parsed {
         Ok(())
     }
 
-    /// The common frame parsed from fixed offsets: Ethernet without a VLAN tag; IPv4 without
-    /// options or IPv6 without extension headers; not a fragment; UDP or TCP. For such a frame
+    /// The common frame parsed from fixed offsets: Ethernet without a VLAN tag or with one 802.1Q
+    /// tag; IPv4 without options or IPv6 without extension headers; not a fragment; UDP or TCP. For such a frame
     /// `p` becomes exactly what [`Parsed::parse_ip_into`] would make of it and the result is
     /// `true`; for any other frame, or one that fails a check (lengths, the IPv4 header checksum,
     /// the UDP length, the TCP data offset), `false` and `p` must not be used: the general parser
@@ -239,18 +239,39 @@ impl Parsed {
             return false;
         };
         match wire::be16(h, 12) {
-            0x0800 => Self::common_v4_into(frame, p, ip_checksum),
-            0x86dd => Self::common_v6_into(frame, p),
+            0x0800 => Self::common_v4_into::<14>(frame, p, ip_checksum),
+            0x86dd => Self::common_v6_into::<14>(frame, p),
+            0x8100 => Self::common_tagged_into(frame, p, ip_checksum),
             _ => false,
         }
     }
 
-    /// [`Parsed::parse_common_into`] for an IPv4 frame (EtherType read, at least 42 bytes).
+    /// [`Parsed::parse_common_into`] behind one 802.1Q tag (ports do not ask the NIC to strip
+    /// tags: a trunk's frames arrive with theirs, and answers keep them). Out of line: the
+    /// untagged path does not carry it. A second tag (802.1ad) is the general parser's.
+    #[inline(never)]
+    fn common_tagged_into(frame: &[u8], p: &mut Parsed, ip_checksum: NicChecksum) -> bool {
+        let Some(h) = frame.get(..18) else {
+            return false;
+        };
+        let taken = match wire::be16(h, 16) {
+            0x0800 => Self::common_v4_into::<18>(frame, p, ip_checksum),
+            0x86dd => Self::common_v6_into::<18>(frame, p),
+            _ => false,
+        };
+        if taken {
+            p.vlan_id = Some(wire::be16(h, 14) & 0x0fff);
+            p.vlan_tags = 1;
+        }
+        taken
+    }
+
+    /// [`Parsed::parse_common_into`] for an IPv4 packet at `L3` (the EtherType read, at least 42
+    /// bytes in the frame), as if untagged: the caller sets the tag's fields.
     #[inline(always)]
-    fn common_v4_into(frame: &[u8], p: &mut Parsed, ip_checksum: NicChecksum) -> bool {
-        const L3: usize = 14;
-        const L4: usize = L3 + 20;
-        let Some(h) = frame.get(..L4 + 8) else {
+    fn common_v4_into<const L3: usize>(frame: &[u8], p: &mut Parsed, ip_checksum: NicChecksum) -> bool {
+        let l4 = L3 + 20;
+        let Some(h) = frame.get(..l4 + 8) else {
             return false;
         };
         // Version 4 with a 20-byte header; neither MF nor an offset (the reserved bit is not
@@ -268,26 +289,26 @@ impl Parsed {
         if protocol == IpProtocol::UDP.0 {
             // The floods' frame, with its UDP header already in `h`: RFC 768, 8 <= length <= what
             // the datagram holds.
-            let udp_len = wire::be16(h, L4 + 4) as usize;
+            let udp_len = wire::be16(h, l4 + 4) as usize;
             if udp_len < 8 || udp_len + 20 > total {
                 return false;
             }
             p.protocol = IpProtocol::UDP;
-            p.ports = Some((wire::be16(h, L4), wire::be16(h, L4 + 2)));
+            p.ports = Some((wire::be16(h, l4), wire::be16(h, l4 + 2)));
             p.tcp_flags = None;
-        } else if total < 20 || !Self::common_l4_into(frame, L4, total - 20, protocol, p) {
+        } else if total < 20 || !Self::common_l4_into(frame, l4, total - 20, protocol, p) {
             return false;
         }
         let checksum_ok = match ip_checksum {
             NicChecksum::Good => true,
             NicChecksum::Bad => false,
-            NicChecksum::Unknown => wire::checksum::verify(&h[L3..L4]),
+            NicChecksum::Unknown => wire::checksum::verify(&h[L3..l4]),
         };
         if !checksum_ok {
             return false;
         }
         p.l3_offset = L3 as u16;
-        p.l4_offset = L4 as u16;
+        p.l4_offset = l4 as u16;
         p.ip_end = (L3 + total) as u16;
         p.vlan_id = None;
         p.vlan_tags = 0;
@@ -302,28 +323,27 @@ impl Parsed {
         true
     }
 
-    /// [`Parsed::parse_common_into`] for an IPv6 frame (EtherType already read): no extension
-    /// header, so no fragment either.
+    /// [`Parsed::parse_common_into`] for an IPv6 packet at `L3` (the EtherType read), as if
+    /// untagged: no extension header, so no fragment either.
     #[inline(never)]
-    fn common_v6_into(frame: &[u8], p: &mut Parsed) -> bool {
-        const L3: usize = 14;
-        const L4: usize = L3 + 40;
-        let Some(h) = frame.get(..L4) else {
+    fn common_v6_into<const L3: usize>(frame: &[u8], p: &mut Parsed) -> bool {
+        let l4 = L3 + 40;
+        let Some(h) = frame.get(..l4) else {
             return false;
         };
         if h[L3] >> 4 != 6 {
             return false;
         }
         let payload = wire::be16(h, L3 + 4) as usize;
-        if frame.len() < L4 + payload || L4 + payload > u16::MAX as usize {
+        if frame.len() < l4 + payload || l4 + payload > u16::MAX as usize {
             return false;
         }
-        if !Self::common_l4_into(frame, L4, payload, h[L3 + 6], p) {
+        if !Self::common_l4_into(frame, l4, payload, h[L3 + 6], p) {
             return false;
         }
         p.l3_offset = L3 as u16;
-        p.l4_offset = L4 as u16;
-        p.ip_end = (L4 + payload) as u16;
+        p.l4_offset = l4 as u16;
+        p.ip_end = (l4 + payload) as u16;
         p.vlan_id = None;
         p.vlan_tags = 0;
         p.ethertype = EtherType::IPV6;
@@ -800,8 +820,9 @@ mod fixed_offsets {
         [NicChecksum::Unknown, NicChecksum::Good, NicChecksum::Bad][i as usize % 3]
     }
 
-    /// The four common frames: 0 IPv4 UDP, 1 IPv4 TCP, 2 IPv6 UDP, 3 IPv6 TCP (`payload`
-    /// bytes after the UDP or TCP header).
+    /// The eight common frames: 0 IPv4 UDP, 1 IPv4 TCP, 2 IPv6 UDP, 3 IPv6 TCP, and 4 to 7 the
+    /// same behind an 802.1Q tag (VLAN 100, priority 5) (`payload` bytes after the UDP or TCP
+    /// header).
     fn common(kind: u8, payload: usize) -> Vec<u8> {
         let data = vec![0xab; payload];
         let udp = kind & 1 == 0;
@@ -813,7 +834,7 @@ mod fixed_offsets {
             t
         };
         let proto = if udp { IpProtocol::UDP } else { IpProtocol::TCP };
-        if kind < 2 {
+        let mut f = if kind & 2 == 0 {
             v4_frame(
                 Ipv4Addr::new(198, 51, 100, 7),
                 Ipv4Addr::new(192, 0, 2, 1),
@@ -826,12 +847,16 @@ mod fixed_offsets {
             let src: Ipv6Addr = "2001:db8::7".parse().unwrap();
             let dst: Ipv6Addr = "2001:db8::1".parse().unwrap();
             v6_frame(src, dst, proto, &[], 64, &l4)
+        };
+        if kind & 4 != 0 {
+            f.splice(12..12, [0x81, 0x00, 0xa0, 100]);
         }
+        f
     }
 
     #[test]
     fn takes_the_common_frames_and_agrees_on_them() {
-        for kind in 0..4 {
+        for kind in 0..8 {
             for payload in [0, 1, 18, 1400] {
                 let mut f = common(kind, payload);
                 for c in [NicChecksum::Unknown, NicChecksum::Good] {
@@ -839,7 +864,8 @@ mod fixed_offsets {
                     assert_eq!(Some(p), general(&f, c));
                     assert_eq!(p.ports, Some((40000, 9)));
                     assert_eq!(p.tcp_flags, (kind & 1 == 1).then_some(TcpFlags::SYN));
-                    assert_eq!(p.version, if kind < 2 { IpVersion::V4 } else { IpVersion::V6 });
+                    assert_eq!(p.version, if kind & 2 == 0 { IpVersion::V4 } else { IpVersion::V6 });
+                    assert_eq!(p.vlan_id, (kind & 4 != 0).then_some(100));
                     assert_eq!(p.ip_end as usize, f.len());
                 }
                 // Link-layer padding after the datagram: not part of it, for both.
@@ -886,11 +912,15 @@ mod fixed_offsets {
         assert!(general(&f, NicChecksum::Unknown).is_some());
         let f = common(2, 4);
         assert!(fixed(&f[..f.len() - 1], NicChecksum::Unknown).is_none());
-        // A VLAN tag.
-        let mut tagged = common(0, 4);
-        tagged.splice(12..12, [0x81, 0x00, 0x00, 0x64]);
-        assert!(fixed(&tagged, NicChecksum::Unknown).is_none());
-        assert!(general(&tagged, NicChecksum::Unknown).is_some());
+        // Two tags (802.1ad outside 802.1Q), or an 802.1ad tag alone.
+        let mut qinq = common(4, 4);
+        qinq.splice(12..12, [0x88, 0xa8, 0x00, 0x07]);
+        assert!(fixed(&qinq, NicChecksum::Unknown).is_none());
+        assert_eq!(general(&qinq, NicChecksum::Unknown).map(|p| p.vlan_tags), Some(2));
+        let mut stag = common(0, 4);
+        stag.splice(12..12, [0x88, 0xa8, 0x00, 0x07]);
+        assert!(fixed(&stag, NicChecksum::Unknown).is_none());
+        assert!(general(&stag, NicChecksum::Unknown).is_some());
     }
 
     /// A datagram whose end is past what a frame offset (u16) holds: the general parser refuses
@@ -928,9 +958,9 @@ mod fixed_offsets {
         /// takes, the general parser takes the same way.
         #[test]
         fn never_takes_what_the_general_parser_reads_otherwise(
-            kind in 0u8..4,
+            kind in 0u8..8,
             payload in 0usize..40,
-            edits in proptest::collection::vec((0usize..74, any::<u8>()), 0..4),
+            edits in proptest::collection::vec((0usize..78, any::<u8>()), 0..4),
             cut in 0usize..8,
             extra in 0usize..8,
             verdict in 0u8..3,
