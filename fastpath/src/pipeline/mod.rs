@@ -390,9 +390,9 @@ impl Pipeline {
             return Step::Done(Verdict::Drop(Outcome::Unhandled));
         };
         let mut parsed = Parsed::EMPTY;
-        // The common frame (untagged IPv4 without options or IPv6 without extension headers,
-        // not a fragment, UDP or TCP) as received: read from fixed offsets; anything else goes
-        // through the general parser below.
+        // The common frame (untagged or one 802.1Q tag, IPv4 without options or IPv6 without
+        // extension headers, not a fragment, UDP or TCP) as received: read from fixed offsets;
+        // anything else goes through the general parser below.
         if depth == 0 && Parsed::parse_common_into(pkt.data(), &mut parsed, pkt.ip_checksum()) {
             let d = pkt.data();
             let (dst, src) = (
