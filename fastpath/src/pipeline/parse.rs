@@ -220,12 +220,14 @@ impl Parsed {
     }
 
     /// The common frame parsed from fixed offsets: Ethernet without a VLAN tag or with one 802.1Q
-    /// tag; IPv4 without options or IPv6 without extension headers; not a fragment; UDP or TCP. For such a frame
-    /// `p` becomes exactly what [`Parsed::parse_ip_into`] would make of it and the result is
-    /// `true`; for any other frame, or one that fails a check (lengths, the IPv4 header checksum,
-    /// the UDP length, the TCP data offset), `false` and `p` must not be used: the general parser
-    /// then decides (including what is wrong with it). The Ethernet addresses are not looked at
-    /// here (the pipeline checks them as for any frame).
+    /// tag; IPv4 without options or IPv6 without extension headers; not a fragment; UDP, TCP or any
+    /// other upper layer (ICMP, ICMPv6, GRE: its header is read by the stage that needs it). For
+    /// such a frame `p` becomes exactly what [`Parsed::parse_ip_into`] would make of it and the
+    /// result is `true`; for any other frame, or one that fails a check (lengths, the IPv4 header
+    /// checksum, the UDP length, the TCP data offset), `false` and `p` must not be used: the
+    /// general parser then decides (including what is wrong with it). The Ethernet addresses are
+    /// not looked at here (the pipeline checks them as for any frame). ARP and every other
+    /// EtherType are the general parser's.
     ///
     /// Why it exists: the general parser (VLAN tags, options, IPv6 extension headers, fragments,
     /// every error its own verdict) costs ~100-150 instructions per packet that these frames do
@@ -338,7 +340,14 @@ impl Parsed {
         if frame.len() < l4 + payload || l4 + payload > u16::MAX as usize {
             return false;
         }
-        if !Self::common_l4_into(frame, l4, payload, h[L3 + 6], p) {
+        // An extension header (RFC 8200 §4: Hop-by-Hop, Routing, Fragment, Destination
+        // Options) is the general parser's to walk.
+        let next = h[L3 + 6];
+        if matches!(
+            IpProtocol(next),
+            IpProtocol::HOP_BY_HOP | IpProtocol::IPV6_ROUTE | IpProtocol::IPV6_FRAG | IpProtocol::IPV6_OPTS
+        ) || !Self::common_l4_into(frame, l4, payload, next, p)
+        {
             return false;
         }
         p.l3_offset = L3 as u16;
@@ -357,10 +366,11 @@ impl Parsed {
         true
     }
 
-    /// The UDP or TCP header at `l4` of a whole datagram whose upper-layer part is `len` bytes:
-    /// the general parser's checks (RFC 768: 8 <= UDP length <= what the datagram holds; RFC
-    /// 9293: 5 <= data offset, the header within the segment) and its fields. Any other
-    /// protocol is left to the general parser.
+    /// The upper-layer header at `l4` of a whole datagram whose upper-layer part is `len` bytes:
+    /// for UDP and TCP the general parser's checks (RFC 768: 8 <= UDP length <= what the
+    /// datagram holds; RFC 9293: 5 <= data offset, the header within the segment) and their
+    /// ports; any other protocol (never an IPv6 extension header: the caller's check) as the
+    /// general parser takes it, unread.
     #[inline(always)]
     fn common_l4_into(frame: &[u8], l4: usize, len: usize, protocol: u8, p: &mut Parsed) -> bool {
         match IpProtocol(protocol) {
@@ -386,7 +396,11 @@ impl Parsed {
                 p.ports = Some((wire::be16(t, 0), wire::be16(t, 2)));
                 p.tcp_flags = Some(TcpFlags(t[13]));
             }
-            _ => return false,
+            // ICMP, ICMPv6, GRE, ...: the upper-layer header is the later stages' to read.
+            _ => {
+                p.ports = None;
+                p.tcp_flags = None;
+            }
         }
         p.protocol = IpProtocol(protocol);
         true
@@ -820,21 +834,25 @@ mod fixed_offsets {
         [NicChecksum::Unknown, NicChecksum::Good, NicChecksum::Bad][i as usize % 3]
     }
 
-    /// The eight common frames: 0 IPv4 UDP, 1 IPv4 TCP, 2 IPv6 UDP, 3 IPv6 TCP, and 4 to 7 the
-    /// same behind an 802.1Q tag (VLAN 100, priority 5) (`payload` bytes after the UDP or TCP
-    /// header).
+    /// The twelve common frames: 0 IPv4 UDP, 1 IPv4 TCP, 2 IPv6 UDP, 3 IPv6 TCP, 8 an ICMP
+    /// and 10 an ICMPv6 Echo Request, and each of them behind an 802.1Q tag (VLAN 100, priority
+    /// 5) with 4 added (`payload` bytes after the UDP, TCP or ICMP header). Bit 0 picks TCP,
+    /// bit 1 IPv6, bit 2 the tag, bit 3 ICMP (over bit 0).
     fn common(kind: u8, payload: usize) -> Vec<u8> {
         let data = vec![0xab; payload];
-        let udp = kind & 1 == 0;
-        let l4 = if udp {
-            udp_bytes(40000, 9, &data)
+        let (icmp, v6) = (kind & 8 != 0, kind & 2 != 0);
+        let (proto, l4) = if icmp {
+            let mut m = vec![if v6 { 128 } else { 8 }, 0, 0, 0, 0, 1, 0, 1];
+            m.extend_from_slice(&data);
+            (if v6 { IpProtocol::ICMPV6 } else { IpProtocol::ICMP }, m)
+        } else if kind & 1 == 0 {
+            (IpProtocol::UDP, udp_bytes(40000, 9, &data))
         } else {
             let mut t = tcp_bytes(40000, 9, TcpFlags::SYN);
             t.extend_from_slice(&data);
-            t
+            (IpProtocol::TCP, t)
         };
-        let proto = if udp { IpProtocol::UDP } else { IpProtocol::TCP };
-        let mut f = if kind & 2 == 0 {
+        let mut f = if !v6 {
             v4_frame(
                 Ipv4Addr::new(198, 51, 100, 7),
                 Ipv4Addr::new(192, 0, 2, 1),
@@ -856,14 +874,15 @@ mod fixed_offsets {
 
     #[test]
     fn takes_the_common_frames_and_agrees_on_them() {
-        for kind in 0..8 {
+        for kind in (0..16).filter(|k| k & 8 == 0 || k & 1 == 0) {
             for payload in [0, 1, 18, 1400] {
                 let mut f = common(kind, payload);
                 for c in [NicChecksum::Unknown, NicChecksum::Good] {
                     let p = fixed(&f, c).unwrap_or_else(|| panic!("common frame {kind}, {payload} bytes"));
                     assert_eq!(Some(p), general(&f, c));
-                    assert_eq!(p.ports, Some((40000, 9)));
-                    assert_eq!(p.tcp_flags, (kind & 1 == 1).then_some(TcpFlags::SYN));
+                    let icmp = kind & 8 != 0;
+                    assert_eq!(p.ports, (!icmp).then_some((40000, 9)));
+                    assert_eq!(p.tcp_flags, (!icmp && kind & 1 == 1).then_some(TcpFlags::SYN));
                     assert_eq!(p.version, if kind & 2 == 0 { IpVersion::V4 } else { IpVersion::V6 });
                     assert_eq!(p.vlan_id, (kind & 4 != 0).then_some(100));
                     assert_eq!(p.ip_end as usize, f.len());
@@ -887,14 +906,16 @@ mod fixed_offsets {
         wrong[24] ^= 1;
         assert!(fixed(&wrong, NicChecksum::Unknown).is_none());
         assert!(fixed(&f[..f.len() - 1], NicChecksum::Unknown).is_none());
-        // Fragments, options, other protocols.
+        // Fragments, options.
         let frag = v4_frame(a, b, IpProtocol::UDP, &[], 0x2000, &udp_bytes(40000, 9, b"x"));
         assert!(fixed(&frag, NicChecksum::Unknown).is_none());
         let opts = v4_frame(a, b, IpProtocol::UDP, &[1, 1, 1, 0], 0, &udp_bytes(40000, 9, b"x"));
         assert!(fixed(&opts, NicChecksum::Unknown).is_none());
         assert!(general(&opts, NicChecksum::Unknown).is_some());
+        // (Other upper layers are taken, unread: GRE's header is the decapsulation's to check.)
         let gre = v4_frame(a, b, IpProtocol::GRE, &[], 0, &[0; 8]);
-        assert!(fixed(&gre, NicChecksum::Unknown).is_none());
+        assert_eq!(fixed(&gre, NicChecksum::Unknown), general(&gre, NicChecksum::Unknown));
+        assert!(fixed(&gre, NicChecksum::Unknown).is_some());
         // TCP with a data offset below 5 or past the segment.
         for off in [0x40, 0x60] {
             let mut t = tcp_bytes(1, 2, TcpFlags::ACK);
@@ -910,6 +931,17 @@ mod fixed_offsets {
         let f = v6_frame(s6, d6, IpProtocol::IPV6_FRAG, &ext, 64, &udp_bytes(1, 2, b"x"));
         assert!(fixed(&f, NicChecksum::Unknown).is_none());
         assert!(general(&f, NicChecksum::Unknown).is_some());
+        for first in [IpProtocol::HOP_BY_HOP, IpProtocol::IPV6_ROUTE, IpProtocol::IPV6_OPTS] {
+            // Next header UDP, 8 bytes long, PadN over the rest (a Routing header's type 0 with
+            // no segments left is ignored the same way).
+            let ext = [IpProtocol::UDP.0, 0, 1, 4, 0, 0, 0, 0];
+            let f = v6_frame(s6, d6, first, &ext, 64, &udp_bytes(1, 2, b"x"));
+            assert!(fixed(&f, NicChecksum::Unknown).is_none(), "{first:?}");
+            assert_eq!(
+                general(&f, NicChecksum::Unknown).map(|p| p.protocol),
+                Some(IpProtocol::UDP)
+            );
+        }
         let f = common(2, 4);
         assert!(fixed(&f[..f.len() - 1], NicChecksum::Unknown).is_none());
         // Two tags (802.1ad outside 802.1Q), or an 802.1ad tag alone.
@@ -958,7 +990,7 @@ mod fixed_offsets {
         /// takes, the general parser takes the same way.
         #[test]
         fn never_takes_what_the_general_parser_reads_otherwise(
-            kind in 0u8..8,
+            kind in 0u8..16,
             payload in 0usize..40,
             edits in proptest::collection::vec((0usize..78, any::<u8>()), 0..4),
             cut in 0usize..8,
