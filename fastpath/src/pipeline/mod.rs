@@ -391,8 +391,8 @@ impl Pipeline {
         };
         let mut parsed = Parsed::EMPTY;
         // The common frame (untagged or one 802.1Q tag, IPv4 without options or IPv6 without
-        // extension headers, not a fragment, UDP or TCP) as received: read from fixed offsets;
-        // anything else goes through the general parser below.
+        // extension headers, not a fragment) as received: read from fixed offsets; anything
+        // else goes through the general parser below.
         if depth == 0 && Parsed::parse_common_into(pkt.data(), &mut parsed, pkt.ip_checksum()) {
             let d = pkt.data();
             let (dst, src) = (
