@@ -24,27 +24,35 @@ FRAMES = 1024
 PAYLOAD = 18  # 14 Ethernet + 20 IPv4 + 8 UDP + 18 = 60 bytes, 64 with the FCS
 
 
-def packets():
-    out = []
+def flows():
+    """(frame index, source MAC, source host octet, source port) of the FRAMES frames: 256 hosts
+    times 4 source ports, interleaved. Shared by the other bench_* captures of the same flows."""
     for i in range(FRAMES):
         host = i % 256
-        sport = 40000 + (i // 256) * 1031
-        mac = f"02:00:00:00:02:{host:02x}"
-        p = (
-            Ether(dst=ME_MAC, src=mac)
-            / IP(src=f"198.51.100.{host}", dst=ME_IP, id=i, ttl=64)
-            / UDP(sport=sport, dport=DPORT)
-            / Raw(bytes([i & 0xFF]) * PAYLOAD)
-        )
+        yield i, f"02:00:00:00:02:{host:02x}", host, 40000 + (i // 256) * 1031
+
+
+def write(name, pkts, size):
+    """Writes `pkts` (every one `size` bytes) with fixed timestamps to argv[1] or to `name` next
+    to this script."""
+    assert all(len(p) == size for p in pkts), f"every frame is {size} bytes"
+    for i, p in enumerate(pkts):
         p.time = 1_700_000_000 + i / 1_000_000
-        out.append(p)
-    return out
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, name)
+    wrpcap(path, pkts, linktype=1)
+    print(f"wrote {path}")
+
+
+def packets():
+    return [
+        Ether(dst=ME_MAC, src=mac)
+        / IP(src=f"198.51.100.{host}", dst=ME_IP, id=i, ttl=64)
+        / UDP(sport=sport, dport=DPORT)
+        / Raw(bytes([i & 0xFF]) * PAYLOAD)
+        for i, mac, host, sport in flows()
+    ]
 
 
 if __name__ == "__main__":
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "bench_udp.pcap")
-    pkts = packets()
-    assert all(len(p) == 60 for p in pkts), "every frame is 60 bytes (64 with FCS)"
-    wrpcap(path, pkts, linktype=1)
-    print(f"wrote {path}")
+    write("bench_udp.pcap", packets(), 60)  # 64 on the wire with the FCS

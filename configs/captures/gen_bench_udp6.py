@@ -8,42 +8,26 @@ Deterministic (fixed timestamps, fixed flow list), so regenerating it changes no
 FCS, to 02:00:00:00:00:01 / 2001:db8::1 port 9, from 1024 flows: 256 source hosts in
 2001:db8:1::/64 (documentation prefix) times 4 source ports, interleaved as in bench_udp.
 """
-import os
-import sys
-
 import logging
 
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-from scapy.all import UDP, Ether, IPv6, Raw, wrpcap  # noqa: E402
+from scapy.all import UDP, Ether, IPv6, Raw  # noqa: E402
 
-ME_MAC = "02:00:00:00:00:01"
+from gen_bench_udp import DPORT, ME_MAC, flows, write  # noqa: E402  (this script's directory)
+
 ME_IP = "2001:db8::1"
-DPORT = 9  # discard
-FRAMES = 1024
 PAYLOAD = 4
 
 
 def packets():
-    out = []
-    for i in range(FRAMES):
-        host = i % 256
-        sport = 40000 + (i // 256) * 1031
-        mac = f"02:00:00:00:02:{host:02x}"
-        p = (
-            Ether(dst=ME_MAC, src=mac)
-            / IPv6(src=f"2001:db8:1::{host + 1:x}", dst=ME_IP, hlim=64)
-            / UDP(sport=sport, dport=DPORT)
-            / Raw(bytes([i & 0xFF]) * PAYLOAD)
-        )
-        p.time = 1_700_000_000 + i / 1_000_000
-        out.append(p)
-    return out
+    return [
+        Ether(dst=ME_MAC, src=mac)
+        / IPv6(src=f"2001:db8:1::{host + 1:x}", dst=ME_IP, hlim=64)
+        / UDP(sport=sport, dport=DPORT)
+        / Raw(bytes([i & 0xFF]) * PAYLOAD)
+        for i, mac, host, sport in flows()
+    ]
 
 
 if __name__ == "__main__":
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "bench_udp6.pcap")
-    pkts = packets()
-    assert all(len(p) == 66 for p in pkts), "every frame is 66 bytes (70 with FCS)"
-    wrpcap(path, pkts, linktype=1)
-    print(f"wrote {path}")
+    write("bench_udp6.pcap", packets(), 66)  # 70 on the wire with the FCS
