@@ -309,19 +309,8 @@ impl Parsed {
         if !checksum_ok {
             return false;
         }
-        p.l3_offset = L3 as u16;
-        p.l4_offset = l4 as u16;
-        p.ip_end = (L3 + total) as u16;
-        p.vlan_id = None;
-        p.vlan_tags = 0;
-        p.ethertype = EtherType::IPV4;
-        p.version = IpVersion::V4;
-        p.src = IpAddr::V4(wire::ipv4_at(h, L3 + 12));
-        p.dst = IpAddr::V4(wire::ipv4_at(h, L3 + 16));
-        p.hop_limit = h[L3 + 8];
-        p.fragment = None;
-        p.hash = 0;
-        p.nic_hash_ok = true;
+        let (src, dst) = (wire::ipv4_at(h, L3 + 12), wire::ipv4_at(h, L3 + 16));
+        Self::set_common_ip(p, [L3, l4, L3 + total], IpAddr::V4(src), IpAddr::V4(dst), h[L3 + 8]);
         true
     }
 
@@ -350,20 +339,32 @@ impl Parsed {
         {
             return false;
         }
-        p.l3_offset = L3 as u16;
+        let (src, dst) = (wire::ipv6_at(h, L3 + 8), wire::ipv6_at(h, L3 + 24));
+        Self::set_common_ip(p, [L3, l4, l4 + payload], IpAddr::V6(src), IpAddr::V6(dst), h[L3 + 7]);
+        true
+    }
+
+    /// The fields of a common frame's IP header, as if untagged and not a fragment (the
+    /// upper layer's are set by [`Parsed::common_l4_into`], a tag's by the caller): `at` is the
+    /// IP header's offset, the upper layer's and the datagram's end, all below 65536.
+    #[inline(always)]
+    fn set_common_ip(p: &mut Parsed, at: [usize; 3], src: IpAddr, dst: IpAddr, hop_limit: u8) {
+        let [l3, l4, end] = at;
+        p.l3_offset = l3 as u16;
         p.l4_offset = l4 as u16;
-        p.ip_end = (l4 + payload) as u16;
+        p.ip_end = end as u16;
         p.vlan_id = None;
         p.vlan_tags = 0;
-        p.ethertype = EtherType::IPV6;
-        p.version = IpVersion::V6;
-        p.src = IpAddr::V6(wire::ipv6_at(h, L3 + 8));
-        p.dst = IpAddr::V6(wire::ipv6_at(h, L3 + 24));
-        p.hop_limit = h[L3 + 7];
+        (p.ethertype, p.version) = match src {
+            IpAddr::V4(_) => (EtherType::IPV4, IpVersion::V4),
+            IpAddr::V6(_) => (EtherType::IPV6, IpVersion::V6),
+        };
+        p.src = src;
+        p.dst = dst;
+        p.hop_limit = hop_limit;
         p.fragment = None;
         p.hash = 0;
         p.nic_hash_ok = true;
-        true
     }
 
     /// The upper-layer header at `l4` of a whole datagram whose upper-layer part is `len` bytes:
