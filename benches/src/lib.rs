@@ -287,6 +287,17 @@ mod tests {
         hashes.sort_unstable();
         hashes.dedup();
         assert_eq!(hashes.len(), 64, "64 flows");
+        // Every frame is a common one: `parse/fixed_offset_parse_mix` times the fixed-offset
+        // parse alone, and it agrees with the general one.
+        for (f, general) in mix.iter().zip(&parsed) {
+            let mut p = Parsed::EMPTY;
+            assert!(Parsed::parse_common_into(
+                f,
+                &mut p,
+                fastpath::buf::NicChecksum::Unknown
+            ));
+            assert_eq!(p, Parsed { hash: 0, ..*general });
+        }
         // Every frame of the mix reaches a local service lookup: closed ports here.
         let mut p = pipeline();
         for f in &mix {
