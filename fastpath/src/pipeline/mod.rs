@@ -199,6 +199,9 @@ pub struct Pipeline {
     fanout: FanoutState,
     /// Rate limits for the ICMP errors this lcore sends.
     icmp: icmp_error::IcmpLimiter,
+    /// This lcore's slot of the tables' ICMP counters (a detached set, counted by nobody, if
+    /// the tables have no slot for it).
+    icmp_counters: Arc<icmp_error::IcmpLcoreCounters>,
     /// This lcore's random numbers (ICMP credit draws).
     rng: u64,
     /// Keys the per-destination ICMP table (unpredictable, per lcore).
@@ -227,10 +230,12 @@ impl Pipeline {
             .clone()
             .unwrap_or_else(|| tables.icmp.global_bucket(Instant(0)));
         let icmp = icmp_error::IcmpLimiter::new(&tables.icmp, global, icmp_seed);
+        let icmp_counters = tables.icmp_counters.rx.get(slot).cloned().unwrap_or_default();
         Pipeline {
             tables,
             fanout,
             icmp,
+            icmp_counters,
             rng: icmp_seed | 1,
             icmp_seed,
             gre_seq,
@@ -571,16 +576,12 @@ impl Pipeline {
 
     #[inline]
     fn count_sent(&self, p: &Parsed, kind: icmp_error::ErrorKind) {
-        if let Some(c) = self.tables.icmp_counters.rx.get(self.fanout.slot) {
-            c.sent[icmp_error::family_index(p.version)][kind.type_index()].inc();
-        }
+        self.icmp_counters.sent[icmp_error::family_index(p.version)][kind.type_index()].inc();
     }
 
     #[inline]
     fn count_suppressed(&self, p: &Parsed, l: icmp_error::Limit) {
-        if let Some(c) = self.tables.icmp_counters.rx.get(self.fanout.slot) {
-            c.limited[icmp_error::family_index(p.version)][l.index()].inc();
-        }
+        self.icmp_counters.limited[icmp_error::family_index(p.version)][l.index()].inc();
     }
 
     /// `[icmp] build_first` (benchmark only): the order seed 000 fixed, the error built before the
@@ -676,7 +677,7 @@ impl Pipeline {
         let Some((_, dport)) = p.ports else {
             return Verdict::Drop(Outcome::NoService);
         };
-        let Some(svc) = self.tables.services.lookup(p.protocol, dport, p.dst) else {
+        let Some(svc) = self.tables.services.lookup(p.protocol, dport, &p.dst) else {
             return Verdict::Drop(Outcome::NoService);
         };
         // The NIC's hash (a read of the mbuf's flags) only for a packet that has a service.

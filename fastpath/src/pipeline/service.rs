@@ -110,7 +110,7 @@ impl ServiceTable {
     /// The service for a packet of `protocol` to `dst`:`port`, if any. Inline: for a closed
     /// port this is the whole service step.
     #[inline(always)]
-    pub fn lookup(&self, protocol: IpProtocol, port: u16, dst: IpAddr) -> Option<usize> {
+    pub fn lookup(&self, protocol: IpProtocol, port: u16, dst: &IpAddr) -> Option<usize> {
         let by_port = match protocol {
             IpProtocol::UDP => &self.udp,
             IpProtocol::TCP => &self.tcp,
@@ -118,7 +118,7 @@ impl ServiceTable {
         };
         let svc = (by_port[port as usize] as usize).checked_sub(1)?;
         let s = &self.services[svc];
-        if s.addresses.is_empty() || s.addresses.contains(&dst) {
+        if s.addresses.is_empty() || s.addresses.contains(dst) {
             Some(svc)
         } else {
             None
@@ -304,7 +304,7 @@ mod tests {
             (svc("c", IpProtocol::UDP), vec![54]),
         ]);
         let me = IpAddr::V4(ME);
-        let found = |proto, port| t.lookup(proto, port, me);
+        let found = |proto, port| t.lookup(proto, port, &me);
         assert_eq!(
             [1, 53, 65535, 54].map(|p| found(IpProtocol::UDP, p)),
             [Some(0), Some(0), Some(0), Some(2)]
@@ -319,7 +319,7 @@ mod tests {
             assert_eq!(found(proto, port), None, "{proto:?} {port}");
         }
         assert_eq!(found(IpProtocol::ICMP, 53), None, "only UDP and TCP have ports");
-        assert_eq!(ServiceTable::default().lookup(IpProtocol::UDP, 53, me), None);
+        assert_eq!(ServiceTable::default().lookup(IpProtocol::UDP, 53, &me), None);
     }
 
     #[test]

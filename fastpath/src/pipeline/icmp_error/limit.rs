@@ -197,6 +197,28 @@ pub fn v6_peer_interval(interval_ns: u64, plen: u8) -> u64 {
 /// [`v6_peer_interval`].
 pub const V6_PEER_PLEN: u8 = 128;
 
+/// A per-destination limit in the form [`PeerTable::allow_at`] uses: one error per
+/// `interval_ns`, and the `slack_ns` a bucket may owe and still send (`burst - 1` intervals: the
+/// bucket holds `burst` intervals of credit). Computed once per config, not per packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerRate {
+    /// Nanoseconds of credit one error takes; 0 means no per-destination limit.
+    pub interval_ns: u64,
+    /// `interval_ns × (burst - 1)`, saturating.
+    pub slack_ns: u64,
+}
+
+impl PeerRate {
+    /// One error per `interval_ns`, at most `burst` banked (`burst >= 1`, validated; 0 is taken
+    /// as 1).
+    pub fn new(interval_ns: u64, burst: u32) -> Self {
+        PeerRate {
+            interval_ns,
+            slack_ns: interval_ns.saturating_mul(burst.saturating_sub(1) as u64),
+        }
+    }
+}
+
 /// One per-destination bucket: 32 bytes, aligned so that it never straddles a cache line (a
 /// lookup reads one line, two slots of the probe window per line).
 #[derive(Clone, Copy, Debug, Default)]
@@ -228,9 +250,21 @@ pub struct PeerTable {
     mul: u64,
     /// `32 - log2(size)`: the home slot is the top `log2(size)` bits of the product.
     shift: u32,
-    /// The slot of the last decision (always an index of `slots`).
+    /// What the keyed fold of the upper key word gives for every IPv4 key (whose upper word is
+    /// always `V4_TAG`), computed once.
+    v4_fold: u64,
+    /// The slot of the last decision (always an index of `slots`) and the key it holds
+    /// (`EMPTY` before the first): checking the last destination again reads this table, not
+    /// a slot.
     recent: usize,
+    recent_key: [u64; 2],
     slots: Box<[PeerSlot]>,
+}
+
+/// The keyed fold of a key's upper word that [`PeerTable::home`] mixes into the lower one.
+#[inline]
+fn fold(seed: [u64; 2], upper: u64) -> u64 {
+    (upper ^ seed[0]).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed[1]
 }
 
 /// splitmix64's finaliser: a full-avalanche mix of 64 bits.
@@ -249,12 +283,15 @@ impl PeerTable {
     /// unpredictable to senders (drawn at start from a real random source).
     pub fn new(size: usize, seed: u64) -> Self {
         let len = size.clamp(1, MAX_PEER_TABLE_SIZE).next_power_of_two();
+        let keys = [mix(seed ^ 0x243f_6a88_85a3_08d3), mix(seed ^ 0x1319_8a2e_0370_7344)];
         PeerTable {
             mask: len - 1,
-            seed: [mix(seed ^ 0x243f_6a88_85a3_08d3), mix(seed ^ 0x1319_8a2e_0370_7344)],
+            seed: keys,
             mul: mix(seed ^ 0xa409_3822_299f_31d0) | 1,
             shift: 32 - len.trailing_zeros(),
+            v4_fold: fold(keys, V4_TAG),
             recent: 0,
+            recent_key: EMPTY,
             slots: vec![PeerSlot::default(); len].into(),
         }
     }
@@ -275,11 +312,11 @@ impl PeerTable {
     /// `[0, 0]` is free to mean "empty"; an ineligible address that a caller passes anyway is
     /// nudged into a neighbour's key (it then shares that bucket, nothing worse).
     #[inline]
-    fn key(addr: IpAddr) -> [u64; 2] {
+    fn key(addr: &IpAddr) -> [u64; 2] {
         match addr {
-            IpAddr::V4(a) => [V4_TAG, u32::from(a) as u64],
+            IpAddr::V4(a) => [V4_TAG, u32::from(*a) as u64],
             IpAddr::V6(a) => {
-                let v = u128::from(a);
+                let v = u128::from(*a);
                 let k = [(v >> 64) as u64, v as u64];
                 match k {
                     [V4_TAG, lo] => [V4_TAG - 1, lo],
@@ -302,7 +339,13 @@ impl PeerTable {
     /// cycles of latency per packet.
     #[inline]
     fn home(&self, key: [u64; 2]) -> usize {
-        let h = (key[0] ^ self.seed[0]).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key[1] ^ self.seed[1];
+        // (Folded by the compiler to the precomputed word when the key is known to be IPv4.)
+        let upper = if key[0] == V4_TAG {
+            self.v4_fold
+        } else {
+            fold(self.seed, key[0])
+        };
+        let h = upper ^ key[1];
         // Two shifts: `shift` is 32 for a one-slot table, and the result then is 0.
         (h.wrapping_mul(self.mul) >> 32 >> self.shift) as usize
     }
@@ -325,19 +368,28 @@ impl PeerTable {
     /// home slot (the first of its window: a flood from a few sources) is decided inline; the
     /// window scan and the eviction are a call.
     #[inline(always)]
-    pub fn allow(&mut self, now: Instant, addr: IpAddr, interval_ns: u64, burst: u32) -> (bool, usize) {
+    pub fn allow(&mut self, now: Instant, addr: &IpAddr, interval_ns: u64, burst: u32) -> (bool, usize) {
+        self.allow_at(now, addr, PeerRate::new(interval_ns, burst))
+    }
+
+    /// [`PeerTable::allow`] with the interval and burst in the form a decision uses, computed
+    /// once per config ([`PeerRate::new`]).
+    #[inline(always)]
+    pub fn allow_at(&mut self, now: Instant, addr: &IpAddr, rate: PeerRate) -> (bool, usize) {
         let key = Self::key(addr);
         let recent = self.recent;
-        if let Some(s) = self.slots.get_mut(recent) {
-            if s.key == key {
-                return (Self::spend(s, now, interval_ns, burst), recent);
+        if key == self.recent_key {
+            if let Some(s) = self.slots.get_mut(recent) {
+                return (Self::spend(s, now, rate), recent);
             }
         }
         let home = self.home(key) & self.mask;
-        self.recent = home;
         match self.slots.get_mut(home) {
-            Some(s) if s.key == key => (Self::spend(s, now, interval_ns, burst), home),
-            _ => self.allow_in_window(now, key, home, interval_ns, burst),
+            Some(s) if s.key == key => {
+                (self.recent, self.recent_key) = (home, key);
+                (Self::spend(s, now, rate), home)
+            }
+            _ => self.allow_in_window(now, key, home, rate),
         }
     }
 
@@ -347,11 +399,9 @@ impl PeerTable {
     /// later, from `now` if it had passed. A refusal (the flood case) writes nothing, so the
     /// slot's line is never dirtied by the packets it refuses.
     #[inline(always)]
-    fn spend(s: &mut PeerSlot, now: Instant, interval_ns: u64, burst: u32) -> bool {
-        // `burst >= 1` (validated); `cap - interval` is what may be owed and still send.
-        let slack = interval_ns.saturating_mul(burst.saturating_sub(1) as u64);
-        if s.full_at <= now.0.saturating_add(slack) {
-            s.full_at = s.full_at.max(now.0).saturating_add(interval_ns);
+    fn spend(s: &mut PeerSlot, now: Instant, rate: PeerRate) -> bool {
+        if s.full_at <= now.0.saturating_add(rate.slack_ns) {
+            s.full_at = s.full_at.max(now.0).saturating_add(rate.interval_ns);
             true
         } else {
             false
@@ -363,14 +413,7 @@ impl PeerTable {
     /// bucket forgets nothing, and a destination being refused has the latest), which a new
     /// destination takes with a full burst (Linux sets `rate_last` 60 s back).
     #[inline(never)]
-    fn allow_in_window(
-        &mut self,
-        now: Instant,
-        key: [u64; 2],
-        base: usize,
-        interval_ns: u64,
-        burst: u32,
-    ) -> (bool, usize) {
+    fn allow_in_window(&mut self, now: Instant, key: [u64; 2], base: usize, rate: PeerRate) -> (bool, usize) {
         let mut victim = base & self.mask;
         let mut victim_last = u64::MAX;
         let mut found = None;
@@ -394,8 +437,8 @@ impl PeerTable {
                 victim
             }
         };
-        self.recent = idx;
-        (Self::spend(&mut self.slots[idx], now, interval_ns, burst), idx)
+        (self.recent, self.recent_key) = (idx, key);
+        (Self::spend(&mut self.slots[idx], now, rate), idx)
     }
 
     /// Gives back the credit [`PeerTable::allow`] took from slot `idx` for a message that was not
@@ -419,13 +462,13 @@ mod tests {
         for seed in [1u64, 7, 0xdead_beef, u64::MAX] {
             let t = PeerTable::new(4096, seed);
             let v4: std::collections::HashSet<usize> = (0..256u32)
-                .map(|i| t.home(PeerTable::key(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)))) & t.mask)
+                .map(|i| t.home(PeerTable::key(&IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)))) & t.mask)
                 .collect();
             // 256 keys into 4096 slots: ~8 collisions expected from a random function.
             assert!(v4.len() >= 230, "seed {seed}: {} distinct home slots of 256", v4.len());
             let v6: std::collections::HashSet<usize> = (0..256u128)
                 .map(|i| {
-                    t.home(PeerTable::key(IpAddr::V6(Ipv6Addr::from(
+                    t.home(PeerTable::key(&IpAddr::V6(Ipv6Addr::from(
                         (0x2001_0db8u128 << 96) + (i << 64) + 1,
                     )))) & t.mask
                 })
@@ -439,7 +482,7 @@ mod tests {
         for size in [1, 2, 4096, MAX_PEER_TABLE_SIZE] {
             let t = PeerTable::new(size, 3);
             for i in 0..1000u32 {
-                assert!(t.home(PeerTable::key(IpAddr::V4(Ipv4Addr::from(i)))) <= t.mask);
+                assert!(t.home(PeerTable::key(&IpAddr::V4(Ipv4Addr::from(i)))) <= t.mask);
             }
         }
     }
@@ -635,26 +678,26 @@ mod tests {
     fn peer_burst_of_6_then_one_per_interval() {
         let mut t = PeerTable::new(4096, 1);
         for i in 0..6 {
-            assert!(t.allow(at(0), A, SEC, 6).0, "message {i}");
+            assert!(t.allow(at(0), &A, SEC, 6).0, "message {i}");
         }
-        assert!(!t.allow(at(0), A, SEC, 6).0);
-        assert!(!t.allow(at(999), A, SEC, 6).0);
-        assert!(t.allow(at(1000), A, SEC, 6).0);
-        assert!(!t.allow(at(1001), A, SEC, 6).0);
-        assert!(!t.allow(at(1999), A, SEC, 6).0);
-        assert!(t.allow(at(2000), A, SEC, 6).0);
+        assert!(!t.allow(at(0), &A, SEC, 6).0);
+        assert!(!t.allow(at(999), &A, SEC, 6).0);
+        assert!(t.allow(at(1000), &A, SEC, 6).0);
+        assert!(!t.allow(at(1001), &A, SEC, 6).0);
+        assert!(!t.allow(at(1999), &A, SEC, 6).0);
+        assert!(t.allow(at(2000), &A, SEC, 6).0);
         // Idle for long: the bank holds 6, not more.
-        let n = (0..20).filter(|_| t.allow(at(60_000), A, SEC, 6).0).count();
+        let n = (0..20).filter(|_| t.allow(at(60_000), &A, SEC, 6).0).count();
         assert_eq!(n, 6);
         // An interval of zero is no limit (a table is used with one interval).
         let mut t = PeerTable::new(4096, 1);
-        assert!((0..100).all(|_| t.allow(at(60_000), A, 0, 6).0));
+        assert!((0..100).all(|_| t.allow(at(60_000), &A, 0, 6).0));
         // A burst of one: one now, the next a whole interval later.
         let mut t = PeerTable::new(4096, 1);
-        assert!(t.allow(at(5), A, SEC, 1).0);
-        assert!(!t.allow(at(5), A, SEC, 1).0);
-        assert!(!t.allow(at(1004), A, SEC, 1).0);
-        assert!(t.allow(at(1005), A, SEC, 1).0);
+        assert!(t.allow(at(5), &A, SEC, 1).0);
+        assert!(!t.allow(at(5), &A, SEC, 1).0);
+        assert!(!t.allow(at(1004), &A, SEC, 1).0);
+        assert!(t.allow(at(1005), &A, SEC, 1).0);
     }
 
     #[test]
@@ -693,7 +736,7 @@ mod tests {
                 } else {
                     refused += 1;
                 }
-                assert_eq!(t.allow(at_ns(now), src, interval, burst).0, want, "{src} at {now} ns");
+                assert_eq!(t.allow(at_ns(now), &src, interval, burst).0, want, "{src} at {now} ns");
             }
             assert!(
                 sent > 100 && refused > 100,
@@ -703,14 +746,45 @@ mod tests {
     }
 
     #[test]
+    fn the_last_destination_shortcut_follows_evictions() {
+        // Eight sources through four slots: every lookup may evict, the shortcut's slot too.
+        // After each decision the remembered key is the one in the remembered slot, no key is
+        // in two slots, and a destination is found (refused once its burst is spent) whether
+        // the shortcut or the hash finds it.
+        let mut t = PeerTable::new(4, 5);
+        let addr = |i: u64| IpAddr::V4(Ipv4Addr::new(203, 0, 113, (i % 8) as u8));
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for n in 0..5_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let a = addr(x >> 20);
+            let runs = 2 + (x >> 50) % 8;
+            for _ in 0..runs {
+                t.allow(at(n), &a, SEC, 2);
+            }
+            assert!(!t.allow(at(n), &a, SEC, 2).0, "{a}: a burst of 2 after {runs} messages");
+            assert_eq!(t.slots[t.recent].key, t.recent_key, "step {n}");
+            assert_eq!(t.recent_key, PeerTable::key(&a));
+            let mut keys: Vec<_> = t.slots.iter().map(|s| s.key).filter(|k| *k != EMPTY).collect();
+            let len = keys.len();
+            keys.sort_unstable();
+            keys.dedup();
+            assert_eq!(keys.len(), len, "a key in two slots at step {n}");
+        }
+        // The precomputed IPv4 fold is the general one.
+        assert_eq!(t.v4_fold, fold(t.seed, V4_TAG));
+    }
+
+    #[test]
     fn peers_are_independent_and_families_distinct() {
         let mut t = PeerTable::new(64, 7);
         let b = IpAddr::V4(Ipv4Addr::new(198, 51, 100, 8));
         // An IPv6 address whose low 32 bits equal A's IPv4 address.
         let a6 = IpAddr::V6(Ipv6Addr::from(u32::from(Ipv4Addr::new(198, 51, 100, 7)) as u128));
-        assert!((0..1000).any(|_| !(t.allow(at(0), A, SEC, 6).0)), "never refused");
-        assert!(t.allow(at(0), b, SEC, 6).0);
-        assert!(t.allow(at(0), a6, SEC, 6).0);
+        assert!((0..1000).any(|_| !(t.allow(at(0), &A, SEC, 6).0)), "never refused");
+        assert!(t.allow(at(0), &b, SEC, 6).0);
+        assert!(t.allow(at(0), &a6, SEC, 6).0);
         assert_eq!(t.occupied(), 3);
     }
 
@@ -721,23 +795,23 @@ mod tests {
         let addr = |i: u8| IpAddr::V4(Ipv4Addr::new(203, 0, 113, i));
         for i in 0..4u8 {
             assert!(
-                (0..1000).any(|_| !(t.allow(at(i as u64), addr(i), SEC, 6).0)),
+                (0..1000).any(|_| !(t.allow(at(i as u64), &addr(i), SEC, 6).0)),
                 "never refused"
             );
         }
         assert_eq!(t.occupied(), 4);
         // A fifth destination takes the slot of the fullest (addr 0, whose burst was spent first).
-        assert!(t.allow(at(10), addr(4), SEC, 6).0);
+        assert!(t.allow(at(10), &addr(4), SEC, 6).0);
         assert_eq!(t.occupied(), 4);
         // The others kept their exhausted buckets...
         for i in 1..4u8 {
-            assert!(!t.allow(at(11), addr(i), SEC, 6).0, "addr {i}");
+            assert!(!t.allow(at(11), &addr(i), SEC, 6).0, "addr {i}");
         }
         // ...and the evicted one comes back with a full burst (evicting addr 4, now the fullest).
         for i in 0..6 {
-            assert!(t.allow(at(12), addr(0), SEC, 6).0, "message {i}");
+            assert!(t.allow(at(12), &addr(0), SEC, 6).0, "message {i}");
         }
-        assert!(!t.allow(at(12), addr(0), SEC, 6).0);
+        assert!(!t.allow(at(12), &addr(0), SEC, 6).0);
     }
 
     #[test]
@@ -750,11 +824,11 @@ mod tests {
         let tagged = IpAddr::V6(Ipv6Addr::from(u128::MAX << 64 | 0xc000_0201));
         let mut t = PeerTable::new(64, 7);
         for _ in 0..6 {
-            assert!(t.allow(at(0), v4, SEC, 6).0);
+            assert!(t.allow(at(0), &v4, SEC, 6).0);
         }
-        assert!(!t.allow(at(0), v4, SEC, 6).0, "burst of 6 spent");
+        assert!(!t.allow(at(0), &v4, SEC, 6).0, "burst of 6 spent");
         for a in [v6, zero, tagged] {
-            assert!(t.allow(at(0), a, SEC, 6).0, "{a} has a bucket of its own");
+            assert!(t.allow(at(0), &a, SEC, 6).0, "{a} has a bucket of its own");
         }
         assert_eq!(t.occupied(), 4);
     }
@@ -764,20 +838,20 @@ mod tests {
         let mut t = PeerTable::new(16, 0);
         let mut last = 0;
         loop {
-            let (ok, idx) = t.allow(at(0), A, SEC, 6);
+            let (ok, idx) = t.allow(at(0), &A, SEC, 6);
             if !ok {
                 break;
             }
             last = idx;
         }
         t.refund(last, SEC);
-        assert!(t.allow(at(0), A, SEC, 6).0);
-        assert!(!t.allow(at(0), A, SEC, 6).0);
+        assert!(t.allow(at(0), &A, SEC, 6).0);
+        assert!(!t.allow(at(0), &A, SEC, 6).0);
         // Never above the cap.
         for _ in 0..20 {
             t.refund(last, SEC);
         }
-        assert_eq!((0..10).filter(|_| t.allow(at(0), A, SEC, 6).0).count(), 6);
+        assert_eq!((0..10).filter(|_| t.allow(at(0), &A, SEC, 6).0).count(), 6);
     }
 
     #[test]
@@ -788,7 +862,7 @@ mod tests {
         assert_eq!(PeerTable::new(usize::MAX, 0).size(), MAX_PEER_TABLE_SIZE);
         // A one-slot table still works (every destination evicts the last).
         let mut t = PeerTable::new(1, 0);
-        assert!(t.allow(at(0), A, SEC, 6).0);
+        assert!(t.allow(at(0), &A, SEC, 6).0);
     }
 
     #[test]

@@ -90,15 +90,16 @@ pub struct IcmpLcoreCounters {
 /// ICMP counters of every RX lcore, one slot each; kept across reloads.
 #[derive(Debug, Default)]
 pub struct IcmpCounters {
-    /// By RX lcore slot.
-    pub rx: Box<[IcmpLcoreCounters]>,
+    /// By RX lcore slot; each lcore's pipeline holds its own slot's (counting is then one
+    /// increment at a fixed offset, no index to check per packet).
+    pub rx: Box<[Arc<IcmpLcoreCounters>]>,
 }
 
 impl IcmpCounters {
     /// Zeroed counters for `rx` RX lcores.
     pub fn new(rx: usize) -> Self {
         IcmpCounters {
-            rx: (0..rx).map(|_| IcmpLcoreCounters::default()).collect(),
+            rx: (0..rx).map(|_| Arc::new(IcmpLcoreCounters::default())).collect(),
         }
     }
 }
@@ -499,9 +500,9 @@ pub fn eligible(kind: ErrorKind, p: &Parsed, frame: &[u8]) -> bool {
             None
         }
     };
-    match (p.src, p.dst) {
+    match (&p.src, &p.dst) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            if group_frame || dst.is_broadcast() || dst.is_multicast() || !v4_source_is_one_host(src) {
+            if group_frame || dst.is_broadcast() || dst.is_multicast() || !v4_source_is_one_host(*src) {
                 return false;
             }
             if p.protocol == IpProtocol::ICMP {
@@ -514,7 +515,7 @@ pub fn eligible(kind: ErrorKind, p: &Parsed, frame: &[u8]) -> bool {
             if (group_frame || dst.is_multicast()) && !may_answer_group {
                 return false;
             }
-            if !v6_source_is_one_node(&src) {
+            if !v6_source_is_one_node(src) {
                 return false;
             }
             if p.protocol == IpProtocol::ICMPV6 {
@@ -572,7 +573,18 @@ pub struct IcmpLimiter {
     ratemask: u32,
     peer_interval_ns: u64,
     peer_burst: u32,
+    /// The per-destination limit of IPv4 and of IPv6 destinations, from the two above.
+    peer_rate: [limit::PeerRate; 2],
     exempt: Box<[Prefix]>,
+}
+
+/// The per-destination limits of the two families for `interval_ns` and `burst`: IPv6's
+/// interval scaled by the prefix it assumes ([`limit::v6_peer_interval`]).
+fn peer_rates(interval_ns: u64, burst: u32) -> [limit::PeerRate; 2] {
+    [
+        limit::PeerRate::new(interval_ns, burst),
+        limit::PeerRate::new(limit::v6_peer_interval(interval_ns, limit::V6_PEER_PLEN), burst),
+    ]
 }
 
 impl IcmpLimiter {
@@ -586,6 +598,7 @@ impl IcmpLimiter {
             ratemask: cfg.ratemask,
             peer_interval_ns: cfg.peer_interval_ms as u64 * 1_000_000,
             peer_burst: cfg.peer_burst,
+            peer_rate: peer_rates(cfg.peer_interval_ms as u64 * 1_000_000, cfg.peer_burst),
             exempt: cfg.exempt.clone().into_boxed_slice(),
         }
     }
@@ -609,6 +622,7 @@ impl IcmpLimiter {
         self.ratemask = cfg.ratemask;
         self.peer_interval_ns = interval_ns;
         self.peer_burst = cfg.peer_burst;
+        self.peer_rate = peer_rates(interval_ns, cfg.peer_burst);
         self.exempt = cfg.exempt.clone().into_boxed_slice();
     }
 
@@ -671,18 +685,15 @@ impl IcmpLimiter {
             return Decision::Suppressed(Limit::Global);
         }
         // (d) Per destination: the error goes to the packet's source.
-        let interval = match p.version {
-            IpVersion::V4 => self.peer_interval_ns,
-            IpVersion::V6 => limit::v6_peer_interval(self.peer_interval_ns, limit::V6_PEER_PLEN),
-        };
-        let (ok, slot) = self.peers.allow(now, p.src, interval, self.peer_burst);
+        let rate = self.peer_rate[family_index(p.version)];
+        let (ok, slot) = self.peers.allow_at(now, &p.src, rate);
         if !ok {
             return Decision::Suppressed(Limit::Peer);
         }
         // (e) Consume global credit. If another lcore took the last of it since (c), the
         // destination gets its credit back: it did not receive anything.
         if !self.global.try_consume(draw()) {
-            self.peers.refund(slot, interval);
+            self.peers.refund(slot, rate.interval_ns);
             return Decision::Suppressed(Limit::Global);
         }
         Decision::Send
