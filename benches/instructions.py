@@ -37,7 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import macro_bench as mb  # noqa: E402
 
 DEFAULT = ["testpmd-io", "fastpathd-forward", "fastpathd-plain-drop", "fastpathd-closed-port", "fastpathd-build-first",
-           "fastpathd-closed-port-v6", "fastpathd-tcp-no-service"]
+           "fastpathd-closed-port-v6", "fastpathd-tcp-no-service", "fastpathd-closed-port-many-sources",
+           "fastpathd-plain-drop-many-sources"]
 PACKETS = re.compile(r"stopped after [0-9.]+s: ([0-9]+) packets received")
 COLLECTED = re.compile(r"Collected : ([0-9]+)")
 # callgrind_annotate --inclusive=no: "<count> <file>:<function> [<object>]"
