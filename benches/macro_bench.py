@@ -19,8 +19,9 @@ Throughput is what port 0 received per second in steady state (after a warm-up):
 Scenarios (SCENARIOS below): testpmd io and macswap; fastpathd forward mode; and the full pipeline
 on bench_udp to an open port (a `sink` service), to a closed port (ICMP limiter saturated), as a
 plain drop (not_local), and with `[icmp] build_first = true` (issue 6's cases a-d); the closed
-port and the plain drop on seed 000's traffic, sources spread over 198.18.0.0/15 (bench_udp_many:
-the global limit saturated where bench_udp saturates the per-destination one); the closed
+port, open port, plain drop and build-first on seed 000's traffic, sources spread over
+198.18.0.0/15 (bench_udp_many: the global limit saturated where bench_udp saturates the
+per-destination one); the closed
 port over IPv6 (bench_udp6) and a SYN flood to a port without a service (bench_tcp); the flow-limit
 storm on and off (issue 5: normal flows' answered fraction from packet and byte counters); the
 fragment mix with and without a table smaller than the flood (issue 7); GRE encapsulation through
@@ -153,6 +154,11 @@ SCENARIOS = [
     dict(name="fastpathd-plain-drop-many-sources", kind="fastpathd:pipeline", capture=BENCH_UDP_MANY,
          ipv4=["192.0.2.2"],
          what="plain drop on bench_udp_many: issue 6's case (c) for the traffic above"),
+    dict(name="fastpathd-open-sink-many-sources", kind="fastpathd:pipeline", capture=BENCH_UDP_MANY, extra=SINK,
+         what="open-sink on bench_udp_many: issue 6's case (b) for seed 000's traffic"),
+    dict(name="fastpathd-build-first-many-sources", kind="fastpathd:pipeline", capture=BENCH_UDP_MANY,
+         extra=ICMP_DEFAULTS + "build_first = true   # benchmark only\n",
+         what="build-first on bench_udp_many: issue 6's case (d) for seed 000's traffic"),
     dict(name="fastpathd-closed-port-v6", kind="fastpathd:pipeline", capture=BENCH_UDP6, extra=ICMP_DEFAULTS,
          what="closed-port over IPv6 (bench_udp6: the same flood to [2001:db8::1]:9, 66-byte frames): ICMPv6 "
               "Destination Unreachable (port) until the limiter is saturated, then icmp_suppressed"),
@@ -203,6 +209,10 @@ GOALS = [
     ("closed port ≥ 0.85 × plain drop (issue 6 (a) ≥ 0.85 (c)), 4096 sources: the global limit saturated "
      "(seed 000's traffic)", "fastpathd-closed-port-many-sources", "fastpathd-plain-drop-many-sources", 0.85),
     ("closed port ≥ 2 × build first (issue 6 (a) ≥ 2 (d))", "fastpathd-closed-port", "fastpathd-build-first", 2.0),
+    ("closed port ≥ open port, seed 000's traffic (issue 6 (a) ≥ (b), 4096 sources)",
+     "fastpathd-closed-port-many-sources", "fastpathd-open-sink-many-sources", 1.0),
+    ("closed port ≥ 2 × build first, seed 000's traffic (issue 6 (a) ≥ 2 (d), 4096 sources)",
+     "fastpathd-closed-port-many-sources", "fastpathd-build-first-many-sources", 2.0),
     ("scraped every 10 ms ≥ 0.98 × not scraped, same run, RX lcore on a CPU of its own (issue 9)",
      "fastpathd-closed-port-scraped", "figure:paired_ratio", 0.98),
     ("scraped every 10 ms ≥ 0.98 × not scraped, same run, scraper on the worker's CPU (issue 9; 2-CPU machine)",
