@@ -339,7 +339,7 @@ impl PeerTable {
     /// cycles of latency per packet.
     #[inline]
     fn home(&self, key: [u64; 2]) -> usize {
-        // (Folded by the compiler to the precomputed word when the key is known to be IPv4.)
+        // An IPv4 key's upper word is always `V4_TAG`: a compare instead of a multiply.
         let upper = if key[0] == V4_TAG {
             self.v4_fold
         } else {
