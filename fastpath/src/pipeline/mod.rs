@@ -497,8 +497,17 @@ impl Pipeline {
         }
         let v = self.service_socket(parsed, || pkt.rss_hash());
         if v == Verdict::Drop(Outcome::NoService) && parsed.protocol == IpProtocol::UDP {
-            // RFC 1122 §4.1.3.1: UDP to a port nobody listens on.
-            return Step::Done(self.icmp_error(pkt, parsed, port, icmp_error::ErrorKind::PortUnreachable, v, now));
+            // RFC 1122 §4.1.3.1: UDP to a port nobody listens on. (`no_service` spelled out, not
+            // `v`: the compiler then knows it and does not assemble it per packet.)
+            let no_service = Verdict::Drop(Outcome::NoService);
+            return Step::Done(self.icmp_error(
+                pkt,
+                parsed,
+                port,
+                icmp_error::ErrorKind::PortUnreachable,
+                no_service,
+                now,
+            ));
         }
         Step::Done(v)
     }
