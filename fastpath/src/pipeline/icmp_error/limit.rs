@@ -772,8 +772,19 @@ mod tests {
             keys.dedup();
             assert_eq!(keys.len(), len, "a key in two slots at step {n}");
         }
-        // The precomputed IPv4 fold is the general one.
-        assert_eq!(t.v4_fold, fold(t.seed, V4_TAG));
+    }
+
+    #[test]
+    fn ipv4_keys_take_the_precomputed_fold() {
+        // The same home slots as the general fold, in a table large enough to tell slots apart.
+        for seed in [0u64, 5, u64::MAX] {
+            let t = PeerTable::new(MAX_PEER_TABLE_SIZE, seed);
+            for i in 0..1000u32 {
+                let key = PeerTable::key(&IpAddr::V4(Ipv4Addr::from(i.wrapping_mul(0x9e37_79b9))));
+                let general = (fold(t.seed, key[0]) ^ key[1]).wrapping_mul(t.mul) >> 32 >> t.shift;
+                assert_eq!(t.home(key), general as usize, "seed {seed}, key {key:?}");
+            }
+        }
     }
 
     #[test]
