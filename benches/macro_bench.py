@@ -892,7 +892,8 @@ def main():
             "of 64 bytes from 1024 flows to 192.0.2.1:9), bench_storm.pcap (1600 storm + 80 normal frames to port 7), "
             "bench_frags.pcap (1024 never-completing first fragments + 64 legitimate 3-fragment datagrams), "
             "bench_udp6.pcap (bench_udp's flows over IPv6 to [2001:db8::1]:9, 66-byte frames), bench_tcp.pcap "
-            "(1024 TCP SYNs of 60 bytes to 192.0.2.1:9). fastpathd: "
+            "(1024 TCP SYNs of 60 bytes to 192.0.2.1:9), bench_udp_many.pcap (4096 UDP frames of 64 bytes to "
+            "192.0.2.1:9, each from its own source in 198.18.0.0/15). fastpathd: "
             "RX on lcore 1, the worker (services) on lcore 0, the EAL main lcore, with the control thread and "
             "this script. EAL: `-l 0,1 " + " ".join(eal_args("PREFIX", "CAPTURE")) + "`; burst 32, "
             f"{DESC} descriptors, {MBUFS} mbufs, cache {MBUF_CACHE}.")
