@@ -571,9 +571,7 @@ pub struct IcmpLimiter {
     global: Arc<GlobalBucket>,
     peers: PeerTable,
     ratemask: u32,
-    peer_interval_ns: u64,
-    peer_burst: u32,
-    /// The per-destination limit of IPv4 and of IPv6 destinations, from the two above.
+    /// The per-destination limit of IPv4 and of IPv6 destinations.
     peer_rate: [limit::PeerRate; 2],
     exempt: Box<[Prefix]>,
 }
@@ -596,8 +594,6 @@ impl IcmpLimiter {
             global,
             peers: PeerTable::new(cfg.peer_table_size, seed),
             ratemask: cfg.ratemask,
-            peer_interval_ns: cfg.peer_interval_ms as u64 * 1_000_000,
-            peer_burst: cfg.peer_burst,
             peer_rate: peer_rates(cfg.peer_interval_ms as u64 * 1_000_000, cfg.peer_burst),
             exempt: cfg.exempt.clone().into_boxed_slice(),
         }
@@ -614,15 +610,15 @@ impl IcmpLimiter {
             .peer_table_size
             .clamp(1, limit::MAX_PEER_TABLE_SIZE)
             .next_power_of_two();
-        let interval_ns = cfg.peer_interval_ms as u64 * 1_000_000;
-        if self.peers.size() != size || self.peer_interval_ns != interval_ns || self.peer_burst != cfg.peer_burst {
+        // (Equal rates with a different burst happen only with no per-destination limit at all,
+        // interval 0, where no bucket holds anything to lose.)
+        let rate = peer_rates(cfg.peer_interval_ms as u64 * 1_000_000, cfg.peer_burst);
+        if self.peers.size() != size || self.peer_rate != rate {
             self.peers = PeerTable::new(cfg.peer_table_size, seed);
         }
         self.global = global;
         self.ratemask = cfg.ratemask;
-        self.peer_interval_ns = interval_ns;
-        self.peer_burst = cfg.peer_burst;
-        self.peer_rate = peer_rates(interval_ns, cfg.peer_burst);
+        self.peer_rate = rate;
         self.exempt = cfg.exempt.clone().into_boxed_slice();
     }
 
