@@ -123,6 +123,10 @@ struct SocketView {
     staged: u32,
     /// The group position rolled over to last time.
     remembered: u16,
+    /// While `staged` is below this (in the burst `snap` was read in), the next packet for this
+    /// socket stays here for certain: the room after it is NORMAL and the backlog below half, so
+    /// neither rollover nor the flow limit can decide otherwise (see [`FanoutState::choose_fast`]).
+    fast_end: u32,
 }
 
 /// One RX lcore's fanout state for one generation.
@@ -165,6 +169,9 @@ impl FanoutState {
         if v.snap_burst != burst {
             v.snap = socket.queue.len() as u32;
             v.snap_burst = burst;
+            // The previous burst's bound is void: `choose` opens the fast path again once it
+            // has staged a packet here with the new snapshot.
+            v.fast_end = 0;
         }
         v.snap as usize + v.staged as usize
     }
@@ -207,6 +214,58 @@ impl FanoutState {
         self.burst = self.burst.wrapping_add(1).max(1);
     }
 
+    /// The common case of [`FanoutState::choose`] without the call: a service with one socket
+    /// whose room, as this burst's snapshot of its ring and the packets staged since show it,
+    /// leaves no decision to make — the packet stays (NORMAL room, or without rollover room at
+    /// all) and the backlog is below half, where the flow limit does nothing. `None` leaves the
+    /// packet to `choose`, which also opens the fast path for the rest of the burst; the first
+    /// packet of each burst for a socket always goes there (it reads the ring's length).
+    ///
+    /// Exactly `choose`'s choice, not an approximation: the room only shrinks within a burst
+    /// (the snapshot is fixed, staged packets only add), so a bound computed at one packet
+    /// holds for the next until `staged` reaches it. A test holds the two to the same choices.
+    #[inline(always)]
+    pub fn choose_fast(&mut self, group: &Group) -> Option<usize> {
+        let &[gi] = group.sockets.as_slice() else {
+            return None;
+        };
+        let burst = self.burst;
+        let v = self.view.get_mut(gi)?;
+        if v.snap_burst == burst && v.staged < v.fast_end {
+            // fast_end > 0 only after `choose` staged a packet here in this burst: the socket
+            // is already in `touched`.
+            v.staged += 1;
+            return Some(gi);
+        }
+        None
+    }
+
+    /// Opens the fast path for socket `gi` (of `group`, holding `queued` packets counting this
+    /// lcore's staged ones) just after `choose` staged a packet there with NORMAL room: the
+    /// staged count up to which the next packets need no decision.
+    #[inline]
+    fn open_fast(&mut self, gi: usize, group: &Group, capacity: usize) {
+        if group.sockets.len() != 1 {
+            return;
+        }
+        // The first backlog at which each rule could decide something other than "stay".
+        let room_rule = if group.rollover {
+            // NORMAL needs capacity - queued - 1 > capacity / 4.
+            (capacity - (capacity >> 2)).saturating_sub(1)
+        } else {
+            capacity
+        };
+        let flow_rule = if self.flow_limit.is_some() {
+            // The flow limit looks at the flow once queued * 2 >= capacity.
+            capacity.div_ceil(2)
+        } else {
+            usize::MAX
+        };
+        let v = &mut self.view[gi];
+        let bound = room_rule.min(flow_rule).saturating_sub(v.snap as usize);
+        v.fast_end = bound.min(u32::MAX as usize) as u32;
+    }
+
     /// Picks the socket for a packet of flow `hash` in `group`.
     #[inline]
     pub fn choose(&mut self, group: &Group, sockets: &[Arc<Socket>], mut hash: impl FlowHash) -> Choice {
@@ -233,10 +292,15 @@ impl FanoutState {
         }
         let room = Room::after_one_more(queued, s.capacity());
         if !group.rollover {
-            return self.stay_if_it_fits(gi, s);
+            let c = self.stay_if_it_fits(gi, s);
+            if c == Choice::Socket(gi) {
+                self.open_fast(gi, group, s.capacity());
+            }
+            return c;
         }
         if room == Room::Normal {
             self.stage(gi);
+            self.open_fast(gi, group, s.capacity());
             return Choice::Socket(gi);
         }
         s.mark_pressure();
@@ -835,5 +899,145 @@ mod snapshot_tests {
         st.burst_done();
         assert_eq!(st.choose(&g, &s, 1), Choice::Socket(0));
         assert_eq!(reads(), 2, "a new burst reads again");
+    }
+}
+
+#[cfg(test)]
+mod fast_path_tests {
+    use super::*;
+    use crate::pipeline::flow_limit::FlowLimit;
+    use crate::socket::{SimQueue, SocketCounters};
+    use proptest::prelude::*;
+
+    fn sockets(n: usize, cap: usize) -> Vec<Arc<Socket>> {
+        (0..n)
+            .map(|i| {
+                Arc::new(Socket::new(
+                    "svc",
+                    i,
+                    Box::new(SimQueue::new(cap)),
+                    0,
+                    Arc::new(SocketCounters::new(1, 1)),
+                ))
+            })
+            .collect()
+    }
+
+    fn set_len(s: &Socket, n: usize) {
+        s.queue.as_any().downcast_ref::<SimQueue>().unwrap().set_len(n);
+    }
+
+    /// What one lcore observes: the choices, then every counter and flag the decisions write.
+    fn run(
+        fast: bool,
+        n: usize,
+        cap: usize,
+        rollover: bool,
+        limit: bool,
+        bursts: &[(usize, Vec<u32>)],
+    ) -> (Vec<Choice>, Vec<[u64; 4]>, Vec<bool>) {
+        let socks = sockets(n, cap);
+        let g = Group {
+            sockets: (0..n).collect(),
+            mode: FanoutMode::Hash,
+            rollover,
+            huge_flows: true,
+        };
+        let mut st = FanoutState::new(n, 0, 11);
+        st.flow_limit = limit.then(|| FlowLimit::new(64));
+        let mut choices = Vec::new();
+        for (len, hashes) in bursts {
+            for s in &socks {
+                set_len(s, *len);
+            }
+            for &h in hashes {
+                let c = match fast.then(|| st.choose_fast(&g)).flatten() {
+                    Some(s) => Choice::Socket(s),
+                    None => st.choose(&g, &socks, h),
+                };
+                choices.push(c);
+            }
+            let staged: Vec<usize> = (0..n).map(|s| st.staged(s)).collect();
+            let from_choices = (0..n)
+                .map(|s| {
+                    let burst_start = choices.len() - hashes.len();
+                    choices[burst_start..]
+                        .iter()
+                        .filter(|&&c| c == Choice::Socket(s))
+                        .count()
+                })
+                .collect::<Vec<_>>();
+            assert_eq!(staged, from_choices, "staged counts match the choices");
+            for &s in st.touched() {
+                assert!(st.staged(s) > 0, "only sockets with staged packets are touched");
+            }
+            assert_eq!(
+                st.touched().len(),
+                staged.iter().filter(|&&k| k > 0).count(),
+                "every socket with staged packets is touched (else they are never enqueued)"
+            );
+            st.burst_done();
+        }
+        let counters = socks
+            .iter()
+            .map(|s| {
+                let c = &s.counters.rx[0];
+                [
+                    c.rollover.get(),
+                    c.rollover_huge.get(),
+                    c.rollover_failed.get(),
+                    c.full.get(),
+                ]
+            })
+            .collect();
+        let pressure = socks.iter().map(|s| s.under_pressure()).collect();
+        (choices, counters, pressure)
+    }
+
+    proptest! {
+        /// The fast path makes exactly the choices `choose` alone makes, with the same side
+        /// effects, whatever the backlog, burst size, flows, rules and socket count.
+        #[test]
+        fn the_fast_path_chooses_what_choose_would(
+            n in 1usize..3,
+            cap in 1usize..80,
+            rollover: bool,
+            limit: bool,
+            bursts in prop::collection::vec(
+                (0usize..90, prop::collection::vec(prop::sample::select(vec![1u32, 2, 0x8000_0001, 0xdead_beef]), 0..70)),
+                1..8,
+            ),
+        ) {
+            let slow = run(false, n, cap, rollover, limit, &bursts);
+            let fast = run(true, n, cap, rollover, limit, &bursts);
+            prop_assert_eq!(slow, fast);
+        }
+    }
+
+    #[test]
+    fn the_fast_path_opens_after_the_first_packet_and_closes_at_the_first_bound() {
+        // 100 slots, 40 queued: NORMAL while one more leaves more than 25 free (up to 73
+        // queued), the flow limit from 50 queued.
+        let socks = sockets(1, 100);
+        set_len(&socks[0], 40);
+        let g = Group {
+            sockets: vec![0],
+            mode: FanoutMode::Hash,
+            rollover: true,
+            huge_flows: true,
+        };
+        let mut st = FanoutState::new(1, 0, 3);
+        st.flow_limit = Some(FlowLimit::new(64));
+        assert_eq!(st.choose_fast(&g), None, "the first packet of a burst reads the ring");
+        assert_eq!(st.choose(&g, &socks, 7), Choice::Socket(0));
+        let fast = (0..100).take_while(|_| st.choose_fast(&g).is_some()).count();
+        assert_eq!(fast, 9, "40 + 1 + 9 = 50: the flow limit's half backlog ends it");
+        st.burst_done();
+        st.flow_limit = None;
+        assert_eq!(st.choose_fast(&g), None, "a new burst: the bound is void");
+        assert_eq!(st.choose(&g, &socks, 7), Choice::Socket(0));
+        let fast = (0..100).take_while(|_| st.choose_fast(&g).is_some()).count();
+        assert_eq!(fast, 33, "the 34th packet sees 73 queued: the last with NORMAL room");
+        assert_eq!(st.staged(0), 34);
     }
 }
