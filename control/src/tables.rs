@@ -12,7 +12,7 @@ use fastpath::pipeline::icmp_error::{GlobalBucket, IcmpCounters};
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
 use fastpath::pipeline::Instant;
 use fastpath::pipeline::{Group, PortAddrs, Service, ServiceTable, Tables};
-use fastpath::socket::{PacketQueue, Socket, SocketCounters};
+use fastpath::socket::{PacketQueue, QueueSync, Socket, SocketCounters};
 use fastpath::wire::{EthernetAddress, Toeplitz};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,8 +41,9 @@ pub struct TableBuilder {
     make_queue: MakeQueue,
 }
 
-/// Makes the queue behind a socket or a hand-off of this capacity.
-pub type MakeQueue = Box<dyn Fn(usize) -> Result<Box<dyn PacketQueue>, String> + Send>;
+/// Makes the queue behind a socket or a hand-off of this capacity, for the lcores `QueueSync`
+/// says will use it.
+pub type MakeQueue = Box<dyn Fn(usize, QueueSync) -> Result<Box<dyn PacketQueue>, String> + Send>;
 
 /// Packets a sequence tunnel's hand-off ring holds.
 pub const HANDOFF_CAPACITY: usize = 4096;
@@ -63,9 +64,9 @@ impl TableBuilder {
     /// queues are DPDK rings (EAL must be up) for packets from `pool` (the RX pool: see
     /// [`MbufRing`] for what a ring does with its home pool).
     pub fn new(ports: Vec<OpenedPort>, rx_lcores: usize, workers: usize, pool: Arc<Mempool>) -> Self {
-        let make = move |capacity: usize| -> Result<Box<dyn PacketQueue>, String> {
+        let make = move |capacity: usize, sync: QueueSync| -> Result<Box<dyn PacketQueue>, String> {
             Ok(Box::new(
-                MbufRing::new(capacity, pool.clone()).map_err(|e| e.to_string())?,
+                MbufRing::new(capacity, pool.clone(), sync).map_err(|e| e.to_string())?,
             ))
         };
         Self::with_queues(ports, rx_lcores, workers, Box::new(make))
@@ -85,6 +86,16 @@ impl TableBuilder {
             icmp_global: None,
             icmp_counters: Arc::new(IcmpCounters::new(rx_lcores)),
             make_queue,
+        }
+    }
+
+    /// How a socket's queue is used: every RX lcore enqueues (one, or several at once); only
+    /// the socket's worker dequeues, for as long as the socket exists (a socket is reused across
+    /// reloads only with the same worker, and dropped only when no lcore holds it).
+    pub fn socket_sync(&self) -> QueueSync {
+        QueueSync {
+            single_producer: self.rx_lcores == 1,
+            single_consumer: true,
         }
     }
 
@@ -116,7 +127,7 @@ impl TableBuilder {
                 let socket = match reuse {
                     Some(old) => old,
                     None => {
-                        let ring = (self.make_queue)(s.socket_capacity)
+                        let ring = (self.make_queue)(s.socket_capacity, self.socket_sync())
                             .map_err(|e| format!("service {:?} socket {i}: {e}", s.name))?;
                         let counters = self
                             .counters
@@ -174,7 +185,9 @@ impl TableBuilder {
                     Some(r) => r.clone(),
                     None => {
                         let r: Arc<dyn PacketQueue> = Arc::from(
-                            (self.make_queue)(HANDOFF_CAPACITY)
+                            // Any worker hands off (rarely: only a packet another worker
+                            // encapsulated); no mode to save anything in.
+                            (self.make_queue)(HANDOFF_CAPACITY, QueueSync::SHARED)
                                 .map_err(|e| format!("tunnel {:?} hand-off ring: {e}", t.name))?,
                         );
                         r
@@ -244,5 +257,64 @@ mod tests {
         assert_eq!(a, (0..8).map(|i| worker_for("echo", i, 2)).collect::<Vec<_>>());
         assert_eq!(a.iter().filter(|&&w| w == 0).count(), 4);
         assert!((0..8).all(|i| worker_for("x", i, 1) == 0));
+    }
+
+    /// The sync modes each queue is made with: a socket is single-producer only with one RX
+    /// lcore (two RX lcores enqueueing into a single-producer ring would corrupt it) and always
+    /// single-consumer; a sequence tunnel's hand-off takes packets from any worker.
+    #[test]
+    fn sockets_are_single_producer_only_with_one_rx_lcore() {
+        let src = r#"
+[dpdk]
+eal_args = ["--no-huge"]
+[[port]]
+device = "net_null0"
+ipv4 = ["192.0.2.1"]
+mac = "02:00:00:00:00:01"
+rx_queues = 2
+tx_queues = 3
+[lcores]
+rx = [1]
+workers = [0]
+[[service]]
+name = "echo"
+protocol = "udp"
+ports = [7]
+sockets = 2
+action = "echo"
+[[tunnel]]
+name = "seq"
+local = "192.0.2.1"
+remote = "198.51.100.3"
+sequence = true
+port = "net_null0"
+next_hop_mac = "02:00:00:00:00:fe"
+"#;
+        for (rx, rx_lcores) in [("[1]", 1), ("[1, 2]", 2)] {
+            let cfg =
+                crate::config::parse(&src.replace("rx = [1]", &format!("rx = {rx}")), "t.toml").expect("valid config");
+            let made: Arc<std::sync::Mutex<Vec<(usize, QueueSync)>>> = Default::default();
+            let record = made.clone();
+            let make: MakeQueue = Box::new(move |cap, sync| {
+                record.lock().unwrap().push((cap, sync));
+                Ok(Box::new(fastpath::socket::SimQueue::new(cap)))
+            });
+            let port = OpenedPort {
+                id: 0,
+                mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            };
+            let mut b = TableBuilder::with_queues(vec![port], rx_lcores, 1, make);
+            b.build(&cfg, 1).expect("tables");
+            let socket = QueueSync {
+                single_producer: rx_lcores == 1,
+                single_consumer: true,
+            };
+            let cap = cfg.services[0].socket_capacity;
+            assert_eq!(
+                *made.lock().unwrap(),
+                vec![(cap, socket), (cap, socket), (HANDOFF_CAPACITY, QueueSync::SHARED)],
+                "{rx_lcores} RX lcores"
+            );
+        }
     }
 }

@@ -22,7 +22,7 @@ use fastpath::buf::{HeapBuf, PacketBuf};
 use fastpath::outcome::Outcome;
 use fastpath::pipeline::reasm::{Fate, FragMeta, Insert, ReasmIo, Reassembler, Released};
 use fastpath::pipeline::{Instant, Pipeline, Verdict};
-use fastpath::socket::{PacketQueue, SimQueue};
+use fastpath::socket::{PacketQueue, QueueSync, SimQueue};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -509,7 +509,7 @@ fn corpus_in_process() {
     report(&failures);
 }
 
-fn sim_queue(capacity: usize) -> Result<Box<dyn PacketQueue>, String> {
+fn sim_queue(capacity: usize, _: QueueSync) -> Result<Box<dyn PacketQueue>, String> {
     Ok(Box::new(SimQueue::new(capacity)))
 }
 

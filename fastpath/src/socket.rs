@@ -36,6 +36,25 @@ pub trait PacketQueue: Send + Sync + 'static {
     }
 }
 
+/// Who may use a queue at once, as its maker is told: DPDK's ring is cheaper with a single
+/// producer or consumer (plain stores of its indices instead of a compare-and-swap per burst,
+/// which waits for the line and for every store before it) and wrong with more than declared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueSync {
+    /// Only one lcore ever enqueues (a socket when there is one RX lcore).
+    pub single_producer: bool,
+    /// Only one lcore ever dequeues (a socket's one worker, a hand-off's owner).
+    pub single_consumer: bool,
+}
+
+impl QueueSync {
+    /// Any number of producers and consumers.
+    pub const SHARED: QueueSync = QueueSync {
+        single_producer: false,
+        single_consumer: false,
+    };
+}
+
 /// Room class of a socket for one more packet (seed 002, `packet_rcv_has_room`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Room {
