@@ -30,6 +30,10 @@ uint32_t fp_mbuf_rss_hash(const struct rte_mbuf *m) { return m->hash.rss; }
 int fp_mbuf_has_rss_hash(const struct rte_mbuf *m) { return (m->ol_flags & RTE_MBUF_F_RX_RSS_HASH) != 0; }
 void fp_mbuf_refcnt_update(struct rte_mbuf *m, int16_t v) { rte_mbuf_refcnt_update(m, v); }
 void fp_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned n) { rte_mempool_put_bulk(mp, objs, n); }
+void fp_mempool_put_bulk_uncached(struct rte_mempool *mp, void *const *objs, unsigned n)
+{
+	rte_mempool_generic_put(mp, objs, n, NULL);
+}
 unsigned fp_mempool_avail_count(const struct rte_mempool *mp) { return rte_mempool_avail_count(mp); }
 unsigned fp_mempool_in_use_count(const struct rte_mempool *mp) { return rte_mempool_in_use_count(mp); }
 

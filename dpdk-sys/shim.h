@@ -43,6 +43,8 @@ uint32_t fp_mbuf_rss_hash(const struct rte_mbuf *m);
 int fp_mbuf_has_rss_hash(const struct rte_mbuf *m);
 void fp_mbuf_refcnt_update(struct rte_mbuf *m, int16_t v);
 void fp_mempool_put_bulk(struct rte_mempool *mp, void *const *objs, unsigned n);
+/* Straight into the pool's shared store, bypassing the calling lcore's cache. */
+void fp_mempool_put_bulk_uncached(struct rte_mempool *mp, void *const *objs, unsigned n);
 unsigned fp_mempool_avail_count(const struct rte_mempool *mp);
 unsigned fp_mempool_in_use_count(const struct rte_mempool *mp);
 
