@@ -214,40 +214,47 @@ impl FanoutState {
         self.burst = self.burst.wrapping_add(1).max(1);
     }
 
-    /// The common case of [`FanoutState::choose`] without the call: a service with one socket
-    /// whose room, as this burst's snapshot of its ring and the packets staged since show it,
-    /// leaves no decision to make — the packet stays (NORMAL room, or without rollover room at
-    /// all) and the backlog is below half, where the flow limit does nothing. `None` leaves the
-    /// packet to `choose`, which also opens the fast path for the rest of the burst; the first
-    /// packet of each burst for a socket always goes there (it reads the ring's length).
-    ///
-    /// Exactly `choose`'s choice, not an approximation: the room only shrinks within a burst
-    /// (the snapshot is fixed, staged packets only add), so a bound computed at one packet
-    /// holds for the next until `staged` reaches it. A test holds the two to the same choices.
+    /// The common case of [`FanoutState::choose`] for a service with one socket, inlined into
+    /// the pipeline: see [`FanoutState::stays`]. `None` leaves the packet to `choose` (or
+    /// [`FanoutState::choose_quick`]), which also opens the fast path for the rest of the burst.
     #[inline(always)]
     pub fn choose_fast(&mut self, group: &Group) -> Option<usize> {
         let &[gi] = group.sockets.as_slice() else {
             return None;
         };
+        self.stays(gi).then_some(gi)
+    }
+
+    /// Whether the next packet for socket `gi` stays there for certain, and if so stages it:
+    /// this burst's snapshot of its ring and the packets staged since leave no decision to
+    /// make — the packet stays (NORMAL room, or without rollover room at all) and the backlog
+    /// is below half, where the flow limit does nothing. The first packet of each burst for a
+    /// socket is never certain (it reads the ring's length); `choose` then opens the way for
+    /// the next ones.
+    ///
+    /// Exactly `choose`'s choice, not an approximation: the room only shrinks within a burst
+    /// (the snapshot is fixed, staged packets only add), so a bound computed at one packet
+    /// holds for the next until `staged` reaches it. A test holds the two to the same choices.
+    #[inline(always)]
+    fn stays(&mut self, gi: usize) -> bool {
         let burst = self.burst;
-        let v = self.view.get_mut(gi)?;
+        let Some(v) = self.view.get_mut(gi) else {
+            return false;
+        };
         if v.snap_burst == burst && v.staged < v.fast_end {
             // fast_end > 0 only after `choose` staged a packet here in this burst: the socket
             // is already in `touched`.
             v.staged += 1;
-            return Some(gi);
+            return true;
         }
-        None
+        false
     }
 
-    /// Opens the fast path for socket `gi` (of `group`, holding `queued` packets counting this
-    /// lcore's staged ones) just after `choose` staged a packet there with NORMAL room: the
+    /// Opens the fast path for socket `gi` (of `group`, of `capacity`) just after `choose`
+    /// staged a packet there with NORMAL room (or, without rollover, with any room): the
     /// staged count up to which the next packets need no decision.
     #[inline]
     fn open_fast(&mut self, gi: usize, group: &Group, capacity: usize) {
-        if group.sockets.len() != 1 {
-            return;
-        }
         // The first backlog at which each rule could decide something other than "stay".
         let room_rule = if group.rollover {
             // NORMAL needs capacity - queued - 1 > capacity / 4.
@@ -266,11 +273,12 @@ impl FanoutState {
         v.fast_end = bound.min(u32::MAX as usize) as u32;
     }
 
-    /// Picks the socket for a packet of flow `hash` in `group`.
+    /// The group position the fanout mode picks for a packet of flow `hash` (advances the
+    /// round-robin cursor or the random generator).
     #[inline]
-    pub fn choose(&mut self, group: &Group, sockets: &[Arc<Socket>], mut hash: impl FlowHash) -> Choice {
+    fn pick(&mut self, group: &Group, hash: &mut impl FlowHash) -> usize {
         let n = group.sockets.len();
-        let pos = match group.mode {
+        match group.mode {
             _ if n == 1 => 0,
             // Multiply-shift maps the hash onto 0..n without a division (Linux's reciprocal_scale).
             FanoutMode::Hash => ((hash.get() as u64 * n as u64) >> 32) as usize,
@@ -279,7 +287,33 @@ impl FanoutState {
                 self.rr as usize % n
             }
             FanoutMode::Random => ((self.next_random() as u64 * n as u64) >> 32) as usize,
-        };
+        }
+    }
+
+    /// [`FanoutState::choose`] with the fast path first, for any number of sockets: the socket
+    /// the mode picks takes the packet without a decision when [`FanoutState::stays`] says so.
+    #[inline]
+    pub fn choose_quick(&mut self, group: &Group, sockets: &[Arc<Socket>], mut hash: impl FlowHash) -> Choice {
+        let pos = self.pick(group, &mut hash);
+        let gi = group.sockets[pos];
+        if self.stays(gi) {
+            return Choice::Socket(gi);
+        }
+        self.choose_at(group, sockets, pos, hash)
+    }
+
+    /// Picks the socket for a packet of flow `hash` in `group`: the decision in full, every
+    /// rule asked (the reference [`FanoutState::choose_quick`] is held to).
+    #[inline]
+    pub fn choose(&mut self, group: &Group, sockets: &[Arc<Socket>], mut hash: impl FlowHash) -> Choice {
+        let pos = self.pick(group, &mut hash);
+        self.choose_at(group, sockets, pos, hash)
+    }
+
+    /// The decision for the packet whose socket the mode put at group position `pos`.
+    #[inline]
+    fn choose_at(&mut self, group: &Group, sockets: &[Arc<Socket>], pos: usize, mut hash: impl FlowHash) -> Choice {
+        let n = group.sockets.len();
         let gi = group.sockets[pos];
         let s = &sockets[gi];
         let queued = self.queued(gi, s);
@@ -928,9 +962,22 @@ mod fast_path_tests {
     }
 
     /// What one lcore observes: the choices, then every counter and flag the decisions write.
+    /// How `run` asks for each packet's socket.
+    #[derive(Clone, Copy, Debug)]
+    enum Ask {
+        /// `choose` alone: the reference.
+        Choose,
+        /// `choose_fast` (the pipeline's inlined one-socket case), then `choose`.
+        Fast,
+        /// `choose_quick`.
+        Quick,
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn run(
-        fast: bool,
+        ask: Ask,
         n: usize,
+        mode: FanoutMode,
         cap: usize,
         rollover: bool,
         limit: bool,
@@ -939,7 +986,7 @@ mod fast_path_tests {
         let socks = sockets(n, cap);
         let g = Group {
             sockets: (0..n).collect(),
-            mode: FanoutMode::Hash,
+            mode,
             rollover,
             huge_flows: true,
         };
@@ -951,9 +998,13 @@ mod fast_path_tests {
                 set_len(s, *len);
             }
             for &h in hashes {
-                let c = match fast.then(|| st.choose_fast(&g)).flatten() {
-                    Some(s) => Choice::Socket(s),
-                    None => st.choose(&g, &socks, h),
+                let c = match ask {
+                    Ask::Choose => st.choose(&g, &socks, h),
+                    Ask::Fast => match st.choose_fast(&g) {
+                        Some(s) => Choice::Socket(s),
+                        None => st.choose(&g, &socks, h),
+                    },
+                    Ask::Quick => st.choose_quick(&g, &socks, h),
                 };
                 choices.push(c);
             }
@@ -996,10 +1047,12 @@ mod fast_path_tests {
 
     proptest! {
         /// The fast path makes exactly the choices `choose` alone makes, with the same side
-        /// effects, whatever the backlog, burst size, flows, rules and socket count.
+        /// effects, whatever the backlog, burst size, flows, rules, fanout mode and socket
+        /// count (the random generator and the round-robin cursor advance alike).
         #[test]
         fn the_fast_path_chooses_what_choose_would(
-            n in 1usize..3,
+            n in 1usize..4,
+            mode in prop::sample::select(vec![FanoutMode::Hash, FanoutMode::RoundRobin, FanoutMode::Random]),
             cap in 1usize..80,
             rollover: bool,
             limit: bool,
@@ -1008,9 +1061,9 @@ mod fast_path_tests {
                 1..8,
             ),
         ) {
-            let slow = run(false, n, cap, rollover, limit, &bursts);
-            let fast = run(true, n, cap, rollover, limit, &bursts);
-            prop_assert_eq!(slow, fast);
+            let slow = run(Ask::Choose, n, mode, cap, rollover, limit, &bursts);
+            prop_assert_eq!(&slow, &run(Ask::Fast, n, mode, cap, rollover, limit, &bursts));
+            prop_assert_eq!(&slow, &run(Ask::Quick, n, mode, cap, rollover, limit, &bursts));
         }
     }
 

@@ -700,7 +700,7 @@ impl Pipeline {
     #[inline(never)]
     fn fan_out(&mut self, svc: usize, p: &Parsed, nic_hash: Option<u32>) -> Verdict {
         let t = &*self.tables;
-        match self.fanout.choose(
+        match self.fanout.choose_quick(
             &t.services.services()[svc].group,
             &t.sockets,
             HashOnDemand::new(|| p.flow_hash(&t.hasher, nic_hash)),
