@@ -13,6 +13,14 @@
 //! 4. if none has NORMAL room the rollover failed (counted): the packet stays on `s` if it
 //!    fits at all, and is dropped as `socket_full` if not.
 //!
+//! Most packets need none of it: while a socket's room stays NORMAL and its backlog below half
+//! (where the flow limit does nothing), the packet stays on the socket its mode picks. The first
+//! packet of a burst for a socket takes the whole decision and leaves a bound, the staged count
+//! up to which that still holds (the snapshot of the ring is fixed for the burst and staged
+//! packets only add); the next ones are checked against the bound alone
+//! ([`FanoutState::choose_fast`], inlined into the pipeline for one-socket services, and
+//! [`FanoutState::choose_quick`]), which makes exactly the choices [`FanoutState::choose`] would.
+//!
 //! The remembered socket, the round-robin cursor and the random generator are per RX lcore
 //! (the kernel keeps the first per socket; keeping it per lcore removes a shared write without
 //! changing the rule). Room counts the packets this lcore has staged for a socket in the current
