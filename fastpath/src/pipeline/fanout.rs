@@ -946,24 +946,11 @@ mod snapshot_tests {
 
 #[cfg(test)]
 mod fast_path_tests {
+    use super::tests::group;
     use super::*;
     use crate::pipeline::flow_limit::FlowLimit;
-    use crate::socket::{SimQueue, SocketCounters};
+    use crate::socket::SimQueue;
     use proptest::prelude::*;
-
-    fn sockets(n: usize, cap: usize) -> Vec<Arc<Socket>> {
-        (0..n)
-            .map(|i| {
-                Arc::new(Socket::new(
-                    "svc",
-                    i,
-                    Box::new(SimQueue::new(cap)),
-                    0,
-                    Arc::new(SocketCounters::new(1, 1)),
-                ))
-            })
-            .collect()
-    }
 
     fn set_len(s: &Socket, n: usize) {
         s.queue.as_any().downcast_ref::<SimQueue>().unwrap().set_len(n);
@@ -991,13 +978,8 @@ mod fast_path_tests {
         limit: bool,
         bursts: &[(usize, Vec<u32>)],
     ) -> (Vec<Choice>, Vec<[u64; 4]>, Vec<bool>) {
-        let socks = sockets(n, cap);
-        let g = Group {
-            sockets: (0..n).collect(),
-            mode,
-            rollover,
-            huge_flows: true,
-        };
+        let (mut g, socks) = group(n, cap, rollover);
+        g.mode = mode;
         let mut st = FanoutState::new(n, 0, 11);
         st.flow_limit = limit.then(|| FlowLimit::new(64));
         let mut choices = Vec::new();
@@ -1079,14 +1061,8 @@ mod fast_path_tests {
     fn the_fast_path_opens_after_the_first_packet_and_closes_at_the_first_bound() {
         // 100 slots, 40 queued: NORMAL while one more leaves more than 25 free (up to 73
         // queued), the flow limit from 50 queued.
-        let socks = sockets(1, 100);
+        let (g, socks) = group(1, 100, true);
         set_len(&socks[0], 40);
-        let g = Group {
-            sockets: vec![0],
-            mode: FanoutMode::Hash,
-            rollover: true,
-            huge_flows: true,
-        };
         let mut st = FanoutState::new(1, 0, 3);
         st.flow_limit = Some(FlowLimit::new(64));
         assert_eq!(st.choose_fast(&g), None, "the first packet of a burst reads the ring");
