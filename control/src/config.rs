@@ -275,8 +275,8 @@ pub const MEMPOOL_OPS: &[&str] = &["stack", "lf_stack", "ring_mp_mc", "ring_mt_r
 
 /// The packet pool's default driver: a LIFO. Packets handed from RX lcores to workers return
 /// to the pool's common store from the worker (a `sink` puts them there directly) and are
-/// allocated again from it by the RX lcore; with DPDK's default FIFO ring (`ring_mp_mc`) the next mbuf is the one freed longest
-/// ago, so every mbuf of the pool is in the working set (16383 x 2.3 KiB = 37 MiB: cache and
+/// allocated again from it by the RX lcore; with DPDK's default FIFO ring (`ring_mp_mc`) the
+/// next mbuf is the one freed longest ago, so every mbuf of the pool is in the working set (16383 x 2.3 KiB = 37 MiB: cache and
 /// TLB misses on every header), while a stack hands back the most recently freed, still in
 /// cache. Measured on the open-port benchmark (RX lcore to a sink worker): 1.15-1.16x the
 /// packet rate, paired runs; unchanged where mbufs stay on one lcore.

@@ -185,8 +185,8 @@ impl TableBuilder {
                     Some(r) => r.clone(),
                     None => {
                         let r: Arc<dyn PacketQueue> = Arc::from(
-                            // Any worker hands off (rarely: only a packet another worker
-                            // encapsulated); no mode to save anything in.
+                            // Any worker may hand off to the owner; off the common path,
+                            // so it keeps DPDK's default (shared) modes.
                             (self.make_queue)(HANDOFF_CAPACITY, QueueSync::SHARED)
                                 .map_err(|e| format!("tunnel {:?} hand-off ring: {e}", t.name))?,
                         );

@@ -133,7 +133,7 @@ struct SocketView {
     remembered: u16,
     /// While `staged` is below this (in the burst `snap` was read in), the next packet for this
     /// socket stays here for certain: the room after it is NORMAL and the backlog below half, so
-    /// neither rollover nor the flow limit can decide otherwise (see [`FanoutState::choose_fast`]).
+    /// neither rollover nor the flow limit can decide otherwise (see [`FanoutState::stays`]).
     fast_end: u32,
 }
 
@@ -956,7 +956,6 @@ mod fast_path_tests {
         s.queue.as_any().downcast_ref::<SimQueue>().unwrap().set_len(n);
     }
 
-    /// What one lcore observes: the choices, then every counter and flag the decisions write.
     /// How `run` asks for each packet's socket.
     #[derive(Clone, Copy, Debug)]
     enum Ask {
@@ -968,6 +967,7 @@ mod fast_path_tests {
         Quick,
     }
 
+    /// What one lcore observes: the choices, then every counter and flag the decisions write.
     #[allow(clippy::too_many_arguments)]
     fn run(
         ask: Ask,
