@@ -18,6 +18,18 @@ pub enum NicChecksum {
     Bad,
 }
 
+impl NicChecksum {
+    /// Whether the checksum is right: `Good` and `Bad` say so, `Unknown` asks `verify()`.
+    #[inline(always)]
+    pub fn ok_or(self, verify: impl FnOnce() -> bool) -> bool {
+        match self {
+            NicChecksum::Good => true,
+            NicChecksum::Bad => false,
+            NicChecksum::Unknown => verify(),
+        }
+    }
+}
+
 /// A packet: one contiguous run of bytes with room to grow at both ends.
 pub trait PacketBuf {
     /// The packet bytes.
@@ -41,6 +53,16 @@ pub trait PacketBuf {
     /// meaningful for the packet as received.
     fn ip_checksum(&self) -> NicChecksum {
         NicChecksum::Unknown
+    }
+    /// Whether the outermost IPv4 header's checksum is right: the NIC's verdict
+    /// ([`PacketBuf::ip_checksum`]) where it has one, else `verify()`'s. A buffer may decide
+    /// from its flags directly, without building the verdict first.
+    #[inline(always)]
+    fn ip_checksum_ok(&self, verify: impl FnOnce() -> bool) -> bool
+    where
+        Self: Sized,
+    {
+        self.ip_checksum().ok_or(verify)
     }
     /// What the NIC found checking the UDP or TCP checksum of the packet as received (RX
     /// offload). Only [`NicChecksum::Good`] may stand in for a software check, and only while

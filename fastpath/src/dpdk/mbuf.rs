@@ -210,6 +210,20 @@ impl PacketBuf for Mbuf {
         )
     }
 
+    #[inline(always)]
+    fn ip_checksum_ok(&self, verify: impl FnOnce() -> bool) -> bool {
+        // `ip_checksum`'s verdict as branches on the flags (NONE, both bits, asks `verify` as
+        // Unknown does).
+        let f = self.raw().ol_flags & dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_MASK as u64;
+        if f == dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD as u64 {
+            true
+        } else if f == dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_BAD as u64 {
+            false
+        } else {
+            verify()
+        }
+    }
+
     #[inline]
     fn l4_checksum(&self) -> NicChecksum {
         // NONE (the data is intact but the checksum field is not filled in) stays Unknown, as

@@ -432,7 +432,11 @@ impl Pipeline {
         // extension headers, not a fragment) as received: read from fixed offsets; anything
         // else goes through the general parser below.
         let frame = pkt.data();
-        if depth == 0 && Parsed::parse_common_with(frame, &mut parsed, || pkt.ip_checksum()) {
+        if depth == 0
+            && Parsed::parse_common_with(frame, &mut parsed, |header| {
+                pkt.ip_checksum_ok(|| wire::checksum::verify(header))
+            })
+        {
             // The same frame slice the parser checked (at least 42 bytes): no second length
             // check, and the addresses compared in place.
             if let Some(v) = frame.first_chunk().and_then(|h| link_layer_refusal_in(local, h)) {

@@ -236,14 +236,16 @@ impl Parsed {
     /// so that its 32 bytes of addresses do not crowd the IPv4 path.
     #[inline(always)]
     pub fn parse_common_into(frame: &[u8], p: &mut Parsed, ip_checksum: NicChecksum) -> bool {
-        Self::parse_common_with(frame, p, || ip_checksum)
+        Self::parse_common_with(frame, p, |header| ip_checksum.ok_or(|| wire::checksum::verify(header)))
     }
 
-    /// [`Parsed::parse_common_into`] asking for the NIC's verdict on the IPv4 header only where
-    /// it is needed: read before the parse (an argument), the compiler turned it into ~10
+    /// [`Parsed::parse_common_into`] with the IPv4 header's checksum judged by `ip_header_ok`
+    /// (given the header's bytes), asked only where it is needed: the pipeline passes
+    /// [`PacketBuf::ip_checksum_ok`](crate::buf::PacketBuf::ip_checksum_ok), which tests the RX
+    /// flags with branches; the NIC's verdict read before the parse (an argument) was ~10
     /// instructions of conditional moves on every packet.
     #[inline(always)]
-    pub fn parse_common_with(frame: &[u8], p: &mut Parsed, ip_checksum: impl FnOnce() -> NicChecksum) -> bool {
+    pub fn parse_common_with(frame: &[u8], p: &mut Parsed, ip_header_ok: impl FnOnce(&[u8]) -> bool) -> bool {
         // The shortest common frame (IPv4, UDP, no data): every other is longer.
         let Some(h) = frame.get(..14 + 20 + 8) else {
             return false;
@@ -251,21 +253,21 @@ impl Parsed {
         // IPv4 tested first, the others in a call: as one `match` (or `if` chain) the compiler
         // tested IPv6 and 802.1Q before IPv4, the floods' frame.
         if wire::be16(h, 12) == 0x0800 {
-            Self::common_v4_into::<14>(frame, p, ip_checksum)
+            Self::common_v4_into::<14>(frame, p, ip_header_ok)
         } else {
-            Self::common_other_into(frame, p, ip_checksum())
+            Self::common_other_into(frame, p, ip_header_ok)
         }
     }
 
     /// [`Parsed::parse_common_into`] for a frame that is not untagged IPv4.
     #[inline(never)]
-    fn common_other_into(frame: &[u8], p: &mut Parsed, ip_checksum: NicChecksum) -> bool {
+    fn common_other_into(frame: &[u8], p: &mut Parsed, ip_header_ok: impl FnOnce(&[u8]) -> bool) -> bool {
         let Some(h) = frame.get(..14) else {
             return false;
         };
         match wire::be16(h, 12) {
             0x86dd => Self::common_v6_into::<14>(frame, p),
-            0x8100 => Self::common_tagged_into(frame, p, ip_checksum),
+            0x8100 => Self::common_tagged_into(frame, p, ip_header_ok),
             _ => false,
         }
     }
@@ -274,12 +276,12 @@ impl Parsed {
     /// tags: a trunk's frames arrive with theirs, and answers keep them). Out of line: the
     /// untagged path does not carry it. A second tag (802.1ad) is the general parser's.
     #[inline(never)]
-    fn common_tagged_into(frame: &[u8], p: &mut Parsed, ip_checksum: NicChecksum) -> bool {
+    fn common_tagged_into(frame: &[u8], p: &mut Parsed, ip_header_ok: impl FnOnce(&[u8]) -> bool) -> bool {
         let Some(h) = frame.get(..18) else {
             return false;
         };
         let taken = match wire::be16(h, 16) {
-            0x0800 => Self::common_v4_into::<18>(frame, p, || ip_checksum),
+            0x0800 => Self::common_v4_into::<18>(frame, p, ip_header_ok),
             0x86dd => Self::common_v6_into::<18>(frame, p),
             _ => false,
         };
@@ -293,11 +295,7 @@ impl Parsed {
     /// [`Parsed::parse_common_into`] for an IPv4 packet at `L3` (the EtherType read, at least 42
     /// bytes in the frame), as if untagged: the caller sets the tag's fields.
     #[inline(always)]
-    fn common_v4_into<const L3: usize>(
-        frame: &[u8],
-        p: &mut Parsed,
-        ip_checksum: impl FnOnce() -> NicChecksum,
-    ) -> bool {
+    fn common_v4_into<const L3: usize>(frame: &[u8], p: &mut Parsed, ip_header_ok: impl FnOnce(&[u8]) -> bool) -> bool {
         let l4 = L3 + 20;
         let Some(h) = frame.get(..l4 + 8) else {
             return false;
@@ -327,12 +325,7 @@ impl Parsed {
         } else if total < 20 || !Self::common_l4_into(frame, l4, total - 20, protocol, p) {
             return false;
         }
-        let checksum_ok = match ip_checksum() {
-            NicChecksum::Good => true,
-            NicChecksum::Bad => false,
-            NicChecksum::Unknown => wire::checksum::verify(&h[L3..l4]),
-        };
-        if !checksum_ok {
+        if !ip_header_ok(&h[L3..l4]) {
             return false;
         }
         let (src, dst) = (wire::ipv4_at(h, L3 + 12), wire::ipv4_at(h, L3 + 16));
