@@ -14,6 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The current generation, readable by every lcore without a lock.
+///
+/// Every lcore reads the generation number on every poll: 128-byte aligned so that no heap
+/// object another lcore writes shares its lines (as for the runtime's `RunControl`).
+#[repr(align(128))]
 pub struct Published {
     current: ArcSwap<Tables>,
     number: AtomicU64,

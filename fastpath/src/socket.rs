@@ -26,6 +26,15 @@ pub trait PacketQueue: Send + Sync + 'static {
     /// Packets queued now (may be stale by the time it is used; the ring's own enqueue is the
     /// final arbiter of room).
     fn len(&self) -> usize;
+    /// For a single-producer queue's one producer: its view of the length and whether that is
+    /// exact. A view that is not exact is at least the true length (the consumer only takes),
+    /// cheap to have (no read of the consumer's line); `fresh` asks for the true length now.
+    /// Queues without such a view return [`PacketQueue::len`], exact.
+    #[inline]
+    fn producer_len(&self, fresh: bool) -> (usize, bool) {
+        let _ = fresh;
+        (self.len(), true)
+    }
     /// Packets the queue can hold.
     fn capacity(&self) -> usize;
     /// For the runtime, to reach the concrete queue type.
@@ -140,6 +149,11 @@ struct History([AtomicU32; HISTORY_LEN]);
 struct Pressure(AtomicBool);
 
 /// One socket of a service.
+///
+/// Read per burst by its RX lcores and per poll by its worker: 128-byte aligned, so that no
+/// heap object an lcore writes shares its lines (its own written fields are on lines of their
+/// own too).
+#[repr(align(128))]
 pub struct Socket {
     /// The service's name.
     pub service: String,
@@ -240,11 +254,13 @@ impl Socket {
     }
 }
 
-/// A queue for tests and simulations: only a length and a capacity.
+/// A queue for tests and simulations: only a length and a capacity, and optionally a producer
+/// whose view of the length lags the consumer by some packets ([`SimQueue::set_producer_lag`]).
 #[derive(Debug)]
 pub struct SimQueue {
     len: std::sync::atomic::AtomicUsize,
     capacity: usize,
+    lag: std::sync::atomic::AtomicUsize,
 }
 
 impl SimQueue {
@@ -253,7 +269,14 @@ impl SimQueue {
         SimQueue {
             len: Default::default(),
             capacity,
+            lag: Default::default(),
         }
+    }
+    /// The producer's view of the length ([`PacketQueue::producer_len`]) overstates it by `n`
+    /// packets (within the capacity), as a single-producer ring's does after the consumer took
+    /// that many unseen; 0 makes the view exact.
+    pub fn set_producer_lag(&self, n: usize) {
+        self.lag.store(n, Relaxed);
     }
     /// Sets the length.
     pub fn set_len(&self, n: usize) {
@@ -278,6 +301,13 @@ impl SimQueue {
 impl PacketQueue for SimQueue {
     fn len(&self) -> usize {
         self.len.load(Relaxed)
+    }
+    fn producer_len(&self, fresh: bool) -> (usize, bool) {
+        let lag = self.lag.load(Relaxed);
+        if fresh || lag == 0 {
+            return (self.len(), true);
+        }
+        ((self.len() + lag).min(self.capacity), false)
     }
     fn capacity(&self) -> usize {
         self.capacity

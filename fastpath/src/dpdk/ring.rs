@@ -2,6 +2,7 @@
 
 use super::{Error, Mbuf, Mempool, Result};
 use crate::socket::{PacketQueue, QueueSync};
+use crate::spsc::SpscRing;
 use std::ffi::{c_void, CString};
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -43,17 +44,33 @@ pub const FREE_BURST: usize = 64;
 /// before it flushes. Fewer mbufs in flight means more of their lines are still in the RX core's
 /// cache when it writes them again: paired 4-s open-sink runs 1.06 x (16 pairs, 11 faster;
 /// 1.09 x in 8 pairs before, all faster).
+///
+/// With one producer and one consumer the slots are an [`SpscRing`] instead of a DPDK ring:
+/// the same words (tagged mbuf pointers), but the producer reads the consumer's index only when
+/// its copy says the ring is too full, and the fanout's per-burst view of the length is the
+/// producer's own ([`PacketQueue::producer_len`]), so the RX lcore no longer waits every burst
+/// for a line the worker just wrote.
 pub struct MbufRing {
-    raw: NonNull<dpdk_sys::rte_ring>,
+    slots: Slots,
     capacity: usize,
     home: Arc<Mempool>,
 }
 
-// SAFETY: an rte_ring may be used from any thread; how many may enqueue or dequeue at once is
-// the contract `MbufRing::new`'s caller accepts with its `QueueSync`.
+/// Where a ring's words live.
+// One per socket: boxing the larger variant would only add a pointer to follow per burst.
+#[allow(clippy::large_enum_variant)]
+enum Slots {
+    /// A DPDK ring, in the sync modes of its `QueueSync`.
+    Dpdk(NonNull<dpdk_sys::rte_ring>),
+    /// One producer, one consumer.
+    Spsc(SpscRing),
+}
+
+// SAFETY: an rte_ring may be used from any thread, and an SpscRing is Send; how many may enqueue
+// or dequeue at once is the contract `MbufRing::new`'s caller accepts with its `QueueSync`.
 unsafe impl Send for MbufRing {}
 // SAFETY: see Send; every method goes through DPDK's ring functions, which honour the ring's
-// sync modes.
+// sync modes, or through the SpscRing's atomics.
 unsafe impl Sync for MbufRing {}
 
 static RING_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -62,6 +79,16 @@ impl MbufRing {
     /// A ring holding up to `capacity` packets, most of which come from `home`, used as `sync`
     /// says (more producers or consumers than declared corrupt it).
     pub fn new(capacity: usize, home: Arc<Mempool>, sync: QueueSync) -> Result<MbufRing> {
+        if sync.single_producer && sync.single_consumer {
+            if capacity == 0 || u32::try_from(capacity).is_err() {
+                return Err(Error::new("ring capacity", libc::EINVAL));
+            }
+            return Ok(MbufRing {
+                slots: Slots::Spsc(SpscRing::new(capacity)),
+                capacity,
+                home,
+            });
+        }
         let name = format!("fps{}", RING_SEQ.fetch_add(1, Ordering::Relaxed));
         let cname = CString::new(name.clone()).expect("no NUL in a generated name");
         let count = u32::try_from(capacity).map_err(|_| Error::new("ring capacity", libc::EINVAL))?;
@@ -76,7 +103,11 @@ impl MbufRing {
         // plain values; a NULL return is handled below.
         let raw = unsafe { dpdk_sys::rte_ring_create(cname.as_ptr(), count, dpdk_sys::SOCKET_ID_ANY, flags) };
         NonNull::new(raw)
-            .map(|raw| MbufRing { raw, capacity, home })
+            .map(|raw| MbufRing {
+                slots: Slots::Dpdk(raw),
+                capacity,
+                home,
+            })
             .ok_or_else(|| Error::from_rte_errno(format!("rte_ring_create({name}, {capacity})")))
     }
 
@@ -101,16 +132,22 @@ impl MbufRing {
                 }
             }
         }
-        // SAFETY: pkts holds `len` owned mbufs as (possibly tagged) pointers; the ring takes
-        // ownership of the first n, and its consumers untag them (`dequeue*` below).
-        let n = unsafe {
-            dpdk_sys::fp_ring_enqueue_burst(
-                self.raw.as_ptr(),
-                slots as *const *mut c_void,
-                len as u32,
-                std::ptr::null_mut(),
-            )
-        } as usize;
+        // The ring takes ownership of the first n, and its consumers untag them (`dequeue*`
+        // below).
+        let n = match &self.slots {
+            // SAFETY: pkts holds `len` owned mbufs as (possibly tagged) pointers.
+            Slots::Dpdk(raw) => unsafe {
+                dpdk_sys::fp_ring_enqueue_burst(
+                    raw.as_ptr(),
+                    slots as *const *mut c_void,
+                    len as u32,
+                    std::ptr::null_mut(),
+                ) as usize
+            },
+            // SAFETY: the Vec's buffer holds `len` initialised words (the tagged pointers),
+            // borrowed as such only for the call; the mbufs are not read.
+            Slots::Spsc(r) => r.push(unsafe { std::slice::from_raw_parts(slots, len) }),
+        };
         // SAFETY: the first n mbufs now belong to the ring: untag the rest, shift them down
         // without dropping anything and shorten the Vec.
         unsafe {
@@ -131,19 +168,31 @@ impl MbufRing {
             return 0;
         }
         let slots = spare.as_mut_ptr() as *mut usize;
+        let max = spare.len();
         // SAFETY: the spare capacity has room for spare.len() pointers; the ring writes n <= that
         // many (possibly tagged) owned mbuf pointers, untagged here before they become Mbufs.
         let n = unsafe {
-            let n = dpdk_sys::fp_ring_dequeue_burst(
-                self.raw.as_ptr(),
-                slots as *mut *mut c_void,
-                spare.len() as u32,
-                std::ptr::null_mut(),
-            ) as usize;
-            for i in 0..n {
-                *slots.add(i) &= !RAW_FREE;
+            match &self.slots {
+                Slots::Dpdk(raw) => {
+                    let n = dpdk_sys::fp_ring_dequeue_burst(
+                        raw.as_ptr(),
+                        slots as *mut *mut c_void,
+                        max as u32,
+                        std::ptr::null_mut(),
+                    ) as usize;
+                    for i in 0..n {
+                        *slots.add(i) &= !RAW_FREE;
+                    }
+                    n
+                }
+                Slots::Spsc(r) => {
+                    let mut i = 0;
+                    r.pop(max, |w| {
+                        *slots.add(i) = w & !RAW_FREE;
+                        i += 1;
+                    })
+                }
             }
-            n
         };
         // SAFETY: n slots were initialised with owned, untagged mbufs.
         unsafe { out.set_len(out.len() + n) };
@@ -158,16 +207,26 @@ impl MbufRing {
         // Not zeroed: the worker calls this on every poll, most of them finding the ring empty.
         let mut slots = [const { MaybeUninit::<usize>::uninit() }; FREE_BURST];
         let mut plain = [const { MaybeUninit::<*mut dpdk_sys::rte_mbuf>::uninit() }; FREE_BURST];
-        // SAFETY: slots has room for FREE_BURST >= max.min(FREE_BURST) pointers; the ring
-        // writes n of them, owned (possibly tagged) mbufs, which we free below, each once.
-        let n = unsafe {
-            dpdk_sys::fp_ring_dequeue_burst(
-                self.raw.as_ptr(),
-                slots.as_mut_ptr() as *mut *mut c_void,
-                max.min(FREE_BURST) as u32,
-                std::ptr::null_mut(),
-            )
-        } as usize;
+        let max = max.min(FREE_BURST);
+        let n = match &self.slots {
+            // SAFETY: slots has room for FREE_BURST >= max pointers; the ring writes n of them,
+            // owned (possibly tagged) mbufs, which we free below, each once.
+            Slots::Dpdk(raw) => unsafe {
+                dpdk_sys::fp_ring_dequeue_burst(
+                    raw.as_ptr(),
+                    slots.as_mut_ptr() as *mut *mut c_void,
+                    max as u32,
+                    std::ptr::null_mut(),
+                ) as usize
+            },
+            Slots::Spsc(r) => {
+                let mut i = 0;
+                r.pop(max, |w| {
+                    slots[i] = MaybeUninit::new(w);
+                    i += 1;
+                })
+            }
+        };
         // Marked ones are compacted to the front of `slots`, the others moved to `plain`.
         let (mut raw, mut other) = (0, 0);
         for i in 0..n {
@@ -217,8 +276,18 @@ impl MbufRing {
 impl PacketQueue for MbufRing {
     #[inline]
     fn len(&self) -> usize {
-        // SAFETY: the ring is alive; the count is a racy but safe read of its head/tail.
-        unsafe { dpdk_sys::fp_ring_count(self.raw.as_ptr()) as usize }
+        match &self.slots {
+            // SAFETY: the ring is alive; the count is a racy but safe read of its head/tail.
+            Slots::Dpdk(raw) => unsafe { dpdk_sys::fp_ring_count(raw.as_ptr()) as usize },
+            Slots::Spsc(r) => r.len(),
+        }
+    }
+    #[inline]
+    fn producer_len(&self, fresh: bool) -> (usize, bool) {
+        match &self.slots {
+            Slots::Spsc(r) => r.producer_len(fresh),
+            Slots::Dpdk(_) => (self.len(), true),
+        }
     }
     fn capacity(&self) -> usize {
         self.capacity
@@ -233,9 +302,11 @@ impl Drop for MbufRing {
         // Nothing may leak: packets still queued (a socket removed by a reload before its worker
         // drained it, or a ring dropped at exit) are freed.
         self.drain_and_free();
-        // SAFETY: we own the ring and nothing else references it any more (the last Arc of its
-        // socket is being dropped).
-        unsafe { dpdk_sys::rte_ring_free(self.raw.as_ptr()) }
+        if let Slots::Dpdk(raw) = &self.slots {
+            // SAFETY: we own the ring and nothing else references it any more (the last Arc of
+            // its socket is being dropped).
+            unsafe { dpdk_sys::rte_ring_free(raw.as_ptr()) }
+        }
     }
 }
 
@@ -281,11 +352,23 @@ mod tests {
         let _eal = Eal::init(&args).expect("EAL");
         let home = Arc::new(Mempool::new("ring_home", 1023, 32, 2048).expect("home pool"));
         let other = Mempool::new("ring_other", 1023, 32, 2048).expect("other pool");
-        let sync = QueueSync {
+        // Both kinds of slots: an SpscRing (one producer, one consumer), a DPDK ring otherwise.
+        let spsc = QueueSync {
             single_producer: true,
             single_consumer: true,
         };
+        for sync in [spsc, QueueSync::SHARED] {
+            check_ring(&home, &other, sync);
+        }
+    }
+
+    fn check_ring(home: &Arc<Mempool>, other: &Mempool, sync: QueueSync) {
+        let home = home.clone();
         let ring = MbufRing::new(8, home.clone(), sync).expect("ring");
+        assert_eq!(
+            matches!(ring.slots, Slots::Spsc(_)),
+            sync.single_producer && sync.single_consumer
+        );
 
         // Round trip: marks never leak out of the ring; every mbuf comes back intact.
         let mut pkts = fill(&home, 6, 1);
@@ -319,7 +402,7 @@ mod tests {
         // Not marked: from another pool, or with another owner. Each must go back to its own
         // pool, and a shared one only lose a reference.
         let mut mixed = fill(&home, 2, 3);
-        mixed.extend(fill(&other, 2, 4));
+        mixed.extend(fill(other, 2, 4));
         let shared = fill(&home, 1, 5).pop().expect("one");
         // SAFETY: a second owner for the test; it only reads the packet and frees it last.
         let second = unsafe {
@@ -341,7 +424,7 @@ mod tests {
 
         // Dropping a ring frees what it still holds, marked or not.
         let mut pkts = fill(&home, 3, 6);
-        pkts.extend(fill(&other, 2, 7));
+        pkts.extend(fill(other, 2, 7));
         assert_eq!(ring.enqueue(&mut pkts), 5);
         drop(ring);
         assert_eq!((home.in_use(), other.in_use()), (0, 0));

@@ -125,7 +125,11 @@ impl PortAddrs {
 ///
 /// A reload builds a whole new `Tables` off the data path and publishes it; each lcore adopts it
 /// between bursts with [`Pipeline::apply`]. Nothing in here changes once published.
+///
+/// Read per packet by every lcore: 128-byte aligned, so that no heap object an lcore writes
+/// shares its lines (see the runtime's `RunControl`).
 #[derive(Clone, Debug, Default)]
+#[repr(align(128))]
 pub struct Tables {
     /// The config generation these tables belong to (1 for the config loaded at start).
     pub generation: u64,

@@ -115,6 +115,13 @@ impl TscClock {
 }
 
 /// Start and stop coordination between the control thread, RX lcores and workers.
+///
+/// Every lcore reads the stop flag on every poll, so the struct has lines of its own (128-byte
+/// alignment: the adjacent-line prefetcher moves lines in pairs): sharing one with a heap
+/// object an RX lcore writes per packet, it was a line bouncing between the RX lcore and the
+/// worker's polls, and the open-port benchmark's RX lcore ran at half speed or full speed
+/// depending on where the allocator happened to put it (the size of the environment moved it).
+#[repr(align(128))]
 pub struct RunControl {
     stop: AtomicBool,
     rx_running: AtomicUsize,
