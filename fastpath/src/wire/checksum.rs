@@ -12,17 +12,24 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 /// byte is padded with a zero byte on the right (RFC 1071 §4.1).
 #[inline]
 pub fn sum(acc: u32, data: &[u8]) -> u32 {
-    // Accumulate 32-bit big-endian words in a u64: two 16-bit lanes at once, and no carry can be
-    // lost (2^32 words would be needed to overflow).
+    sum_words(acc, data, u32::from_be_bytes)
+}
+
+/// `data`'s 4-byte words as `word` reads them (an odd tail zero-padded on the right), added to
+/// `acc` and folded to at most 18 bits: [`sum`] in network order, [`verify`] in memory order.
+#[inline(always)]
+fn sum_words(acc: u32, data: &[u8], word: impl Fn([u8; 4]) -> u32) -> u32 {
+    // Accumulate 32-bit words in a u64: two 16-bit lanes at once, and no carry can be lost (2^32
+    // words would be needed to overflow).
     let mut wide: u64 = acc as u64;
     let mut chunks = data.chunks_exact(4);
     for c in &mut chunks {
-        wide += u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as u64;
+        wide += word([c[0], c[1], c[2], c[3]]) as u64;
     }
     let rest = chunks.remainder();
     let mut tail = [0u8; 4];
     tail[..rest.len()].copy_from_slice(rest);
-    wide += u32::from_be_bytes(tail) as u64;
+    wide += word(tail) as u64;
     // Fold the u64 into 16-bit words: their one's complement sum is unchanged (2^16 ≡ 1 mod
     // 0xffff). Four lanes of at most 0xffff: the result fits in 18 bits.
     ((wide & 0xffff) + ((wide >> 16) & 0xffff) + ((wide >> 32) & 0xffff) + (wide >> 48)) as u32
@@ -56,17 +63,7 @@ pub fn checksum(data: &[u8]) -> u16 {
 /// in network order, is its word's first byte in memory order too.)
 #[inline]
 pub fn verify(data: &[u8]) -> bool {
-    let mut wide: u64 = 0;
-    let mut chunks = data.chunks_exact(4);
-    for c in &mut chunks {
-        wide += u32::from_ne_bytes([c[0], c[1], c[2], c[3]]) as u64;
-    }
-    let rest = chunks.remainder();
-    let mut tail = [0u8; 4];
-    tail[..rest.len()].copy_from_slice(rest);
-    wide += u32::from_ne_bytes(tail) as u64;
-    let s = (wide & 0xffff) + ((wide >> 16) & 0xffff) + ((wide >> 32) & 0xffff) + (wide >> 48);
-    fold(s as u32) == 0xffff
+    fold(sum_words(0, data, u32::from_ne_bytes)) == 0xffff
 }
 
 /// RFC 1624 §3, eqn. 3: the header checksum after one 16-bit word changes from `old` to `new`,
