@@ -140,12 +140,24 @@ struct SocketView {
     fast_end: u32,
 }
 
-/// The lowest backlog at which a fanout rule may decide something other than "stay": the flow
-/// limit's half (`queued * 2 >= capacity`), or the backlog whose room after one more packet is
-/// no longer NORMAL ([`Room::after_one_more`]), whichever comes first.
+/// The first backlog whose room after one more packet is no longer NORMAL
+/// ([`Room::after_one_more`]: NORMAL needs `capacity - queued - 1 > capacity / 4`).
+#[inline]
+fn room_rule(capacity: usize) -> usize {
+    (capacity - (capacity >> 2)).saturating_sub(1)
+}
+
+/// The first backlog at which the flow limit looks at the flow (`queued * 2 >= capacity`).
+#[inline]
+fn flow_rule(capacity: usize) -> usize {
+    capacity.div_ceil(2)
+}
+
+/// The lowest backlog at which a fanout rule may decide something other than "stay", whether
+/// or not rollover and the flow limit are on.
 #[inline]
 fn first_rule(capacity: usize) -> usize {
-    capacity.div_ceil(2).min((capacity - (capacity >> 2)).saturating_sub(1))
+    room_rule(capacity).min(flow_rule(capacity))
 }
 
 /// One RX lcore's fanout state for one generation.
@@ -291,20 +303,14 @@ impl FanoutState {
     #[inline]
     fn open_fast(&mut self, gi: usize, group: &Group, capacity: usize) {
         // The first backlog at which each rule could decide something other than "stay".
-        let room_rule = if group.rollover {
-            // NORMAL needs capacity - queued - 1 > capacity / 4.
-            (capacity - (capacity >> 2)).saturating_sub(1)
-        } else {
-            capacity
-        };
-        let flow_rule = if self.flow_limit.is_some() {
-            // The flow limit looks at the flow once queued * 2 >= capacity.
-            capacity.div_ceil(2)
+        let room = if group.rollover { room_rule(capacity) } else { capacity };
+        let flow = if self.flow_limit.is_some() {
+            flow_rule(capacity)
         } else {
             usize::MAX
         };
         let v = &mut self.view[gi];
-        let bound = room_rule.min(flow_rule).saturating_sub(v.snap as usize);
+        let bound = room.min(flow).saturating_sub(v.snap as usize);
         v.fast_end = bound.min(u32::MAX as usize) as u32;
     }
 
