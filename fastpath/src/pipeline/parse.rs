@@ -16,7 +16,7 @@ use crate::buf::NicChecksum;
 use crate::wire::{
     self, EtherType, EthernetFrame, IpProtocol, Ipv4Packet, Ipv6Packet, TcpFlags, TcpPacket, Toeplitz, UdpPacket,
 };
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// IP version of a parsed packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +110,32 @@ impl Parsed {
         hash: 0,
         nic_hash_ok: false,
     };
+
+    /// What the parsers make of an untagged IPv4 datagram with a 20-byte header, not a
+    /// fragment, of UDP (RFC 768's lengths checked by the caller): the fields the pipeline's
+    /// IPv4/UDP fast path read in place, for the stages it hands the packet on to. `total` is
+    /// the IPv4 total length.
+    #[inline(always)]
+    pub fn untagged_udp4(src: Ipv4Addr, dst: Ipv4Addr, ttl: u8, ports: (u16, u16), total: u16) -> Parsed {
+        Parsed {
+            l3_offset: 14,
+            l4_offset: 14 + 20,
+            ip_end: 14 + total,
+            vlan_id: None,
+            vlan_tags: 0,
+            ethertype: EtherType::IPV4,
+            version: IpVersion::V4,
+            src: IpAddr::V4(src),
+            dst: IpAddr::V4(dst),
+            protocol: IpProtocol::UDP,
+            hop_limit: ttl,
+            ports: Some(ports),
+            tcp_flags: None,
+            fragment: None,
+            hash: 0,
+            nic_hash_ok: true,
+        }
+    }
 
     /// Parses an Ethernet frame carrying IPv4 or IPv6. Other EtherTypes and more VLAN tags than
     /// supported are [`wire::Error::Unsupported`]; anything else that fails is truncated or

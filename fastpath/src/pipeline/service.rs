@@ -3,7 +3,7 @@
 use super::fanout::Group;
 use crate::buf::PacketBuf;
 use crate::wire::{EthernetFrame, IpProtocol, Ipv4Packet, Ipv6Packet, UdpPacket};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// What a service's workers do with each packet.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +45,14 @@ pub struct Service {
     /// Simulated processing cost per packet in the worker, in nanoseconds (0: none). For
     /// tests and benchmarks that need a consumer slower than the line.
     pub cost_ns: u32,
+}
+
+impl Service {
+    /// Whether it takes packets to `dst` (asked only if it is bound to addresses).
+    #[inline(always)]
+    fn serves(&self, dst: impl FnOnce() -> IpAddr) -> bool {
+        self.addresses.is_empty() || self.addresses.contains(&dst())
+    }
 }
 
 /// Maps (protocol, destination port) to a service: per protocol, an array indexed by port, so a
@@ -117,12 +125,15 @@ impl ServiceTable {
             _ => return None,
         };
         let svc = (by_port[port as usize] as usize).checked_sub(1)?;
-        let s = &self.services[svc];
-        if s.addresses.is_empty() || s.addresses.contains(dst) {
-            Some(svc)
-        } else {
-            None
-        }
+        self.services[svc].serves(|| *dst).then_some(svc)
+    }
+
+    /// [`ServiceTable::lookup`] for UDP to an IPv4 address (the pipeline's fast path): the
+    /// address is made an `IpAddr`, a value in memory, only for a service bound to addresses.
+    #[inline(always)]
+    pub fn lookup_udp4(&self, port: u16, dst: Ipv4Addr) -> Option<usize> {
+        let svc = (self.udp[port as usize] as usize).checked_sub(1)?;
+        self.services[svc].serves(|| IpAddr::V4(dst)).then_some(svc)
     }
 }
 
