@@ -623,7 +623,7 @@ impl InProcess {
         loop {
             match self.pipeline.process(0, &mut b, now) {
                 Verdict::Drop(o) | Verdict::Transmit(o) | Verdict::TransmitOn { outcome: o, .. } => self.count(o),
-                Verdict::Deliver(_) => {} // counted when the burst's staged packets are enqueued
+                Verdict::Deliver => {} // counted when the burst's staged packets are enqueued
                 Verdict::Reassemble { l3 } => {
                     let Some(meta) = FragMeta::from_frame(b.data(), l3 as usize) else {
                         self.count(Outcome::Malformed);

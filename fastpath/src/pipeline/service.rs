@@ -336,17 +336,12 @@ mod tests {
     #[test]
     fn lookup_by_protocol_port_and_address() {
         let mut p = pipeline(vec![], false);
-        let Verdict::Deliver(s) = p.process(0, &mut udp4(7, 0), Instant(0)) else {
-            panic!("not delivered")
-        };
-        let s = s as usize;
+        assert_eq!(p.process(0, &mut udp4(7, 0), Instant(0)), Verdict::Deliver);
+        let s = p.delivered_to();
         assert!(s < 2);
         assert_eq!(p.staged().collect::<Vec<_>>(), vec![(s, 1)]);
         p.burst_done();
-        assert!(matches!(
-            p.process(0, &mut udp4(5353, 0), Instant(0)),
-            Verdict::Deliver(_)
-        ));
+        assert!(matches!(p.process(0, &mut udp4(5353, 0), Instant(0)), Verdict::Deliver));
         // A closed UDP port is answered with ICMP Port Unreachable (rate limited).
         assert_eq!(
             p.process(0, &mut udp4(8, 0), Instant(0)),
@@ -378,17 +373,15 @@ mod tests {
         let mut only_me = pipeline(vec![IpAddr::V4(ME)], false);
         assert!(matches!(
             only_me.process(0, &mut udp4(7, 0), Instant(0)),
-            Verdict::Deliver(_)
+            Verdict::Deliver
         ));
     }
 
     #[test]
     fn a_full_socket_drops_and_counts() {
         let mut p = pipeline(vec![], false);
-        let Verdict::Deliver(s) = p.process(0, &mut udp4(7, 0), Instant(0)) else {
-            panic!()
-        };
-        let s = s as usize;
+        assert_eq!(p.process(0, &mut udp4(7, 0), Instant(0)), Verdict::Deliver);
+        let s = p.delivered_to();
         p.burst_done();
         sim(&p, s).set_len(4);
         assert_eq!(
@@ -398,16 +391,12 @@ mod tests {
         assert_eq!(p.tables().sockets[s].counters.rx[0].full.get(), 1);
         // With rollover the same packet goes to the other socket.
         let mut p = pipeline(vec![], true);
-        let Verdict::Deliver(s) = p.process(0, &mut udp4(7, 0), Instant(0)) else {
-            panic!()
-        };
-        let s = s as usize;
+        assert_eq!(p.process(0, &mut udp4(7, 0), Instant(0)), Verdict::Deliver);
+        let s = p.delivered_to();
         p.burst_done();
         sim(&p, s).set_len(4);
-        assert_eq!(
-            p.process(0, &mut udp4(7, 0), Instant(0)),
-            Verdict::Deliver(1 - s as u32)
-        );
+        assert_eq!(p.process(0, &mut udp4(7, 0), Instant(0)), Verdict::Deliver);
+        assert_eq!(p.delivered_to(), 1 - s);
         assert_eq!(p.tables().sockets[s].counters.rx[0].rollover.get(), 1);
     }
 
@@ -589,9 +578,8 @@ mod tunnelled {
                                                // for the inner datagram's.
             b.set_ip_checksum(crate::buf::NicChecksum::Good);
             b.set_l4_checksum(crate::buf::NicChecksum::Good);
-            let Verdict::Deliver(s) = p.process(0, &mut b, Instant(0)) else {
-                panic!("not delivered")
-            };
+            assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Deliver);
+            let s = p.delivered_to() as u32;
             assert_eq!(b.rss_hash(), None);
             assert_eq!(b.l4_checksum(), crate::buf::NicChecksum::Unknown);
             assert_eq!(b.ip_checksum(), crate::buf::NicChecksum::Unknown);

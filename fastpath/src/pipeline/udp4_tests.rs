@@ -178,7 +178,7 @@ fn pipeline(two_addresses: bool, rollover: bool, flow_limit: bool) -> Pipeline {
 }
 
 /// Runs the bursts through `p` (the ring lengths set before each), by the fast path or not:
-/// per packet its verdict and bytes, per burst the sockets staged for.
+/// per packet its verdict (and socket) and bytes, per burst the sockets staged for.
 #[allow(clippy::type_complexity)]
 fn run(
     p: &mut Pipeline,
@@ -186,7 +186,7 @@ fn run(
     start: u64,
     step_ns: u64,
     fast: bool,
-) -> (Vec<(Verdict, Vec<u8>)>, Vec<Vec<(usize, usize)>>) {
+) -> (Vec<(Verdict, Option<usize>, Vec<u8>)>, Vec<Vec<(usize, usize)>>) {
     let (mut pkts, mut staged) = (vec![], vec![]);
     let mut now = start;
     for (frames, lens) in bursts {
@@ -201,7 +201,8 @@ fn run(
             } else {
                 p.process_general(0, &mut b, Instant(now))
             };
-            pkts.push((v, b.data().to_vec()));
+            let to = (v == Verdict::Deliver).then(|| p.delivered_to());
+            pkts.push((v, to, b.data().to_vec()));
         }
         staged.push(p.staged().collect());
         p.burst_done();

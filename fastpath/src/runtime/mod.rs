@@ -493,7 +493,7 @@ impl RxLcore {
                 }
                 Verdict::Transmit(o) => self.transmit(port, m, o, drops),
                 Verdict::TransmitOn { port: out, outcome } => self.transmit(out, m, outcome, drops),
-                Verdict::Deliver(s) => self.staged[s as usize].push(m),
+                Verdict::Deliver => self.staged[self.pipeline.delivered_to()].push(m),
                 Verdict::Reassemble { l3 } => {
                     let Some(meta) = FragMeta::from_frame(m.data(), l3 as usize) else {
                         self.stats.outcome(Outcome::Malformed);
