@@ -19,6 +19,16 @@ pub fn sum(acc: u32, data: &[u8]) -> u32 {
 /// `acc` and folded to at most 18 bits: [`sum`] in network order, [`verify`] in memory order.
 #[inline(always)]
 fn sum_words(acc: u32, data: &[u8], word: impl Fn([u8; 4]) -> u32) -> u32 {
+    let wide = sum_wide(acc, data, word);
+    // Fold the u64 into 16-bit words: their one's complement sum is unchanged (2^16 ≡ 1 mod
+    // 0xffff). Four lanes of at most 0xffff: the result fits in 18 bits.
+    ((wide & 0xffff) + ((wide >> 16) & 0xffff) + ((wide >> 32) & 0xffff) + (wide >> 48)) as u32
+}
+
+/// `data`'s 4-byte words as `word` reads them (an odd tail zero-padded on the right), added to
+/// `acc`, not folded.
+#[inline(always)]
+fn sum_wide(acc: u32, data: &[u8], word: impl Fn([u8; 4]) -> u32) -> u64 {
     // Accumulate 32-bit words in a u64: two 16-bit lanes at once, and no carry can be lost (2^32
     // words would be needed to overflow).
     let mut wide: u64 = acc as u64;
@@ -30,9 +40,7 @@ fn sum_words(acc: u32, data: &[u8], word: impl Fn([u8; 4]) -> u32) -> u32 {
     let mut tail = [0u8; 4];
     tail[..rest.len()].copy_from_slice(rest);
     wide += word(tail) as u64;
-    // Fold the u64 into 16-bit words: their one's complement sum is unchanged (2^16 ≡ 1 mod
-    // 0xffff). Four lanes of at most 0xffff: the result fits in 18 bits.
-    ((wide & 0xffff) + ((wide >> 16) & 0xffff) + ((wide >> 32) & 0xffff) + (wide >> 48)) as u32
+    wide
 }
 
 /// Folds a partial sum into the 16-bit one's complement sum (end-around carry).
@@ -61,9 +69,16 @@ pub fn checksum(data: &[u8]) -> u16 {
 /// §2(B): swapping the bytes of every word swaps the bytes of the sum), and all ones is the same
 /// either way, so the check needs no byte swap per word. (An odd final byte, padded on the right
 /// in network order, is its word's first byte in memory order too.)
+///
+/// Not folded either: the one's complement sum is all ones exactly when the plain sum of the
+/// words is a non-zero multiple of 0xffff (2^16 ≡ 1 mod 0xffff, so every word width and every
+/// end-around carry keeps the residue, and only a zero sum folds to zero). One remainder by a
+/// constant (a multiply) instead of folding four lanes: about half the instructions, on every
+/// IPv4 packet received without the NIC's verdict.
 #[inline]
 pub fn verify(data: &[u8]) -> bool {
-    fold(sum_words(0, data, u32::from_ne_bytes)) == 0xffff
+    let wide = sum_wide(0, data, u32::from_ne_bytes);
+    wide != 0 && wide % 0xffff == 0
 }
 
 /// RFC 1624 §3, eqn. 3: the header checksum after one 16-bit word changes from `old` to `new`,
