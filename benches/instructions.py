@@ -20,6 +20,11 @@ BENCH_SECONDS; start-up, the idle prompt and shut-down are the same in both, so 
 instructions over the difference in packets (its `stop` statistics) is its forwarding loop's
 count per packet. It has no split by object.
 
+Valgrind runs one thread at a time. With its default lock a thread that spins (the RX lcore
+polls, the main lcore waits for it) can hold the CPU for minutes while the one it waits for is
+never scheduled: start-up then took over 180 s now and then. `--fair-sched=yes` hands the CPU
+round-robin and starts fastpathd in a few seconds.
+
 Usage: benches/instructions.py [scenario ...]   (default: testpmd io, forward, plain drop,
 closed port, build first, closed port over IPv6, TCP to no service). Scenarios with a service are
 refused: under valgrind every thread shares one CPU, so the worker cannot keep up and the figures
@@ -63,7 +68,7 @@ def run(sc, seconds, tmp):
     prefix = f"fpinsn-{os.getpid()}"
     cfg, _ = mb.write_config(sc, prefix, tmp)
     out = os.path.join(tmp, f"{sc['name']}.callgrind")
-    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+    cmd = ["valgrind", "--tool=callgrind", "--fair-sched=yes", f"--callgrind-out-file={out}",
            "--toggle-collect=fastpath::runtime::RxLcore::run*",
            mb.fastpathd_binary(), "--config", cfg, "--stats-interval", "1000"]
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -92,7 +97,7 @@ def testpmd_once(sc, window, tmp):
     """testpmd io under callgrind, forwarding for `window` seconds: (instructions, packets)."""
     prefix = f"fpinsn-tp-{os.getpid()}"
     out = os.path.join(tmp, f"testpmd-{window}.callgrind")
-    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+    cmd = ["valgrind", "--tool=callgrind", "--fair-sched=yes", f"--callgrind-out-file={out}",
            os.environ.get("TESTPMD", "dpdk-testpmd"), "-l", "0,1", *mb.eal_args(prefix, sc["capture"]), "--",
            "-i", "--forward-mode=io", f"--burst={mb.BURST}", f"--rxd={mb.DESC}", f"--txd={mb.DESC}",
            "--nb-cores=1", f"--total-num-mbufs={mb.MBUFS}", f"--mbcache={mb.MBUF_CACHE}"]
