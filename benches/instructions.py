@@ -25,10 +25,16 @@ polls, the main lcore waits for it) can hold the CPU for minutes while the one i
 never scheduled: start-up then took over 180 s now and then. `--fair-sched=yes` hands the CPU
 round-robin and starts fastpathd in a few seconds.
 
+Scenarios with a `sink` service (open-sink) run with the service's benchmark-only
+`free_on_rx = true`: under valgrind every thread shares one CPU, the worker cannot keep up and
+the figures would describe full sockets; so the RX lcore frees what it would have enqueued
+(counted delivered) and the count is the RX lcore's whole path but the ring's enqueue (one bulk
+enqueue per burst) in place of a bulk free. Other services (echo, tunnel) and the scraped
+scenarios are refused.
+
 Usage: benches/instructions.py [scenario ...]   (default: testpmd io, forward, plain drop,
-closed port, build first, closed port over IPv6, TCP to no service). Scenarios with a service are
-refused: under valgrind every thread shares one CPU, so the worker cannot keep up and the figures
-would describe full sockets.
+closed port, build first, closed port over IPv6, TCP to no service, open-sink, and seed 000's
+traffic's closed port, plain drop and open-sink).
 """
 import os
 import re
@@ -43,7 +49,9 @@ import macro_bench as mb  # noqa: E402
 
 DEFAULT = ["testpmd-io", "fastpathd-forward", "fastpathd-plain-drop", "fastpathd-closed-port", "fastpathd-build-first",
            "fastpathd-closed-port-v6", "fastpathd-tcp-no-service", "fastpathd-closed-port-many-sources",
-           "fastpathd-plain-drop-many-sources"]
+           "fastpathd-plain-drop-many-sources", "fastpathd-open-sink", "fastpathd-open-sink-many-sources"]
+SINK_ACTION = 'action = "sink"'
+
 PACKETS = re.compile(r"stopped after [0-9.]+s: ([0-9]+) packets received")
 COLLECTED = re.compile(r"Collected : ([0-9]+)")
 # callgrind_annotate --inclusive=no: "<count> <file>:<function> [<object>]"
@@ -149,8 +157,11 @@ def main():
         sc = known.get(name)
         if sc is None or not (sc["kind"].startswith("fastpathd") or name == "testpmd-io"):
             sys.exit(f"instructions: {name} is not testpmd-io or a fastpathd scenario; known: {sorted(known)}")
-        if "service" in sc.get("extra", "") or sc.get("scrape"):
-            sys.exit(f"instructions: {name} has a service (or a scraper): not measurable under valgrind")
+        extra = sc.get("extra", "")
+        if sc.get("scrape") or extra.count("[[service]]") != extra.count(SINK_ACTION):
+            sys.exit(f"instructions: {name} has a scraper or a service that is not a sink: not measurable under valgrind")
+        if SINK_ACTION in extra:
+            known[name] = dict(sc, extra=extra.replace(SINK_ACTION, SINK_ACTION + "\nfree_on_rx = true"))
     seconds = mb.env_num("BENCH_SECONDS", 20.0)
     rows = []
     with tempfile.TemporaryDirectory(prefix="fastpath-insn-") as tmp:

@@ -98,6 +98,7 @@ struct ServiceSection {
     tunnels: Option<Vec<String>>,
     tunnel: Option<String>,
     cost_ns: Option<u32>,
+    free_on_rx: Option<bool>,
     huge_flow_rollover: Option<bool>,
 }
 
@@ -244,6 +245,11 @@ pub struct ServiceConfig {
     pub action: fastpath::pipeline::Action,
     /// Simulated per-packet processing cost in the worker (ns), for tests and benchmarks.
     pub cost_ns: u32,
+    /// Benchmark only (`free_on_rx`, default false): the RX lcore frees the packets it would
+    /// enqueue on this service's sockets, counted `delivered`; no worker sees them. For
+    /// measurements where the RX lcore must run alone (callgrind runs one thread at a time,
+    /// and a worker that cannot keep up would turn every delivery into `socket_full`).
+    pub free_on_rx: bool,
 }
 
 /// `[rss]`: the Toeplitz key programmed into the NICs and used by the software hash when a
@@ -1241,6 +1247,7 @@ fn validate_services(
             huge_flows: r.huge_flow_rollover.unwrap_or(true),
             action,
             cost_ns: r.cost_ns.unwrap_or(0),
+            free_on_rx: r.free_on_rx.unwrap_or(false),
         });
     }
     (out, tunnel_refs)

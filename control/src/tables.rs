@@ -122,7 +122,11 @@ impl TableBuilder {
                 let reuse = self
                     .sockets
                     .get(&key)
-                    .filter(|old| old.queue.capacity() == s.socket_capacity && old.worker == worker)
+                    .filter(|old| {
+                        old.queue.capacity() == s.socket_capacity
+                            && old.worker == worker
+                            && old.free_on_rx == s.free_on_rx
+                    })
                     .cloned();
                 let socket = match reuse {
                     Some(old) => old,
@@ -134,7 +138,9 @@ impl TableBuilder {
                             .entry(key.clone())
                             .or_insert_with(|| Arc::new(SocketCounters::new(self.rx_lcores, self.workers)))
                             .clone();
-                        Arc::new(Socket::new(&s.name, i, ring, worker, counters))
+                        let mut socket = Socket::new(&s.name, i, ring, worker, counters);
+                        socket.free_on_rx = s.free_on_rx;
+                        Arc::new(socket)
                     }
                 };
                 group.push(sockets.len());

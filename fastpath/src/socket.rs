@@ -165,6 +165,9 @@ pub struct Socket {
     pub worker: usize,
     /// Counters, shared with the socket's successor across reloads.
     pub counters: std::sync::Arc<SocketCounters>,
+    /// Benchmark only: the RX lcore frees what it would enqueue here, counted delivered (the
+    /// service's `free_on_rx`).
+    pub free_on_rx: bool,
     /// `queue.capacity()`, read per packet by fanout: a plain field, not a virtual call.
     capacity: usize,
     pressure: Pressure,
@@ -196,6 +199,7 @@ impl Socket {
         Socket {
             service: service.to_string(),
             index,
+            free_on_rx: false,
             capacity: queue.capacity(),
             queue,
             worker,

@@ -604,7 +604,13 @@ impl RxLcore {
         for (s, _) in self.pipeline.staged() {
             let pkts = &mut self.staged[s];
             let socket = &tables.sockets[s];
-            let n = ring(socket).enqueue(pkts) as u64;
+            let n = if socket.free_on_rx {
+                let n = pkts.len();
+                Mbuf::free_bulk(pkts);
+                n as u64
+            } else {
+                ring(socket).enqueue(pkts) as u64
+            };
             let c = &socket.counters.rx[slot];
             c.delivered.add(n);
             self.stats.outcomes[Outcome::Delivered.index()].add(n);
