@@ -4,6 +4,24 @@ mod common;
 
 use common::*;
 
+/// A config replaying rollover.pcap (2200 UDP datagrams to 192.0.2.1:9000, one dominant flow
+/// and 50 small ones) on lcore 0, with a worker on lcore 1, and `sections` (the services).
+fn rollover_config(s: &Scratch, name: &str, sections: &str) -> std::path::PathBuf {
+    let vdev = format!(
+        "--vdev=net_pcap0,rx_pcap={},tx_pcap=/dev/null,tx_pcap=/dev/null",
+        repo().join("configs/captures/rollover.pcap").display()
+    );
+    s.write(
+        "c.toml",
+        &format!(
+            "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+             ipv4 = [\"192.0.2.1\"]\nmac = \"02:00:00:00:00:01\"\n\n[lcores]\nrx = [0]\nworkers = [1]\n\
+             idle_sleep_us = 100\n{METRICS_ANY_PORT}\n{sections}",
+            eal_args(name, &[vdev])
+        ),
+    )
+}
+
 /// Seed 002's experiment in small (flow limit off, to see rollover alone): one dominant flow and 50 small ones to a 4-socket service
 /// whose consumer is slow (100 µs per packet). The dominant flow's socket reaches LOW room, the
 /// flow is found huge and spread over the other sockets; the small flows are never moved (every
@@ -11,20 +29,11 @@ use common::*;
 #[test]
 fn a_dominant_flow_is_spread_and_small_flows_stay() {
     let s = Scratch::new("rollover");
-    let vdev = format!(
-        "--vdev=net_pcap0,rx_pcap={},tx_pcap=/dev/null,tx_pcap=/dev/null",
-        repo().join("configs/captures/rollover.pcap").display()
-    );
-    let cfg = s.write(
-        "c.toml",
-        &format!(
-            "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
-             ipv4 = [\"192.0.2.1\"]\nmac = \"02:00:00:00:00:01\"\n\n[lcores]\nrx = [0]\nworkers = [1]\n\
-             idle_sleep_us = 100\n{METRICS_ANY_PORT}\n[flow_limit]\nenabled = false\n\n\
-             [[service]]\nname = \"bulk\"\nports = [9000]\nsockets = 4\nsocket_capacity = 1024\n\
-             fanout = \"hash\"\nrollover = true\naction = \"sink\"\ncost_ns = 100000\n",
-            eal_args("rollover", &[vdev])
-        ),
+    let cfg = rollover_config(
+        &s,
+        "rollover",
+        "[flow_limit]\nenabled = false\n\n[[service]]\nname = \"bulk\"\nports = [9000]\nsockets = 4\n\
+         socket_capacity = 1024\nfanout = \"hash\"\nrollover = true\naction = \"sink\"\ncost_ns = 100000\n",
     );
     let m = run_to_idle(&s, &cfg, 500);
     assert_eq!(assert_conservation(&m), 2200);
@@ -125,20 +134,11 @@ fn the_flow_limit_sheds_a_storm_and_serves_normal_flows() {
 #[test]
 fn free_on_rx_frees_on_the_rx_lcore_and_counts_delivered() {
     let s = Scratch::new("free-on-rx");
-    let vdev = format!(
-        "--vdev=net_pcap0,rx_pcap={},tx_pcap=/dev/null,tx_pcap=/dev/null",
-        repo().join("configs/captures/rollover.pcap").display()
-    );
-    let cfg = s.write(
-        "c.toml",
-        &format!(
-            "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
-             ipv4 = [\"192.0.2.1\"]\nmac = \"02:00:00:00:00:01\"\n\n[lcores]\nrx = [0]\nworkers = [1]\n\
-             idle_sleep_us = 100\n{METRICS_ANY_PORT}\n\
-             [[service]]\nname = \"bulk\"\nports = [9000]\nsockets = 2\nsocket_capacity = 64\n\
-             action = \"sink\"\ncost_ns = 100000\nfree_on_rx = true\n",
-            eal_args("free-on-rx", &[vdev])
-        ),
+    let cfg = rollover_config(
+        &s,
+        "free-on-rx",
+        "[[service]]\nname = \"bulk\"\nports = [9000]\nsockets = 2\nsocket_capacity = 64\n\
+         action = \"sink\"\ncost_ns = 100000\nfree_on_rx = true\n",
     );
     let m = run_to_idle(&s, &cfg, 500);
     assert_eq!(assert_conservation(&m), 2200);
