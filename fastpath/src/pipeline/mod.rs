@@ -473,9 +473,11 @@ impl Pipeline {
             let no_service = Verdict::Drop(Outcome::NoService);
             return Some(self.icmp_error(pkt, &p, port, icmp_error::ErrorKind::PortUnreachable, no_service, now));
         };
+        // `service_socket`'s two steps, written out again: through one shared helper taking the
+        // fanout call as a closure LLVM inlined the pipeline differently, +51 instructions per
+        // packet on open-sink and +28 on plain drop (callgrind, 8e1a69c).
         if let Some(s) = self.fanout.choose_fast(&t.services.services()[svc].group) {
-            self.delivered_to = s as u32;
-            return Some(Verdict::Deliver);
+            return Some(self.deliver(s));
         }
         let p = Parsed::untagged_udp4(src, dst, ttl, ports, total);
         Some(self.fan_out(svc, &p, pkt.rss_hash()))
@@ -827,11 +829,17 @@ impl Pipeline {
         };
         // One socket with room to spare (the common case): no decision to make, no call.
         if let Some(s) = self.fanout.choose_fast(&self.tables.services.services()[svc].group) {
-            self.delivered_to = s as u32;
-            return Verdict::Deliver;
+            return self.deliver(s);
         }
         // The NIC's hash (a read of the mbuf's flags) only for a packet that has a service.
         self.fan_out(svc, p, nic_hash())
+    }
+
+    /// [`Verdict::Deliver`] to socket `s`, recorded for [`Pipeline::delivered_to`].
+    #[inline(always)]
+    fn deliver(&mut self, s: usize) -> Verdict {
+        self.delivered_to = s as u32;
+        Verdict::Deliver
     }
 
     #[inline(never)]
@@ -842,10 +850,7 @@ impl Pipeline {
             &t.sockets,
             HashOnDemand::new(|| p.flow_hash(&t.hasher, nic_hash)),
         ) {
-            Choice::Socket(s) => {
-                self.delivered_to = s as u32;
-                Verdict::Deliver
-            }
+            Choice::Socket(s) => self.deliver(s),
             Choice::Full(s) => {
                 t.sockets[s].counters.rx[self.fanout.slot].full.inc();
                 Verdict::Drop(Outcome::SocketFull)
