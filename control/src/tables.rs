@@ -9,6 +9,7 @@
 use crate::config::Config;
 use fastpath::dpdk::{MbufRing, Mempool};
 use fastpath::pipeline::icmp_error::{GlobalBucket, IcmpCounters};
+use fastpath::pipeline::service::Action;
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
 use fastpath::pipeline::Instant;
 use fastpath::pipeline::{Group, PortAddrs, Service, ServiceTable, Tables};
@@ -96,7 +97,17 @@ impl TableBuilder {
         QueueSync {
             single_producer: self.rx_lcores == 1,
             single_consumer: true,
+            producer_reclaims: false,
         }
+    }
+
+    /// How the sockets of service `s` are used: [`TableBuilder::socket_sync`], and for a `sink`
+    /// fed by one RX lcore a ring whose RX lcore frees what the worker took (the worker only
+    /// counts: the packets and the ring's slots never leave the RX lcore's cache).
+    pub fn service_socket_sync(&self, s: &crate::config::ServiceConfig) -> QueueSync {
+        let mut sync = self.socket_sync();
+        sync.producer_reclaims = sync.single_producer && matches!(s.action, Action::Sink);
+        sync
     }
 
     /// The tables of `cfg` as generation `generation`. Fails only if a ring cannot be created.
@@ -119,6 +130,7 @@ impl TableBuilder {
             for i in 0..s.sockets {
                 let key = (s.name.clone(), i);
                 let worker = worker_for(&s.name, i, self.workers);
+                let sync = self.service_socket_sync(s);
                 let reuse = self
                     .sockets
                     .get(&key)
@@ -126,12 +138,13 @@ impl TableBuilder {
                         old.queue.capacity() == s.socket_capacity
                             && old.worker == worker
                             && old.free_on_rx == s.free_on_rx
+                            && old.sync == sync
                     })
                     .cloned();
                 let socket = match reuse {
                     Some(old) => old,
                     None => {
-                        let ring = (self.make_queue)(s.socket_capacity, self.socket_sync())
+                        let ring = (self.make_queue)(s.socket_capacity, sync)
                             .map_err(|e| format!("service {:?} socket {i}: {e}", s.name))?;
                         let counters = self
                             .counters
@@ -139,6 +152,7 @@ impl TableBuilder {
                             .or_insert_with(|| Arc::new(SocketCounters::new(self.rx_lcores, self.workers)))
                             .clone();
                         let mut socket = Socket::new(&s.name, i, ring, worker, counters);
+                        socket.sync = sync;
                         socket.free_on_rx = s.free_on_rx;
                         Arc::new(socket)
                     }
@@ -288,6 +302,12 @@ protocol = "udp"
 ports = [7]
 sockets = 2
 action = "echo"
+[[service]]
+name = "discard"
+protocol = "udp"
+ports = [9]
+sockets = 1
+action = "sink"
 [[tunnel]]
 name = "seq"
 local = "192.0.2.1"
@@ -314,13 +334,44 @@ next_hop_mac = "02:00:00:00:00:fe"
             let socket = QueueSync {
                 single_producer: rx_lcores == 1,
                 single_consumer: true,
+                producer_reclaims: false,
+            };
+            // A sink's worker only counts: with one RX lcore, that lcore frees what it took.
+            let sink = QueueSync {
+                producer_reclaims: rx_lcores == 1,
+                ..socket
             };
             let cap = cfg.services[0].socket_capacity;
             assert_eq!(
                 *made.lock().unwrap(),
-                vec![(cap, socket), (cap, socket), (HANDOFF_CAPACITY, QueueSync::SHARED)],
+                vec![
+                    (cap, socket),
+                    (cap, socket),
+                    (cap, sink),
+                    (HANDOFF_CAPACITY, QueueSync::SHARED)
+                ],
                 "{rx_lcores} RX lcores"
             );
+            // A reload keeps every socket whose use is the same...
+            made.lock().unwrap().clear();
+            b.build(&cfg, 2).expect("tables");
+            assert_eq!(*made.lock().unwrap(), vec![], "{rx_lcores} RX lcores");
+            // ...and makes a new queue where the sink became an echo (its worker now takes the
+            // packets), and back.
+            let echo = crate::config::parse(
+                &src.replace("rx = [1]", &format!("rx = {rx}"))
+                    .replace("sockets = 1\naction = \"sink\"", "sockets = 1\naction = \"echo\""),
+                "t.toml",
+            )
+            .expect("valid config");
+            b.build(&echo, 3).expect("tables");
+            b.build(&cfg, 4).expect("tables");
+            let expect = if rx_lcores == 1 {
+                vec![(cap, socket), (cap, sink)]
+            } else {
+                vec![]
+            };
+            assert_eq!(*made.lock().unwrap(), expect, "{rx_lcores} RX lcores");
         }
     }
 }

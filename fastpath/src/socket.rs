@@ -54,6 +54,9 @@ pub struct QueueSync {
     pub single_producer: bool,
     /// Only one lcore ever dequeues (a socket's one worker, a hand-off's owner).
     pub single_consumer: bool,
+    /// The consumer only counts what it takes (a sink), and the producer frees it on its next
+    /// enqueue (honoured with one producer and one consumer: `MbufRing`'s reclaiming slots).
+    pub producer_reclaims: bool,
 }
 
 impl QueueSync {
@@ -61,6 +64,7 @@ impl QueueSync {
     pub const SHARED: QueueSync = QueueSync {
         single_producer: false,
         single_consumer: false,
+        producer_reclaims: false,
     };
 }
 
@@ -168,6 +172,8 @@ pub struct Socket {
     /// Benchmark only: the RX lcore frees what it would enqueue here, counted delivered (the
     /// service's `free_on_rx`).
     pub free_on_rx: bool,
+    /// How its queue was made (a reload keeps a socket only for the same use).
+    pub sync: QueueSync,
     /// `queue.capacity()`, read per packet by fanout: a plain field, not a virtual call.
     capacity: usize,
     pressure: Pressure,
@@ -200,6 +206,7 @@ impl Socket {
             service: service.to_string(),
             index,
             free_on_rx: false,
+            sync: QueueSync::SHARED,
             capacity: queue.capacity(),
             queue,
             worker,

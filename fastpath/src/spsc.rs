@@ -18,6 +18,14 @@
 //! index `i` is `i & mask`; the ring holds at most `capacity` words, which need not be a power
 //! of two (the slot array is).
 //!
+//! A *reclaiming* ring is for a consumer that only needs to know how many words arrived (a sink
+//! service counts its packets and frees them): it advances its index without reading the slots
+//! ([`SpscRing::skip`]), and the producer, on its next push, hands the words the consumer passed
+//! back to its caller ([`SpscRing::push_reclaiming`]) — the completion ring of a NIC's transmit
+//! path, where the driver frees what the hardware reports sent. The slots (and what the words
+//! point to: mbufs, freed into the producer's own mempool cache) never leave the producer's
+//! core; the indices still cross once per burst each way.
+//!
 //! Ordering: the producer stores the slots, then publishes its index with `Release`; the
 //! consumer loads that index with `Acquire` before reading the slots. The consumer publishes its
 //! index with `Release` after reading the slots; the producer loads it with `Acquire` before it
@@ -43,6 +51,8 @@ struct Side {
     next: AtomicUsize,
     /// The other side's published index as last read.
     peer: AtomicUsize,
+    /// Producer of a reclaiming ring only: every word below this index has been released.
+    released: AtomicUsize,
 }
 
 /// A bounded SPSC ring of `usize` words (see the module docs).
@@ -127,6 +137,80 @@ impl SpscRing {
         p.next.store(next, Relaxed);
         self.filled.0.store(next, Release);
         n
+    }
+
+    /// Producer of a reclaiming ring: hands every word the consumer has skipped and this side
+    /// has not yet released to `release` (oldest first), then appends as many of `words` as
+    /// fit; returns how many did.
+    ///
+    /// It reads the consumer's index on every call: the words it releases are the ones that
+    /// index passed. Room counts the unreleased words as held, so no slot is overwritten before
+    /// its word is released.
+    #[inline]
+    pub fn push_reclaiming(&self, words: &[usize], release: impl FnMut(usize)) -> usize {
+        let p = &self.producer.0;
+        let next = p.next.load(Relaxed);
+        let taken = self.taken.0.load(Acquire);
+        self.release_to(taken, release);
+        p.peer.store(taken, Relaxed);
+        let room = self.capacity - next.wrapping_sub(taken);
+        let n = words.len().min(room);
+        for (i, &w) in words[..n].iter().enumerate() {
+            self.slots[next.wrapping_add(i) & self.mask].store(w, Relaxed);
+        }
+        let next = next.wrapping_add(n);
+        p.next.store(next, Relaxed);
+        self.filled.0.store(next, Release);
+        n
+    }
+
+    /// Consumer of a reclaiming ring: takes up to `max` words without reading them (their slots
+    /// stay on the producer's core); returns how many. The producer releases them.
+    #[inline]
+    pub fn skip(&self, max: usize) -> usize {
+        let c = &self.consumer.0;
+        let next = c.next.load(Relaxed);
+        let mut ready = c.peer.load(Relaxed).wrapping_sub(next);
+        if ready < max {
+            let filled = self.filled.0.load(Acquire);
+            c.peer.store(filled, Relaxed);
+            ready = filled.wrapping_sub(next);
+        }
+        let n = max.min(ready);
+        if n > 0 {
+            let next = next.wrapping_add(n);
+            c.next.store(next, Relaxed);
+            self.taken.0.store(next, Release);
+        }
+        n
+    }
+
+    /// A reclaiming ring whose producer will never push again: hands the words it has not
+    /// released to `release` — those the consumer took, and with `queued` also those still
+    /// queued. Called by the consumer once the producer is gone, or by the ring's last owner.
+    /// Racing [`SpscRing::push_reclaiming`] would release words twice.
+    pub fn release_rest(&self, queued: bool, release: impl FnMut(usize)) {
+        let end = if queued {
+            self.filled.0.load(Acquire)
+        } else {
+            self.taken.0.load(Acquire)
+        };
+        self.release_to(end, release);
+    }
+
+    /// Releases the words from the last released index up to `end` (a taken or filled index).
+    #[inline]
+    fn release_to(&self, end: usize, mut release: impl FnMut(usize)) {
+        let p = &self.producer.0;
+        let mut r = p.released.load(Acquire);
+        if r == end {
+            return;
+        }
+        while r != end {
+            release(self.slots[r & self.mask].load(Relaxed));
+            r = r.wrapping_add(1);
+        }
+        p.released.store(end, Release);
     }
 
     /// Consumer only: takes up to `max` words, oldest first, handing each to `take`; returns
@@ -218,6 +302,96 @@ mod tests {
                 }
             }
         }
+    }
+
+    proptest! {
+        /// A reclaiming ring against a model, one thread: a push releases exactly the words
+        /// skipped since the last release, oldest first, and has room for what is not queued;
+        /// `release_rest` releases the rest, each word once.
+        #[test]
+        fn a_reclaiming_ring_releases_each_skipped_word_once_in_order(
+            cap in 1usize..20,
+            ops in prop::collection::vec((0u8..3, 0usize..25), 1..200),
+            queued_too in any::<bool>(),
+        ) {
+            let r = SpscRing::new(cap);
+            let mut queued = std::collections::VecDeque::new();
+            let mut skipped = Vec::new();
+            let mut released = Vec::new();
+            let mut seq = 0usize;
+            for (op, k) in ops {
+                match op {
+                    0 | 1 => {
+                        let words: Vec<usize> = (seq..seq + k).collect();
+                        let mut got = Vec::new();
+                        let n = r.push_reclaiming(&words, |w| got.push(w));
+                        prop_assert_eq!(&got, &skipped, "releases what was skipped, in order");
+                        released.append(&mut skipped);
+                        prop_assert_eq!(n, k.min(cap - queued.len()));
+                        queued.extend(&words[..n]);
+                        seq += n;
+                    }
+                    _ => {
+                        let n = r.skip(k);
+                        prop_assert_eq!(n, k.min(queued.len()));
+                        skipped.extend(queued.drain(..n));
+                    }
+                }
+                prop_assert_eq!(r.len(), queued.len());
+            }
+            let mut rest = Vec::new();
+            r.release_rest(queued_too, |w| rest.push(w));
+            let mut want = skipped.clone();
+            if queued_too {
+                want.extend(queued.iter());
+            }
+            prop_assert_eq!(&rest, &want);
+            released.extend(rest);
+            prop_assert!(released.windows(2).all(|w| w[0] + 1 == w[1]), "each word once, in order");
+            let mut again = Vec::new();
+            r.release_rest(true, |w| again.push(w));
+            prop_assert_eq!(again.len(), if queued_too { 0 } else { queued.len() }, "never twice");
+        }
+    }
+
+    /// Two threads on a reclaiming ring: every word the producer pushes comes back to it once,
+    /// in order, and only after the consumer skipped it.
+    #[test]
+    fn two_threads_reclaim_every_word_once_in_order() {
+        const N: usize = 1_000_000;
+        let r = Arc::new(SpscRing::new(29));
+        let skipped = Arc::new(AtomicUsize::new(0));
+        let consumer = {
+            let (r, skipped) = (r.clone(), skipped.clone());
+            std::thread::spawn(move || {
+                let mut max = 1;
+                while skipped.load(Relaxed) < N {
+                    // Announced before the skip makes them releasable: at least `k` are queued,
+                    // and only this thread takes.
+                    let k = max.min(r.len());
+                    skipped.fetch_add(k, Release);
+                    assert_eq!(r.skip(k), k);
+                    max = max % 40 + 1;
+                }
+            })
+        };
+        let mut next = 1usize;
+        let mut want = 1usize;
+        let mut burst = 1;
+        let check = |w: usize, want: &mut usize| {
+            assert_eq!(w, *want, "released in order, each once");
+            assert!(w <= skipped.load(Acquire), "released only once skipped");
+            *want += 1;
+        };
+        while next <= N {
+            let words: Vec<usize> = (next..(next + burst).min(N + 1)).collect();
+            next += r.push_reclaiming(&words, |w| check(w, &mut want));
+            burst = burst % 45 + 1;
+        }
+        consumer.join().unwrap();
+        r.push_reclaiming(&[], |w| check(w, &mut want));
+        assert_eq!(want, N + 1, "every word released");
+        r.release_rest(true, |w| panic!("{w} released twice"));
     }
 
     /// Two threads, a small ring, bursts of every size: nothing lost, repeated or reordered.

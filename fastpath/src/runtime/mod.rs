@@ -737,8 +737,9 @@ impl WorkerLcore {
             for wi in 0..w.work.len() {
                 let d = &w.work[wi];
                 if let Action::Sink = d.action {
-                    // Consumed unread: freed straight from the ring (see `MbufRing`: the
-                    // headers stay in the RX lcore's cache).
+                    // Consumed unread: freed straight from the ring, or with one RX lcore
+                    // left to it to free (see `MbufRing`: the headers, and with one RX lcore
+                    // the ring's slots, stay in the RX lcore's cache).
                     let n = ring(&d.socket).dequeue_and_free(BURST);
                     if n > 0 {
                         spin(d.cost_cycles.saturating_mul(n as u64));
@@ -919,7 +920,15 @@ impl WorkerLcore {
             // Sockets a reload removed: dropped once no RX lcore can still enqueue to them and
             // they are empty.
             w.work.retain(|d| match d.retired_at {
-                Some(g) => !(control.rx_all_reached(g) && d.socket.queue.is_empty()),
+                Some(g) => {
+                    let gone = control.rx_all_reached(g) && d.socket.queue.is_empty();
+                    if gone {
+                        // No RX lcore enqueues to it again, so none frees what this worker took
+                        // from a reclaiming ring: freed here.
+                        ring(&d.socket).release_rest(false);
+                    }
+                    !gone
+                }
                 None => true,
             });
             if let Some(t) = me.published.newer_than(w.tables.generation) {
@@ -938,6 +947,11 @@ impl WorkerLcore {
                 break;
             }
             polls.end(t0, got, &me.stats, &me.idle);
+        }
+        // Every RX lcore has exited: what this worker took from reclaiming rings is freed here
+        // (before the exit's count of mbufs in use).
+        for d in &w.work {
+            ring(&d.socket).release_rest(false);
         }
         polls.finish(&me.stats);
     }
