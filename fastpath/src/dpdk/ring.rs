@@ -302,6 +302,17 @@ impl MbufRing {
         n
     }
 
+    /// Producer of a reclaiming ring: frees what the consumer took since the last enqueue (as
+    /// the next enqueue would). For an idle producer, so that a drained ring holds no mbuf.
+    /// Nothing for other rings.
+    pub fn reclaim(&self) {
+        if let Slots::Reclaiming(r) = &self.slots {
+            let mut freed = Freed::new();
+            r.push_reclaiming(&[], |w| freed.push(w));
+            freed.flush();
+        }
+    }
+
     /// For a reclaiming ring whose producer will never enqueue again (every RX lcore has moved
     /// past the ring's last generation, or exited): frees what the consumer took and the
     /// producer has not freed yet, and with `queued` what is still queued too. Nothing for other

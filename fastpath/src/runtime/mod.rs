@@ -397,6 +397,9 @@ impl RxLcore {
                 self.staged = staging(self.pipeline.tables());
                 self.stats.set_generation(self.pipeline.generation());
             }
+            if got == 0 {
+                self.reclaim_idle();
+            }
             polls.end(t0, got, &self.stats, &self.idle);
         }
         polls.finish(&self.stats);
@@ -405,6 +408,16 @@ impl RxLcore {
         self.settle_reassembly(&mut drops);
         Mbuf::free_bulk(&mut drops);
         control.rx_exited();
+    }
+
+    /// An idle poll: frees what the workers took from reclaiming sockets (a sink fed by this,
+    /// the only, RX lcore) since its last enqueue to them, which would otherwise stay held
+    /// until the socket's next packet.
+    #[cold]
+    fn reclaim_idle(&self) {
+        for s in self.pipeline.tables().sockets.iter() {
+            ring(s).reclaim();
+        }
     }
 
     /// Polls each RX queue once; a queue that received packets has them counted and its burst
