@@ -129,14 +129,19 @@ impl SpscRing {
             p.peer.store(taken, Relaxed);
             room = self.capacity - next.wrapping_sub(taken);
         }
-        let n = words.len().min(room);
-        for (i, &w) in words[..n].iter().enumerate() {
+        self.append(next, &words[..words.len().min(room)])
+    }
+
+    /// Producer: stores `words` from index `next` on and publishes them; returns how many.
+    #[inline]
+    fn append(&self, next: usize, words: &[usize]) -> usize {
+        for (i, &w) in words.iter().enumerate() {
             self.slots[next.wrapping_add(i) & self.mask].store(w, Relaxed);
         }
-        let next = next.wrapping_add(n);
-        p.next.store(next, Relaxed);
+        let next = next.wrapping_add(words.len());
+        self.producer.0.next.store(next, Relaxed);
         self.filled.0.store(next, Release);
-        n
+        words.len()
     }
 
     /// Producer of a reclaiming ring: hands every word the consumer has skipped and this side
@@ -154,34 +159,15 @@ impl SpscRing {
         self.release_to(taken, release);
         p.peer.store(taken, Relaxed);
         let room = self.capacity - next.wrapping_sub(taken);
-        let n = words.len().min(room);
-        for (i, &w) in words[..n].iter().enumerate() {
-            self.slots[next.wrapping_add(i) & self.mask].store(w, Relaxed);
-        }
-        let next = next.wrapping_add(n);
-        p.next.store(next, Relaxed);
-        self.filled.0.store(next, Release);
-        n
+        self.append(next, &words[..words.len().min(room)])
     }
 
     /// Consumer of a reclaiming ring: takes up to `max` words without reading them (their slots
     /// stay on the producer's core); returns how many. The producer releases them.
     #[inline]
     pub fn skip(&self, max: usize) -> usize {
-        let c = &self.consumer.0;
-        let next = c.next.load(Relaxed);
-        let mut ready = c.peer.load(Relaxed).wrapping_sub(next);
-        if ready < max {
-            let filled = self.filled.0.load(Acquire);
-            c.peer.store(filled, Relaxed);
-            ready = filled.wrapping_sub(next);
-        }
-        let n = max.min(ready);
-        if n > 0 {
-            let next = next.wrapping_add(n);
-            c.next.store(next, Relaxed);
-            self.taken.0.store(next, Release);
-        }
+        let (next, n) = self.ready(max);
+        self.advance(next, n);
         n
     }
 
@@ -217,6 +203,18 @@ impl SpscRing {
     /// how many.
     #[inline]
     pub fn pop(&self, max: usize, mut take: impl FnMut(usize)) -> usize {
+        let (next, n) = self.ready(max);
+        for i in 0..n {
+            take(self.slots[next.wrapping_add(i) & self.mask].load(Relaxed));
+        }
+        self.advance(next, n);
+        n
+    }
+
+    /// Consumer: the next index to take and how many words from it (at most `max`) are ready;
+    /// reads the producer's index only when the copy of it has fewer than `max`.
+    #[inline]
+    fn ready(&self, max: usize) -> (usize, usize) {
         let c = &self.consumer.0;
         let next = c.next.load(Relaxed);
         let mut ready = c.peer.load(Relaxed).wrapping_sub(next);
@@ -225,16 +223,17 @@ impl SpscRing {
             c.peer.store(filled, Relaxed);
             ready = filled.wrapping_sub(next);
         }
-        let n = max.min(ready);
-        for i in 0..n {
-            take(self.slots[next.wrapping_add(i) & self.mask].load(Relaxed));
-        }
+        (next, max.min(ready))
+    }
+
+    /// Consumer: publishes that the `n` words from index `next` on are taken.
+    #[inline]
+    fn advance(&self, next: usize, n: usize) {
         if n > 0 {
             let next = next.wrapping_add(n);
-            c.next.store(next, Relaxed);
+            self.consumer.0.next.store(next, Relaxed);
             self.taken.0.store(next, Release);
         }
-        n
     }
 }
 
