@@ -22,6 +22,17 @@ fn rollover_config(s: &Scratch, name: &str, sections: &str) -> std::path::PathBu
     )
 }
 
+/// Packets the workers of service "bulk"'s `sockets` sockets consumed (`sink`); every series
+/// must be there.
+fn sunk(m: &std::collections::BTreeMap<String, f64>, sockets: usize) -> f64 {
+    (0..sockets)
+        .map(|i| {
+            let series = format!("fastpath_socket_processed_total{{service=\"bulk\",socket=\"{i}\",result=\"sunk\"}}");
+            m[&series]
+        })
+        .sum()
+}
+
 /// Seed 002's experiment in small (flow limit off, to see rollover alone): one dominant flow and 50 small ones to a 4-socket service
 /// whose consumer is slow (100 µs per packet). The dominant flow's socket reaches LOW room, the
 /// flow is found huge and spread over the other sockets; the small flows are never moved (every
@@ -62,10 +73,7 @@ fn a_dominant_flow_is_spread_and_small_flows_stay() {
         "spread over sockets: {delivered:?}"
     );
     // Clean stop: the workers drained every socket and ran the action on every packet.
-    let sunk: f64 = (0..4)
-        .map(|i| m[&format!("fastpath_socket_processed_total{{service=\"bulk\",socket=\"{i}\",result=\"sunk\"}}")])
-        .sum();
-    assert_eq!(sunk, 2200.0);
+    assert_eq!(sunk(&m, 4), 2200.0);
     assert_eq!(per_socket("fastpath_socket_queue_depth").iter().sum::<f64>(), 0.0);
 }
 
@@ -150,10 +158,7 @@ fn free_on_rx_frees_on_the_rx_lcore_and_counts_delivered() {
             .sum()
     };
     assert_eq!(sum("fastpath_socket_delivered_total"), 2200.0);
-    let sunk: f64 = (0..2)
-        .map(|i| m[&format!("fastpath_socket_processed_total{{service=\"bulk\",socket=\"{i}\",result=\"sunk\"}}")])
-        .sum();
-    assert_eq!(sunk, 0.0, "no worker ran the action");
+    assert_eq!(sunk(&m, 2), 0.0, "no worker ran the action");
     assert_eq!(m["fastpath_mbufs_in_use"], 0.0);
 }
 
@@ -170,22 +175,11 @@ fn a_drained_sink_holds_no_mbuf_once_the_traffic_stops() {
     );
     let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
     let mut m = Default::default();
-    let sunk = |m: &std::collections::BTreeMap<String, f64>| -> f64 {
-        (0..2)
-            .map(|i| {
-                m.get(&format!(
-                    "fastpath_socket_processed_total{{service=\"bulk\",socket=\"{i}\",result=\"sunk\"}}"
-                ))
-                .copied()
-                .unwrap_or(0.0)
-            })
-            .sum()
-    };
     // Every datagram received and every one delivered sunk (a slow share of the CPU may leave
     // some refused as socket_full: not what this test is about).
     wait_for(10, "every datagram received and every delivered one sunk", || {
         m = d.scrape();
-        family_sum(&m, "fastpath_rx_packets_total") == 2200.0 && sunk(&m) == outcome(&m, "delivered") as f64
+        family_sum(&m, "fastpath_rx_packets_total") == 2200.0 && sunk(&m, 2) == outcome(&m, "delivered") as f64
     });
     assert!(outcome(&m, "delivered") > 0);
     wait_for(5, "every mbuf back in the pool while running", || {
