@@ -9,6 +9,8 @@ main lcore (a worker that sleeps when idle) and its control thread.
 
 Scenarios run in alternation (round 1: every scenario, round 2: every scenario, ...) so a
 neighbour's compile slows all of them alike, and the report uses medians and per-round ratios.
+Even rounds run the list backwards, so a machine that drifts faster or slower within a round
+favours neither side of a ratio over two rounds (ABBA order).
 Throughput is what port 0 received per second in steady state (after a warm-up):
 - testpmd: `show port stats all` (Rx-pps since the previous show) at the start and end of the
   window, driven through its interactive prompt;
@@ -772,7 +774,7 @@ FIGURE_TEXT = {
 def markdown(rows, goals, seconds, reps, warmup, started, capture_note):
     lines = [
         f"Run of {started:%Y-%m-%d %H:%M} UTC on {machine()}: {reps} round(s) of every scenario in "
-        f"alternation, each run {warmup:g} s warm-up then {seconds:g} s measured. Mpps = packets per "
+        f"alternation (every other round backwards), each run {warmup:g} s warm-up then {seconds:g} s measured. Mpps = packets per "
         "second received on port 0 (net_pcap, infinite_rx) and handled on lcore 1.",
         "",
         "| scenario | Mpps median | min – max | × testpmd io (medians) | × testpmd io (per round, median) | cycles/packet |",
@@ -874,7 +876,7 @@ def main():
     n = 0
     with tempfile.TemporaryDirectory(prefix="fastpath-bench-") as tmp:
         for rnd in range(reps):
-            for sc in scenarios:
+            for sc in (scenarios if rnd % 2 == 0 else scenarios[::-1]):
                 n += 1
                 prefix = f"fpbench-{os.getpid()}-{n}"
                 tool, mode = sc["kind"].split(":")

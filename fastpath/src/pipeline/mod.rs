@@ -468,10 +468,28 @@ impl Pipeline {
         }
         let t = &*self.tables;
         let Some(svc) = t.services.lookup_udp4(ports.1, dst) else {
-            // RFC 1122 §4.1.3.1: a port nobody listens on.
-            let p = Parsed::untagged_udp4(src, dst, ttl, ports, total);
+            // RFC 1122 §4.1.3.1: a port nobody listens on. `icmp_error`'s decision from the
+            // addresses in registers: the parse result is written only for an error sent.
             let no_service = Verdict::Drop(Outcome::NoService);
-            return Some(self.icmp_error(pkt, &p, port, icmp_error::ErrorKind::PortUnreachable, no_service, now));
+            let kind = icmp_error::ErrorKind::PortUnreachable;
+            if t.icmp.build_first {
+                let p = Parsed::untagged_udp4(src, dst, ttl, ports, total);
+                return Some(self.icmp_error(pkt, &p, port, kind, no_service, now));
+            }
+            // (Read again rather than kept from above: one register less on the open path.)
+            let group_frame = pkt.data().first().is_some_and(|b| b & 1 != 0);
+            let rng = &mut self.rng;
+            let decision = self
+                .icmp
+                .decide_udp4_port_unreachable(now, src, dst, group_frame, || xorshift(rng));
+            return Some(match decision {
+                icmp_error::Decision::Ineligible => no_service,
+                icmp_error::Decision::Suppressed(l) => {
+                    self.count_suppressed(IpVersion::V4, l);
+                    Verdict::Drop(Outcome::IcmpSuppressed)
+                }
+                icmp_error::Decision::Send => self.udp4_port_unreachable(pkt, port, no_service),
+            });
         };
         // `service_socket`'s two steps, written out again: through one shared helper taking the
         // fanout call as a closure LLVM inlined the pipeline differently, +51 instructions per
@@ -481,6 +499,20 @@ impl Pipeline {
         }
         let p = Parsed::untagged_udp4(src, dst, ttl, ports, total);
         Some(self.fan_out(svc, &p, pkt.rss_hash()))
+    }
+
+    /// [`Pipeline::udp4`]'s Port Unreachable, the limits having let it go: the parse result
+    /// from the frame (the fast path's, read again so the open path keeps fewer values live),
+    /// then the error built in place.
+    #[cold]
+    fn udp4_port_unreachable<B: PacketBuf>(&mut self, pkt: &mut B, port: u16, no_service: Verdict) -> Verdict {
+        let Some(h) = pkt.data().first_chunk::<42>() else {
+            return no_service;
+        };
+        let (src, dst) = (wire::ipv4_at(h, 26), wire::ipv4_at(h, 30));
+        let (ttl, ports, total) = (h[22], (wire::be16(h, 34), wire::be16(h, 36)), wire::be16(h, 16));
+        let p = Parsed::untagged_udp4(src, dst, ttl, ports, total);
+        self.icmp_error_send(pkt, &p, port, icmp_error::ErrorKind::PortUnreachable, no_service)
     }
 
     /// The rest of [`Pipeline::process`] once a tunnel header was stripped: the inner packet
@@ -672,7 +704,7 @@ impl Pipeline {
         match self.icmp.decide(now, kind, p, pkt.data(), || xorshift(rng)) {
             icmp_error::Decision::Ineligible => otherwise,
             icmp_error::Decision::Suppressed(l) => {
-                self.count_suppressed(p, l);
+                self.count_suppressed(p.version, l);
                 Verdict::Drop(Outcome::IcmpSuppressed)
             }
             icmp_error::Decision::Send => self.icmp_error_send(pkt, p, port, kind, otherwise),
@@ -727,8 +759,8 @@ impl Pipeline {
     }
 
     #[inline]
-    fn count_suppressed(&self, p: &Parsed, l: icmp_error::Limit) {
-        self.icmp_counters.limited[icmp_error::family_index(p.version)][l.index()].inc();
+    fn count_suppressed(&self, version: IpVersion, l: icmp_error::Limit) {
+        self.icmp_counters.limited[icmp_error::family_index(version)][l.index()].inc();
     }
 
     /// `[icmp] build_first` (benchmark only): the order seed 000 fixed, the error built before the
@@ -754,7 +786,7 @@ impl Pipeline {
         match self.icmp.decide_limits(now, kind, p, || xorshift(rng)) {
             icmp_error::Decision::Ineligible => otherwise,
             icmp_error::Decision::Suppressed(l) => {
-                self.count_suppressed(p, l);
+                self.count_suppressed(p.version, l);
                 Verdict::Drop(Outcome::IcmpSuppressed)
             }
             icmp_error::Decision::Send => {

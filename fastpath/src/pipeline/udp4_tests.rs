@@ -52,7 +52,14 @@ fn draw() -> impl Strategy<Value = Draw> {
             0..3usize,
             proptest::option::of(any::<u32>()),
         ),
-        (0..4u8, often(4), any::<u16>(), 0..6usize, 0..20usize, often(4)),
+        (
+            prop_oneof![3 => 0..4u8, 1 => 4..8u8],
+            often(4),
+            any::<u16>(),
+            0..6usize,
+            0..20usize,
+            often(4),
+        ),
         proptest::option::weighted(0.05, 0..80usize),
     )
         .prop_map(
@@ -86,7 +93,12 @@ fn draw() -> impl Strategy<Value = Draw> {
 
 fn frame(d: &Draw) -> HeapBuf {
     let dst = [ME, ME2, Ipv4Addr::new(198, 51, 100, 1), Ipv4Addr::BROADCAST][d.dst];
-    let src = Ipv4Addr::new(203, 0, 113, d.src);
+    // Four hosts, then sources no error may answer (RFC 1122 §3.2.2): this network, loopback,
+    // multicast, class E.
+    let src = match d.src {
+        0..4 => Ipv4Addr::new(203, 0, 113, d.src),
+        s => [[0, 0, 0, 7], [127, 0, 0, 1], [224, 0, 0, 9], [240, 0, 0, 1]][s as usize - 4].into(),
+    };
     let dport = [7, 9, 53, 67, 68, 7][d.dport];
     let flags = [0, 0x4000, 0x8000, 0x2000, 0x0001][d.flags_frag];
     let payload = vec![0x5a; d.payload];
@@ -240,7 +252,19 @@ proptest! {
             prop_assert_eq!(x, y, "packet {}", i);
         }
         prop_assert_eq!(a.1, b.1);
+        prop_assert_eq!(icmp_counts(&fast), icmp_counts(&general), "ICMP errors sent and held back");
     }
+}
+
+/// The pipeline's ICMP counters: sent by family and type, then held back by family and limit.
+fn icmp_counts(p: &Pipeline) -> Vec<u64> {
+    let c = &p.icmp_counters;
+    c.sent
+        .iter()
+        .flatten()
+        .chain(c.limited.iter().flatten())
+        .map(|x| x.get())
+        .collect()
 }
 
 /// The draws reach every stage the fast path hands on to, and every way out of its shape, so

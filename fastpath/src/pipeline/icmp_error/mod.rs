@@ -437,6 +437,14 @@ fn v4_is_error_type(ty: u8) -> bool {
     matches!(ty, 3 | 4 | 5 | 11 | 12) || ty > NR_ICMP_TYPES
 }
 
+/// The address part of [`eligible`] for IPv4: not about a frame or datagram sent to a group
+/// (RFC 1122 §3.2.2: a link-layer broadcast or multicast, an IP broadcast or multicast
+/// destination), nor from a source that is not one host.
+#[inline(always)]
+fn v4_addresses_eligible(group_frame: bool, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
+    !(group_frame || dst.is_broadcast() || dst.is_multicast() || !v4_source_is_one_host(src))
+}
+
 /// Whether `src` may be the source of a packet an IPv4 error answers: RFC 1122 §3.2.2 ("a
 /// datagram whose source address does not define a single host -- e.g., a zero address, a
 /// loopback address, a broadcast address, a multicast address, or a Class E address") and RFC
@@ -502,7 +510,7 @@ pub fn eligible(kind: ErrorKind, p: &Parsed, frame: &[u8]) -> bool {
     };
     match (&p.src, &p.dst) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            if group_frame || dst.is_broadcast() || dst.is_multicast() || !v4_source_is_one_host(*src) {
+            if !v4_addresses_eligible(group_frame, *src, *dst) {
                 return false;
             }
             if p.protocol == IpProtocol::ICMP {
@@ -660,11 +668,46 @@ impl IcmpLimiter {
     /// "build first" variant uses it after the frame has become the error.
     #[inline(always)]
     pub fn decide_limits(&mut self, now: Instant, kind: ErrorKind, p: &Parsed, draw: impl FnOnce() -> u32) -> Decision {
-        // (a) Not rate limited at all: PMTU errors, types outside the mask.
-        let Some((ty, code)) = kind.type_code(p.version) else {
+        let Some(type_code) = kind.type_code(p.version) else {
             return Decision::Ineligible;
         };
-        let limited = match p.version {
+        self.limits(now, p.version, type_code, &p.src, draw)
+    }
+
+    /// [`IcmpLimiter::decide`] for a Port Unreachable about an IPv4 UDP datagram that is not a
+    /// fragment (the pipeline's IPv4/UDP fast path): the same checks in the same order, from the
+    /// datagram's addresses and whether its frame went to a link-layer group, so that a flood
+    /// the limits hold back is decided without a parse result.
+    #[inline(always)]
+    pub fn decide_udp4_port_unreachable(
+        &mut self,
+        now: Instant,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        group_frame: bool,
+        draw: impl FnOnce() -> u32,
+    ) -> Decision {
+        if !v4_addresses_eligible(group_frame, src, dst) {
+            return Decision::Ineligible;
+        }
+        let Some(type_code) = ErrorKind::PortUnreachable.type_code(IpVersion::V4) else {
+            return Decision::Ineligible;
+        };
+        self.limits(now, IpVersion::V4, type_code, &IpAddr::V4(src), draw)
+    }
+
+    /// Steps (a) to (e) for an error of `type_code` in `version` to `src`.
+    #[inline(always)]
+    fn limits(
+        &mut self,
+        now: Instant,
+        version: IpVersion,
+        (ty, code): (u8, u8),
+        src: &IpAddr,
+        draw: impl FnOnce() -> u32,
+    ) -> Decision {
+        // (a) Not rate limited at all: PMTU errors, types outside the mask.
+        let limited = match version {
             IpVersion::V4 => v4_type_limited(self.ratemask, ty, code),
             IpVersion::V6 => v6_type_limited(self.ratemask, ty),
         };
@@ -673,7 +716,7 @@ impl IcmpLimiter {
         }
         // (b) Trusted sources skip every limit (seed 000: the glibc test's 50 back-to-back
         // errors; Linux exempts packets that arrived on loopback).
-        if !self.exempt.is_empty() && self.exempt.iter().any(|x| x.contains(p.src)) {
+        if !self.exempt.is_empty() && self.exempt.iter().any(|x| x.contains(*src)) {
             return Decision::Send;
         }
         // (c) Nothing left host-wide: stop before touching per-destination state.
@@ -681,8 +724,8 @@ impl IcmpLimiter {
             return Decision::Suppressed(Limit::Global);
         }
         // (d) Per destination: the error goes to the packet's source.
-        let rate = self.peer_rate[family_index(p.version)];
-        let (ok, slot) = self.peers.allow_at(now, &p.src, rate);
+        let rate = self.peer_rate[family_index(version)];
+        let (ok, slot) = self.peers.allow_at(now, src, rate);
         if !ok {
             return Decision::Suppressed(Limit::Peer);
         }
