@@ -1,6 +1,7 @@
 //! Answering ARP requests for local IPv4 addresses (RFC 826), so real hosts can reach the box.
 
-use super::{PortAddrs, Verdict};
+use super::tables::PortAddrs;
+use super::verdict::Verdict;
 use crate::outcome::Outcome;
 use crate::wire::{self, ArpOperation, ArpPacket};
 
@@ -46,8 +47,10 @@ pub(super) fn answer(local: &PortAddrs, frame: &mut [u8], l3: usize) -> Verdict 
 mod tests {
     use super::super::tests::{pipeline, MAC, PEER};
     use super::super::*;
-    use crate::buf::HeapBuf;
-    use crate::wire::{arp, ethernet};
+    use crate::buf::{HeapBuf, PacketBuf};
+    use crate::outcome::Outcome;
+    use crate::wire::{arp, ethernet, EtherType, EthernetAddress, EthernetFrame};
+    use std::net::Ipv4Addr;
 
     fn request(eth_dst: EthernetAddress, sender: Ipv4Addr, target: Ipv4Addr) -> HeapBuf {
         let mut v = vec![0u8; 14 + 28];

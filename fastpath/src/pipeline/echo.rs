@@ -1,7 +1,9 @@
 //! Answering ICMP (RFC 792) and ICMPv6 (RFC 4443 §4) echo requests for local addresses, in
 //! place: the payload is echoed unchanged, addresses swapped, checksums right.
 
-use super::{Parsed, PortAddrs, Verdict};
+use super::parse::Parsed;
+use super::tables::PortAddrs;
+use super::verdict::Verdict;
 use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::wire::{ipv4, ipv6};
@@ -136,7 +138,9 @@ pub(crate) mod tests {
     use super::super::*;
     use super::*;
     use crate::buf::HeapBuf;
+    use crate::wire::ipv6::ALL_NODES;
     use crate::wire::{checksum, EthernetFrame, Ipv6Packet};
+    use std::net::Ipv4Addr;
 
     const ME: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
     const THEM: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);

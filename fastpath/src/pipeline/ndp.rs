@@ -5,7 +5,9 @@
 //! option, is `malformed`; one that fails the other §7.1.1 checks (hop limit, code, multicast
 //! target, unspecified-source rules) or whose target is not ours is `ndp_ignored`.
 
-use super::{Parsed, PortAddrs, Verdict};
+use super::parse::Parsed;
+use super::tables::PortAddrs;
+use super::verdict::Verdict;
 use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::wire::icmpv6::{self, NdpOption, NeighborFlags, NeighborPacket};
@@ -146,7 +148,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::buf::HeapBuf;
     use crate::wire::ipv6::solicited_node;
-    use crate::wire::{checksum, EtherType, Icmpv6Message, Ipv6Packet};
+    use crate::wire::{checksum, EtherType, EthernetFrame, Icmpv6Message, Ipv6Packet};
 
     fn me() -> Ipv6Addr {
         "2001:db8::1".parse().unwrap()

@@ -32,7 +32,7 @@
 
 use super::ErrorKind;
 use crate::buf::PacketBuf;
-use crate::pipeline::{IpVersion, Parsed};
+use crate::pipeline::parse::{IpVersion, Parsed};
 use crate::wire::{self, ethernet, icmpv4, icmpv6, ipv4, ipv6};
 use crate::wire::{EtherType, EthernetAddress, Icmpv4Packet, Icmpv6Packet, IpProtocol, Ipv4Repr, Ipv6Repr};
 use std::net::IpAddr;

@@ -57,7 +57,7 @@
 //! destinations a fresh burst; what all of them together can send stays bounded by the global
 //! bucket.
 
-use super::super::Instant;
+use crate::pipeline::verdict::Instant;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 

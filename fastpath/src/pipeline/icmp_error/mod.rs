@@ -32,7 +32,8 @@ pub mod limit;
 pub use build::{build_in_place, IPV4_MAX_ERROR_LEN, IPV6_MAX_ERROR_LEN};
 pub use limit::{GlobalBucket, PeerTable};
 
-use super::{Instant, IpVersion, Parsed};
+use super::parse::{IpVersion, Parsed};
+use super::verdict::Instant;
 use crate::buf::NicChecksum;
 use crate::wire::IpProtocol;
 use core::fmt;

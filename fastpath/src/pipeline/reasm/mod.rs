@@ -96,7 +96,7 @@ pub use fragment::{fragment_v4, fragment_v6, FragError};
 pub use meta::{FragKey, FragMeta};
 
 use crate::buf::PacketBuf;
-use crate::pipeline::Instant;
+use crate::pipeline::verdict::Instant;
 use crate::wire::checksum;
 use index::{DeadlineHeap, HeapSlots, Index};
 use std::net::IpAddr;

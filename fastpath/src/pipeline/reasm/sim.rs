@@ -27,7 +27,7 @@
 
 use super::{FragMeta, Insert, ReasmConfig, ReasmIo, ReasmStats, Reassembler, Released};
 use crate::buf::{HeapBuf, PacketBuf};
-use crate::pipeline::Instant;
+use crate::pipeline::verdict::Instant;
 use crate::wire::{ethernet, EtherType, EthernetAddress, IpProtocol, Ipv4Repr};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -4,13 +4,17 @@
 //! ring backlogs that make the fanout decide. Both must give the same verdict, leave the packet
 //! the same (an ICMP error built in place, padding trimmed) and the fanout in the same state.
 
-use super::tests::{MAC, PEER};
 use super::*;
 use crate::buf::HeapBuf;
+use crate::pipeline::fanout::{FanoutMode, Group};
 use crate::pipeline::parse::tests::{udp_bytes, v4_frame};
+use crate::pipeline::service::{Action, Service, ServiceTable};
+use crate::pipeline::tests::{MAC, PEER};
 use crate::socket::{SimQueue, Socket, SocketCounters};
+use crate::wire::IpProtocol;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
+use std::net::{IpAddr, Ipv4Addr};
 
 const ME: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const ME2: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 3);
@@ -158,7 +162,7 @@ fn tables(two_addresses: bool, rollover: bool, flow_limit: bool) -> Arc<Tables> 
             Arc::new(Socket::new("svc", i, q, 0, Arc::new(SocketCounters::new(1, 1))))
         })
         .collect();
-    let mut local = super::tests::port();
+    let mut local = crate::pipeline::tests::port();
     if two_addresses {
         local.ipv4.push(ME2);
     }

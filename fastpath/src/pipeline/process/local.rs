@@ -1,0 +1,254 @@
+//! Local delivery: what is done with a parsed packet, reassembly and GRE first, then the host's
+//! own services (echo, neighbor discovery), then the configured services and their sockets.
+
+use super::{Pipeline, Step};
+use crate::buf::PacketBuf;
+use crate::outcome::Outcome;
+use crate::pipeline::fanout::{Choice, HashOnDemand};
+use crate::pipeline::parse::{IpVersion, Parsed};
+use crate::pipeline::tables::PortAddrs;
+use crate::pipeline::verdict::{Instant, Verdict};
+use crate::pipeline::{echo, icmp_error, ndp};
+use crate::wire::icmpv6::Icmpv6Message;
+use crate::wire::IpProtocol;
+use std::net::{IpAddr, Ipv6Addr};
+
+impl Pipeline {
+    /// The rest of [`Pipeline::process_once`] once the packet is parsed: local delivery, the
+    /// services, the ICMP errors.
+    #[inline(always)]
+    pub(super) fn after_parse<B: PacketBuf>(
+        &mut self,
+        port: u16,
+        pkt: &mut B,
+        parsed: &Parsed,
+        now: Instant,
+        depth: usize,
+    ) -> Step {
+        let Some(local) = self.tables.ports.get(port as usize) else {
+            return Step::Done(Verdict::Drop(Outcome::Unhandled));
+        };
+        // Link-layer padding past the IP datagram is not part of it: drop it so every later
+        // stage (and every answer built in place) sees the datagram only.
+        let end = parsed.ip_end as usize;
+        if pkt.len() > end {
+            let _trimmed = pkt.trim(pkt.len() - end);
+        }
+        if parsed.fragment.is_some() && is_local(local, parsed.dst) {
+            // RFC 791 §3.2 / RFC 8200 §4.5: fragments are reassembled before anything else
+            // looks at the datagram (service lookup, echo, GRE).
+            return Step::Done(Verdict::Reassemble { l3: parsed.l3_offset });
+        }
+        if parsed.protocol == IpProtocol::GRE && parsed.fragment.is_none() && is_local(local, parsed.dst) {
+            return self.decapsulate(pkt, parsed, depth);
+        }
+        let v = local_delivery(local, parsed, pkt);
+        if v == Verdict::Drop(Outcome::Unhandled)
+            && parsed.version == IpVersion::V4
+            && is_local(local, parsed.dst)
+            && !matches!(
+                parsed.protocol,
+                IpProtocol::ICMP | IpProtocol::UDP | IpProtocol::TCP | IpProtocol::GRE
+            )
+        {
+            // RFC 1122 §3.2.2.1: a protocol the box does not deliver.
+            return Step::Done(self.icmp_error(pkt, parsed, port, icmp_error::ErrorKind::ProtocolUnreachable, v, now));
+        }
+        if v != Verdict::Drop(Outcome::NoService) {
+            return Step::Done(v);
+        }
+        let v = self.service_socket(parsed, || pkt.rss_hash());
+        if v == Verdict::Drop(Outcome::NoService) && parsed.protocol == IpProtocol::UDP {
+            // RFC 1122 §4.1.3.1: UDP to a port nobody listens on. (`no_service` spelled out, not
+            // `v`: the compiler then knows it and does not assemble it per packet.)
+            let no_service = Verdict::Drop(Outcome::NoService);
+            return Step::Done(self.icmp_error(
+                pkt,
+                parsed,
+                port,
+                icmp_error::ErrorKind::PortUnreachable,
+                no_service,
+                now,
+            ));
+        }
+        Step::Done(v)
+    }
+
+    /// A UDP or TCP packet for a local address: its service's socket, or `no_service`.
+    /// The service socket for a packet local delivery left to the services. Finding no service
+    /// (a closed port: the flood case of seed 000) is a lookup inlined into the pipeline; the
+    /// fanout to a socket is a call of its own, so the closed-port path carries none of its
+    /// registers or code.
+    #[inline(always)]
+    fn service_socket(&mut self, p: &Parsed, nic_hash: impl FnOnce() -> Option<u32>) -> Verdict {
+        let Some((_, dport)) = p.ports else {
+            return Verdict::Drop(Outcome::NoService);
+        };
+        let Some(svc) = self.tables.services.lookup(p.protocol, dport, &p.dst) else {
+            return Verdict::Drop(Outcome::NoService);
+        };
+        // One socket with room to spare (the common case): no decision to make, no call.
+        if let Some(s) = self.fanout.choose_fast(&self.tables.services.services()[svc].group) {
+            return self.deliver(s);
+        }
+        // The NIC's hash (a read of the mbuf's flags) only for a packet that has a service.
+        self.fan_out(svc, p, nic_hash())
+    }
+
+    /// [`Verdict::Deliver`] to socket `s`, recorded for [`Pipeline::delivered_to`].
+    #[inline(always)]
+    pub(super) fn deliver(&mut self, s: usize) -> Verdict {
+        self.delivered_to = s as u32;
+        Verdict::Deliver
+    }
+
+    #[inline(never)]
+    pub(super) fn fan_out(&mut self, svc: usize, p: &Parsed, nic_hash: Option<u32>) -> Verdict {
+        let t = &*self.tables;
+        match self.fanout.choose_quick(
+            &t.services.services()[svc].group,
+            &t.sockets,
+            HashOnDemand::new(|| p.flow_hash(&t.hasher, nic_hash)),
+        ) {
+            Choice::Socket(s) => self.deliver(s),
+            Choice::Full(s) => {
+                t.sockets[s].counters.rx[self.fanout.slot].full.inc();
+                Verdict::Drop(Outcome::SocketFull)
+            }
+            Choice::FlowLimited(_) => Verdict::Drop(Outcome::FlowLimited),
+        }
+    }
+}
+
+/// Whether `dst` is one of the port's own unicast addresses.
+#[inline]
+fn is_local(local: &PortAddrs, dst: IpAddr) -> bool {
+    match dst {
+        IpAddr::V4(a) => local.has_ipv4(a),
+        IpAddr::V6(a) => local.has_ipv6(&a),
+    }
+}
+
+/// Packets for the host itself: the services every host must offer (echo, neighbor discovery).
+///
+/// The IPv4 decisions (not ours; no service yet) are a few compares inlined into the pipeline;
+/// building an answer and the IPv6 cases are calls, so the common path carries none of their
+/// code.
+#[inline(always)]
+fn local_delivery<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B) -> Verdict {
+    match p.dst {
+        IpAddr::V4(dst) => {
+            if !local.has_ipv4(dst) {
+                return Verdict::Drop(Outcome::NotLocal);
+            }
+            if p.fragment.is_some() {
+                return Verdict::Drop(Outcome::Unhandled);
+            }
+            match p.protocol {
+                IpProtocol::UDP | IpProtocol::TCP => Verdict::Drop(Outcome::NoService),
+                IpProtocol::ICMP => echo::answer_v4(local, p, pkt),
+                _ => Verdict::Drop(Outcome::Unhandled),
+            }
+        }
+        IpAddr::V6(dst) => local_delivery_v6(local, &dst, p, pkt),
+    }
+}
+
+#[inline(never)]
+fn local_delivery_v6<B: PacketBuf>(local: &PortAddrs, dst: &Ipv6Addr, p: &Parsed, pkt: &mut B) -> Verdict {
+    let Some(me) = local.ipv6_local_for(dst) else {
+        return Verdict::Drop(Outcome::NotLocal);
+    };
+    if matches!(p.protocol, IpProtocol::UDP | IpProtocol::TCP) && p.fragment.is_none() && *dst == me {
+        return Verdict::Drop(Outcome::NoService);
+    }
+    if p.protocol != IpProtocol::ICMPV6 || p.fragment.is_some() {
+        return Verdict::Drop(Outcome::Unhandled);
+    }
+    let Some(&ty) = pkt.data().get(p.l4_offset as usize) else {
+        return Verdict::Drop(Outcome::Malformed);
+    };
+    match Icmpv6Message::from(ty) {
+        Icmpv6Message::EchoRequest => echo::answer_v6(local, me, p, pkt),
+        Icmpv6Message::NeighborSolicit => ndp::answer(local, p, pkt),
+        Icmpv6Message::NeighborAdvert
+        | Icmpv6Message::RouterSolicit
+        | Icmpv6Message::RouterAdvert
+        | Icmpv6Message::Redirect => Verdict::Drop(Outcome::NdpIgnored),
+        _ => Verdict::Drop(Outcome::Unhandled),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buf::HeapBuf;
+    use crate::pipeline::parse;
+    use crate::pipeline::tests::{pipeline, with_udp_checksum};
+    use crate::wire::ipv6::{solicited_node, ALL_NODES};
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn local_and_not_local() {
+        use parse::tests::{udp_bytes, v4_frame, v6_frame};
+        let mut p = pipeline();
+        let me = Ipv4Addr::new(192, 0, 2, 1);
+        let them = Ipv4Addr::new(198, 51, 100, 7);
+        let udp = udp_bytes(1, 7, b"x");
+        let mut v = v4_frame(them, me, IpProtocol::UDP, &[], 0, &udp);
+        let ip_len = v.len();
+        v.extend_from_slice(&[0xaa; 13]);
+        // Padding is trimmed before anything looks at the datagram: a closed port (port 7 here)
+        // gets a Port Unreachable quoting exactly the datagram.
+        let mut b = HeapBuf::new(&v);
+        let mut q = pipeline();
+        q.icmp = icmp_error::IcmpLimiter::new(
+            &icmp_error::IcmpConfig {
+                burst: 0,
+                ..Default::default()
+            },
+            icmp_error::IcmpConfig {
+                burst: 0,
+                ..Default::default()
+            }
+            .global_bucket(Instant(0)),
+            1,
+        );
+        assert_eq!(q.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::IcmpSuppressed));
+        assert_eq!(b.len(), ip_len, "padding trimmed");
+        let mut b = HeapBuf::new(&v);
+        assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Transmit(Outcome::IcmpError));
+        assert_eq!(
+            b.len(),
+            14 + 20 + 8 + (ip_len - 14),
+            "the quote is the datagram without padding"
+        );
+        let mut b = HeapBuf::new(&v4_frame(me, them, IpProtocol::UDP, &[], 0, &udp));
+        assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::NotLocal));
+        let bcast = v4_frame(them, Ipv4Addr::BROADCAST, IpProtocol::UDP, &[], 0, &udp);
+        assert_eq!(
+            p.process(0, &mut HeapBuf::new(&bcast), Instant(0)),
+            Verdict::Drop(Outcome::NotLocal)
+        );
+
+        let me6: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let them6: Ipv6Addr = "2001:db8::7".parse().unwrap();
+        for (dst, want) in [
+            (me6, Outcome::IcmpError),
+            (ALL_NODES, Outcome::Unhandled),
+            (solicited_node(&me6), Outcome::Unhandled),
+            (them6, Outcome::NotLocal),
+            (solicited_node(&them6), Outcome::NotLocal),
+            ("ff02::2".parse().unwrap(), Outcome::NotLocal),
+        ] {
+            let v = with_udp_checksum(v6_frame(them6, dst, IpProtocol::UDP, &[], 64, &udp));
+            let got = p.process(0, &mut HeapBuf::new(&v), Instant(0));
+            let want = if want == Outcome::IcmpError {
+                Verdict::Transmit(want)
+            } else {
+                Verdict::Drop(want)
+            };
+            assert_eq!(got, want, "{dst}");
+        }
+    }
+}

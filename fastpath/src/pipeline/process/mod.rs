@@ -1,0 +1,438 @@
+//! The orchestrator: one lcore's [`Pipeline`], which runs the stages on each packet in order.
+//!
+//! This file holds the struct, its construction and generation changes, its accessors and the
+//! dispatch ([`Pipeline::process`]: the fast path, else parse and go on). The rest of
+//! `impl Pipeline` is spread over files by concern, as smoltcp spreads its `Interface`:
+//! - `udp4.rs`: the IPv4/UDP fast path;
+//! - `local.rs`: what is done with a parsed packet for us (reassembly, GRE, echo, NDP, the
+//!   services and their sockets);
+//! - `icmp.rs`: the ICMP errors sent about a packet, through the rate limits;
+//! - `tunnel.rs`: GRE decapsulation, the inner packet's passes and answers through a tunnel.
+
+mod icmp;
+mod local;
+mod tunnel;
+mod udp4;
+#[cfg(test)]
+mod udp4_tests;
+
+use super::fanout::FanoutState;
+use super::parse::Parsed;
+use super::tables::{PortAddrs, Tables};
+use super::verdict::{Instant, Verdict};
+use super::{arp, flow_limit, icmp_error};
+use crate::buf::{NicChecksum, PacketBuf};
+use crate::outcome::Outcome;
+use crate::wire::{self, EtherType, EthernetAddress, EthernetFrame, Toeplitz};
+use std::sync::Arc;
+
+/// One pass of the pipeline over a frame.
+enum Step {
+    Done(Verdict),
+    /// A tunnel header was stripped: the inner packet goes through again.
+    Decapsulated(usize),
+}
+
+/// The verdict for a frame the port must not take by its Ethernet addresses: not to us (our
+/// MAC or a group address), or from a group address (RFC 1122 §3.3.6 / IEEE 802: never a valid
+/// source); `None` to go on.
+#[inline(always)]
+fn link_layer_refusal(local: &PortAddrs, dst: EthernetAddress, src: EthernetAddress) -> Option<Verdict> {
+    if !dst.is_multicast() && dst != local.mac {
+        return Some(Verdict::Drop(Outcome::NotForUs));
+    }
+    if !src.is_unicast() {
+        return Some(Verdict::Drop(Outcome::Malformed));
+    }
+    None
+}
+
+/// [`link_layer_refusal`] on a frame's first 12 bytes (destination, source), each address read
+/// as one word: the fixed-offset path's form, about half the instructions of assembling both
+/// addresses first.
+#[inline(always)]
+fn link_layer_refusal_in(local: &PortAddrs, h: &[u8; 12]) -> Option<Verdict> {
+    // Little-endian words: an address's first byte, with the group bit (its lowest), is the low
+    // byte on any machine. The destination is bytes 0..6 of the word at 0, the source bytes
+    // 2..8 of the word at 4.
+    let word = |at: usize| {
+        u64::from_le_bytes([
+            h[at],
+            h[at + 1],
+            h[at + 2],
+            h[at + 3],
+            h[at + 4],
+            h[at + 5],
+            h[at + 6],
+            h[at + 7],
+        ])
+    };
+    let dst = word(0) & 0xffff_ffff_ffff;
+    let src = word(4) >> 16;
+    let m = local.mac.as_bytes();
+    let mac = u64::from_le_bytes([m[0], m[1], m[2], m[3], m[4], m[5], 0, 0]);
+    if dst != mac && dst & 1 == 0 {
+        return Some(Verdict::Drop(Outcome::NotForUs));
+    }
+    if src & 1 != 0 || src == 0 {
+        return Some(Verdict::Drop(Outcome::Malformed));
+    }
+    None
+}
+
+/// One lcore's pipeline: the current generation's shared tables plus the lcore's own mutable
+/// state, so nothing is shared for writing on the per-packet path.
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    pub(super) tables: Arc<Tables>,
+    pub(super) fanout: FanoutState,
+    /// Rate limits for the ICMP errors this lcore sends.
+    pub(super) icmp: icmp_error::IcmpLimiter,
+    /// This lcore's slot of the tables' ICMP counters (a detached set, counted by nobody, if
+    /// the tables have no slot for it).
+    pub(super) icmp_counters: Arc<icmp_error::IcmpLcoreCounters>,
+    /// This lcore's random numbers (ICMP credit draws).
+    pub(super) rng: u64,
+    /// Keys the per-destination ICMP table (unpredictable, per lcore).
+    pub(super) icmp_seed: u64,
+    /// Per tunnel: the last sequence number accepted on this lcore (RFC 2890 §2.2).
+    pub(super) gre_seq: Vec<Option<u32>>,
+    /// Identification for the outer IPv4 headers this lcore builds.
+    pub(super) ident: u16,
+    /// The socket of the last [`Verdict::Deliver`].
+    pub(super) delivered_to: u32,
+}
+
+impl Pipeline {
+    /// A pipeline over `tables` for the RX lcore in counter slot `slot`.
+    pub fn new(tables: Arc<Tables>, slot: usize) -> Self {
+        let mut fanout = FanoutState::new(tables.sockets.len(), slot, 0x9e37_79b9_7f4a_7c15 ^ slot as u64);
+        fanout.flow_limit = tables.flow_limit.for_slot(slot).map(flow_limit::FlowLimit::new);
+        let gre_seq = vec![None; tables.tunnels.len()];
+        // An unpredictable key for the per-destination table, so nobody can aim collisions at it.
+        let icmp_seed = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_usize(slot);
+            h.finish()
+        };
+        let global = tables
+            .icmp_global
+            .clone()
+            .unwrap_or_else(|| tables.icmp.global_bucket(Instant(0)));
+        let icmp = icmp_error::IcmpLimiter::new(&tables.icmp, global, icmp_seed);
+        let icmp_counters = tables.icmp_counters.rx.get(slot).cloned().unwrap_or_default();
+        Pipeline {
+            tables,
+            fanout,
+            icmp,
+            icmp_counters,
+            rng: icmp_seed | 1,
+            icmp_seed,
+            gre_seq,
+            ident: (slot as u16).wrapping_mul(0x3779),
+            delivered_to: 0,
+        }
+    }
+
+    /// Adopts a new generation. Called by the owning lcore at a quiescent point (between
+    /// bursts), so no packet ever sees a mix of two generations. Per-lcore state that depends on
+    /// the tables is carried over or rebuilt here.
+    pub fn apply(&mut self, tables: Arc<Tables>) {
+        debug_assert!(
+            self.fanout.touched().is_empty(),
+            "generations change between bursts only"
+        );
+        let slot = self.fanout.slot;
+        // The flow-limit table (and its history) carries over unless its length changed; a new
+        // length means a whole new table, mask included.
+        let keep = match (self.fanout.flow_limit.take(), tables.flow_limit.for_slot(slot)) {
+            (Some(t), Some(len)) if t.table_len() == len => Some(t),
+            _ => None,
+        };
+        // A tunnel that stays keeps its receive sequence state.
+        let seq: Vec<Option<u32>> = tables
+            .tunnels
+            .iter()
+            .map(|t| {
+                let old = self.tables.tunnels.iter().position(|o| o.name == t.name);
+                old.and_then(|i| self.gre_seq.get(i).copied().flatten())
+            })
+            .collect();
+        // The ICMP limiter keeps its per-destination table when its size is unchanged.
+        let mut icmp = std::mem::replace(
+            &mut self.icmp,
+            icmp_error::IcmpLimiter::new(&tables.icmp, tables.icmp.global_bucket(Instant(0)), 1),
+        );
+        let global = tables
+            .icmp_global
+            .clone()
+            .unwrap_or_else(|| tables.icmp.global_bucket(Instant(0)));
+        icmp.apply(&tables.icmp, global, self.icmp_seed);
+        let (rng, icmp_seed) = (self.rng, self.icmp_seed);
+        *self = Pipeline::new(tables, slot);
+        self.gre_seq = seq;
+        self.icmp = icmp;
+        self.rng = rng;
+        self.icmp_seed = icmp_seed;
+        if keep.is_some() {
+            self.fanout.flow_limit = keep;
+        }
+    }
+
+    /// The flow-limit table length in use, if the limit is on for this lcore.
+    pub fn flow_limit_len(&self) -> Option<u32> {
+        self.fanout.flow_limit.as_ref().map(|t| t.table_len())
+    }
+
+    /// The socket (index into [`Tables::sockets`]) the last [`Verdict::Deliver`] is for.
+    #[inline(always)]
+    pub fn delivered_to(&self) -> usize {
+        self.delivered_to as usize
+    }
+
+    /// This lcore's counter slot.
+    pub fn slot(&self) -> usize {
+        self.fanout.slot
+    }
+
+    /// The tables in use.
+    pub fn tables(&self) -> &Arc<Tables> {
+        &self.tables
+    }
+
+    /// The sockets packets were staged for in this burst, with how many each.
+    pub fn staged(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.fanout.touched().iter().map(|&s| (s, self.fanout.staged(s)))
+    }
+
+    /// The caller enqueued (or dropped) every staged packet.
+    pub fn burst_done(&mut self) {
+        self.fanout.burst_done();
+    }
+
+    /// A pipeline over `ports` alone (generation 1, Microsoft RSS key): for tests and tools.
+    pub fn for_ports(ports: Vec<PortAddrs>) -> Self {
+        Self::new(
+            Arc::new(Tables {
+                generation: 1,
+                ports,
+                ..Default::default()
+            }),
+            0,
+        )
+    }
+
+    /// The flow hasher of the current generation.
+    pub fn hasher(&self) -> &Toeplitz {
+        &self.tables.hasher
+    }
+
+    /// The generation in use.
+    pub fn generation(&self) -> u64 {
+        self.tables.generation
+    }
+
+    /// Runs every stage on one packet received on `port`.
+    #[inline]
+    pub fn process<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Verdict {
+        if let Some(v) = self.udp4(port, pkt, now) {
+            return v;
+        }
+        self.process_general(port, pkt, now)
+    }
+
+    /// [`Pipeline::process`] without its IPv4/UDP fast path ([`Pipeline::udp4`]): every frame
+    /// through the parsers and the stages in order. The fast path must decide as this does; a
+    /// test holds the two to the same verdicts, packets and state.
+    #[inline(always)]
+    pub(crate) fn process_general<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Verdict {
+        // The common case, no tunnel, returns straight from one pass: keeping a loop (and its
+        // `Step`) around it made the compiler copy the verdict through memory byte-wise, which
+        // stalled store forwarding on every packet.
+        match self.process_once(port, pkt, now, 0) {
+            Step::Done(v) => v,
+            Step::Decapsulated(t) => self.process_tunnelled(port, pkt, now, t),
+        }
+    }
+
+    /// One pass over a frame: a verdict, or "decapsulated, run me again".
+    #[inline(always)]
+    fn process_once<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant, depth: usize) -> Step {
+        let Some(local) = self.tables.ports.get(port as usize) else {
+            return Step::Done(Verdict::Drop(Outcome::Unhandled));
+        };
+        let mut parsed = Parsed::EMPTY;
+        // The common frame (untagged or one 802.1Q tag, IPv4 without options or IPv6 without
+        // extension headers, not a fragment) as received: read from fixed offsets; anything
+        // else goes through the general parser below.
+        let frame = pkt.data();
+        if depth == 0
+            && Parsed::parse_common_with(frame, &mut parsed, |header| {
+                pkt.ip_checksum_ok(|| wire::checksum::verify(header))
+            })
+        {
+            // The same frame slice the parser checked (at least 42 bytes): no second length
+            // check, and the addresses compared in place.
+            if let Some(v) = frame.first_chunk().and_then(|h| link_layer_refusal_in(local, h)) {
+                return Step::Done(v);
+            }
+        } else {
+            match Self::parse_general(local, pkt, &mut parsed, depth) {
+                Ok(()) => {}
+                Err(v) => return Step::Done(v),
+            }
+        }
+        self.after_parse(port, pkt, &parsed, now, depth)
+    }
+
+    /// The general parser's part of [`Pipeline::process_once`]: the frame's Ethernet checks,
+    /// ARP, then any IPv4 or IPv6 packet into `parsed`; `Err` is the verdict for a frame that
+    /// goes no further.
+    #[inline(always)]
+    fn parse_general<B: PacketBuf>(
+        local: &PortAddrs,
+        pkt: &mut B,
+        parsed: &mut Parsed,
+        depth: usize,
+    ) -> Result<(), Verdict> {
+        let frame = match EthernetFrame::new_checked(pkt.data()) {
+            Ok(f) => f,
+            Err(wire::Error::Unsupported) => return Err(Verdict::Drop(Outcome::Unhandled)),
+            Err(_) => return Err(Verdict::Drop(Outcome::Malformed)),
+        };
+        if let Some(v) = link_layer_refusal(local, frame.dst_addr(), frame.src_addr()) {
+            return Err(v);
+        }
+        let l3 = frame.header_len();
+        // The NIC checked the header it received, not one a decapsulation uncovered.
+        let ip_checksum = if depth == 0 {
+            pkt.ip_checksum()
+        } else {
+            NicChecksum::Unknown
+        };
+        match frame.ethertype() {
+            EtherType::ARP if depth == 0 => Err(arp::answer(local, pkt.data_mut(), l3)),
+            EtherType::IPV4 | EtherType::IPV6 => match Parsed::parse_ip_into(&frame, parsed, ip_checksum) {
+                Ok(()) => Ok(()),
+                Err(wire::Error::Unsupported) => Err(Verdict::Drop(Outcome::Unhandled)),
+                Err(_) => Err(Verdict::Drop(Outcome::Malformed)),
+            },
+            _ => Err(Verdict::Drop(Outcome::Unhandled)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buf::HeapBuf;
+    use crate::pipeline::parse;
+    use crate::pipeline::tests::{pipeline, port, MAC, PEER};
+    use crate::wire::IpProtocol;
+    use std::net::Ipv4Addr;
+
+    fn frame(dst: EthernetAddress, src: EthernetAddress, ty: u16, payload: &[u8]) -> HeapBuf {
+        let mut v = vec![0u8; 14];
+        wire::ethernet::emit_header(&mut v, dst, src, ty.into());
+        v.extend_from_slice(payload);
+        HeapBuf::new(&v)
+    }
+
+    #[test]
+    fn l2_filter() {
+        let mut p = pipeline();
+        let mut other = frame(EthernetAddress([2, 9, 9, 9, 9, 9]), PEER, 0x0800, &[0; 20]);
+        assert_eq!(p.process(0, &mut other, Instant(0)), Verdict::Drop(Outcome::NotForUs));
+        let mut bad_src = frame(MAC, EthernetAddress::BROADCAST, 0x0800, &[0; 20]);
+        assert_eq!(
+            p.process(0, &mut bad_src, Instant(0)),
+            Verdict::Drop(Outcome::Malformed)
+        );
+        let mut zeros = frame(MAC, PEER, 0x0800, &[0; 20]);
+        assert_eq!(p.process(0, &mut zeros, Instant(0)), Verdict::Drop(Outcome::Malformed));
+        let mut lldp = frame(MAC, PEER, 0x88cc, &[0; 20]);
+        assert_eq!(p.process(0, &mut lldp, Instant(0)), Verdict::Drop(Outcome::Unhandled));
+        let mut unknown_port = frame(MAC, PEER, 0x0800, &[0; 20]);
+        assert_eq!(
+            p.process(7, &mut unknown_port, Instant(0)),
+            Verdict::Drop(Outcome::Unhandled)
+        );
+    }
+
+    proptest::proptest! {
+        /// The fixed-offset path's in-place address check decides as the general one, for
+        /// addresses drawn to hit our MAC, group addresses and the all-zero source often.
+        #[test]
+        fn in_place_link_layer_check_agrees_with_the_general_one(
+            mac in proptest::array::uniform6(0u8..4),
+            dst in proptest::array::uniform6(0u8..4),
+            src in proptest::array::uniform6(0u8..4),
+            dst_is_mac in proptest::bool::ANY,
+            src_is_zero in proptest::bool::ANY,
+        ) {
+            let mut local = port();
+            local.mac = EthernetAddress(mac);
+            let dst = if dst_is_mac { mac } else { dst };
+            let src = if src_is_zero { [0; 6] } else { src };
+            let mut h = [0u8; 12];
+            h[..6].copy_from_slice(&dst);
+            h[6..].copy_from_slice(&src);
+            proptest::prop_assert_eq!(
+                link_layer_refusal_in(&local, &h),
+                link_layer_refusal(&local, EthernetAddress(dst), EthernetAddress(src))
+            );
+        }
+    }
+
+    #[test]
+    fn the_nics_ipv4_checksum_verdict_replaces_the_software_check() {
+        use parse::tests::{udp_bytes, v4_frame};
+        let them = Ipv4Addr::new(198, 51, 100, 7);
+        let other = Ipv4Addr::new(203, 0, 113, 9);
+        let good = v4_frame(them, other, IpProtocol::UDP, &[], 0, &udp_bytes(1, 7, b"x"));
+        let mut wrong = good.clone();
+        wrong[14 + 10] ^= 0xff;
+        let run = |bytes: &[u8], c: NicChecksum| {
+            let mut b = HeapBuf::new(bytes);
+            b.set_ip_checksum(c);
+            pipeline().process(0, &mut b, Instant(0))
+        };
+        assert_eq!(run(&good, NicChecksum::Unknown), Verdict::Drop(Outcome::NotLocal));
+        assert_eq!(run(&wrong, NicChecksum::Unknown), Verdict::Drop(Outcome::Malformed));
+        assert_eq!(
+            run(&wrong, NicChecksum::Good),
+            Verdict::Drop(Outcome::NotLocal),
+            "the NIC's word is taken: no second check"
+        );
+        assert_eq!(run(&good, NicChecksum::Bad), Verdict::Drop(Outcome::Malformed));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let mut p = pipeline();
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        for len in 0..200usize {
+            for _ in 0..50 {
+                let mut v = vec![0u8; len];
+                for b in v.iter_mut() {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    *b = seed as u8;
+                }
+                // Bias towards frames that reach the ARP stage.
+                if len >= 14 && seed & 1 == 0 {
+                    v[..6].copy_from_slice(&MAC.0);
+                    v[6..12].copy_from_slice(&PEER.0);
+                    v[12..14].copy_from_slice(&[0x08, 0x06]);
+                    if len >= 22 && seed & 3 == 0 {
+                        v[14..20].copy_from_slice(&[0, 1, 8, 0, 6, 4]);
+                    }
+                }
+                let mut b = HeapBuf::new(&v);
+                let _ = p.process(0, &mut b, Instant(0));
+            }
+        }
+    }
+}

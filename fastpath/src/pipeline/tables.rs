@@ -1,0 +1,140 @@
+//! What one config generation gives every lcore to read: the addresses each port answers for
+//! ([`PortAddrs`]) and the whole read-only table set ([`Tables`]).
+
+use super::service::ServiceTable;
+use super::{flow_limit, icmp_error, reasm, tunnel};
+use crate::socket::Socket;
+use crate::wire::ipv6::{is_solicited_node, solicited_node, ALL_NODES};
+use crate::wire::{EthernetAddress, Toeplitz};
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+/// The addresses a port answers for.
+#[derive(Clone, Debug, Default)]
+pub struct PortAddrs {
+    /// The port's MAC address.
+    pub mac: EthernetAddress,
+    /// Local IPv4 addresses.
+    pub ipv4: Vec<Ipv4Addr>,
+    /// Local IPv6 addresses.
+    pub ipv6: Vec<Ipv6Addr>,
+}
+
+impl PortAddrs {
+    /// Whether `ip` is one of the port's IPv4 addresses.
+    #[inline]
+    pub fn has_ipv4(&self, ip: Ipv4Addr) -> bool {
+        // One address (the common port) is one compare; the loop's setup and exit cost as much
+        // again on every packet.
+        match self.ipv4.as_slice() {
+            [only] => *only == ip,
+            all => all.contains(&ip),
+        }
+    }
+
+    /// Whether `ip` is one of the port's IPv6 addresses.
+    #[inline]
+    pub fn has_ipv6(&self, ip: &Ipv6Addr) -> bool {
+        self.ipv6.contains(ip)
+    }
+
+    /// The local address a packet to `dst` is for: `dst` itself when it is a local address;
+    /// for the solicited-node group of a local address (RFC 4291 §2.7.1), that address; for
+    /// all-nodes ff02::1, the first local address. `None`: the packet is not for us.
+    pub fn ipv6_local_for(&self, dst: &Ipv6Addr) -> Option<Ipv6Addr> {
+        if self.has_ipv6(dst) {
+            return Some(*dst);
+        }
+        if *dst == ALL_NODES {
+            return self.ipv6.first().copied();
+        }
+        if is_solicited_node(dst) {
+            return self.ipv6.iter().find(|a| solicited_node(a) == *dst).copied();
+        }
+        None
+    }
+}
+
+/// The read-only tables of one config generation, shared by every lcore.
+///
+/// A reload builds a whole new `Tables` off the data path and publishes it; each lcore adopts it
+/// between bursts with [`Pipeline::apply`]. Nothing in here changes once published.
+///
+/// Read per packet by every lcore: 128-byte aligned, so that no heap object an lcore writes
+/// shares its lines (see the runtime's `RunControl`).
+///
+/// [`Pipeline::apply`]: super::Pipeline::apply
+#[derive(Clone, Debug, Default)]
+#[repr(align(128))]
+pub struct Tables {
+    /// The config generation these tables belong to (1 for the config loaded at start).
+    pub generation: u64,
+    /// Indexed by DPDK port id.
+    pub ports: Vec<PortAddrs>,
+    /// The flow hash used when the NIC supplies none, built from the configured RSS key (the
+    /// ports' RSS is programmed with the same key, so hardware and software hashes agree).
+    pub hasher: Toeplitz,
+    /// Local services by protocol and port.
+    pub services: ServiceTable,
+    /// Every service's sockets; services' groups index into it.
+    pub sockets: Vec<Arc<Socket>>,
+    /// Flow-limit shedding.
+    pub flow_limit: flow_limit::FlowLimitConfig,
+    /// GRE tunnels.
+    pub tunnels: Vec<tunnel::Tunnel>,
+    /// MTU (IP bytes) by DPDK port id; a missing entry means 1500.
+    pub port_mtu: Vec<u16>,
+    /// Reassembly settings.
+    pub reassembly: reasm::ReasmConfig,
+    /// ICMP error limits.
+    pub icmp: icmp_error::IcmpConfig,
+    /// The global ICMP budget, shared by every RX lcore (and kept across reloads).
+    pub icmp_global: Option<Arc<icmp_error::GlobalBucket>>,
+    /// ICMP counters per RX lcore.
+    pub icmp_counters: Arc<icmp_error::IcmpCounters>,
+}
+
+impl Tables {
+    /// The MTU of `port`.
+    pub fn mtu(&self, port: u16) -> u16 {
+        self.port_mtu.get(port as usize).copied().unwrap_or(1500)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::tests::{pipeline, port};
+
+    #[test]
+    fn has_ipv4_with_none_one_and_several_addresses() {
+        let (a, b, c) = (
+            Ipv4Addr::new(192, 0, 2, 1),
+            Ipv4Addr::new(10, 9, 0, 1),
+            Ipv4Addr::new(198, 51, 100, 7),
+        );
+        let mut local = port();
+        for (addrs, yes, no) in [
+            (vec![], vec![], vec![a, b]),
+            (vec![a], vec![a], vec![b, c]),
+            (vec![a, b], vec![a, b], vec![c]),
+            (vec![b, c, a], vec![a, b, c], vec![Ipv4Addr::UNSPECIFIED]),
+        ] {
+            local.ipv4 = addrs;
+            assert!(yes.iter().all(|&x| local.has_ipv4(x)), "{:?}", local.ipv4);
+            assert!(!no.iter().any(|&x| local.has_ipv4(x)), "{:?}", local.ipv4);
+        }
+    }
+
+    #[test]
+    fn ipv6_local_for() {
+        let a = pipeline().tables.ports[0].clone();
+        let me6: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        assert_eq!(a.ipv6_local_for(&me6), Some(me6));
+        assert_eq!(a.ipv6_local_for(&ALL_NODES), Some(me6));
+        assert_eq!(a.ipv6_local_for(&solicited_node(&me6)), Some(me6));
+        assert_eq!(a.ipv6_local_for(&"2001:db8::2".parse().unwrap()), None);
+        let none = PortAddrs::default();
+        assert_eq!(none.ipv6_local_for(&ALL_NODES), None);
+    }
+}
