@@ -72,7 +72,13 @@ impl QueueCounters {
     }
 }
 
-/// Reassembly counters of one RX lcore, copied from its reassembler after each use.
+/// How many reasons a reassembler refuses fragments for: the length of
+/// [`ReasmCounters::refused`]'s rows. The reassembler asserts at compile time that its reasons
+/// number as many, so this block needs nothing of the pipeline.
+pub const REASM_REFUSAL_REASONS: usize = 11;
+
+/// Reassembly counters of one RX lcore, copied from its reassembler after each use (the
+/// reassembler's statistics publish themselves here: `pipeline::reasm::ReasmStats::publish`).
 #[derive(Debug, Default)]
 pub struct ReasmCounters {
     /// Datagrams completed, per family (IPv4, IPv6).
@@ -80,23 +86,9 @@ pub struct ReasmCounters {
     /// Datagrams timed out, per family.
     pub timeouts: [Counter; 2],
     /// Fragments refused, per family and reason (`pipeline::reasm::Reason::index`).
-    pub refused: [[Counter; crate::pipeline::reasm::Reason::COUNT]; 2],
+    pub refused: [[Counter; REASM_REFUSAL_REASONS]; 2],
     /// Bytes held now.
     pub memory: Counter,
-}
-
-impl ReasmCounters {
-    /// Copies a reassembler's statistics (owner lcore only).
-    pub fn sync(&self, s: &crate::pipeline::reasm::ReasmStats, memory: usize) {
-        for f in 0..2 {
-            self.completed[f].set(s.completed[f]);
-            self.timeouts[f].set(s.timeouts[f]);
-            for (r, c) in self.refused[f].iter().enumerate() {
-                c.set(s.refused[f][r]);
-            }
-        }
-        self.memory.set(memory as u64);
-    }
 }
 
 /// Everything one lcore counts.

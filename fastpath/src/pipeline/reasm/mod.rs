@@ -97,6 +97,7 @@ pub use meta::{FragKey, FragMeta};
 
 use crate::buf::PacketBuf;
 use crate::pipeline::verdict::Instant;
+use crate::stats::{ReasmCounters, REASM_REFUSAL_REASONS};
 use crate::wire::checksum;
 use index::{DeadlineHeap, HeapSlots, Index};
 use std::net::IpAddr;
@@ -335,6 +336,24 @@ pub struct ReasmStats {
     pub refused: [[u64; Reason::COUNT]; 2],
     /// Fragments released as `Drained`, per family.
     pub drained: [u64; 2],
+}
+
+// The lcore's counter block sizes its refusal rows without knowing `Reason`.
+const _: () = assert!(Reason::COUNT == REASM_REFUSAL_REASONS);
+
+impl ReasmStats {
+    /// Copies these statistics, and `memory` (the bytes held now, [`Reassembler::memory`]), into
+    /// the lcore's counter block `to` (owner lcore only).
+    pub fn publish(&self, memory: usize, to: &ReasmCounters) {
+        for f in 0..2 {
+            to.completed[f].set(self.completed[f]);
+            to.timeouts[f].set(self.timeouts[f]);
+            for (r, c) in to.refused[f].iter().enumerate() {
+                c.set(self.refused[f][r]);
+            }
+        }
+        to.memory.set(memory as u64);
+    }
 }
 
 /// A held fragment.

@@ -859,3 +859,32 @@ fn flood_simulation_pressure_scaled_keeps_legit_traffic_fixed_collapses() {
         );
     }
 }
+
+#[test]
+fn publish_copies_the_stats_into_the_lcore_block() {
+    let mut s = ReasmStats {
+        completed: [3, 4],
+        timeouts: [5, 6],
+        ..Default::default()
+    };
+    for (f, row) in s.refused.iter_mut().enumerate() {
+        for (r, n) in row.iter_mut().enumerate() {
+            *n = (100 * f + r) as u64;
+        }
+    }
+    let to = crate::stats::ReasmCounters::default();
+    to.memory.set(99);
+    s.publish(4096, &to);
+    assert_eq!(to.completed.each_ref().map(|c| c.get()), [3, 4]);
+    assert_eq!(to.timeouts.each_ref().map(|c| c.get()), [5, 6]);
+    for f in 0..2 {
+        for r in Reason::ALL {
+            assert_eq!(to.refused[f][r.index()].get(), s.refused[f][r.index()], "{f} {r:?}");
+        }
+    }
+    assert_eq!(to.memory.get(), 4096, "memory is set, not added");
+    // Published again, the values are copied, not added.
+    s.publish(0, &to);
+    assert_eq!(to.completed[1].get(), 4);
+    assert_eq!(to.memory.get(), 0);
+}
