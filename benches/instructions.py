@@ -77,6 +77,9 @@ def run(sc, seconds, tmp):
     cfg, _ = mb.write_config(sc, prefix, tmp)
     out = os.path.join(tmp, f"{sc['name']}.callgrind")
     cmd = ["valgrind", "--tool=callgrind", "--fair-sched=yes", f"--callgrind-out-file={out}",
+           # The RX lcore's loop; the second pattern is where it lived before the runtime split,
+           # so binaries from before and after compare.
+           "--toggle-collect=fastpath::runtime::rx::RxLcore::run*",
            "--toggle-collect=fastpath::runtime::RxLcore::run*",
            mb.fastpathd_binary(), "--config", cfg, "--stats-interval", "1000"]
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

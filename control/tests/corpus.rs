@@ -5,8 +5,8 @@
 //!   display-filter counts on each output queue's capture;
 //! - `corpus_in_process`: every entry through the pipeline over heap buffers, no DPDK: the same
 //!   config parsed by the daemon's own parser, the same tables built by the daemon's own
-//!   builder (sockets are `SimQueue`s nobody drains), reassembly driven as the RX lcore drives
-//!   it, pcap timestamps as the clock. It checks the outcome counts, which RX lcores count;
+//!   builder (sockets are `SimQueue`s nobody drains), the daemon's own RX engine, pcap
+//!   timestamps as the clock. It checks the outcome counts, which RX lcores count;
 //!   what workers do (echo answers sent, tunnel encapsulation, `socket_processed`), the output
 //!   captures and the metric series are the daemon runner's alone.
 //!
@@ -18,11 +18,13 @@ mod common;
 use common::*;
 use control::config;
 use control::tables::{OpenedPort, TableBuilder};
-use fastpath::buf::{HeapBuf, PacketBuf};
+use fastpath::buf::HeapBuf;
 use fastpath::outcome::Outcome;
-use fastpath::pipeline::reasm::{Fate, FragMeta, Insert, ReasmIo, Reassembler, Released};
-use fastpath::pipeline::{Instant, Pipeline, Verdict};
+use fastpath::pipeline::Instant;
+use fastpath::rx::{HeapIo, RxEngine};
 use fastpath::socket::{PacketQueue, QueueSync, SimQueue};
+use fastpath::stats::{LcoreStats, QueueCounters};
+use fastpath::tx::{Collect, BURST};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -513,32 +515,11 @@ fn sim_queue(capacity: usize, _: QueueSync) -> Result<Box<dyn PacketQueue>, Stri
     Ok(Box::new(SimQueue::new(capacity)))
 }
 
-/// What the RX lcore's reassembler needs, over heap buffers.
-struct Io {
-    rng: u64,
-    released: Vec<Released<HeapBuf>>,
-}
-
-impl ReasmIo<HeapBuf> for Io {
-    fn alloc(&mut self, len: usize) -> Option<HeapBuf> {
-        Some(HeapBuf::with_room(&[], fastpath::buf::DEFAULT_HEADROOM, len + 256))
-    }
-    fn release(&mut self, r: Released<HeapBuf>) {
-        self.released.push(r);
-    }
-    fn random(&mut self) -> u32 {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        (self.rng >> 16) as u32
-    }
-}
-
-/// One RX lcore (slot 0) over heap buffers, as `fastpath::runtime::RxLcore` runs it: bursts of
-/// 32 with one `now` each, staged packets enqueued per socket at the end of the burst,
-/// fragments through the reassembler (a completed datagram goes through the pipeline again),
-/// bounded expiry per burst, then `idle_ms` of simulated quiet time and the clean stop's drain.
-/// The clock is the capture's timestamps (from 1 s, never 0). Returns the outcome counts.
+/// One RX lcore (slot 0) over heap buffers: the daemon's own RX engine
+/// (`fastpath::rx::RxEngine`) in bursts of 32 with one `now` each, a TX queue that takes
+/// everything, then `idle_ms` of simulated quiet time and the clean stop. A frame larger than
+/// the daemon's mbuf data room arrives in several segments, as from the NIC. The clock is the
+/// capture's timestamps (from 1 s, never 0). Returns the outcome counts.
 fn in_process(cfg: &config::Config, frames: &[Frame], idle_ms: u64) -> BTreeMap<String, u64> {
     const DATA_ROOM: usize = 2048; // the daemon's mbuf data room: larger frames are `oversize`
     let port = OpenedPort {
@@ -552,139 +533,54 @@ fn in_process(cfg: &config::Config, frames: &[Frame], idle_ms: u64) -> BTreeMap<
         Box::new(sim_queue),
     );
     let tables = Arc::new(builder.build(cfg, 1).expect("tables"));
-    let mut rx = InProcess {
-        pipeline: Pipeline::new(tables.clone(), 0),
-        reasm: Reassembler::new(tables.reassembly.clone()),
-        io: Io {
-            rng: 0x2545_f491_4f6c_dd1d,
-            released: Vec::new(),
-        },
-        counts: [0; Outcome::COUNT],
-    };
+    let stats = Arc::new(LcoreStats::new(
+        0,
+        vec![QueueCounters::new(0, 0)],
+        vec![QueueCounters::new(0, 0)],
+    ));
+    let mut tx = Collect::new(0);
+    tx.keep = false;
+    let mut rx = RxEngine::new(tables, 0, vec![tx], HeapIo::default(), stats.clone());
+    let counts = || -> [u64; Outcome::COUNT] { std::array::from_fn(|i| stats.outcomes[i].get()) };
     let t0 = frames.first().map_or(0, |f| f.ts_ns);
     let at = |ts: u64| Instant(1_000_000_000 + ts.saturating_sub(t0));
     // FASTPATH_CORPUS_FRAMES=1 prints the outcomes counted while each frame was handled (a
-    // fragment's come later, with the fragment that completes or refuses its datagram).
+    // fragment's come later, with the fragment that completes or refuses its datagram; answers
+    // are sent at once to show theirs).
     let show = std::env::var_os("FASTPATH_CORPUS_FRAMES").is_some();
-    for (b, burst) in frames.chunks(fastpath::runtime::BURST).enumerate() {
+    for (b, burst) in frames.chunks(BURST).enumerate() {
         let now = at(burst[0].ts_ns);
         for (i, f) in burst.iter().enumerate() {
-            let before = rx.counts;
+            let before = counts();
+            let mut buf = HeapBuf::new(&f.data);
             if f.data.len() > DATA_ROOM {
-                rx.count(Outcome::Oversize);
-            } else {
-                rx.handle(HeapBuf::new(&f.data), now);
+                buf.set_segments(2);
             }
+            rx.receive(0, buf, now);
             if show {
+                rx.flush_tx();
+                let after = counts();
                 let what: Vec<&str> = Outcome::ALL
                     .iter()
-                    .filter(|o| rx.counts[o.index()] != before[o.index()])
+                    .filter(|o| after[o.index()] != before[o.index()])
                     .map(|o| o.name())
                     .collect();
                 let staged = if what.is_empty() { "staged for a socket" } else { "" };
-                eprintln!(
-                    "  frame {}: {}{staged}",
-                    b * fastpath::runtime::BURST + i + 1,
-                    what.join(", ")
-                );
+                eprintln!("  frame {}: {}{staged}", b * BURST + i + 1, what.join(", "));
             }
         }
-        rx.enqueue_staged();
-        rx.expire(now);
+        rx.end_burst();
+        rx.poll_done(now);
     }
     // Quiet time after the last packet, then the clean stop.
     let end = at(frames.last().map_or(0, |f| f.ts_ns)).0 + idle_ms * 1_000_000;
-    while let Some(d) = rx.reasm.next_deadline().filter(|d| d.0 <= end) {
-        rx.expire(d);
+    while let Some(d) = rx.next_deadline().filter(|d| d.0 <= end) {
+        rx.poll_done(d);
     }
-    rx.reasm.drain_all(&mut rx.io);
-    rx.settle(Instant(end));
+    rx.stop(Instant(end));
+    let c = counts();
     Outcome::ALL
         .iter()
-        .map(|o| (o.name().to_string(), rx.counts[o.index()]))
+        .map(|o| (o.name().to_string(), c[o.index()]))
         .collect()
-}
-
-struct InProcess {
-    pipeline: Pipeline,
-    reasm: Reassembler<HeapBuf>,
-    io: Io,
-    counts: [u64; Outcome::COUNT],
-}
-
-impl InProcess {
-    fn count(&mut self, o: Outcome) {
-        self.counts[o.index()] += 1;
-    }
-
-    /// `RxLcore::handle`: a transmitted answer counts its outcome (the TX queue is assumed to
-    /// take it); a delivered packet is staged.
-    fn handle(&mut self, mut b: HeapBuf, now: Instant) {
-        loop {
-            match self.pipeline.process(0, &mut b, now) {
-                Verdict::Drop(o) | Verdict::Transmit(o) | Verdict::TransmitOn { outcome: o, .. } => self.count(o),
-                Verdict::Deliver => {} // counted when the burst's staged packets are enqueued
-                Verdict::Reassemble { l3 } => {
-                    let Some(meta) = FragMeta::from_frame(b.data(), l3 as usize) else {
-                        self.count(Outcome::Malformed);
-                        return;
-                    };
-                    let done = self.reasm.insert(now, b, &meta, &mut self.io);
-                    self.settle(now);
-                    if let Insert::Complete { datagram, .. } = done {
-                        b = datagram;
-                        continue;
-                    }
-                }
-            }
-            return;
-        }
-    }
-
-    /// `RxLcore::enqueue_staged`: each socket takes what fits, the rest is `socket_full`.
-    fn enqueue_staged(&mut self) {
-        let tables = self.pipeline.tables().clone();
-        let staged: Vec<(usize, usize)> = self.pipeline.staged().collect();
-        for (s, n) in staged {
-            let socket = &tables.sockets[s];
-            let q = socket.queue.as_any().downcast_ref::<SimQueue>().unwrap();
-            let took = q.push(n);
-            let c = &socket.counters.rx[0];
-            c.delivered.add(took as u64);
-            c.full.add((n - took) as u64);
-            self.counts[Outcome::Delivered.index()] += took as u64;
-            self.counts[Outcome::SocketFull.index()] += (n - took) as u64;
-        }
-        self.pipeline.burst_done();
-    }
-
-    fn expire(&mut self, now: Instant) {
-        if self.reasm.next_deadline().is_some_and(|d| d <= now) {
-            self.reasm.expire(now, fastpath::runtime::EXPIRE_BUDGET, &mut self.io);
-            self.settle(now);
-        }
-    }
-
-    /// `RxLcore::settle_reassembly`: one outcome per fragment handed back; a timed-out first
-    /// fragment is answered with Time Exceeded when the ICMP limits allow.
-    fn settle(&mut self, now: Instant) {
-        for mut r in std::mem::take(&mut self.io.released) {
-            if r.fate == (Fate::TimedOut { first: true }) {
-                if let Some(Verdict::Transmit(o)) = self.pipeline.reassembly_timeout(0, &mut r.buf, now) {
-                    self.count(o);
-                    continue;
-                }
-            }
-            let o = match r.fate {
-                Fate::Reassembled => Some(Outcome::Reassembled),
-                Fate::Absorbed => None,
-                Fate::Refused(_) => Some(Outcome::ReassemblyRefused),
-                Fate::TimedOut { .. } => Some(Outcome::ReassemblyTimeout),
-                Fate::Drained => Some(Outcome::ReassemblyFlushed),
-            };
-            if let Some(o) = o {
-                self.count(o);
-            }
-        }
-    }
 }

@@ -96,6 +96,21 @@ pub trait PacketBuf {
     }
 }
 
+/// What the lcore loops need of a buffer besides its bytes: the port it arrived on, whether it is
+/// one segment, and how to give a batch of them back. The stages never need it.
+pub trait LcoreBuf: PacketBuf + Sized {
+    /// The port the packet arrived on (or is to leave from).
+    fn port(&self) -> u16;
+    /// Sets the port (a reassembled datagram takes its fragments' port).
+    fn set_port(&mut self, port: u16);
+    /// Segments the packet is made of (more than one: too big for the pipeline, `oversize`).
+    fn segments(&self) -> u16;
+    /// Length on the wire, all segments included.
+    fn pkt_len(&self) -> u32;
+    /// Frees every buffer of `batch` (a bulk free where the buffer has one).
+    fn free_bulk(batch: &mut Vec<Self>);
+}
+
 /// Headroom a [`HeapBuf`] keeps by default, the same as DPDK's `RTE_PKTMBUF_HEADROOM`.
 pub const DEFAULT_HEADROOM: usize = 128;
 
@@ -108,6 +123,8 @@ pub struct HeapBuf {
     rss: Option<u32>,
     ip_checksum: NicChecksum,
     l4_checksum: NicChecksum,
+    port: u16,
+    segments: u16,
 }
 
 impl HeapBuf {
@@ -122,6 +139,8 @@ impl HeapBuf {
             rss: None,
             ip_checksum: NicChecksum::Unknown,
             l4_checksum: NicChecksum::Unknown,
+            port: 0,
+            segments: 1,
         }
     }
 
@@ -143,6 +162,30 @@ impl HeapBuf {
     /// Sets what a NIC would have found checking the UDP or TCP checksum.
     pub fn set_l4_checksum(&mut self, c: NicChecksum) {
         self.l4_checksum = c;
+    }
+
+    /// Marks the buffer as made of `n` segments, as a NIC receiving a frame larger than one
+    /// buffer's data room would (the RX engine counts such a packet `oversize`).
+    pub fn set_segments(&mut self, n: u16) {
+        self.segments = n;
+    }
+}
+
+impl LcoreBuf for HeapBuf {
+    fn port(&self) -> u16 {
+        self.port
+    }
+    fn set_port(&mut self, port: u16) {
+        self.port = port;
+    }
+    fn segments(&self) -> u16 {
+        self.segments
+    }
+    fn pkt_len(&self) -> u32 {
+        self.len() as u32
+    }
+    fn free_bulk(batch: &mut Vec<Self>) {
+        batch.clear();
     }
 }
 

@@ -18,9 +18,11 @@ pub mod fuzzing;
 pub mod generation;
 pub mod outcome;
 pub mod pipeline;
+pub mod rx;
 pub mod socket;
 pub mod spsc;
 pub mod stats;
+pub mod tx;
 pub mod wire;
 
 #[cfg(feature = "dpdk")]

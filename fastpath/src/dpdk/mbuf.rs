@@ -1,6 +1,6 @@
 //! The owned mbuf.
 
-use crate::buf::{NicChecksum, PacketBuf};
+use crate::buf::{LcoreBuf, NicChecksum, PacketBuf};
 use std::ptr::NonNull;
 
 /// An mbuf we own: freed (returned to its pool) when dropped, unless it is handed to a TX queue.
@@ -92,6 +92,29 @@ impl Mbuf {
             dpdk_sys::rte_pktmbuf_free_bulk(batch.as_mut_ptr() as *mut *mut dpdk_sys::rte_mbuf, batch.len() as u32);
             batch.set_len(0);
         }
+    }
+}
+
+impl LcoreBuf for Mbuf {
+    #[inline(always)]
+    fn port(&self) -> u16 {
+        Mbuf::port(self)
+    }
+    #[inline(always)]
+    fn set_port(&mut self, port: u16) {
+        Mbuf::set_port(self, port)
+    }
+    #[inline(always)]
+    fn segments(&self) -> u16 {
+        Mbuf::segments(self)
+    }
+    #[inline(always)]
+    fn pkt_len(&self) -> u32 {
+        Mbuf::pkt_len(self)
+    }
+    #[inline(always)]
+    fn free_bulk(batch: &mut Vec<Self>) {
+        Mbuf::free_bulk(batch)
     }
 }
 

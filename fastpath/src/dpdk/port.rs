@@ -394,6 +394,17 @@ impl TxQueue {
     }
 }
 
+impl crate::tx::Transmit<Mbuf> for TxQueue {
+    #[inline(always)]
+    fn port(&self) -> u16 {
+        TxQueue::port(self)
+    }
+    #[inline(always)]
+    fn send(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
+        TxQueue::send(self, pkts)
+    }
+}
+
 /// Held while a port is closed and while `stats_of` reads one: ethdev's control calls are not
 /// safe against each other, and `stats_of` takes a bare id that may be closing on another thread.
 /// Never taken on a per-packet path.

@@ -1,0 +1,146 @@
+//! The RX lcore: polls its RX queues and drives the [`RxEngine`] with each burst; between
+//! polls it adopts a new generation; at the end it stops the engine (fragments still held are
+//! counted). Everything done per packet is the engine's.
+
+use super::{ring, IdlePolicy, Polls, RunControl, TscClock};
+use crate::dpdk::{Mbuf, Mempool, RxQueue, TxQueue};
+use crate::generation::Published;
+use crate::pipeline::Tables;
+use crate::rx::{RxEngine, RxIo};
+use crate::socket::Socket;
+use crate::stats::LcoreStats;
+use crate::tx::BURST;
+use std::sync::Arc;
+
+/// What the engine uses on a DPDK RX lcore: its TX queues, the packet pool for the fragments of
+/// answers, the pool of 64 KiB buffers for reassembled datagrams, the sockets' rings.
+pub(super) struct DpdkIo {
+    pool: Arc<Mempool>,
+    big: Arc<Mempool>,
+}
+
+impl RxIo<Mbuf> for DpdkIo {
+    type Tx = TxQueue;
+    #[inline]
+    fn alloc(&mut self, len: usize) -> Option<Mbuf> {
+        self.pool.alloc().filter(|m| m.tailroom() >= len)
+    }
+    #[inline]
+    fn alloc_datagram(&mut self, len: usize) -> Option<Mbuf> {
+        self.big.alloc().filter(|m| m.tailroom() >= len)
+    }
+    #[inline(always)]
+    fn enqueue(&mut self, socket: &Socket, pkts: &mut Vec<Mbuf>) -> usize {
+        ring(socket).enqueue(pkts)
+    }
+    /// Frees what the workers took from reclaiming sockets (a sink fed by this, the only, RX
+    /// lcore) since its last enqueue to them, which would otherwise stay held until the
+    /// socket's next packet.
+    fn idle(&mut self, tables: &Tables) {
+        for s in tables.sockets.iter() {
+            ring(s).reclaim();
+        }
+    }
+}
+
+/// An RX lcore: polls its RX queues, answers on its own TX queue of each port and hands
+/// service packets to sockets.
+pub struct RxLcore {
+    pub(super) rx: Vec<RxQueue>,
+    pub(super) engine: RxEngine<Mbuf, DpdkIo>,
+    pub(super) published: Arc<Published>,
+    pub(super) idle: IdlePolicy,
+    pub(super) clock: TscClock,
+    /// Plain forward mode: `forward[rx port id]` is the port to send on; no stage runs.
+    forward: Option<Box<[u16]>>,
+}
+
+impl RxLcore {
+    /// An RX lcore in counter slot `slot` over `rx` queues (their counters are `stats.rx[i]`,
+    /// same order) that transmits on `tx` queues (counters `stats.tx[i]`, at most one per port);
+    /// `pools` are the packet pool and the reassembly buffers' pool.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        slot: usize,
+        rx: Vec<RxQueue>,
+        tx: Vec<TxQueue>,
+        published: Arc<Published>,
+        stats: Arc<LcoreStats>,
+        idle: IdlePolicy,
+        clock: TscClock,
+        pools: (Arc<Mempool>, Arc<Mempool>),
+    ) -> Self {
+        let io = DpdkIo {
+            pool: pools.0,
+            big: pools.1,
+        };
+        RxLcore {
+            rx,
+            engine: RxEngine::new(published.current(), slot, tx, io, stats),
+            published,
+            idle,
+            clock,
+            forward: None,
+        }
+    }
+
+    /// Switches this lcore to the plain forward mode: what arrives on port `p` leaves unchanged
+    /// on this lcore's TX queue of port `to[p]` (a port beyond `to` forwards to itself), in the
+    /// same burst, with no stage run. Each packet counts as `forwarded`, or `tx_full` when the
+    /// queue refuses it. It measures what the DPDK layer and this loop cost on their own.
+    pub fn forwarding(mut self, to: Vec<u16>) -> Self {
+        self.forward = Some(to.into_boxed_slice());
+        self
+    }
+
+    /// Runs until a stop is requested. On return every received packet has been counted once.
+    pub fn run(mut self, control: &RunControl) {
+        if let Some(to) = self.forward.take() {
+            return self.run_forward(&to, control);
+        }
+        let mut burst: Vec<Mbuf> = Vec::with_capacity(BURST);
+        let mut polls = Polls::default();
+        let stats = self.engine.stats().clone();
+        while !control.stop_requested() {
+            let t0 = polls.start(&stats);
+            let now = self.clock.at(t0);
+            let got = self.poll_queues(&mut burst, |e, qi, port, b| e.burst(qi, port, now, b));
+            self.engine.poll_done(now);
+            // Quiescent point: nothing staged or in flight, so a new generation applies to whole
+            // bursts.
+            if let Some(t) = self.published.newer_than(self.engine.pipeline().generation()) {
+                self.engine.adopt(t, now);
+            }
+            if got == 0 {
+                self.engine.idle();
+            }
+            polls.end(t0, got, &stats, &self.idle);
+        }
+        polls.finish(&stats);
+        self.engine.stop(self.clock.now());
+        control.rx_exited();
+    }
+
+    /// Polls each RX queue once; a queue that received packets has them counted and its burst
+    /// handed to `each` (with the engine, the queue's index and port). The packets received in
+    /// all.
+    #[inline(always)]
+    pub(super) fn poll_queues(
+        &mut self,
+        burst: &mut Vec<Mbuf>,
+        mut each: impl FnMut(&mut RxEngine<Mbuf, DpdkIo>, usize, u16, &mut Vec<Mbuf>),
+    ) -> usize {
+        let mut got = 0usize;
+        for qi in 0..self.rx.len() {
+            let n = self.rx[qi].recv(burst);
+            if n == 0 {
+                continue;
+            }
+            got += n;
+            let port = self.rx[qi].port();
+            self.engine.stats().rx[qi].packets.add(n as u64);
+            each(&mut self.engine, qi, port, burst);
+        }
+        got
+    }
+}

@@ -1,0 +1,270 @@
+//! The RX engine over heap buffers: every packet in exactly one outcome, reassembly driven to
+//! completion, timeout, and flush, answers batched and fragmented, sockets filled and refused,
+//! generations adopted.
+
+use super::*;
+use crate::buf::{HeapBuf, PacketBuf};
+use crate::pipeline::fanout::FanoutMode;
+use crate::pipeline::parse::tests::{udp_bytes, v4_frame};
+use crate::pipeline::reasm::sim::v4_fragment;
+use crate::pipeline::tests::port;
+use crate::pipeline::{Action, Group, Service, ServiceTable};
+use crate::socket::{SimQueue, SocketCounters};
+use crate::stats::QueueCounters;
+use crate::tx::Collect;
+use crate::wire::{checksum, IpProtocol, Toeplitz};
+use std::net::Ipv4Addr;
+
+const ME: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+const THEM: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
+const T0: Instant = Instant(1_000_000_000);
+
+/// Tables of generation `generation` with a UDP echo service on port 7 over `sockets` sockets of
+/// `capacity` packets each.
+fn tables(generation: u64, sockets: usize, capacity: usize) -> Arc<Tables> {
+    let socks = (0..sockets)
+        .map(|i| {
+            Arc::new(Socket::new(
+                "svc",
+                i,
+                Box::new(SimQueue::new(capacity)),
+                0,
+                Arc::new(SocketCounters::new(1, 1)),
+            ))
+        })
+        .collect();
+    let svc = Service {
+        name: "svc".into(),
+        protocol: IpProtocol::UDP,
+        addresses: vec![],
+        group: Group {
+            sockets: (0..sockets).collect(),
+            mode: FanoutMode::Hash,
+            rollover: false,
+            huge_flows: false,
+        },
+        action: Action::Echo,
+        cost_ns: 0,
+    };
+    Arc::new(Tables {
+        generation,
+        ports: vec![port()],
+        hasher: Toeplitz::default(),
+        services: ServiceTable::new(vec![(svc, vec![7])]),
+        sockets: socks,
+        ..Default::default()
+    })
+}
+
+type Engine = RxEngine<HeapBuf, HeapIo>;
+
+fn engine_with(t: Arc<Tables>, tx: Collect<HeapBuf>) -> Engine {
+    let stats = Arc::new(LcoreStats::new(
+        0,
+        vec![QueueCounters::new(0, 0)],
+        vec![QueueCounters::new(0, 1)],
+    ));
+    let io = HeapIo {
+        keep_delivered: true,
+        ..Default::default()
+    };
+    RxEngine::new(t, 0, vec![tx], io, stats)
+}
+
+fn engine() -> Engine {
+    engine_with(tables(1, 2, 64), Collect::new(0))
+}
+
+fn sent(e: &mut Engine) -> &mut Vec<HeapBuf> {
+    &mut e.tx_mut(0).unwrap().queue_mut().sent
+}
+
+fn count(e: &Engine, o: Outcome) -> u64 {
+    e.stats().outcomes[o.index()].get()
+}
+
+fn total(e: &Engine) -> u64 {
+    e.stats().outcome_packets()
+}
+
+fn udp(dport: u16, payload: &[u8]) -> Vec<u8> {
+    v4_frame(THEM, ME, IpProtocol::UDP, &[], 0, &udp_bytes(4000, dport, payload))
+}
+
+/// An ICMP echo request with `n` bytes of data, its checksum filled.
+fn ping(n: usize) -> Vec<u8> {
+    let mut icmp = vec![8, 0, 0, 0, 0x12, 0x34, 0, 1];
+    icmp.extend((0..n).map(|i| i as u8));
+    let c = checksum::checksum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    v4_frame(THEM, ME, IpProtocol::ICMP, &[], 0, &icmp)
+}
+
+/// The IPv4 payload of `frame` cut into fragments of `step` bytes (a multiple of 8).
+fn fragments(frame: &[u8], ident: u16, step: usize) -> Vec<Vec<u8>> {
+    let proto = frame[14 + 9];
+    let payload = &frame[34..];
+    let mut out = Vec::new();
+    for (i, chunk) in payload.chunks(step).enumerate() {
+        let off = i * step;
+        let more = off + chunk.len() < payload.len();
+        let mut f = v4_fragment(THEM, ME, ident, off as u16, more, chunk);
+        // v4_fragment writes UDP; the protocol is the datagram's (checksum fixed below).
+        f[14 + 9] = proto;
+        f[24..26].copy_from_slice(&[0, 0]);
+        let c = checksum::checksum(&f[14..34]);
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        out.push(f);
+    }
+    out
+}
+
+fn run_burst(e: &mut Engine, frames: &[Vec<u8>], now: Instant) {
+    let mut burst: Vec<HeapBuf> = frames.iter().map(|f| HeapBuf::new(f)).collect();
+    e.burst(0, 0, now, &mut burst);
+    e.poll_done(now);
+}
+
+#[test]
+fn every_packet_counts_once_and_answers_leave_on_the_tx_queue() {
+    let mut e = engine();
+    let frames = vec![udp(7, b"hello"), udp(9, b"closed"), vec![0u8; 10], ping(32)];
+    run_burst(&mut e, &frames, T0);
+    assert_eq!(count(&e, Outcome::Delivered), 1);
+    assert_eq!(count(&e, Outcome::IcmpError), 1);
+    assert_eq!(count(&e, Outcome::Malformed), 1);
+    assert_eq!(count(&e, Outcome::EchoReply), 1);
+    assert_eq!(total(&e), 4);
+    assert_eq!(
+        e.stats().rx[0].bytes.get(),
+        frames.iter().map(|f| f.len() as u64).sum::<u64>()
+    );
+    // The Port Unreachable and the echo reply, in the order they were made.
+    let out = sent(&mut e);
+    assert_eq!(out.len(), 2);
+    assert_eq!((out[0].data()[34], out[0].data()[35]), (3, 3));
+    assert_eq!(out[1].data()[34], 0);
+    assert_eq!(e.stats().tx[0].packets.get(), 2);
+    // The datagram reached a socket: counted on it, and in its queue.
+    let t = e.pipeline().tables().clone();
+    let on_sockets: u64 = t.sockets.iter().map(|s| s.counters.sum(|c| &c.delivered)).sum();
+    let queued: usize = t.sockets.iter().map(|s| s.queue.len()).sum();
+    assert_eq!((on_sockets, queued, e.io().delivered.len()), (1, 1, 1));
+}
+
+#[test]
+fn a_multi_segment_packet_is_oversize() {
+    let mut e = engine();
+    let mut b = HeapBuf::new(&udp(7, b"x"));
+    b.set_segments(2);
+    e.burst(0, 0, T0, &mut vec![b]);
+    assert_eq!((count(&e, Outcome::Oversize), total(&e)), (1, 1));
+}
+
+#[test]
+fn fragments_complete_into_one_datagram_that_goes_through_the_pipeline_again() {
+    let mut e = engine();
+    let frags = fragments(&udp(7, &[7u8; 40]), 99, 16);
+    assert_eq!(frags.len(), 3);
+    // In two bursts: the reassembler holds fragments across them.
+    run_burst(&mut e, &frags[..1], T0);
+    assert_eq!(total(&e), 0, "a held fragment has no outcome yet");
+    run_burst(&mut e, &frags[1..], T0);
+    assert_eq!(count(&e, Outcome::Reassembled), 2);
+    assert_eq!(count(&e, Outcome::Delivered), 1);
+    assert_eq!(total(&e), 3);
+    let (_, d) = &e.io().delivered[0];
+    assert_eq!(d.len(), 14 + 20 + 8 + 40, "the whole datagram in one buffer");
+    assert_eq!(e.reassembly_memory(), 0);
+}
+
+#[test]
+fn an_answer_larger_than_the_mtu_leaves_in_fragments_the_last_one_counted() {
+    let mut e = engine();
+    // 3000 bytes of ping data: reassembled, answered, and the answer cut at the 1500-byte MTU.
+    let frags = fragments(&ping(3000), 7, 1480);
+    run_burst(&mut e, &frags, T0);
+    assert_eq!(count(&e, Outcome::EchoReply), 1);
+    assert_eq!(count(&e, Outcome::Reassembled), frags.len() as u64 - 1);
+    assert_eq!(total(&e), frags.len() as u64);
+    let out = sent(&mut e);
+    assert!(out.len() >= 3, "{} pieces", out.len());
+    assert!(out.iter().all(|p| p.len() <= 1514));
+    let ip_bytes: usize = out.iter().map(|p| p.len() - 34).sum();
+    assert_eq!(ip_bytes, 8 + 3000);
+}
+
+#[test]
+fn a_refused_answer_is_tx_full_instead_of_its_outcome() {
+    let mut tx = Collect::new(0);
+    tx.room = Some(0);
+    let mut e = engine_with(tables(1, 2, 64), tx);
+    run_burst(&mut e, &[udp(9, b"closed"), ping(8)], T0);
+    assert_eq!(count(&e, Outcome::TxFull), 2);
+    assert_eq!(count(&e, Outcome::IcmpError) + count(&e, Outcome::EchoReply), 0);
+    assert_eq!(e.stats().tx[0].packets.get(), 0);
+}
+
+#[test]
+fn a_full_socket_refuses_what_does_not_fit_as_socket_full() {
+    let mut e = engine_with(tables(1, 1, 4), Collect::new(0));
+    let frames: Vec<Vec<u8>> = (0..10).map(|_| udp(7, b"same flow")).collect();
+    run_burst(&mut e, &frames, T0);
+    let delivered = count(&e, Outcome::Delivered);
+    let full = count(&e, Outcome::SocketFull);
+    assert_eq!(delivered + full, 10);
+    assert!(full >= 6 && delivered <= 4, "delivered {delivered}, full {full}");
+    let s = &e.pipeline().tables().sockets[0];
+    assert_eq!(s.queue.len() as u64, delivered);
+    assert_eq!(s.counters.sum(|c| &c.full), full);
+}
+
+#[test]
+fn a_timed_out_first_fragment_is_answered_with_time_exceeded() {
+    let mut e = engine();
+    let frags = fragments(&udp(7, &[1u8; 40]), 5, 16);
+    run_burst(&mut e, &frags[..1], T0);
+    let due = e.next_deadline().expect("a deadline");
+    e.poll_done(due);
+    assert_eq!(total(&e), 1);
+    let out = sent(&mut e);
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        (out[0].data()[34], out[0].data()[35]),
+        (11, 1),
+        "Time Exceeded, reassembly"
+    );
+    assert_eq!(e.next_deadline(), None);
+}
+
+#[test]
+fn a_clean_stop_counts_every_held_fragment() {
+    let mut e = engine();
+    let frags = fragments(&udp(7, &[1u8; 40]), 6, 16);
+    run_burst(&mut e, &frags[..2], T0);
+    assert_eq!(total(&e), 0);
+    e.stop(T0);
+    assert_eq!(count(&e, Outcome::ReassemblyFlushed), 2);
+    assert_eq!(total(&e), 2);
+    assert_eq!(e.reassembly_memory(), 0);
+}
+
+#[test]
+fn a_new_generation_is_adopted_with_staging_for_its_sockets() {
+    let mut e = engine_with(tables(1, 1, 64), Collect::new(0));
+    assert_eq!(e.stats().generation(), 1);
+    e.adopt(tables(2, 3, 64), T0);
+    assert_eq!(e.stats().generation(), 2);
+    let frames: Vec<Vec<u8>> = (0..30u16)
+        .map(|i| v4_frame(THEM, ME, IpProtocol::UDP, &[], 0, &udp_bytes(1000 + i, 7, b"x")))
+        .collect();
+    run_burst(&mut e, &frames, T0);
+    assert_eq!(count(&e, Outcome::Delivered), 30);
+    let used = e
+        .io()
+        .delivered
+        .iter()
+        .map(|(s, _)| *s)
+        .collect::<std::collections::BTreeSet<_>>();
+    assert!(used.len() > 1, "30 flows over 3 sockets went to {used:?}");
+}
