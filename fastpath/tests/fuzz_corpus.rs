@@ -26,3 +26,22 @@ fn replay_parse_corpus() {
     }
     assert!(named >= 10, "only {named} corpus files name their outcome");
 }
+
+/// The corpus as one sequence of frames (each file a frame, length-prefixed as
+/// `fuzzing::engine_frames` reads them) through the RX engine, and each file on its own as such
+/// a sequence: every frame ends in exactly one outcome.
+#[test]
+fn replay_corpus_through_the_rx_engine() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/parse");
+    let mut all = Vec::new();
+    let mut n = 0u64;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let bytes = std::fs::read(e.unwrap().path()).unwrap();
+        fastpath::fuzzing::engine_frames(&bytes);
+        let len = bytes.len().min(u16::MAX as usize);
+        all.extend_from_slice(&(len as u16).to_be_bytes());
+        all.extend_from_slice(&bytes[..len]);
+        n += 1;
+    }
+    assert_eq!(fastpath::fuzzing::engine_frames(&all), n);
+}
