@@ -6,6 +6,8 @@
 //! The box is the one of `configs/demo.toml` and `configs/captures/gen_*.py`:
 //! 02:00:00:00:00:01, 192.0.2.1 and 2001:db8::1 on port 0.
 
+#![forbid(unsafe_code)]
+
 use fastpath::buf::HeapBuf;
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
 use fastpath::pipeline::{FanoutMode, Group, Pipeline, PortAddrs};

@@ -3,6 +3,8 @@
 //! corpus's in-process runner (`tests/corpus.rs`) builds the same tables from the same config
 //! without DPDK rings.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 #[doc(hidden)]
 pub mod locate;

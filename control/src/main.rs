@@ -1,5 +1,7 @@
 //! `fastpathd`: the DPDK fast-path packet processor daemon.
 
+#![forbid(unsafe_code)]
+
 mod cli;
 mod daemon;
 mod http;

@@ -12,6 +12,11 @@
 //!   ports, the owned mbuf, bursts and lcore launch;
 //! - [`runtime`] (feature `dpdk`): the lcore loops that glue the two together.
 
+// The perimeter, held by the compiler: `unsafe` only in the DPDK layer (`dpdk/`, which allows it
+// for itself), every public item documented, nothing `pub` that nobody outside can reach.
+#![deny(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod buf;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -26,6 +31,7 @@ pub mod tx;
 pub mod wire;
 
 #[cfg(feature = "dpdk")]
+#[allow(unsafe_code)]
 pub mod dpdk;
 #[cfg(feature = "dpdk")]
 pub mod runtime;

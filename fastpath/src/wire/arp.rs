@@ -38,15 +38,15 @@ impl From<ArpOperation> for u16 {
 
 mod field {
     use core::ops::Range;
-    pub const HTYPE: usize = 0;
-    pub const PTYPE: usize = 2;
-    pub const HLEN: usize = 4;
-    pub const PLEN: usize = 5;
-    pub const OPER: usize = 6;
-    pub const SHA: Range<usize> = 8..14;
-    pub const SPA: Range<usize> = 14..18;
-    pub const THA: Range<usize> = 18..24;
-    pub const TPA: Range<usize> = 24..28;
+    pub(super) const HTYPE: usize = 0;
+    pub(super) const PTYPE: usize = 2;
+    pub(super) const HLEN: usize = 4;
+    pub(super) const PLEN: usize = 5;
+    pub(super) const OPER: usize = 6;
+    pub(super) const SHA: Range<usize> = 8..14;
+    pub(super) const SPA: Range<usize> = 14..18;
+    pub(super) const THA: Range<usize> = 18..24;
+    pub(super) const TPA: Range<usize> = 24..28;
 }
 
 /// Length of an Ethernet/IPv4 ARP packet.

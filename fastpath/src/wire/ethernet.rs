@@ -131,11 +131,11 @@ impl From<EtherType> for u16 {
 
 mod field {
     use core::ops::Range;
-    pub const DST: Range<usize> = 0..6;
-    pub const SRC: Range<usize> = 6..12;
-    pub const ETHERTYPE: usize = 12;
-    pub const HEADER_LEN: usize = 14;
-    pub const VLAN_TAG_LEN: usize = 4;
+    pub(super) const DST: Range<usize> = 0..6;
+    pub(super) const SRC: Range<usize> = 6..12;
+    pub(super) const ETHERTYPE: usize = 12;
+    pub(super) const HEADER_LEN: usize = 14;
+    pub(super) const VLAN_TAG_LEN: usize = 4;
 }
 
 /// Length of an untagged Ethernet II header.

@@ -13,9 +13,9 @@ use super::checksum;
 use super::{be16, be32, put_be16, put_be32, Error, EtherType, Result};
 
 mod field {
-    pub const FLAGS: usize = 0;
-    pub const PROTOCOL: usize = 2;
-    pub const OPTIONAL: usize = 4;
+    pub(super) const FLAGS: usize = 0;
+    pub(super) const PROTOCOL: usize = 2;
+    pub(super) const OPTIONAL: usize = 4;
 }
 
 const C: u16 = 0x8000;

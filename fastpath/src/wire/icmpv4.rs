@@ -53,11 +53,11 @@ impl From<Icmpv4Message> for u8 {
 }
 
 mod field {
-    pub const TYPE: usize = 0;
-    pub const CODE: usize = 1;
-    pub const CHECKSUM: usize = 2;
-    pub const ECHO_IDENT: usize = 4;
-    pub const ECHO_SEQ: usize = 6;
+    pub(super) const TYPE: usize = 0;
+    pub(super) const CODE: usize = 1;
+    pub(super) const CHECKSUM: usize = 2;
+    pub(super) const ECHO_IDENT: usize = 4;
+    pub(super) const ECHO_SEQ: usize = 6;
 }
 
 /// Length of the ICMP header (type, code, checksum and the 4-byte rest of header).

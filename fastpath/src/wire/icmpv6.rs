@@ -75,15 +75,15 @@ impl From<Icmpv6Message> for u8 {
 
 mod field {
     use core::ops::Range;
-    pub const TYPE: usize = 0;
-    pub const CODE: usize = 1;
-    pub const CHECKSUM: usize = 2;
-    pub const ECHO_IDENT: usize = 4;
-    pub const ECHO_SEQ: usize = 6;
+    pub(super) const TYPE: usize = 0;
+    pub(super) const CODE: usize = 1;
+    pub(super) const CHECKSUM: usize = 2;
+    pub(super) const ECHO_IDENT: usize = 4;
+    pub(super) const ECHO_SEQ: usize = 6;
     /// Neighbor Solicitation / Advertisement (RFC 4861 §4.3, §4.4).
-    pub const NEIGH_FLAGS: usize = 4;
-    pub const NEIGH_RESERVED: Range<usize> = 4..8;
-    pub const NEIGH_TARGET: Range<usize> = 8..24;
+    pub(super) const NEIGH_FLAGS: usize = 4;
+    pub(super) const NEIGH_RESERVED: Range<usize> = 4..8;
+    pub(super) const NEIGH_TARGET: Range<usize> = 8..24;
 }
 
 /// Length of the ICMPv6 header (type, code, checksum, 4 bytes of message body).

@@ -6,16 +6,16 @@ use std::net::Ipv4Addr;
 
 mod field {
     use core::ops::Range;
-    pub const VER_IHL: usize = 0;
-    pub const DSCP_ECN: usize = 1;
-    pub const LENGTH: usize = 2;
-    pub const IDENT: usize = 4;
-    pub const FLG_OFF: usize = 6;
-    pub const TTL: usize = 8;
-    pub const PROTOCOL: usize = 9;
-    pub const CHECKSUM: usize = 10;
-    pub const SRC: Range<usize> = 12..16;
-    pub const DST: Range<usize> = 16..20;
+    pub(super) const VER_IHL: usize = 0;
+    pub(super) const DSCP_ECN: usize = 1;
+    pub(super) const LENGTH: usize = 2;
+    pub(super) const IDENT: usize = 4;
+    pub(super) const FLG_OFF: usize = 6;
+    pub(super) const TTL: usize = 8;
+    pub(super) const PROTOCOL: usize = 9;
+    pub(super) const CHECKSUM: usize = 10;
+    pub(super) const SRC: Range<usize> = 12..16;
+    pub(super) const DST: Range<usize> = 16..20;
 }
 
 /// Length of an IPv4 header without options.

@@ -7,16 +7,16 @@ use std::net::Ipv6Addr;
 
 mod field {
     use core::ops::Range;
-    pub const VER_TC_FLOW: usize = 0;
-    pub const LENGTH: usize = 4;
-    pub const NXT_HDR: usize = 6;
-    pub const HOP_LIMIT: usize = 7;
-    pub const SRC: Range<usize> = 8..24;
-    pub const DST: Range<usize> = 24..40;
+    pub(super) const VER_TC_FLOW: usize = 0;
+    pub(super) const LENGTH: usize = 4;
+    pub(super) const NXT_HDR: usize = 6;
+    pub(super) const HOP_LIMIT: usize = 7;
+    pub(super) const SRC: Range<usize> = 8..24;
+    pub(super) const DST: Range<usize> = 24..40;
     /// Fragment header (RFC 8200 §4.5), relative to its start.
-    pub const FRAG_OFF_M: usize = 2;
-    pub const FRAG_IDENT: usize = 4;
-    pub const FRAG_LEN: usize = 8;
+    pub(super) const FRAG_OFF_M: usize = 2;
+    pub(super) const FRAG_IDENT: usize = 4;
+    pub(super) const FRAG_LEN: usize = 8;
 }
 
 /// Length of the fixed IPv6 header.

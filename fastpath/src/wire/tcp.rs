@@ -7,15 +7,15 @@ use core::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 mod field {
-    pub const SRC_PORT: usize = 0;
-    pub const DST_PORT: usize = 2;
-    pub const SEQ: usize = 4;
-    pub const ACK: usize = 8;
-    pub const OFF: usize = 12;
-    pub const FLAGS: usize = 13;
-    pub const WINDOW: usize = 14;
-    pub const CHECKSUM: usize = 16;
-    pub const URGENT: usize = 18;
+    pub(super) const SRC_PORT: usize = 0;
+    pub(super) const DST_PORT: usize = 2;
+    pub(super) const SEQ: usize = 4;
+    pub(super) const ACK: usize = 8;
+    pub(super) const OFF: usize = 12;
+    pub(super) const FLAGS: usize = 13;
+    pub(super) const WINDOW: usize = 14;
+    pub(super) const CHECKSUM: usize = 16;
+    pub(super) const URGENT: usize = 18;
 }
 
 /// Length of a TCP header without options.

@@ -5,10 +5,10 @@ use super::{be16, put_be16, Error, Result};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 mod field {
-    pub const SRC_PORT: usize = 0;
-    pub const DST_PORT: usize = 2;
-    pub const LENGTH: usize = 4;
-    pub const CHECKSUM: usize = 6;
+    pub(super) const SRC_PORT: usize = 0;
+    pub(super) const DST_PORT: usize = 2;
+    pub(super) const LENGTH: usize = 4;
+    pub(super) const CHECKSUM: usize = 6;
 }
 
 /// Length of the UDP header.
