@@ -1,4 +1,4 @@
-//! The command line (fixed by `shared/CONFIG.md`).
+//! The command line (fixed by the user-facing contract, `docs/contract.md`).
 
 use std::path::PathBuf;
 use std::time::Duration;
