@@ -30,6 +30,38 @@ impl NicChecksum {
     }
 }
 
+/// The tunnel a packet came through: set on a packet the pipeline decapsulated and handed on
+/// (to a socket, or to the reassembler), so that whatever answers it later (a worker's echo, the
+/// answer to the reassembled datagram, a Time Exceeded) sends the answer back through the same
+/// tunnel and counts the nesting from where it stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tunnelled {
+    /// Index of the innermost tunnel in the tables of `generation`.
+    pub tunnel: u16,
+    /// GRE headers stripped so far (counts against the nesting limit).
+    pub depth: u8,
+    /// The low byte of the tables' generation the index belongs to: an index read under another
+    /// generation is not trusted.
+    pub generation: u8,
+}
+
+impl Tunnelled {
+    /// As one word (for buffers that keep it in a 32-bit field); never 0.
+    #[inline]
+    pub fn to_word(self) -> u32 {
+        (self.tunnel as u32) | (self.depth as u32) << 16 | (self.generation as u32) << 24 | 1 << 23
+    }
+    /// From [`Tunnelled::to_word`]; `None` for 0.
+    #[inline]
+    pub fn from_word(w: u32) -> Option<Self> {
+        (w & 1 << 23 != 0).then_some(Tunnelled {
+            tunnel: w as u16,
+            depth: (w >> 16) as u8 & 0x7f,
+            generation: (w >> 24) as u8,
+        })
+    }
+}
+
 /// A packet: one contiguous run of bytes with room to grow at both ends.
 pub trait PacketBuf {
     /// The packet bytes.
@@ -75,6 +107,15 @@ pub trait PacketBuf {
     /// described headers the packet no longer has (decapsulation).
     fn clear_rx_offload_flags(&mut self) {
         self.clear_rss_hash();
+    }
+
+    /// The tunnel the packet came through, if the pipeline recorded one (see [`Tunnelled`]).
+    fn tunnelled(&self) -> Option<Tunnelled> {
+        None
+    }
+    /// Records the tunnel the packet came through (`None` forgets it).
+    fn set_tunnelled(&mut self, t: Option<Tunnelled>) {
+        let _ = t;
     }
 
     /// Length of the packet in bytes.
@@ -125,6 +166,7 @@ pub struct HeapBuf {
     l4_checksum: NicChecksum,
     port: u16,
     segments: u16,
+    tunnelled: Option<Tunnelled>,
 }
 
 impl HeapBuf {
@@ -141,6 +183,7 @@ impl HeapBuf {
             l4_checksum: NicChecksum::Unknown,
             port: 0,
             segments: 1,
+            tunnelled: None,
         }
     }
 
@@ -242,6 +285,12 @@ impl PacketBuf for HeapBuf {
         self.ip_checksum = NicChecksum::Unknown;
         self.l4_checksum = NicChecksum::Unknown;
     }
+    fn tunnelled(&self) -> Option<Tunnelled> {
+        self.tunnelled
+    }
+    fn set_tunnelled(&mut self, t: Option<Tunnelled>) {
+        self.tunnelled = t;
+    }
 }
 
 #[cfg(test)]
@@ -267,5 +316,25 @@ mod tests {
         assert_eq!(b.data(), &[1]);
         assert!(b.set_len(3));
         assert_eq!(b.len(), 3);
+    }
+
+    #[test]
+    fn tunnelled_round_trips_through_a_word() {
+        for t in [
+            Tunnelled {
+                tunnel: 0,
+                depth: 1,
+                generation: 0,
+            },
+            Tunnelled {
+                tunnel: 65535,
+                depth: 3,
+                generation: 255,
+            },
+        ] {
+            assert_ne!(t.to_word(), 0);
+            assert_eq!(Tunnelled::from_word(t.to_word()), Some(t));
+        }
+        assert_eq!(Tunnelled::from_word(0), None);
     }
 }

@@ -291,11 +291,13 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     }
 
     /// Runs one packet through the pipeline and acts on the verdict; a fragment goes to the
-    /// reassembler and, if it completes its datagram, the datagram goes through again.
+    /// reassembler and, if it completes its datagram, the datagram goes on through the pipeline
+    /// (from where its fragments stopped, if they came through a tunnel).
     #[inline]
     fn handle(&mut self, port: u16, mut m: B, now: Instant) {
+        let mut v = self.pipeline.process(port, &mut m, now);
         loop {
-            match self.pipeline.process(port, &mut m, now) {
+            match v {
                 Verdict::Drop(o) => {
                     self.stats.outcome(o);
                     self.drops.push(m);
@@ -304,16 +306,24 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                 Verdict::TransmitOn { port: out, outcome } => self.transmit(out, m, outcome),
                 Verdict::Deliver => self.staged[self.pipeline.delivered_to()].push(m),
                 Verdict::Reassemble { l3 } => {
-                    let Some(meta) = FragMeta::from_frame(m.data(), l3 as usize) else {
+                    let Some(mut meta) = FragMeta::from_frame(m.data(), l3 as usize) else {
                         self.stats.outcome(Outcome::Malformed);
                         self.drops.push(m);
                         return;
                     };
+                    let via = m.tunnelled();
+                    if let Some(t) = via {
+                        meta.key = meta.key.through(t.to_word());
+                    }
                     let done = self.reasm.insert(now, m, &meta, &mut self.side);
                     self.settle_reassembly(now);
                     if let Insert::Complete { mut datagram, .. } = done {
                         datagram.set_port(port);
                         m = datagram;
+                        v = match via {
+                            None => self.pipeline.process(port, &mut m, now),
+                            Some(t) => self.pipeline.process_after_tunnel(port, &mut m, now, t),
+                        };
                         continue;
                     }
                 }
@@ -368,9 +378,16 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                 // RFC 792 / RFC 8200 §4.5: Time Exceeded code 1 about the first fragment,
                 // through the ICMP rate limits; it is that fragment's outcome when sent.
                 let port = r.buf.port();
-                if let Some(Verdict::Transmit(o)) = self.pipeline.reassembly_timeout(port, &mut r.buf, now) {
-                    self.transmit(port, r.buf, o);
-                    continue;
+                match self.pipeline.reassembly_timeout(port, &mut r.buf, now) {
+                    Some(Verdict::Transmit(o)) => {
+                        self.transmit(port, r.buf, o);
+                        continue;
+                    }
+                    Some(Verdict::TransmitOn { port, outcome }) => {
+                        self.transmit(port, r.buf, outcome);
+                        continue;
+                    }
+                    _ => {}
                 }
             }
             let o = match r.fate {

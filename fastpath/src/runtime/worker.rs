@@ -36,6 +36,13 @@ enum Tag {
     Echo(u32),
     /// An encapsulated packet of this tunnel (index in the current tables).
     Tunnel(u32),
+    /// An echo reply sent back through the tunnel its request came through: counted on both.
+    EchoThrough {
+        /// The socket's index in the work list.
+        socket: u32,
+        /// The tunnel's index in the current tables.
+        tunnel: u32,
+    },
     /// A fragment of an answer other than the last, or an ICMP error: counts nothing.
     Piece,
 }
@@ -90,6 +97,17 @@ impl Ctx<'_> {
                     c.encap.inc()
                 } else {
                     c.tx_full.inc()
+                }
+            }
+            Tag::EchoThrough { socket, tunnel } => {
+                let c = &self.work[socket as usize].socket.counters.workers[self.slot];
+                let t = &self.tables.tunnels[tunnel as usize].counters.workers[self.slot];
+                if sent {
+                    c.echoed.inc();
+                    t.encap.inc();
+                } else {
+                    c.tx_full.inc();
+                    t.tx_full.inc();
                 }
             }
             Tag::Piece => {}
@@ -198,7 +216,7 @@ impl Out {
                         c.sunk.inc();
                         self.drops.push(m);
                     }
-                    Action::Echo => self.echo(cx, wi, c, m),
+                    Action::Echo => self.echo(cx, wi, c, m, handoff),
                     Action::Tunnel(set) => self.tunnel(cx, set, c, m, handoff),
                 }
                 self.free_if_full();
@@ -224,21 +242,54 @@ impl Out {
         n
     }
 
-    /// `echo`: the datagram back to its sender, from the port it came in on.
-    fn echo(&mut self, cx: &Ctx, wi: usize, c: &SocketLcoreCounters, mut m: Mbuf) {
+    /// `echo`: the datagram back to its sender, from the port it came in on, or back through
+    /// the tunnel it came through (a sequence tunnel's owner numbers it).
+    fn echo(&mut self, cx: &Ctx, wi: usize, c: &SocketLcoreCounters, mut m: Mbuf, handoff: &mut [Vec<Mbuf>]) {
+        let via = m.tunnelled();
+        m.set_tunnelled(None);
         if !service::echo_in_place(&mut m) {
             c.invalid.inc();
             self.drops.push(m);
             return;
         }
-        let port = m.port();
-        if !self.send(cx, port, m, Tag::Echo(wi as u32)) {
-            c.tx_full.inc();
+        let Some(t) = via else {
+            let port = m.port();
+            if !self.send(cx, port, m, Tag::Echo(wi as u32)) {
+                c.tx_full.inc();
+            }
+            return;
+        };
+        let ti = t.tunnel as usize;
+        if t.generation != cx.tables.generation as u8 || ti >= cx.tables.tunnels.len() {
+            // Received under tables this worker no longer has (a reload in between): the tunnel
+            // index is not trusted, and an answer never leaves bare.
+            c.invalid.inc();
+            self.drops.push(m);
+            return;
         }
+        let tun = &cx.tables.tunnels[ti];
+        if tun.sequence {
+            tun.counters.workers[self.slot].handed_off.inc();
+            c.echoed.inc();
+            handoff[ti].push(m);
+            return;
+        }
+        self.ident = self.ident.wrapping_add(1);
+        self.encap(
+            cx,
+            m,
+            ti,
+            None,
+            Tag::EchoThrough {
+                socket: wi as u32,
+                tunnel: ti as u32,
+            },
+        );
     }
 
     /// `tunnel`: into the flow's tunnel of `set`; a sequence tunnel's packets go to its owner.
-    fn tunnel(&mut self, cx: &Ctx, set: &[usize], c: &SocketLcoreCounters, m: Mbuf, handoff: &mut [Vec<Mbuf>]) {
+    fn tunnel(&mut self, cx: &Ctx, set: &[usize], c: &SocketLcoreCounters, mut m: Mbuf, handoff: &mut [Vec<Mbuf>]) {
+        m.set_tunnelled(None);
         let Some(ti) = pick_tunnel(set, cx.tables, &m) else {
             c.invalid.inc();
             self.drops.push(m);
@@ -252,7 +303,7 @@ impl Out {
             return;
         }
         self.ident = self.ident.wrapping_add(1);
-        self.encap(cx, m, ti, None);
+        self.encap(cx, m, ti, None, Tag::Tunnel(ti as u32));
     }
 
     /// Hands sequence-tunnel packets to their owners, one burst per tunnel.
@@ -294,20 +345,20 @@ impl Out {
             let s = *seq;
             *seq = seq.wrapping_add(1);
             self.ident = self.ident.wrapping_add(1);
-            self.encap(cx, m, ti, Some(s));
+            self.encap(cx, m, ti, Some(s), Tag::Tunnel(ti as u32));
             self.free_if_full();
         }
         n
     }
 
     /// Encapsulates `m` in tunnel `ti` (sequence number `seq` on a sequence tunnel) and queues
-    /// it on this worker's TX queue of the tunnel's port.
+    /// it on this worker's TX queue of the tunnel's port, counted as `tag` once sent.
     #[inline]
-    fn encap(&mut self, cx: &Ctx, mut m: Mbuf, ti: usize, seq: Option<u32>) {
+    fn encap(&mut self, cx: &Ctx, mut m: Mbuf, ti: usize, seq: Option<u32>, tag: Tag) {
         let c = &cx.tables.tunnels[ti].counters.workers[self.slot];
         match tunnel::encapsulate(&mut m, &cx.tables.tunnels, ti, seq, self.ident) {
             Ok(port) => {
-                if !self.send_whole(cx, port, m, Tag::Tunnel(ti as u32)) {
+                if !self.send_whole(cx, port, m, tag) {
                     c.tx_full.inc();
                 }
             }

@@ -102,13 +102,18 @@ fn ping(n: usize) -> Vec<u8> {
 
 /// The IPv4 payload of `frame` cut into fragments of `step` bytes (a multiple of 8).
 fn fragments(frame: &[u8], ident: u16, step: usize) -> Vec<Vec<u8>> {
+    fragments_from(THEM, frame, ident, step)
+}
+
+/// [`fragments`] from source `src`.
+fn fragments_from(src: Ipv4Addr, frame: &[u8], ident: u16, step: usize) -> Vec<Vec<u8>> {
     let proto = frame[14 + 9];
     let payload = &frame[34..];
     let mut out = Vec::new();
     for (i, chunk) in payload.chunks(step).enumerate() {
         let off = i * step;
         let more = off + chunk.len() < payload.len();
-        let mut f = v4_fragment(THEM, ME, ident, off as u16, more, chunk);
+        let mut f = v4_fragment(src, ME, ident, off as u16, more, chunk);
         // v4_fragment writes UDP; the protocol is the datagram's (checksum fixed below).
         f[14 + 9] = proto;
         f[24..26].copy_from_slice(&[0, 0]);
@@ -309,5 +314,137 @@ proptest::proptest! {
         e.stop(now);
         proptest::prop_assert_eq!(total(&e), frames.len() as u64);
         proptest::prop_assert_eq!(e.reassembly_memory(), 0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Answers to what came through a tunnel go back through it, reassembled or not.
+
+const REMOTE: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
+
+fn gre_tunnel(
+    local: Ipv4Addr,
+    remote: Ipv4Addr,
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+) -> crate::pipeline::tunnel::Tunnel {
+    use crate::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
+    Tunnel {
+        name: "t".into(),
+        local: local.into(),
+        remote: remote.into(),
+        key: Some(7),
+        sequence: false,
+        checksum: false,
+        ttl: 64,
+        out: TunnelOut::Port {
+            port: 0,
+            src_mac: crate::wire::EthernetAddress(src_mac),
+            dst_mac: crate::wire::EthernetAddress(dst_mac),
+            mtu: 1500,
+        },
+        depth: 1,
+        owner: 0,
+        counters: Arc::new(TunnelCounters::new(1, 1)),
+        handoff: None,
+    }
+}
+
+/// The tables of [`tables`] with tunnel "t" to [`REMOTE`] (key 7).
+fn tunnel_tables() -> Arc<Tables> {
+    let mut t = (*tables(1, 2, 64)).clone();
+    t.tunnels = vec![gre_tunnel(ME, REMOTE, [2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])];
+    Arc::new(t)
+}
+
+/// `inner` as the far end of tunnel "t" sends it: in GRE with key 7, from REMOTE to us.
+fn from_remote(inner: &[u8]) -> Vec<u8> {
+    let peer = [gre_tunnel(REMOTE, ME, [2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1])];
+    let mut b = HeapBuf::new(inner);
+    crate::pipeline::tunnel::encapsulate_oversize(&mut b, &peer, 0, None, 1).expect("encapsulated");
+    b.data().to_vec()
+}
+
+/// Whether `frame` is IPv4 carrying GRE (or an outer fragment of it) from us to REMOTE.
+fn is_gre_to_remote(frame: &[u8]) -> bool {
+    frame[12..14] == [8, 0] && frame[14 + 9] == 47 && frame[14 + 16..14 + 20] == REMOTE.octets()
+}
+
+#[test]
+fn a_reassembled_tunnelled_datagram_is_answered_through_the_tunnel() {
+    let mut e = engine_with(tunnel_tables(), Collect::new(0));
+    // A 3000-byte ping cut into fragments by the sender, each fragment sent through the tunnel.
+    let frags: Vec<Vec<u8>> = fragments(&ping(3000), 9, 1400).iter().map(|f| from_remote(f)).collect();
+    run_burst(&mut e, &frags, T0);
+    assert_eq!(count(&e, Outcome::EchoReply), 1);
+    assert_eq!(count(&e, Outcome::Reassembled), frags.len() as u64 - 1);
+    let out = sent(&mut e);
+    assert!(!out.is_empty());
+    for f in out.iter() {
+        assert!(is_gre_to_remote(f.data()), "left bare: {:02x?}", &f.data()[..40]);
+    }
+    assert_eq!(e.pipeline().tables().tunnels[0].counters.sum(|c| &c.encap), 1);
+}
+
+#[test]
+fn a_tunnelled_fragment_that_times_out_gets_time_exceeded_through_the_tunnel() {
+    let mut e = engine_with(tunnel_tables(), Collect::new(0));
+    let frags = fragments(&udp(7, &[1u8; 40]), 5, 16);
+    run_burst(&mut e, &[from_remote(&frags[0])], T0);
+    let due = e.next_deadline().expect("a deadline");
+    e.poll_done(due);
+    let out = sent(&mut e);
+    assert_eq!(out.len(), 1);
+    assert!(is_gre_to_remote(out[0].data()), "left bare");
+    // Inside: ICMP Time Exceeded, reassembly (outer 14 + 20 + GRE 8 with key, inner IPv4 20).
+    assert_eq!((out[0].data()[62], out[0].data()[63]), (11, 1));
+}
+
+#[test]
+fn a_tunnelled_packet_for_a_socket_carries_its_tunnel_to_the_worker() {
+    let mut e = engine_with(tunnel_tables(), Collect::new(0));
+    run_burst(&mut e, &[from_remote(&udp(7, b"hi")), udp(7, b"bare")], T0);
+    assert_eq!(count(&e, Outcome::Delivered), 2);
+    let marks: Vec<_> = e.io().delivered.iter().map(|(_, b)| b.tunnelled()).collect();
+    assert!(marks.contains(&Some(crate::buf::Tunnelled {
+        tunnel: 0,
+        depth: 1,
+        generation: 1
+    })));
+    assert!(marks.contains(&None));
+}
+
+#[test]
+fn tunnelled_fragments_do_not_mix_with_bare_ones_of_the_same_datagram() {
+    let mut e = engine_with(tunnel_tables(), Collect::new(0));
+    let frags = fragments(&udp(7, &[3u8; 40]), 11, 16);
+    // Two through the tunnel, the last one bare: two different datagrams, neither complete.
+    run_burst(
+        &mut e,
+        &[from_remote(&frags[0]), from_remote(&frags[1]), frags[2].clone()],
+        T0,
+    );
+    assert_eq!(total(&e), 0);
+    e.stop(T0);
+    assert_eq!(count(&e, Outcome::ReassemblyFlushed), 3);
+}
+
+#[test]
+fn the_nesting_limit_counts_the_headers_stripped_before_reassembly() {
+    // Fragments inside one GRE header of a datagram that holds `inside` more GRE headers around
+    // a ping: 3 in all are answered, 4 are `gre_recursion`.
+    for (inside, want) in [(2, Outcome::EchoReply), (3, Outcome::GreRecursion)] {
+        let mut e = engine_with(tunnel_tables(), Collect::new(0));
+        let mut datagram = ping(64);
+        for _ in 0..inside {
+            datagram = from_remote(&datagram);
+        }
+        let frags: Vec<Vec<u8>> = fragments_from(REMOTE, &datagram, 3, 48)
+            .iter()
+            .map(|f| from_remote(f))
+            .collect();
+        run_burst(&mut e, &frags, T0);
+        assert_eq!(count(&e, want), 1, "{inside} headers inside");
+        assert_eq!(total(&e), frags.len() as u64);
     }
 }

@@ -125,8 +125,11 @@ impl Pipeline {
     }
 
     /// A reassembly timed out: ICMP Time Exceeded code 1 about its first fragment, in `pkt`
-    /// (RFC 792; RFC 8200 §4.5), through the same rate limits; `None` when none is sent.
+    /// (RFC 792; RFC 8200 §4.5), through the same rate limits, and back through the tunnel the
+    /// fragment came through, if it did; `None` when none is sent.
     pub fn reassembly_timeout<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Option<Verdict> {
+        let via = pkt.tunnelled();
+        pkt.set_tunnelled(None);
         let p = Parsed::parse(pkt.data(), &self.tables.hasher, None).ok()?;
         let v = self.icmp_error(
             pkt,
@@ -136,7 +139,11 @@ impl Pipeline {
             Verdict::Drop(Outcome::ReassemblyTimeout),
             now,
         );
-        matches!(v, Verdict::Transmit(_)).then_some(v)
+        if !matches!(v, Verdict::Transmit(_)) {
+            return None;
+        }
+        let v = self.answer_through_tunnelled(v, via, pkt);
+        matches!(v, Verdict::Transmit(_) | Verdict::TransmitOn { .. }).then_some(v)
     }
 }
 

@@ -3,7 +3,7 @@
 //! [`crate::pipeline::tunnel`]).
 
 use super::{Pipeline, Step};
-use crate::buf::PacketBuf;
+use crate::buf::{PacketBuf, Tunnelled};
 use crate::outcome::Outcome;
 use crate::pipeline::parse::Parsed;
 use crate::pipeline::tunnel;
@@ -21,16 +21,83 @@ impl Pipeline {
         now: Instant,
         first: usize,
     ) -> Verdict {
+        self.inner_passes(port, pkt, now, first, 1)
+    }
+
+    /// A packet that came through tunnel `t.tunnel` earlier, `t.depth` GRE headers deep, and
+    /// was held since (a datagram reassembled from fragments that arrived inside the tunnel):
+    /// it goes on through the pipeline where it stopped, so its answer goes back through the
+    /// tunnel and the nesting limit counts the headers stripped before reassembly too. A
+    /// tunnel index from another generation is not trusted: `gre_unknown_tunnel`.
+    pub fn process_after_tunnel<B: PacketBuf>(
+        &mut self,
+        port: u16,
+        pkt: &mut B,
+        now: Instant,
+        t: Tunnelled,
+    ) -> Verdict {
+        pkt.set_tunnelled(None);
+        if !self.knows(t) {
+            return Verdict::Drop(Outcome::GreUnknownTunnel);
+        }
+        self.inner_passes(port, pkt, now, t.tunnel as usize, t.depth as usize)
+    }
+
+    /// Whether `t` names a tunnel of the tables in use.
+    pub fn knows(&self, t: Tunnelled) -> bool {
+        t.generation == self.tables.generation as u8 && (t.tunnel as usize) < self.tables.tunnels.len()
+    }
+
+    /// The tunnel record for a packet that came through tunnel `via` at `depth`.
+    fn tunnelled(&self, via: usize, depth: usize) -> Tunnelled {
+        Tunnelled {
+            tunnel: via as u16,
+            depth: depth as u8,
+            generation: self.tables.generation as u8,
+        }
+    }
+
+    /// Passes over the inner packet of tunnel `via`, `depth` headers deep, until a verdict. A
+    /// packet handed on (to a socket or the reassembler) carries the tunnel with it; an answer
+    /// goes back through it.
+    fn inner_passes<B: PacketBuf>(
+        &mut self,
+        port: u16,
+        pkt: &mut B,
+        now: Instant,
+        first: usize,
+        depth: usize,
+    ) -> Verdict {
         let mut via = first;
-        let mut depth = 1;
+        let mut depth = depth;
         loop {
             match self.process_once(port, pkt, now, depth) {
+                Step::Done(v @ (Verdict::Deliver | Verdict::Reassemble { .. })) => {
+                    pkt.set_tunnelled(Some(self.tunnelled(via, depth)));
+                    return v;
+                }
                 Step::Done(v) => return self.answer_through(v, Some(via), pkt),
                 Step::Decapsulated(t) => {
                     via = t;
                     depth += 1;
                 }
             }
+        }
+    }
+
+    /// An answer about a packet that came through tunnel `t` (a reassembly's Time Exceeded)
+    /// goes back through it.
+    pub(super) fn answer_through_tunnelled<B: PacketBuf>(
+        &mut self,
+        v: Verdict,
+        t: Option<Tunnelled>,
+        pkt: &mut B,
+    ) -> Verdict {
+        match t {
+            Some(t) if self.knows(t) => self.answer_through(v, Some(t.tunnel as usize), pkt),
+            // Never bare onto the underlay: an answer for a tunnel we no longer know is dropped.
+            Some(_) => Verdict::Drop(v.outcome()),
+            None => v,
         }
     }
 
@@ -45,14 +112,18 @@ impl Pipeline {
             return v;
         }
         self.ident = self.ident.wrapping_add(1);
-        match tunnel::encapsulate(pkt, tunnels, t, None, self.ident) {
+        // Our own answer larger than the tunnel's path (the echo of a reassembled datagram):
+        // encapsulated whole and sent in outer fragments (RFC 2784 leaves fragmenting the
+        // delivery packet to the encapsulator); what cannot be encapsulated is dropped, never
+        // sent bare onto the underlay.
+        match tunnel::encapsulate_oversize(pkt, tunnels, t, None, self.ident) {
             Ok(port) => {
                 tunnels[t].counters.rx[self.fanout.slot].encap.inc();
                 Verdict::TransmitOn { port, outcome: o }
             }
             Err(_) => {
                 tunnels[t].counters.rx[self.fanout.slot].too_big.inc();
-                v
+                Verdict::Drop(o)
             }
         }
     }

@@ -22,6 +22,10 @@ pub enum FragKey {
         ident: u16,
         /// Protocol.
         protocol: u8,
+        /// The tunnel the fragments came through ([`crate::buf::Tunnelled::to_word`], 0 for
+        /// none): inner address spaces of different tunnels may overlap, so their fragments
+        /// never mix.
+        tunnel: u32,
     },
     /// An IPv6 packet.
     V6 {
@@ -31,6 +35,8 @@ pub enum FragKey {
         dst: Ipv6Addr,
         /// Identification of the Fragment header.
         ident: u32,
+        /// The tunnel the fragments came through (as for IPv4).
+        tunnel: u32,
     },
 }
 
@@ -41,6 +47,14 @@ impl FragKey {
             FragKey::V4 { .. } => Family::V4,
             FragKey::V6 { .. } => Family::V6,
         }
+    }
+
+    /// The same datagram as received through tunnel `word` ([`crate::buf::Tunnelled::to_word`]).
+    pub fn through(mut self, word: u32) -> Self {
+        match &mut self {
+            FragKey::V4 { tunnel, .. } | FragKey::V6 { tunnel, .. } => *tunnel = word,
+        }
+        self
     }
 
     /// The source address (the per-source limit counts datagrams by it).
@@ -129,6 +143,7 @@ impl FragMeta {
                 dst: ipv4_at(b, l3 + 16),
                 ident: be16(b, l3 + 4),
                 protocol: b[l3 + 9],
+                tunnel: 0,
             },
             offset,
             more,
@@ -186,6 +201,7 @@ impl FragMeta {
                 src: ipv6_at(b, l3 + 8),
                 dst: ipv6_at(b, l3 + 24),
                 ident: be32(b, at + 4),
+                tunnel: 0,
             },
             offset,
             more,

@@ -703,7 +703,8 @@ fn fragment_v6_headers() {
             FragKey::V6 {
                 src: a6(),
                 dst: me6(),
-                ident: 0xabcd
+                ident: 0xabcd,
+                tunnel: 0
             }
         );
         assert_eq!(m.offset, off);
