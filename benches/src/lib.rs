@@ -234,6 +234,7 @@ pub fn tunnel(all_options: bool) -> Tunnel {
         owner: 0,
         counters: Arc::new(TunnelCounters::new(1, 1)),
         handoff: None,
+        max_seq_jump: fastpath::pipeline::tunnel::DEFAULT_MAX_SEQ_JUMP,
     }
 }
 

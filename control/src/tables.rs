@@ -231,6 +231,7 @@ impl TableBuilder {
                 owner: worker_for(&t.name, 0, self.workers),
                 counters,
                 handoff: ring,
+                max_seq_jump: fastpath::pipeline::tunnel::DEFAULT_MAX_SEQ_JUMP,
             });
         }
         self.handoff = handoff;

@@ -523,6 +523,7 @@ mod tunnelled {
             owner: 0,
             counters: Arc::new(TunnelCounters::new(1, 1)),
             handoff: None,
+            max_seq_jump: crate::pipeline::tunnel::DEFAULT_MAX_SEQ_JUMP,
         }
     }
 

@@ -113,7 +113,16 @@ pub struct Tunnel {
     pub counters: std::sync::Arc<TunnelCounters>,
     /// For a sequence tunnel: the ring other lcores hand its packets to, drained by the owner.
     pub handoff: Option<std::sync::Arc<dyn crate::socket::PacketQueue>>,
+    /// For a sequence tunnel: the largest step forward a received sequence number may take
+    /// from the last one accepted; a larger one is dropped (`gre_seq_dropped`), not adopted.
+    pub max_seq_jump: u32,
 }
+
+/// The default [`Tunnel::max_seq_jump`]: 2^16. RFC 2890 §2.2 accepts any number "after" the
+/// last in serial arithmetic, up to 2^31 ahead, so one spoofed packet numbered 2^31 - 1 ahead
+/// would make every later legitimate packet look old; a bound far below that keeps such a
+/// packet from moving the window while allowing 65,536 lost packets in a row.
+pub const DEFAULT_MAX_SEQ_JUMP: u32 = 1 << 16;
 
 impl std::fmt::Debug for Tunnel {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -311,6 +320,16 @@ pub enum Decap {
     Malformed,
 }
 
+/// Whether `inner` starts with a well-formed IP header of the GRE payload type `proto`: IPv4
+/// with a valid header checksum and a total length that fits, or IPv6 whose payload fits.
+fn inner_ip_valid(inner: &[u8], proto: EtherType) -> bool {
+    match proto {
+        EtherType::IPV4 => crate::wire::Ipv4Packet::new_checked(inner).is_ok_and(|ip| ip.verify_checksum()),
+        EtherType::IPV6 => crate::wire::Ipv6Packet::new_checked(inner).is_ok(),
+        _ => false,
+    }
+}
+
 /// Strips the GRE encapsulation of the packet at `l3` (whose outer header ends at `l4`, from
 /// `src` to `dst`) if a tunnel matches. `last_seq[t]` is this lcore's receive state for tunnel t.
 pub fn decapsulate<B: PacketBuf>(
@@ -354,14 +373,21 @@ pub fn decapsulate<B: PacketBuf>(
     }
     if tunnels[t].sequence {
         // RFC 2890 §2.2: accept only a number after the last one received, in serial-number
-        // arithmetic (RFC 1982), so the counter may wrap.
+        // arithmetic (RFC 1982), so the counter may wrap; and no further ahead than the
+        // tunnel's bound, so a spoofed number cannot push the window out of reach.
         let Some(s) = seqno else {
             return Decap::SeqOld { tunnel: t };
         };
         if let Some(last) = last_seq[t] {
-            if (s.wrapping_sub(last) as i32) <= 0 {
+            let step = s.wrapping_sub(last);
+            if (step as i32) <= 0 || step > tunnels[t].max_seq_jump {
                 return Decap::SeqOld { tunnel: t };
             }
+        }
+        // Only a packet whose inner IP header holds moves the window: a malformed one (a
+        // spoofer's cheapest packet) is dropped without touching it.
+        if !inner_ip_valid(pkt.data().get(l4 + glen..).unwrap_or(&[]), proto) {
+            return Decap::Malformed;
         }
         last_seq[t] = Some(s);
     }
@@ -418,6 +444,7 @@ mod tests {
             owner: 0,
             counters: Arc::new(TunnelCounters::new(1, 1)),
             handoff: None,
+            max_seq_jump: crate::pipeline::tunnel::DEFAULT_MAX_SEQ_JUMP,
         }
     }
 
@@ -477,6 +504,42 @@ mod tests {
             assert_eq!(flags, want, "C/K/S bits, version 0");
             assert_eq!(&d[34 + glen..], &orig[14..], "inner packet untouched");
         }
+    }
+
+    #[test]
+    fn a_spoofed_sequence_number_does_not_move_the_window() {
+        let tuns = vec![tunnel("t", None, true, false, port())];
+        let (src, dst): (IpAddr, IpAddr) = ("198.51.100.2".parse().unwrap(), "192.0.2.1".parse().unwrap());
+        let rx = vec![Tunnel {
+            local: dst,
+            remote: src,
+            ..tuns[0].clone()
+        }];
+        let wrap = |seq: u32, inner_bytes: &[u8]| {
+            let mut b = HeapBuf::new(inner_bytes);
+            encapsulate(&mut b, &tuns, 0, Some(seq), 1).unwrap();
+            b
+        };
+        let good = inner();
+        let mut last = vec![None];
+        let decap = |b: &mut HeapBuf, last: &mut Vec<Option<u32>>| decapsulate(b, 14, 34, src, dst, &rx, last);
+        assert_eq!(decap(&mut wrap(10, &good), &mut last), Decap::Inner { tunnel: 0 });
+        // 2^31 - 16 ahead (what RFC 2890's serial arithmetic alone would adopt): dropped.
+        assert_eq!(
+            decap(&mut wrap(10 + (1 << 31) - 16, &good), &mut last),
+            Decap::SeqOld { tunnel: 0 }
+        );
+        // Newer and close, but the inner IPv4 header is broken: dropped, window unmoved.
+        let mut broken = good.clone();
+        broken[14 + 10] ^= 0xff; // its header checksum
+        assert_eq!(decap(&mut wrap(500, &broken), &mut last), Decap::Malformed);
+        assert_eq!(last[0], Some(10));
+        // The next legitimate packets still arrive; the bound itself is accepted.
+        assert_eq!(decap(&mut wrap(11, &good), &mut last), Decap::Inner { tunnel: 0 });
+        assert_eq!(
+            decap(&mut wrap(11 + DEFAULT_MAX_SEQ_JUMP, &good), &mut last),
+            Decap::Inner { tunnel: 0 }
+        );
     }
 
     #[test]
@@ -709,6 +772,7 @@ mod pipeline_tests {
             owner: 0,
             counters: Arc::new(TunnelCounters::new(1, 1)),
             handoff: None,
+            max_seq_jump: crate::pipeline::tunnel::DEFAULT_MAX_SEQ_JUMP,
         }
     }
 
