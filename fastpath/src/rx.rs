@@ -39,6 +39,10 @@ pub trait RxIo<B: LcoreBuf> {
     /// Enqueues `pkts` to `socket`'s queue: what it takes leaves `pkts` from the front, the
     /// refused stay. Returns how many it took.
     fn enqueue(&mut self, socket: &Socket, pkts: &mut Vec<B>) -> usize;
+    /// Hands `pkts` (answers, not yet encapsulated) to the owning worker of sequence tunnel
+    /// `tunnel`: what its ring takes leaves `pkts` from the front, the refused stay. Returns how
+    /// many it took.
+    fn hand_off(&mut self, tunnel: &crate::pipeline::tunnel::Tunnel, pkts: &mut Vec<B>) -> usize;
     /// A poll found nothing: time for work the sockets' queues may want done while idle.
     fn idle(&mut self, tables: &Tables) {
         let _ = tables;
@@ -81,6 +85,9 @@ pub struct RxEngine<B: LcoreBuf, Io: RxIo<B>> {
     tx: Vec<Option<RxTx<B, Io>>>,
     /// Per socket of the current generation: packets staged in this burst.
     staged: Vec<Vec<B>>,
+    /// Per tunnel of the current generation: answers for a sequence tunnel's owner, with the
+    /// outcome each counts once handed off.
+    handoff: Vec<(Vec<B>, Vec<Outcome>)>,
     /// Packets to free, in bulk.
     drops: Vec<B>,
     stats: Arc<LcoreStats>,
@@ -104,6 +111,10 @@ fn staging<B>(t: &Tables) -> Vec<Vec<B>> {
     (0..t.sockets.len()).map(|_| Vec::with_capacity(BURST)).collect()
 }
 
+fn handoff_staging<B>(t: &Tables) -> Vec<(Vec<B>, Vec<Outcome>)> {
+    (0..t.tunnels.len()).map(|_| (Vec::new(), Vec::new())).collect()
+}
+
 impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// The engine of the RX lcore in counter slot `slot`, over `tables`, sending on `tx` (at most
     /// one queue per port, queue `i` counted in `stats.tx[i]`).
@@ -113,6 +124,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         stats.set_generation(pipeline.generation());
         RxEngine {
             staged: staging(pipeline.tables()),
+            handoff: handoff_staging(pipeline.tables()),
             pipeline,
             reasm,
             side: ReasmSide {
@@ -251,11 +263,24 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         self.side.io.idle(self.pipeline.tables());
     }
 
-    /// Sends every TX batch now.
+    /// Sends every TX batch now, and hands sequence tunnels' answers to their owners.
     pub fn flush_tx(&mut self) {
         let stats = &*self.stats;
         for b in self.tx.iter_mut().flatten() {
             b.flush(stats, &mut self.drops, count_rx_tx(stats));
+        }
+        let tables = self.pipeline.tables();
+        let slot = self.pipeline.slot();
+        for (t, (pkts, outcomes)) in self.handoff.iter_mut().enumerate() {
+            if pkts.is_empty() {
+                continue;
+            }
+            let took = self.side.io.hand_off(&tables.tunnels[t], pkts);
+            tables.tunnels[t].counters.rx[slot].handed_off.add(took as u64);
+            for (i, o) in outcomes.drain(..).enumerate() {
+                stats.outcome(if i < took { o } else { Outcome::TxFull });
+            }
+            self.drops.append(pkts);
         }
     }
 
@@ -271,6 +296,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         }
         self.pipeline.apply(t);
         self.staged = staging(self.pipeline.tables());
+        self.handoff = handoff_staging(self.pipeline.tables());
         self.stats.set_generation(self.pipeline.generation());
     }
 
@@ -304,6 +330,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                 }
                 Verdict::Transmit(o) => self.transmit(port, m, o),
                 Verdict::TransmitOn { port: out, outcome } => self.transmit(out, m, outcome),
+                Verdict::HandOff { tunnel, outcome } => self.stage_handoff(tunnel, m, outcome),
                 Verdict::Deliver => self.staged[self.pipeline.delivered_to()].push(m),
                 Verdict::Reassemble { l3 } => {
                     let Some(mut meta) = FragMeta::from_frame(m.data(), l3 as usize) else {
@@ -329,6 +356,21 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                 }
             }
             return;
+        }
+    }
+
+    /// Stages an answer for sequence tunnel `tunnel`'s owner (handed off at the next flush).
+    #[cold]
+    fn stage_handoff(&mut self, tunnel: u16, m: B, o: Outcome) {
+        match self.handoff.get_mut(tunnel as usize) {
+            Some((pkts, outcomes)) => {
+                pkts.push(m);
+                outcomes.push(o);
+            }
+            None => {
+                self.stats.outcome(Outcome::TxFull);
+                self.drops.push(m);
+            }
         }
     }
 
@@ -387,6 +429,10 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                         self.transmit(port, r.buf, outcome);
                         continue;
                     }
+                    Some(Verdict::HandOff { tunnel, outcome }) => {
+                        self.stage_handoff(tunnel, r.buf, outcome);
+                        continue;
+                    }
                     _ => {}
                 }
             }
@@ -420,6 +466,9 @@ pub struct HeapIo {
     pub keep_delivered: bool,
     /// What the sockets took, in order, with the socket's [`Socket::index`], if kept.
     pub delivered: Vec<(usize, crate::buf::HeapBuf)>,
+    /// What was handed to sequence tunnels' owners, with the tunnel's name, if kept (with
+    /// `keep_delivered`).
+    pub handed_off: Vec<(String, crate::buf::HeapBuf)>,
 }
 
 impl RxIo<crate::buf::HeapBuf> for HeapIo {
@@ -446,5 +495,14 @@ impl RxIo<crate::buf::HeapBuf> for HeapIo {
             }
         }
         took
+    }
+    fn hand_off(&mut self, tunnel: &crate::pipeline::tunnel::Tunnel, pkts: &mut Vec<crate::buf::HeapBuf>) -> usize {
+        let n = pkts.len();
+        for p in pkts.drain(..) {
+            if self.keep_delivered {
+                self.handed_off.push((tunnel.name.clone(), p));
+            }
+        }
+        n
     }
 }

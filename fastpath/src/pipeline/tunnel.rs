@@ -907,10 +907,14 @@ mod pipeline_tests {
             p.process(0, &mut from_peer(1, 0), Instant(0)),
             Verdict::Drop(Outcome::GreSeqDropped)
         );
-        assert!(matches!(
+        // The answer goes to the tunnel's owner, which numbers it.
+        assert_eq!(
             p.process(0, &mut from_peer(1, 10), Instant(0)),
-            Verdict::Transmit(Outcome::EchoReply)
-        ));
+            Verdict::HandOff {
+                tunnel: 0,
+                outcome: Outcome::EchoReply
+            }
+        );
         assert_eq!(
             p.process(0, &mut from_peer(1, 9), Instant(0)),
             Verdict::Drop(Outcome::GreSeqDropped)

@@ -25,6 +25,16 @@ pub enum Verdict {
         /// The outcome once sent.
         outcome: Outcome,
     },
+    /// The packet was rewritten in place into an answer for a sequence tunnel (RFC 2890 §2.2):
+    /// hand it, not yet encapsulated, to the tunnel's owning worker, which numbers and sends
+    /// everything for that tunnel in one order; count `outcome` once the owner's ring took it
+    /// (or [`Outcome::TxFull`]).
+    HandOff {
+        /// Index of the tunnel in [`Tables::tunnels`](super::Tables::tunnels).
+        tunnel: u16,
+        /// The outcome once handed off.
+        outcome: Outcome,
+    },
     /// A fragment of a datagram for a local address: hand it to the lcore's reassembler (the IP
     /// header is at `l3`). Its outcome comes when its datagram completes, times out or is
     /// refused.
@@ -53,7 +63,10 @@ impl Verdict {
     /// The outcome the verdict carries.
     pub fn outcome(self) -> Outcome {
         match self {
-            Verdict::Drop(o) | Verdict::Transmit(o) | Verdict::TransmitOn { outcome: o, .. } => o,
+            Verdict::Drop(o)
+            | Verdict::Transmit(o)
+            | Verdict::TransmitOn { outcome: o, .. }
+            | Verdict::HandOff { outcome: o, .. } => o,
             Verdict::Deliver => Outcome::Delivered,
             Verdict::Reassemble { .. } => Outcome::Reassembled,
         }

@@ -187,3 +187,10 @@ pub(crate) fn spin(cycles: u64) {
         }
     }
 }
+
+/// A sequence tunnel's hand-off ring (the daemon builds them as [`MbufRing`]s, shared modes: the
+/// RX lcores and every worker hand its owner what it must number).
+#[inline]
+pub(crate) fn handoff_ring(t: &crate::pipeline::tunnel::Tunnel) -> Option<&MbufRing> {
+    t.handoff.as_deref().and_then(|q| q.as_any().downcast_ref::<MbufRing>())
+}

@@ -33,6 +33,12 @@ impl RxIo<Mbuf> for DpdkIo {
     fn enqueue(&mut self, socket: &Socket, pkts: &mut Vec<Mbuf>) -> usize {
         ring(socket).enqueue(pkts)
     }
+    fn hand_off(&mut self, tunnel: &crate::pipeline::tunnel::Tunnel, pkts: &mut Vec<Mbuf>) -> usize {
+        match super::handoff_ring(tunnel) {
+            Some(r) => r.enqueue(pkts),
+            None => 0,
+        }
+    }
     /// Frees what the workers took from reclaiming sockets (a sink fed by this, the only, RX
     /// lcore) since its last enqueue to them, which would otherwise stay held until the
     /// socket's next packet.

@@ -7,9 +7,9 @@
 //! Stopping: RX lcores stop first and say so; workers then drain their sockets to empty, run
 //! the action on every packet, and stop. So at a clean stop no packet is left in a socket.
 
-use super::{ring, spin, IdlePolicy, Polls, RunControl};
+use super::{handoff_ring, ring, spin, IdlePolicy, Polls, RunControl};
 use crate::buf::PacketBuf;
-use crate::dpdk::{Mbuf, MbufRing, Mempool, TxQueue};
+use crate::dpdk::{Mbuf, Mempool, TxQueue};
 use crate::generation::Published;
 use crate::pipeline::{service, tunnel, Action, Tables};
 use crate::socket::{Socket, SocketLcoreCounters};
@@ -126,12 +126,6 @@ struct Out {
     scratch: Vec<Mbuf>,
     /// Identification for the fragments and outer headers this worker builds.
     ident: u16,
-}
-
-/// A sequence tunnel's hand-off ring (the daemon builds them as [`MbufRing`]s).
-#[inline]
-fn handoff_ring(t: &tunnel::Tunnel) -> Option<&MbufRing> {
-    t.handoff.as_deref().and_then(|q| q.as_any().downcast_ref::<MbufRing>())
 }
 
 impl Out {

@@ -449,3 +449,25 @@ fn the_nesting_limit_counts_the_headers_stripped_before_reassembly() {
         assert_eq!(total(&e), frags.len() as u64);
     }
 }
+
+#[test]
+fn an_answer_on_a_sequence_tunnel_goes_to_its_owner_not_the_wire() {
+    let mut t = (*tunnel_tables()).clone();
+    t.tunnels[0].sequence = true;
+    let mut e = engine_with(Arc::new(t), Collect::new(0));
+    let peer = {
+        let mut p = gre_tunnel(REMOTE, ME, [2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1]);
+        p.sequence = true;
+        [p]
+    };
+    let mut b = HeapBuf::new(&ping(16));
+    crate::pipeline::tunnel::encapsulate(&mut b, &peer, 0, Some(1), 1).unwrap();
+    run_burst(&mut e, &[b.data().to_vec()], T0);
+    assert_eq!(count(&e, Outcome::EchoReply), 1);
+    assert!(sent(&mut e).is_empty(), "nothing on the RX lcore's queue");
+    let handed = &e.io().handed_off;
+    assert_eq!(handed.len(), 1);
+    assert_eq!(handed[0].0, "t");
+    assert_eq!(handed[0].1.data()[14 + 20], 0, "the echo reply, not yet encapsulated");
+    assert_eq!(e.pipeline().tables().tunnels[0].counters.sum(|c| &c.handed_off), 1);
+}

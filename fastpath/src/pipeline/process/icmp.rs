@@ -143,7 +143,11 @@ impl Pipeline {
             return None;
         }
         let v = self.answer_through_tunnelled(v, via, pkt);
-        matches!(v, Verdict::Transmit(_) | Verdict::TransmitOn { .. }).then_some(v)
+        matches!(
+            v,
+            Verdict::Transmit(_) | Verdict::TransmitOn { .. } | Verdict::HandOff { .. }
+        )
+        .then_some(v)
     }
 }
 

@@ -101,15 +101,20 @@ impl Pipeline {
         }
     }
 
-    /// An answer to a packet that came through a tunnel goes back through it (a sequence
-    /// tunnel's numbers belong to its owning worker, so answers from RX lcores leave plain).
+    /// An answer to a packet that came through a tunnel goes back through it (through the
+    /// owning worker for a sequence tunnel).
     fn answer_through<B: PacketBuf>(&mut self, v: Verdict, via: Option<usize>, pkt: &mut B) -> Verdict {
         let (Verdict::Transmit(o), Some(t)) = (v, via) else {
             return v;
         };
         let tunnels = &self.tables.tunnels;
         if tunnels[t].sequence {
-            return v;
+            // Its numbers belong to its owning worker: two senders would put them on the wire
+            // out of order, and the receiver drops every late one.
+            return Verdict::HandOff {
+                tunnel: t as u16,
+                outcome: o,
+            };
         }
         self.ident = self.ident.wrapping_add(1);
         // Our own answer larger than the tunnel's path (the echo of a reassembled datagram):
