@@ -3,14 +3,16 @@
 //! once. Key names are the user-facing contract in `shared/CONFIG.md`.
 //!
 //! One file per section: the section as written (serde), its validated form and its `validate`.
-//! [`errors`](ConfigErrors) holds the error type and the locating plumbing; `changes` what a
-//! reload changes.
+//! [`errors`](ConfigErrors) holds the error type and the locating plumbing; `keys` the table of
+//! every key and what a reload does with it ([`KEYS`]), which both the reload's refusal and the
+//! reload log line are made from.
 
 mod changes;
 mod dpdk;
 mod errors;
 mod flow_limit;
 mod icmp;
+mod keys;
 mod lcores;
 mod metrics;
 mod port;
@@ -22,8 +24,10 @@ mod tunnel;
 #[cfg(test)]
 mod tests;
 
+pub use changes::Change;
 pub use dpdk::{DpdkConfig, DEFAULT_MEMPOOL_OPS, MEMPOOL_OPS};
 pub use errors::{ConfigError, ConfigErrors};
+pub use keys::{spec, KeySpec, Reload, KEYS};
 pub use lcores::{LcoreConfig, LcoreMode, MAX_LCORE};
 pub use metrics::{MetricsConfig, DEFAULT_METRICS_LISTEN};
 pub use port::{PortConfig, MAX_QUEUES};
