@@ -1,8 +1,9 @@
 //! Live reload: on SIGHUP or when the config file changes on disk, the new file is parsed and
 //! fully validated here, on the control thread; the runtime tables are built from it and
 //! published to the lcores in one step (see `fastpath::generation`). A file that is invalid, or
-//! that changes settings only a restart can apply, is refused with a message naming the keys, and
-//! the running config stays.
+//! that changes settings only a restart can apply (`config::KEYS` says which), is refused with a
+//! message naming the keys and their lines, and the running config stays. An applied reload logs
+//! every key it changed.
 //!
 //! The file is watched by polling its metadata (device, inode, size, mtime) every control tick:
 //! that sees in-place writes and editors' write-to-temp-then-rename alike, works on any file
@@ -125,7 +126,9 @@ impl Reloader {
     /// Reads, validates and applies the config file. Returns whether it was applied.
     pub fn reload(&mut self, why: &str) -> bool {
         let sig = signature(&self.path);
-        let new = match config::load(&self.path) {
+        let file = self.path.display().to_string();
+        let loaded = config::read(&self.path).and_then(|src| Ok((config::parse(&src, &file)?, src)));
+        let (new, src) = match loaded {
             Ok(c) => c,
             Err(e) => {
                 self.loaded_sig = sig;
@@ -133,13 +136,14 @@ impl Reloader {
             }
         };
         self.loaded_sig = sig;
-        let restart = self.running.restart_only_changes(&new);
-        if !restart.is_empty() {
+        // Keys only read at start-up (config::KEYS says which): named with their lines.
+        if let Some(restart) = self.running.restart_errors(&new, &src, &file) {
+            let keys: Vec<&str> = restart.errors.iter().map(|e| e.key.as_str()).collect();
             return self.fail(
                 why,
                 &format!(
-                    "these settings need a restart, not a reload: {}; edit them back or restart",
-                    restart.join(", ")
+                    "these settings need a restart, not a reload: {}; edit them back or restart\n{restart}",
+                    keys.join(", ")
                 ),
             );
         }

@@ -4,6 +4,8 @@
 mod common;
 
 use common::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -264,6 +266,78 @@ fn a_changed_file_is_reloaded_without_a_signal() {
     let (code, log) = d.stop();
     assert_eq!(code, Some(0));
     assert!(log.contains("reload (file changed): generation 2 published"), "{log}");
+}
+
+/// Starts fastpathd on `start` (net_null traffic), writes `changed` over its config and sends
+/// SIGHUP; returns a scrape taken once the reload was decided (and half a second later, so a
+/// late second attempt by the file watcher would be counted too), the log and the config path.
+fn reload_once(s: &Scratch, start: &str, changed: &str) -> (BTreeMap<String, f64>, String, PathBuf) {
+    let path = s.write("c.toml", start);
+    let d = Daemon::start(s, &["--config", path.to_str().unwrap()]);
+    wait_for(10, "traffic", || {
+        family_sum(&d.scrape(), "fastpath_rx_packets_total") > 0.0
+    });
+    std::fs::write(&path, changed).unwrap();
+    d.signal("HUP");
+    wait_for(10, "the reload", || {
+        family_sum(&d.scrape(), "fastpath_config_reloads_total") >= 1.0
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let m = d.scrape();
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+    (m, log, path)
+}
+
+/// What a refused reload of a restart-only key leaves: one failure, no success, generation 1
+/// still published, and the log naming the key with its line in the new file.
+fn assert_refused(m: &BTreeMap<String, f64>, log: &str, path: &Path, key: &str, line: usize) {
+    assert_eq!(m["fastpath_config_reloads_total{result=\"failure\"}"], 1.0, "{log}");
+    assert_eq!(m["fastpath_config_reloads_total{result=\"success\"}"], 0.0, "{log}");
+    assert_eq!(m["fastpath_config_generation"], 1.0, "{log}");
+    assert!(log.contains("refused, generation 1 keeps running"), "{log}");
+    assert!(
+        log.contains(&format!("need a restart, not a reload: {key};")),
+        "the refusal names the key: {log}"
+    );
+    assert!(
+        log.contains(&format!("{}:{line}: {key}: ", path.display())),
+        "the refusal names the key's line: {log}"
+    );
+}
+
+#[test]
+fn a_reload_that_changes_the_lcore_mode_is_refused_with_key_and_line() {
+    let s = Scratch::new("reload-mode");
+    let start = std::fs::read_to_string(null_config(&s, "reload-mode")).unwrap();
+    // Line 12 of the new file, right under `rx = [0]`.
+    let changed = start.replace("rx = [0]\n", "rx = [0]\nmode = \"forward\"\n");
+    let (m, log, path) = reload_once(&s, &start, &changed);
+    assert_refused(&m, &log, &path, "lcores.mode", 12);
+    // The pipeline still runs every packet through its stages: nothing is forwarded.
+    assert_eq!(outcome(&m, "forwarded"), 0);
+    assert!(outcome(&m, "not_for_us") > 0);
+}
+
+#[test]
+fn a_reload_that_changes_forward_to_is_refused_with_key_and_line() {
+    let s = Scratch::new("reload-forward-to");
+    let vdevs = [
+        "--vdev=net_null0,size=64".to_string(),
+        "--vdev=net_null1,size=64".to_string(),
+    ];
+    let start = format!(
+        "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_null0\"\nforward_to = \"net_null1\"\n\n\
+         [[port]]\ndevice = \"net_null1\"\n\n[lcores]\nrx = [0]\nmode = \"forward\"\n{METRICS_ANY_PORT}",
+        eal_args("reload-forward-to", &vdevs)
+    );
+    let changed = start.replace("forward_to = \"net_null1\"", "forward_to = \"net_null0\"");
+    let (m, log, path) = reload_once(&s, &start, &changed);
+    assert_refused(&m, &log, &path, "port[0].forward_to", 7);
+    // The running config stays: net_null0's packets still leave by net_null1, none by net_null0.
+    assert!(outcome(&m, "forwarded") > 0);
+    assert_eq!(m["fastpath_tx_packets_total{port=\"net_null0\",queue=\"0\"}"], 0.0);
+    assert!(m["fastpath_tx_packets_total{port=\"net_null1\",queue=\"0\"}"] > 0.0);
 }
 
 /// The CPUs each thread of `pid` may run on, by thread name.

@@ -1,0 +1,65 @@
+//! `[icmp]`: the rate limits of the ICMP errors we send.
+
+use super::errors::Errs;
+use crate::locate::Seg::{Index, Key};
+use fastpath::pipeline::icmp_error::IcmpConfig;
+use serde::Deserialize;
+
+/// `[icmp]` as written.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct IcmpSection {
+    ratemask: Option<u32>,
+    msgs_per_sec: Option<u32>,
+    burst: Option<u32>,
+    peer_interval_ms: Option<u32>,
+    peer_burst: Option<u32>,
+    exempt: Option<Vec<String>>,
+    peer_table_size: Option<u32>,
+    build_first: Option<bool>,
+}
+
+/// Validates `[icmp]` (absent keys: Linux's defaults).
+pub(super) fn validate(raw: Option<IcmpSection>, errs: &mut Errs) -> IcmpConfig {
+    let ic = raw.unwrap_or_default();
+    let mut icmp = IcmpConfig::default();
+    macro_rules! set {
+        ($f:ident) => {
+            if let Some(v) = ic.$f {
+                icmp.$f = v as _;
+            }
+        };
+    }
+    set!(ratemask);
+    set!(msgs_per_sec);
+    set!(burst);
+    set!(peer_interval_ms);
+    set!(peer_burst);
+    set!(peer_table_size);
+    if let Some(b) = ic.build_first {
+        icmp.build_first = b;
+    }
+    for (i, e) in ic.exempt.iter().flatten().enumerate() {
+        match e.parse() {
+            Ok(prefix) => icmp.exempt.push(prefix),
+            Err(err) => errs.add(
+                &[Key("icmp"), Key("exempt"), Index(i)],
+                format!("{e:?}: {err:?}: expected a prefix like \"198.51.100.0/24\" or \"2001:db8:1::/48\""),
+            ),
+        }
+    }
+    if let Err(msg) = icmp.validate() {
+        // The message starts with the key, "icmp.<key>: ...".
+        let key = msg
+            .split(':')
+            .next()
+            .unwrap_or("icmp")
+            .trim_start_matches("icmp.")
+            .to_string();
+        errs.add(
+            &[Key("icmp"), Key(&key)],
+            msg.split_once(": ").map(|x| x.1).unwrap_or(&msg).to_string(),
+        );
+    }
+    icmp
+}

@@ -1,0 +1,355 @@
+//! The key table against the file's serde structs, and every key's getter against a config
+//! where only that key changed.
+
+use super::introspect::{keys, Shape};
+use super::*;
+use crate::config::{parse, FileConfig};
+
+/// Every key set: see `full.toml`.
+const FULL: &str = include_str!("full.toml");
+
+/// The keys the file's serde structs accept: values and arrays of tables (a plain table such
+/// as `[dpdk]` is not a key of its own).
+fn file_keys() -> Vec<String> {
+    keys::<FileConfig>()
+        .into_iter()
+        .filter(|(_, shape)| *shape != Shape::Table)
+        .map(|(k, _)| k)
+        .collect()
+}
+
+#[test]
+fn every_key_of_the_file_has_an_entry_and_every_entry_is_a_key() {
+    let file = file_keys();
+    // The walk sees nested and optional sections alike.
+    for k in [
+        "lcores.mode",
+        "port",
+        "port.forward_to",
+        "service.tunnels",
+        "icmp.exempt",
+        "tunnel.next_hop_mac",
+    ] {
+        assert!(file.contains(&k.to_string()), "{k} not found by the walk: {file:?}");
+    }
+    for k in &file {
+        assert!(
+            spec(k).is_some(),
+            "config key `{k}` has no entry in config::keys::KEYS: add one saying whether a reload \
+             applies it (live) or only a restart can (and what reads it at start-up)"
+        );
+    }
+    for s in KEYS {
+        assert!(
+            file.iter().any(|k| k == s.key),
+            "KEYS has `{}`, which no config struct has",
+            s.key
+        );
+        assert_eq!(
+            KEYS.iter().filter(|o| o.key == s.key).count(),
+            1,
+            "`{}` twice in KEYS",
+            s.key
+        );
+        if let Get::Alias(to) = s.get {
+            assert!(
+                spec(to).is_some(),
+                "`{}` is an alias of `{to}`, which has no entry",
+                s.key
+            );
+        }
+    }
+    // FULL sets every key, so the next test exercises every getter.
+    let full: toml::Value = toml::from_str(FULL).unwrap();
+    let mut written = Vec::new();
+    walk(&full, "", &mut written);
+    for k in &file {
+        assert!(written.contains(k), "full.toml does not set `{k}`");
+    }
+}
+
+/// The key paths a TOML document sets, without indexes.
+fn walk(v: &toml::Value, path: &str, out: &mut Vec<String>) {
+    let join = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    match v {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let p = join(k);
+                match v {
+                    toml::Value::Table(_) => walk(v, &p, out),
+                    toml::Value::Array(a) if a.iter().all(toml::Value::is_table) && !a.is_empty() => {
+                        out.push(p.clone());
+                        a.iter().for_each(|e| walk(e, &p, out));
+                    }
+                    _ => out.push(p),
+                }
+            }
+        }
+        _ => out.push(path.to_string()),
+    }
+}
+
+/// For each key: edits of FULL (text replaced, each found exactly once) that change it, and
+/// every change the diff must then find, as errors name them.
+/// (key, [(text, replacement)], changes found).
+type Edit = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static [&'static str],
+);
+
+const EDITS: &[Edit] = &[
+    ("dpdk.eal_args", &[("\"--vdev=net_null1\"]", "\"--vdev=net_null1\", \"--no-pci\"]")], &["dpdk.eal_args"]),
+    ("dpdk.mbufs", &[("mbufs = 4095", "mbufs = 8191")], &["dpdk.mbufs"]),
+    ("dpdk.mbuf_cache", &[("mbuf_cache = 128", "mbuf_cache = 64")], &["dpdk.mbuf_cache"]),
+    ("dpdk.mempool_ops", &[("\"stack\"", "\"ring_mp_mc\"")], &["dpdk.mempool_ops"]),
+    ("dpdk.rx_desc", &[("rx_desc = 512", "rx_desc = 1024")], &["dpdk.rx_desc"]),
+    ("dpdk.tx_desc", &[("tx_desc = 512", "tx_desc = 1024")], &["dpdk.tx_desc"]),
+    (
+        "port",
+        &[("\n[lcores]", "[[port]]\ndevice = \"net_null2\"\ntx_queues = 2\n\n[lcores]")],
+        &["port"],
+    ),
+    (
+        "port.device",
+        &[
+            ("device = \"net_null1\"", "device = \"net_null2\""),
+            ("forward_to = \"net_null1\"", "forward_to = \"net_null2\""),
+            ("port = \"net_null1\"", "port = \"net_null2\""),
+        ],
+        &["port[0].forward_to", "port[1].device", "tunnel[2].port"],
+    ),
+    ("port.rx_queues", &[("rx_queues = 1", "rx_queues = 2")], &["port[0].rx_queues"]),
+    ("port.tx_queues", &[("tx_queues = 4", "tx_queues = 3")], &["port[1].tx_queues"]),
+    ("port.ipv4", &[("\"192.0.2.5\"]", "\"192.0.2.5\", \"192.0.2.6\"]")], &["port[0].ipv4"]),
+    ("port.ipv6", &[("[\"2001:db8::1\"]", "[\"2001:db8::2\"]")], &["port[0].ipv6"]),
+    ("port.mac", &[("\"02:00:00:00:00:01\"", "\"02:00:00:00:00:02\"")], &["port[0].mac"]),
+    ("port.mtu", &[("mtu = 1500", "mtu = 9000")], &["port[0].mtu"]),
+    ("port.forward_to", &[("forward_to = \"net_null1\"", "forward_to = \"net_null0\"")], &["port[0].forward_to"]),
+    (
+        "lcores.rx",
+        &[("rx = [0]", "rx = [2]"), ("lcores = [0]", "lcores = [2]")],
+        &["lcores.rx", "flow_limit.lcores"],
+    ),
+    ("lcores.workers", &[("workers = [1]", "workers = [3]")], &["lcores.workers"]),
+    ("lcores.idle_sleep_us", &[("idle_sleep_us = 50", "idle_sleep_us = 0")], &["lcores.idle_sleep_us"]),
+    (
+        "lcores.mode",
+        &[("mode = \"forward\"", "mode = \"pipeline\""), ("forward_to = \"net_null1\"\n", "")],
+        &["port[0].forward_to", "lcores.mode"],
+    ),
+    ("metrics.listen", &[("9464\"", "9465\"")], &["metrics.listen"]),
+    ("metrics.enabled", &[("enabled = true\n\n[rss]", "enabled = false\n\n[rss]")], &["metrics.listen", "metrics.enabled"]),
+    ("rss.key", &[("key = \"6d5a", "key = \"7d5a")], &["rss.key"]),
+    ("rss.symmetric", &[("symmetric = false", "symmetric = true")], &["rss.symmetric"]),
+    (
+        "service",
+        &[("\n[flow_limit]", "[[service]]\nname = \"echo\"\nports = [8]\naction = \"echo\"\n\n[flow_limit]")],
+        &["service[1]"],
+    ),
+    ("service.name", &[("\"gateway\"", "\"gw\"")], &["service[0]", "service"]),
+    ("service.protocol", &[("protocol = \"udp\"", "protocol = \"tcp\"")], &["service[0].protocol"]),
+    ("service.ports", &[("ports = [7]", "ports = [7, 9]")], &["service[0].ports"]),
+    ("service.addresses", &[("addresses = [\"192.0.2.1\"]", "addresses = []")], &["service[0].addresses"]),
+    ("service.sockets", &[("sockets = 2", "sockets = 3")], &["service[0].sockets"]),
+    ("service.socket_capacity", &[("capacity = 256", "capacity = 512")], &["service[0].socket_capacity"]),
+    ("service.fanout", &[("\"hash\"", "\"roundrobin\"")], &["service[0].fanout"]),
+    ("service.rollover", &[("\nrollover = true", "\nrollover = false")], &["service[0].rollover"]),
+    (
+        "service.action",
+        &[("action = \"tunnel\"", "action = \"sink\""), ("tunnel = \"gre\"\n", ""), ("tunnels = [\"inner\"]\n", "")],
+        &["service[0].action", "service[0].tunnels"],
+    ),
+    ("service.tunnels", &[("[\"inner\"]", "[\"outer\"]")], &["service[0].tunnels"]),
+    ("service.tunnel", &[("tunnel = \"gre\"", "tunnel = \"outer\"")], &["service[0].tunnels"]),
+    ("service.cost_ns", &[("cost_ns = 0", "cost_ns = 100")], &["service[0].cost_ns"]),
+    ("service.free_on_rx", &[("free_on_rx = false", "free_on_rx = true")], &["service[0].free_on_rx"]),
+    (
+        "service.huge_flow_rollover",
+        &[("huge_flow_rollover = true", "huge_flow_rollover = false")],
+        &["service[0].huge_flow_rollover"],
+    ),
+    ("flow_limit.enabled", &[("enabled = true\ntable_len", "enabled = false\ntable_len")], &["flow_limit.enabled"]),
+    ("flow_limit.table_len", &[("table_len = 4096", "table_len = 1024")], &["flow_limit.table_len"]),
+    ("flow_limit.lcores", &[("lcores = [0]\n", "")], &["flow_limit.lcores"]),
+    (
+        "tunnel",
+        &[(
+            "\n[reassembly]",
+            "[[tunnel]]\nname = \"more\"\nlocal = \"192.0.2.1\"\nremote = \"198.51.100.9\"\nvia = \"outer\"\n\n[reassembly]",
+        )],
+        &["tunnel[3]"],
+    ),
+    ("tunnel.name", &[("name = \"outer\"", "name = \"outer2\"")], &["tunnel[2]", "tunnel"]),
+    ("tunnel.local", &[("local = \"192.0.2.5\"", "local = \"192.0.2.1\"")], &["tunnel[1].local"]),
+    ("tunnel.remote", &[("198.51.100.2\"", "198.51.100.20\"")], &["tunnel[0].remote"]),
+    ("tunnel.key", &[("key = 1\n", "key = 2\n")], &["tunnel[0].key"]),
+    ("tunnel.sequence", &[("sequence = false", "sequence = true")], &["tunnel[0].sequence"]),
+    ("tunnel.checksum", &[("checksum = false", "checksum = true")], &["tunnel[0].checksum"]),
+    ("tunnel.ttl", &[("ttl = 64", "ttl = 32")], &["tunnel[0].ttl"]),
+    ("tunnel.port", &[("port = \"net_null0\"", "port = \"net_null1\"")], &["tunnel[0].port"]),
+    ("tunnel.via", &[("via = \"gre\"", "via = \"outer\"")], &["tunnel[1].via"]),
+    ("tunnel.next_hop_mac", &[("00:00:fe\"", "00:00:fc\"")], &["tunnel[0].next_hop_mac"]),
+    (
+        "reassembly.high_thresh_bytes",
+        &[("high_thresh_bytes = 4194304", "high_thresh_bytes = 8388608")],
+        &["reassembly.high_thresh_bytes"],
+    ),
+    ("reassembly.timeout_ms", &[("timeout_ms = 30000", "timeout_ms = 10000")], &["reassembly.timeout_ms"]),
+    ("reassembly.max_fragments", &[("max_fragments = 64", "max_fragments = 128")], &["reassembly.max_fragments"]),
+    ("reassembly.max_per_source", &[("max_per_source = 16", "max_per_source = 8")], &["reassembly.max_per_source"]),
+    ("reassembly.max_datagrams", &[("max_datagrams = 1024", "max_datagrams = 512")], &["reassembly.max_datagrams"]),
+    ("reassembly.buffers", &[("buffers = 256", "buffers = 512")], &["reassembly.buffers"]),
+    ("icmp.ratemask", &[("ratemask = 6168", "ratemask = 0")], &["icmp.ratemask"]),
+    ("icmp.msgs_per_sec", &[("msgs_per_sec = 1000", "msgs_per_sec = 100")], &["icmp.msgs_per_sec"]),
+    ("icmp.burst", &[("burst = 50", "burst = 20")], &["icmp.burst"]),
+    ("icmp.peer_interval_ms", &[("peer_interval_ms = 1000", "peer_interval_ms = 0")], &["icmp.peer_interval_ms"]),
+    ("icmp.peer_burst", &[("peer_burst = 6", "peer_burst = 2")], &["icmp.peer_burst"]),
+    ("icmp.exempt", &[("[\"198.51.100.0/24\"]", "[]")], &["icmp.exempt"]),
+    ("icmp.peer_table_size", &[("peer_table_size = 4096", "peer_table_size = 1024")], &["icmp.peer_table_size"]),
+    ("icmp.build_first", &[("build_first = false", "build_first = true")], &["icmp.build_first"]),
+];
+
+fn edited(edits: &[(&str, &str)]) -> String {
+    let mut text = FULL.to_string();
+    for (from, to) in edits {
+        assert_eq!(text.matches(from).count(), 1, "{from:?} must be found exactly once");
+        text = text.replace(from, to);
+    }
+    text
+}
+
+#[test]
+fn each_key_changed_alone_is_the_change_found_and_classified_by_the_table() {
+    let full = parse(FULL, "full.toml").unwrap_or_else(|e| panic!("{e}"));
+    assert!(full.changes(&full).is_empty());
+    for s in KEYS {
+        assert!(
+            EDITS.iter().any(|(k, _, _)| *k == s.key),
+            "no edit of `{}` in EDITS: add one, so its getter is tested",
+            s.key
+        );
+    }
+    for (key, edits, expect) in EDITS {
+        let new = parse(&edited(edits), "full.toml").unwrap_or_else(|e| panic!("{key}: {e}"));
+        let changes = full.changes(&new);
+        let found: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
+        assert_eq!(found, *expect, "{key}: {changes:#?}");
+        // Restart-only is the table's word, nothing else's.
+        let restart: Vec<String> = changes
+            .iter()
+            .filter(|c| matches!(c.spec.reload, Reload::Restart(_)))
+            .map(|c| c.key.clone())
+            .collect();
+        assert_eq!(full.restart_only_changes(&new), restart, "{key}");
+        // Every change is on the log line of an applied reload: its service or tunnel, its key,
+        // or (`[flow_limit]`, one phrase of its whole state) its new state.
+        let described = full.describe_changes(&new);
+        assert!(!described.is_empty(), "{key}");
+        for c in &changes {
+            let field = c.spec.key.rsplit('.').next().unwrap();
+            let on_line = |d: &String| match &c.element {
+                Some(e) => d.contains(e),
+                None if c.spec.key.starts_with("flow_limit.") => d.starts_with("flow_limit "),
+                None => d.contains(field),
+            };
+            assert!(
+                described.iter().any(on_line),
+                "{key}: {} is not in the log line {described:?}",
+                c.key
+            );
+        }
+    }
+}
+
+#[test]
+fn the_start_up_only_keys_of_issue_27_are_restart_only() {
+    for k in [
+        "lcores.mode",
+        "port.forward_to",
+        "lcores.idle_sleep_us",
+        "reassembly.buffers",
+        "rss.key",
+    ] {
+        assert!(matches!(spec(k).unwrap().reload, Reload::Restart(_)), "{k}");
+    }
+    for k in [
+        "port.ipv4",
+        "service.ports",
+        "tunnel.ttl",
+        "flow_limit.table_len",
+        "icmp.burst",
+    ] {
+        assert_eq!(spec(k).unwrap().reload, Reload::Live, "{k}");
+    }
+}
+
+#[test]
+fn restart_errors_name_the_key_and_its_line_in_the_new_file() {
+    let full = parse(FULL, "full.toml").unwrap();
+    let text = edited(&[("forward_to = \"net_null1\"", "forward_to = \"net_null0\"")]);
+    let new = parse(&text, "full.toml").unwrap();
+    let e = full.restart_errors(&new, &text, "full.toml").expect("refused");
+    assert_eq!(e.errors.len(), 1, "{e}");
+    let line = text.lines().position(|l| l.starts_with("forward_to")).unwrap() + 1;
+    assert_eq!(
+        (e.errors[0].key.as_str(), e.errors[0].line),
+        ("port[0].forward_to", Some(line))
+    );
+    assert!(
+        e.to_string().starts_with(&format!(
+            "full.toml:{line}: port[0].forward_to: net_null1 -> net_null0: the forward mode's TX ports are given to the RX lcores at start-up, so only a restart applies it"
+        )),
+        "{e}"
+    );
+    let text = edited(&[
+        ("mode = \"forward\"", "mode = \"pipeline\""),
+        ("forward_to = \"net_null1\"\n", ""),
+    ]);
+    let new = parse(&text, "full.toml").unwrap();
+    let e = full.restart_errors(&new, &text, "full.toml").expect("refused");
+    let mode_line = text.lines().position(|l| l.starts_with("mode")).unwrap() + 1;
+    let keys: Vec<_> = e.errors.iter().map(|e| (e.key.as_str(), e.line)).collect();
+    // A removed key is placed at its table.
+    assert_eq!(
+        keys,
+        [("port[0].forward_to", Some(10)), ("lcores.mode", Some(mode_line))],
+        "{e}"
+    );
+    assert!(e.to_string().contains("lcores.mode: forward -> pipeline: "), "{e}");
+    // Only live keys: nothing to refuse.
+    let text = edited(&[("ttl = 64", "ttl = 32")]);
+    assert!(full.restart_errors(&parse(&text, "f").unwrap(), &text, "f").is_none());
+}
+
+#[test]
+fn the_log_line_describes_tunnels_and_services() {
+    let full = parse(FULL, "full.toml").unwrap();
+    let text = edited(&[
+        ("ttl = 64", "ttl = 32"),
+        ("name = \"outer\"", "name = \"outer2\""),
+        ("sockets = 2", "sockets = 4"),
+        ("burst = 50", "burst = 20"),
+        ("table_len = 4096", "table_len = 1024"),
+        ("timeout_ms = 30000", "timeout_ms = 10000"),
+    ]);
+    let new = parse(&text, "full.toml").unwrap();
+    assert_eq!(
+        full.describe_changes(&new),
+        [
+            "service \"gateway\" changed: sockets 2 -> 4",
+            "flow_limit on table_len 4096 lcores [0] -> on table_len 1024 lcores [0]",
+            "tunnel \"gre\" changed: ttl 64 -> 32",
+            "tunnel \"outer2\" added",
+            "tunnel \"outer\" removed",
+            "reassembly limits timeout_ms 30000 -> 10000",
+            "icmp limits changed: burst 50 -> 20",
+        ]
+    );
+}

@@ -1,0 +1,210 @@
+//! The TOML config: serde structs that reject unknown keys, and a `validate` pass that turns them
+//! into the runtime form. Every error names the key and the line, and all of them are reported at
+//! once. Key names are the user-facing contract in `shared/CONFIG.md`.
+//!
+//! One file per section: the section as written (serde), its validated form and its `validate`.
+//! [`errors`](ConfigErrors) holds the error type and the locating plumbing; `keys` the table of
+//! every key and what a reload does with it ([`KEYS`]), which both the reload's refusal and the
+//! reload log line are made from.
+
+mod changes;
+mod dpdk;
+mod errors;
+mod flow_limit;
+mod icmp;
+mod keys;
+mod lcores;
+mod metrics;
+mod port;
+mod reassembly;
+mod rss;
+mod service;
+mod tunnel;
+
+#[cfg(test)]
+mod tests;
+
+pub use changes::Change;
+pub use dpdk::{DpdkConfig, DEFAULT_MEMPOOL_OPS, MEMPOOL_OPS};
+pub use errors::{ConfigError, ConfigErrors};
+pub use keys::{spec, KeySpec, Reload, KEYS};
+pub use lcores::{LcoreConfig, LcoreMode, MAX_LCORE};
+pub use metrics::{MetricsConfig, DEFAULT_METRICS_LISTEN};
+pub use port::{PortConfig, MAX_QUEUES};
+pub use rss::RssConfig;
+pub use service::{ServiceConfig, MAX_SOCKETS, MAX_SOCKET_CAPACITY};
+pub use tunnel::{TunnelConfig, TunnelVia};
+
+use crate::locate::Locator;
+use errors::Errs;
+use serde::Deserialize;
+use std::path::Path;
+
+// Imported for the unit tests in `tests.rs`, which see this module's names.
+#[cfg(test)]
+use std::net::Ipv4Addr;
+
+/// The file, as written.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    dpdk: dpdk::DpdkSection,
+    #[serde(default)]
+    port: Vec<port::PortSection>,
+    lcores: lcores::LcoresSection,
+    metrics: Option<metrics::MetricsSection>,
+    rss: Option<rss::RssSection>,
+    #[serde(default)]
+    service: Vec<service::ServiceSection>,
+    flow_limit: Option<flow_limit::FlowLimitSection>,
+    #[serde(default)]
+    tunnel: Vec<tunnel::TunnelSection>,
+    reassembly: Option<reassembly::ReassemblySection>,
+    icmp: Option<icmp::IcmpSection>,
+}
+
+/// A validated config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// EAL and memory settings.
+    pub dpdk: DpdkConfig,
+    /// Ports, in file order.
+    pub ports: Vec<PortConfig>,
+    /// Lcore roles.
+    pub lcores: LcoreConfig,
+    /// The metrics endpoint.
+    pub metrics: MetricsConfig,
+    /// The flow hash.
+    pub rss: RssConfig,
+    /// Local services, in file order.
+    pub services: Vec<ServiceConfig>,
+    /// Flow-limit shedding (`lcores` as RX slots).
+    pub flow_limit: fastpath::pipeline::flow_limit::FlowLimitConfig,
+    /// GRE tunnels, in file order.
+    pub tunnels: Vec<TunnelConfig>,
+    /// Reassembly limits (reloadable).
+    pub reassembly: fastpath::pipeline::reasm::ReasmConfig,
+    /// 64 KiB buffers for reassembled datagrams (restart to change).
+    pub reassembly_buffers: u32,
+    /// ICMP error rate limits.
+    pub icmp: fastpath::pipeline::icmp_error::IcmpConfig,
+}
+
+impl Config {
+    /// The full EAL argument list: program name, the lcore list derived from `[lcores]`, the
+    /// config's `eal_args`, then `extra` (from the command line after `--`).
+    pub fn eal_argv(&self, extra: &[String]) -> Vec<String> {
+        let lcores = self
+            .lcores
+            .all()
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut v = vec!["fastpathd".to_string(), "-l".to_string(), lcores];
+        v.extend(self.dpdk.eal_args.iter().cloned());
+        v.extend(extra.iter().cloned());
+        v
+    }
+
+    /// Assigns (port index, RX queue) pairs to RX lcores round robin: `result[i]` is what
+    /// `lcores.rx[i]` polls.
+    pub fn rx_assignment(&self) -> Vec<Vec<(usize, u16)>> {
+        let mut out = vec![Vec::new(); self.lcores.rx.len()];
+        let mut i = 0;
+        for (p, port) in self.ports.iter().enumerate() {
+            for q in 0..port.rx_queues {
+                out[i % self.lcores.rx.len()].push((p, q));
+                i += 1;
+            }
+        }
+        out
+    }
+}
+
+/// Reads the text of the config at `path` (an error names the file).
+pub fn read(path: &Path) -> Result<String, ConfigErrors> {
+    std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        file: path.display().to_string(),
+        errors: vec![ConfigError {
+            key: String::new(),
+            line: None,
+            message: format!("cannot read: {e}"),
+        }],
+    })
+}
+
+/// Reads and validates the config at `path`.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    parse(&read(path)?, &path.display().to_string())
+}
+
+/// Parses and validates config text; `file` names it in errors.
+pub fn parse(src: &str, file: &str) -> Result<Config, ConfigErrors> {
+    let loc = Locator::new(src);
+    let raw: FileConfig = toml::from_str(src).map_err(|e| {
+        let (line, key) = match e.span() {
+            Some(s) => (
+                Some(loc.line_of_offset(s.start)),
+                loc.key_at(s.start).unwrap_or_default(),
+            ),
+            None => (None, String::new()),
+        };
+        ConfigErrors {
+            file: file.to_string(),
+            errors: vec![ConfigError {
+                key,
+                line,
+                message: e.message().trim().to_string(),
+            }],
+        }
+    })?;
+    let mut errs = Errs {
+        loc: &loc,
+        list: Vec::new(),
+    };
+    let cfg = validate(raw, &mut errs);
+    if errs.list.is_empty() {
+        Ok(cfg)
+    } else {
+        errs.list.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+        Err(ConfigErrors {
+            file: file.to_string(),
+            errors: errs.list,
+        })
+    }
+}
+
+/// Validates every section, in the order later sections need earlier ones.
+fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
+    let dpdk = dpdk::validate(raw.dpdk, errs);
+    let lcores = lcores::validate(raw.lcores, errs);
+    let ports = port::validate(raw.port, &lcores, errs);
+    lcores::check_rx_queues(&lcores, &ports, errs);
+    let metrics = metrics::validate(raw.metrics, errs);
+    let rss = rss::validate(raw.rss, errs);
+    let (mut services, tunnel_refs) = service::validate(raw.service, &ports, &lcores, &dpdk, errs);
+    let flow_limit = flow_limit::validate(raw.flow_limit, &lcores, errs);
+    let tunnels = tunnel::validate(raw.tunnel, &ports, errs);
+    service::resolve_tunnels(&mut services, &tunnel_refs, &tunnels, errs);
+    let (reassembly, reassembly_buffers) = reassembly::validate(raw.reassembly, errs);
+    let icmp = icmp::validate(raw.icmp, errs);
+    Config {
+        dpdk,
+        ports,
+        lcores,
+        metrics,
+        rss,
+        services,
+        flow_limit,
+        tunnels,
+        reassembly,
+        reassembly_buffers,
+        icmp,
+    }
+}
+
+/// Whether `name` is a valid service or tunnel name (it becomes a metric label value).
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}

@@ -1,0 +1,197 @@
+//! `[[port]]`: the DPDK ports, their queues and local addresses.
+
+use super::errors::Errs;
+use super::lcores::{LcoreConfig, LcoreMode};
+use crate::locate::Seg::{Index, Key};
+use fastpath::wire::EthernetAddress;
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// Most queues per port we accept in either direction.
+pub const MAX_QUEUES: u16 = 64;
+
+/// One `[[port]]` as written.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PortSection {
+    device: String,
+    rx_queues: Option<u16>,
+    tx_queues: Option<u16>,
+    #[serde(default)]
+    ipv4: Vec<String>,
+    #[serde(default)]
+    ipv6: Vec<String>,
+    mac: Option<String>,
+    mtu: Option<u16>,
+    forward_to: Option<String>,
+}
+
+/// One `[[port]]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PortConfig {
+    /// DPDK device name (vdev name or PCI address).
+    pub device: String,
+    /// RX queues.
+    pub rx_queues: u16,
+    /// TX queues.
+    pub tx_queues: u16,
+    /// Local IPv4 addresses.
+    pub ipv4: Vec<Ipv4Addr>,
+    /// Local IPv6 addresses.
+    pub ipv6: Vec<Ipv6Addr>,
+    /// MAC override; the port's own address otherwise.
+    pub mac: Option<EthernetAddress>,
+    /// MTU to set.
+    pub mtu: Option<u16>,
+    /// With `[lcores] mode = "forward"`: index (in `Config::ports`) of the port that sends what
+    /// this one receives; `None` is the port itself.
+    pub forward_to: Option<usize>,
+}
+
+/// Validates every `[[port]]` (`lcores` gives the TX queues each port needs and the mode
+/// `forward_to` belongs to).
+pub(super) fn validate(raw: Vec<PortSection>, lcores: &LcoreConfig, errs: &mut Errs) -> Vec<PortConfig> {
+    if raw.is_empty() {
+        errs.add(&[Key("port")], "at least one [[port]] is needed");
+    }
+    let transmitters = lcores.transmitters().len();
+    let mut devices = BTreeSet::new();
+    let mut ports = Vec::new();
+    let mut forward_to = Vec::new();
+    for (pi, mut p) in raw.into_iter().enumerate() {
+        forward_to.push(p.forward_to.take());
+        ports.push(port(pi, p, transmitters, &mut devices, errs));
+    }
+    resolve_forward_to(&mut ports, forward_to, lcores.mode, errs);
+    ports
+}
+
+/// Validates `port[pi]`; `devices` collects the device names seen so far.
+fn port(pi: usize, p: PortSection, transmitters: usize, devices: &mut BTreeSet<String>, errs: &mut Errs) -> PortConfig {
+    let at = |k: &'static str| [Key("port"), Index(pi), Key(k)];
+    if p.device.trim().is_empty() {
+        errs.add(&at("device"), "expected a DPDK device name (vdev name or PCI address)");
+    } else if !devices.insert(p.device.clone()) {
+        errs.add(
+            &at("device"),
+            format!("device {:?} appears in two [[port]] sections", p.device),
+        );
+    }
+    let (rx_queues, tx_queues) = queues(pi, &p, transmitters, errs);
+    let ipv4 = local_addrs(
+        &p.ipv4,
+        pi,
+        "ipv4",
+        "192.0.2.1",
+        |a: &Ipv4Addr| a.is_unspecified() || a.is_multicast() || a.is_broadcast(),
+        errs,
+    );
+    let ipv6 = local_addrs(
+        &p.ipv6,
+        pi,
+        "ipv6",
+        "2001:db8::1",
+        |a: &Ipv6Addr| a.is_unspecified() || a.is_multicast() || a.is_loopback(),
+        errs,
+    );
+    let mac = mac(pi, p.mac.as_deref(), errs);
+    if let Some(mtu) = p.mtu {
+        if !(68..=9600).contains(&mtu) {
+            errs.add(&at("mtu"), "expected an MTU between 68 and 9600");
+        }
+    }
+    PortConfig {
+        device: p.device,
+        rx_queues,
+        tx_queues,
+        ipv4,
+        ipv6,
+        mac,
+        mtu: p.mtu,
+        forward_to: None,
+    }
+}
+
+/// `port[pi]`'s RX and TX queues: a TX queue for each of the `transmitters` lcores.
+fn queues(pi: usize, p: &PortSection, transmitters: usize, errs: &mut Errs) -> (u16, u16) {
+    let at = |k: &'static str| [Key("port"), Index(pi), Key(k)];
+    let rx_queues = p.rx_queues.unwrap_or(1);
+    if !(1..=MAX_QUEUES).contains(&rx_queues) {
+        errs.add(&at("rx_queues"), format!("expected 1 to {MAX_QUEUES} RX queues"));
+    }
+    let tx_queues = p.tx_queues.unwrap_or(transmitters.max(1) as u16);
+    if !(1..=MAX_QUEUES).contains(&tx_queues) {
+        errs.add(&at("tx_queues"), format!("expected 1 to {MAX_QUEUES} TX queues"));
+    } else if (tx_queues as usize) < transmitters {
+        errs.add(
+            &at("tx_queues"),
+            format!(
+                "{tx_queues} TX queues, but {transmitters} lcores (rx + workers) each need their own TX queue on \
+                 every port (no shared TX lock); set tx_queues = {transmitters}"
+            ),
+        );
+    }
+    (rx_queues, tx_queues)
+}
+
+/// `port[pi].mac`: a unicast address, if given.
+fn mac(pi: usize, text: Option<&str>, errs: &mut Errs) -> Option<EthernetAddress> {
+    let at = [Key("port"), Index(pi), Key("mac")];
+    match text.map(str::parse::<EthernetAddress>) {
+        None => None,
+        Some(Ok(m)) if m.is_unicast() => Some(m),
+        Some(Ok(m)) => {
+            errs.add(&at, format!("{m} is not a unicast address"));
+            None
+        }
+        Some(Err(())) => {
+            errs.add(&at, "expected a MAC address like \"02:00:00:00:00:01\"");
+            None
+        }
+    }
+}
+
+/// Resolves each `forward_to` (a device name) to the index of its port, once every port is known.
+fn resolve_forward_to(ports: &mut [PortConfig], forward_to: Vec<Option<String>>, mode: LcoreMode, errs: &mut Errs) {
+    for (pi, to) in forward_to.into_iter().enumerate() {
+        let Some(to) = to else { continue };
+        let at = [Key("port"), Index(pi), Key("forward_to")];
+        if mode != LcoreMode::Forward {
+            errs.add(&at, "only used with [lcores] mode = \"forward\"");
+        }
+        match ports.iter().position(|p| p.device == to) {
+            Some(i) => ports[pi].forward_to = Some(i),
+            None => errs.add(&at, format!("{to:?}: expected the device of a [[port]] in this file")),
+        }
+    }
+}
+
+/// Parses `port[pi].<key>`: local unicast addresses, each once.
+fn local_addrs<A: std::str::FromStr + PartialEq + fmt::Display>(
+    list: &[String],
+    pi: usize,
+    key: &'static str,
+    example: &str,
+    not_unicast: impl Fn(&A) -> bool,
+    errs: &mut Errs,
+) -> Vec<A> {
+    let mut out: Vec<A> = Vec::new();
+    for (i, s) in list.iter().enumerate() {
+        let at = [Key("port"), Index(pi), Key(key), Index(i)];
+        match s.parse::<A>() {
+            Ok(a) if not_unicast(&a) => errs.add(&at, format!("{a} cannot be a local unicast address")),
+            Ok(a) if out.contains(&a) => errs.add(&at, format!("{a} is listed twice")),
+            Ok(a) => out.push(a),
+            Err(_) => errs.add(
+                &at,
+                format!(
+                    "{s:?}: expected an {} address like \"{example}\"",
+                    key.to_uppercase().replace("IPV", "IPv")
+                ),
+            ),
+        }
+    }
+    out
+}

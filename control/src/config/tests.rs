@@ -1,0 +1,375 @@
+//! The config's unit tests: parsing, defaults, and every error with its key and line.
+
+use super::*;
+
+const GOOD: &str = r#"
+[dpdk]
+eal_args = ["--no-huge", "--vdev=net_null0"]
+
+[[port]]
+device = "net_null0"
+rx_queues = 1
+tx_queues = 2
+ipv4 = ["192.0.2.1"]
+ipv6 = ["2001:db8::1"]
+
+[lcores]
+rx = [0]
+workers = [1]
+"#;
+
+fn errors(src: &str) -> Vec<ConfigError> {
+    parse(src, "t.toml").unwrap_err().errors
+}
+
+#[test]
+fn good_config_and_defaults() {
+    let c = parse(GOOD, "t.toml").unwrap();
+    assert_eq!(c.ports[0].ipv4, vec![Ipv4Addr::new(192, 0, 2, 1)]);
+    assert_eq!(c.dpdk.mbufs, 16383);
+    assert_eq!(c.lcores.idle_sleep_us, 50);
+    assert_eq!(
+        c.eal_argv(&["--x".into()]),
+        vec!["fastpathd", "-l", "0,1", "--no-huge", "--vdev=net_null0", "--x"]
+    );
+    assert_eq!(c.rx_assignment(), vec![vec![(0, 0)]]);
+}
+
+#[test]
+fn unknown_key_names_key_and_line() {
+    let e = errors(&GOOD.replace("rx_queues = 1", "rx_queue = 1"));
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0].line, Some(7));
+    assert!(e[0].message.contains("unknown field `rx_queue`"), "{:?}", e[0]);
+    assert!(e[0].key.starts_with("port[0]"), "{:?}", e[0]);
+}
+
+#[test]
+fn wrong_type_names_key_and_line() {
+    let e = errors(&GOOD.replace("tx_queues = 2", "tx_queues = \"two\""));
+    assert_eq!(e[0].key, "port[0].tx_queues");
+    assert_eq!(e[0].line, Some(8));
+}
+
+#[test]
+fn every_semantic_error_is_reported_with_its_line() {
+    let bad = GOOD
+        .replace("tx_queues = 2", "tx_queues = 1")
+        .replace("\"192.0.2.1\"", "\"192.0.2.300\"")
+        .replace("workers = [1]", "workers = [0]")
+        .replace("\"--vdev=net_null0\"", "\"--vdev=net_null0\", \"-l\", \"0\"");
+    let e = errors(&bad);
+    let msgs: Vec<String> = e.iter().map(|e| format!("{:?}:{}", e.line, e.key)).collect();
+    assert!(msgs.contains(&"Some(3):dpdk.eal_args[2]".to_string()), "{msgs:?}");
+    assert!(
+        msgs.contains(&"Some(8):port[0].tx_queues".to_string()) || msgs.iter().any(|m| m.ends_with("tx_queues")),
+        "{msgs:?}"
+    );
+    assert!(msgs.contains(&"Some(9):port[0].ipv4[0]".to_string()), "{msgs:?}");
+    assert!(msgs.contains(&"Some(14):lcores.workers[0]".to_string()), "{msgs:?}");
+    let text = ConfigErrors {
+        file: "t.toml".into(),
+        errors: e,
+    }
+    .to_string();
+    assert!(
+        text.contains("t.toml:9: port[0].ipv4[0]: \"192.0.2.300\": expected an IPv4 address"),
+        "{text}"
+    );
+}
+
+#[test]
+fn too_few_tx_queues_for_lcores() {
+    let e = errors(&GOOD.replace("tx_queues = 2", "tx_queues = 1"));
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0].key, "port[0].tx_queues");
+    assert_eq!(e[0].line, Some(8));
+    assert!(e[0].message.contains("own TX queue"));
+}
+
+#[test]
+fn mode_defaults_to_pipeline_and_forward_to_names_a_port() {
+    let c = parse(GOOD, "t.toml").unwrap();
+    assert_eq!(c.lcores.mode, LcoreMode::Pipeline);
+    assert_eq!(c.ports[0].forward_to, None);
+    let two = GOOD
+        .replace("\"--vdev=net_null0\"", "\"--vdev=net_null0\", \"--vdev=net_null1\"")
+        .replace(
+            "ipv6 = [\"2001:db8::1\"]\n",
+            "ipv6 = [\"2001:db8::1\"]\nforward_to = \"net_null1\"\n",
+        )
+        .replace(
+            "[lcores]\n",
+            "[[port]]\ndevice = \"net_null1\"\ntx_queues = 2\n\n[lcores]\nmode = \"forward\"\n",
+        );
+    let c = parse(&two, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.lcores.mode, LcoreMode::Forward);
+    assert_eq!(c.ports[0].forward_to, Some(1));
+    assert_eq!(c.ports[1].forward_to, None);
+
+    // forward_to without forward mode, and to a device that is no [[port]].
+    let e = errors(
+        &two.replace("mode = \"forward\"\n", "")
+            .replace("forward_to = \"net_null1\"", "forward_to = \"net_null9\""),
+    );
+    let keys: Vec<_> = e.iter().map(|e| (e.key.as_str(), e.line)).collect();
+    assert_eq!(
+        keys,
+        vec![("port[0].forward_to", Some(11)), ("port[0].forward_to", Some(11))],
+        "{e:?}"
+    );
+    assert!(e[0].message.contains("mode = \"forward\"") || e[1].message.contains("mode = \"forward\""));
+}
+
+#[test]
+fn unknown_mode_names_key_and_line() {
+    let e = errors(&GOOD.replace("workers = [1]", "workers = [1]\nmode = \"turbo\""));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(e[0].key, "lcores.mode");
+    assert_eq!(e[0].line, Some(15));
+    assert!(e[0].message.contains("expected \"pipeline\" or \"forward\""), "{e:?}");
+}
+
+#[test]
+fn mempool_ops_defaults_to_a_stack_and_names_key_and_line() {
+    let c = parse(GOOD, "t.toml").unwrap();
+    assert_eq!(c.dpdk.mempool_ops, "stack");
+    let with = |v: &str| GOOD.replace("[dpdk]\n", &format!("[dpdk]\nmempool_ops = \"{v}\"\n"));
+    assert_eq!(
+        parse(&with("ring_mp_mc"), "t.toml").unwrap().dpdk.mempool_ops,
+        "ring_mp_mc"
+    );
+    let e = errors(&with("heap"));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!((e[0].key.as_str(), e[0].line), ("dpdk.mempool_ops", Some(3)));
+    assert!(
+        e[0].message
+            .contains("\"heap\": expected one of stack, lf_stack, ring_mp_mc"),
+        "{e:?}"
+    );
+    let e = errors(&with("ring_sp_sc"));
+    assert_eq!(e[0].key, "dpdk.mempool_ops", "a single-producer pool is refused: {e:?}");
+    let b = parse(&with("ring_mp_mc"), "t.toml").unwrap();
+    assert_eq!(c.restart_only_changes(&b), vec!["dpdk.mempool_ops"]);
+}
+
+#[test]
+fn missing_sections() {
+    let e = errors("[dpdk]\n");
+    assert!(e[0].message.contains("missing field `lcores`"), "{e:?}");
+    let e = errors("[dpdk]\n[lcores]\nrx = [0]\n");
+    assert_eq!(e[0].key, "port");
+}
+
+#[test]
+fn metrics_listen() {
+    let c = parse(GOOD, "t.toml").unwrap();
+    assert_eq!(c.metrics.listen, Some("127.0.0.1:9464".parse().unwrap()));
+    let c = parse(&format!("{GOOD}\n[metrics]\nlisten = \"[::1]:0\"\n"), "t.toml").unwrap();
+    assert_eq!(c.metrics.listen, Some("[::1]:0".parse().unwrap()));
+    let c = parse(&format!("{GOOD}\n[metrics]\nenabled = false\n"), "t.toml").unwrap();
+    assert_eq!(c.metrics.listen, None);
+    let e = errors(&format!("{GOOD}\n[metrics]\nlisten = \"localhost\"\n"));
+    assert_eq!((e[0].key.as_str(), e[0].line), ("metrics.listen", Some(17)));
+}
+
+#[test]
+fn rss_key() {
+    let c = parse(GOOD, "t.toml").unwrap();
+    assert_eq!(c.rss.key[..4], [0x6d, 0x5a, 0x56, 0xda]);
+    let k = "6d:5a".repeat(20);
+    let c = parse(&format!("{GOOD}\n[rss]\nkey = \"{k}\"\nsymmetric = true\n"), "t.toml").unwrap();
+    assert_eq!(c.rss.key, [0x6d, 0x5a].repeat(20)[..]);
+    assert!(c.rss.symmetric);
+    let e = errors(&format!("{GOOD}\n[rss]\nkey = \"6d5a\"\n"));
+    assert_eq!((e[0].key.as_str(), e[0].line), ("rss.key", Some(17)));
+}
+
+const SERVICE: &str =
+    "\n[[service]]\nname = \"echo\"\nports = [7]\nsockets = 4\nsocket_capacity = 256\naction = \"echo\"\n";
+
+#[test]
+fn services() {
+    let c = parse(&format!("{GOOD}{SERVICE}"), "t.toml").unwrap();
+    let s = &c.services[0];
+    assert_eq!(
+        (s.name.as_str(), s.ports.as_slice(), s.sockets, s.socket_capacity),
+        ("echo", &[7u16][..], 4, 256)
+    );
+    assert!(s.rollover);
+    assert_eq!(s.fanout, fastpath::pipeline::FanoutMode::Hash);
+}
+
+#[test]
+fn bad_services_are_rejected_naming_the_service() {
+    let cases = [
+        (
+            "sockets = 4",
+            "sockets = 0",
+            "service[0].sockets",
+            "service \"echo\": 0 sockets",
+        ),
+        (
+            "socket_capacity = 256",
+            "socket_capacity = 100000",
+            "service[0].socket_capacity",
+            "more than the whole mbuf pool",
+        ),
+        (
+            "socket_capacity = 256",
+            "socket_capacity = 0",
+            "service[0].socket_capacity",
+            "a socket ring holds",
+        ),
+        (
+            "action = \"echo\"",
+            "action = \"mirror\"",
+            "service[0].action",
+            "unknown action \"mirror\"",
+        ),
+        (
+            "name = \"echo\"\n",
+            "name = \"echo\"\nprotocol = \"tcp\"\n",
+            "service[0].action",
+            "UDP echo server",
+        ),
+    ];
+    for (from, to, key, msg) in cases {
+        let e = errors(&format!("{GOOD}{}", SERVICE.replace(from, to)));
+        assert!(e.iter().any(|e| e.key == key && e.message.contains(msg)), "{to}: {e:?}");
+    }
+    let dup = format!(
+        "{GOOD}{SERVICE}{}",
+        SERVICE.replace("\"echo\"\nports", "\"other\"\nports")
+    );
+    let e = errors(&dup);
+    assert!(
+        e.iter()
+            .any(|e| e.key == "service[1].ports[0]" && e.message.contains("already belongs to service \"echo\"")),
+        "{e:?}"
+    );
+    let no_workers = format!(
+        "{}{SERVICE}",
+        GOOD.replace("workers = [1]", "workers = []")
+            .replace("tx_queues = 2", "tx_queues = 1")
+    );
+    assert!(errors(&no_workers).iter().any(|e| e.key == "lcores.workers"));
+}
+
+#[test]
+fn flow_limit_table_len_is_checked() {
+    let c = parse(GOOD, "t.toml").unwrap();
+    assert_eq!(c.flow_limit.for_slot(0), Some(4096));
+    for bad in ["0", "1000", "2097152", "-4"] {
+        let e = errors(&format!("{GOOD}\n[flow_limit]\ntable_len = {bad}\n"));
+        assert_eq!(
+            (e[0].key.as_str(), e[0].line),
+            ("flow_limit.table_len", Some(17)),
+            "{bad}"
+        );
+        assert!(e[0].message.contains("power of two"));
+    }
+    let c = parse(
+        &format!("{GOOD}\n[flow_limit]\ntable_len = 1048576\nlcores = [0]\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(c.flow_limit.for_slot(0), Some(1 << 20));
+    let e = errors(&format!("{GOOD}\n[flow_limit]\nlcores = [1]\n"));
+    assert_eq!(e[0].key, "flow_limit.lcores[0]");
+    let c = parse(&format!("{GOOD}\n[flow_limit]\nenabled = false\n"), "t.toml").unwrap();
+    assert_eq!(c.flow_limit.for_slot(0), None);
+}
+
+fn tunnel(name: &str, out: &str) -> String {
+    format!("\n[[tunnel]]\nname = \"{name}\"\nlocal = \"192.0.2.1\"\nremote = \"198.51.100.2\"\n{out}\n")
+}
+
+#[test]
+fn tunnels_nest_to_depth_three_and_loops_are_refused() {
+    let port = "port = \"net_null0\"\nnext_hop_mac = \"02:00:00:00:00:fe\"";
+    let ok = format!(
+        "{GOOD}{}{}{}",
+        tunnel("a", port),
+        tunnel("b", "via = \"a\""),
+        tunnel("c", "via = \"b\"")
+    );
+    let c = parse(&ok, "t.toml").unwrap();
+    assert_eq!(c.tunnels.iter().map(|t| t.depth).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(c.tunnels[2].via, TunnelVia::Tunnel(1));
+
+    let deep = format!("{ok}{}", tunnel("d", "via = \"c\""));
+    let e = errors(&deep);
+    assert!(
+        e.iter()
+            .any(|e| e.key == "tunnel[3].via" && e.message.contains("at most 3")),
+        "{e:?}"
+    );
+
+    let looped = format!("{GOOD}{}{}", tunnel("a", "via = \"b\""), tunnel("b", "via = \"a\""));
+    let e = errors(&looped);
+    assert!(
+        e.iter()
+            .any(|e| e.key == "tunnel[0].via" && e.message.contains("loop: a -> b -> a")),
+        "{e:?}"
+    );
+    let selfish = format!("{GOOD}{}", tunnel("a", "via = \"a\""));
+    assert!(errors(&selfish)
+        .iter()
+        .any(|e| e.message.contains("carried through itself")));
+
+    let e = errors(&format!("{GOOD}{}", tunnel("a", "port = \"nope\"")));
+    assert!(e.iter().any(|e| e.key == "tunnel[0].port"), "{e:?}");
+    assert!(e.iter().any(|e| e.key == "tunnel[0].next_hop_mac"), "{e:?}");
+    let e = errors(&format!("{GOOD}{}", tunnel("a", "")));
+    assert!(e.iter().any(|e| e.message.contains("exactly one of port")), "{e:?}");
+}
+
+#[test]
+fn tunnel_actions_name_existing_tunnels() {
+    let port = "port = \"net_null0\"\nnext_hop_mac = \"02:00:00:00:00:fe\"";
+    let svc = SERVICE.replace("action = \"echo\"", "action = \"tunnel\"\ntunnels = [\"a\", \"zz\"]");
+    let e = errors(&format!("{GOOD}{}{svc}", tunnel("a", port)));
+    assert!(
+        e.iter()
+            .any(|e| e.key == "service[0].tunnels[1]" && e.message.contains("\"zz\"")),
+        "{e:?}"
+    );
+    let svc = SERVICE.replace("action = \"echo\"", "action = \"tunnel\"\ntunnel = \"a\"");
+    let c = parse(&format!("{GOOD}{}{svc}", tunnel("a", port)), "t.toml").unwrap();
+    assert_eq!(c.services[0].action, fastpath::pipeline::Action::Tunnel(vec![0]));
+}
+
+#[test]
+fn reload_classifies_changes() {
+    let a = parse(GOOD, "t.toml").unwrap();
+    let b = parse(
+        &GOOD.replace("[\"192.0.2.1\"]", "[\"192.0.2.1\", \"192.0.2.5\"]"),
+        "t.toml",
+    )
+    .unwrap();
+    assert!(a.restart_only_changes(&b).is_empty());
+    assert_eq!(a.describe_changes(&b).len(), 1);
+    let c = parse(
+        &GOOD
+            .replace("rx_queues = 1", "rx_queues = 2")
+            .replace("workers = [1]", "workers = [2]"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(a.restart_only_changes(&c), vec!["port[0].rx_queues", "lcores.workers"]);
+}
+
+#[test]
+fn every_shipped_config_is_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "toml") {
+            load(&p).unwrap_or_else(|e| panic!("{e}"));
+            n += 1;
+        }
+    }
+    assert!(n >= 1, "no config in {}", dir.display());
+}

@@ -1,0 +1,250 @@
+//! `[[tunnel]]`: GRE tunnels, leaving by a port or nested in another tunnel.
+
+use super::errors::Errs;
+use super::port::PortConfig;
+use super::valid_name;
+use crate::locate::Seg::{Index, Key};
+use fastpath::pipeline::tunnel::MAX_DEPTH;
+use fastpath::wire::EthernetAddress;
+use serde::Deserialize;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// One `[[tunnel]]` as written.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TunnelSection {
+    name: String,
+    local: String,
+    remote: String,
+    key: Option<u32>,
+    sequence: Option<bool>,
+    checksum: Option<bool>,
+    ttl: Option<i64>,
+    port: Option<String>,
+    via: Option<String>,
+    next_hop_mac: Option<String>,
+}
+
+/// Where a tunnel's packets leave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TunnelVia {
+    /// Out of `port[index]` to this next hop.
+    Port(usize, EthernetAddress),
+    /// Through `tunnel[index]`.
+    Tunnel(usize),
+}
+
+/// One `[[tunnel]]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunnelConfig {
+    /// Name.
+    pub name: String,
+    /// Our underlay address.
+    pub local: std::net::IpAddr,
+    /// The far end.
+    pub remote: std::net::IpAddr,
+    /// GRE key.
+    pub key: Option<u32>,
+    /// Sequence numbers.
+    pub sequence: bool,
+    /// GRE checksums.
+    pub checksum: bool,
+    /// Outer TTL.
+    pub ttl: u8,
+    /// How packets leave.
+    pub via: TunnelVia,
+    /// Tunnel headers around a packet sent through it (1 = straight to a port).
+    pub depth: usize,
+}
+
+/// Validates every `[[tunnel]]` and the depth of their `via` chains.
+pub(super) fn validate(raw: Vec<TunnelSection>, ports: &[PortConfig], errs: &mut Errs) -> Vec<TunnelConfig> {
+    let names: Vec<String> = raw.iter().map(|t| t.name.clone()).collect();
+    let mut out = Vec::new();
+    let mut vias: Vec<Option<usize>> = Vec::new();
+    for (ti, r) in raw.iter().enumerate() {
+        let (tunnel, via) = tunnel(ti, r, &names, ports, errs);
+        out.push(tunnel);
+        vias.push(via);
+    }
+    set_depths(&mut out, &vias, errs);
+    out
+}
+
+/// Validates `tunnel[ti]`; also returns the index of the tunnel it goes through, if any.
+fn tunnel(
+    ti: usize,
+    r: &TunnelSection,
+    names: &[String],
+    ports: &[PortConfig],
+    errs: &mut Errs,
+) -> (TunnelConfig, Option<usize>) {
+    let at = |k: &'static str| [Key("tunnel"), Index(ti), Key(k)];
+    let who = format!("tunnel {:?}", r.name);
+    if !valid_name(&r.name) {
+        errs.add(
+            &at("name"),
+            format!("{who}: expected a name of letters, digits, '-' and '_'"),
+        );
+    } else if names.iter().filter(|n| **n == r.name).count() > 1 {
+        errs.add(&at("name"), format!("{who}: two tunnels have this name"));
+    }
+    let (local, remote) = endpoints(ti, r, &who, ports, errs);
+    let ttl = r.ttl.unwrap_or(64);
+    if !(1..=255).contains(&ttl) {
+        errs.add(&at("ttl"), format!("{who}: ttl {ttl}: expected 1 to 255"));
+    }
+    let (via, via_idx) = route(ti, r, &who, names, ports, errs);
+    let tunnel = TunnelConfig {
+        name: r.name.clone(),
+        local: local.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+        remote: remote.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+        key: r.key,
+        sequence: r.sequence.unwrap_or(false),
+        checksum: r.checksum.unwrap_or(false),
+        ttl: ttl.clamp(1, 255) as u8,
+        via,
+        depth: 1,
+    };
+    (tunnel, via_idx)
+}
+
+/// `tunnel[ti]`'s `local` (one of our addresses) and `remote`, of one family.
+fn endpoints(
+    ti: usize,
+    r: &TunnelSection,
+    who: &str,
+    ports: &[PortConfig],
+    errs: &mut Errs,
+) -> (Option<IpAddr>, Option<IpAddr>) {
+    let at = |k: &'static str| [Key("tunnel"), Index(ti), Key(k)];
+    let local = r
+        .local
+        .parse::<IpAddr>()
+        .map_err(|_| errs.add(&at("local"), format!("{who}: {:?}: expected an IP address", r.local)))
+        .ok();
+    let remote = r
+        .remote
+        .parse::<IpAddr>()
+        .map_err(|_| errs.add(&at("remote"), format!("{who}: {:?}: expected an IP address", r.remote)))
+        .ok();
+    if let (Some(l), Some(rm)) = (local, remote) {
+        if l.is_ipv4() != rm.is_ipv4() {
+            errs.add(
+                &at("remote"),
+                format!("{who}: local {l} and remote {rm} are of different families"),
+            );
+        }
+        let ours = ports.iter().any(|p| match l {
+            IpAddr::V4(a) => p.ipv4.contains(&a),
+            IpAddr::V6(a) => p.ipv6.contains(&a),
+        });
+        if !ours {
+            errs.add(
+                &at("local"),
+                format!("{who}: {l} is not a local address of any [[port]]"),
+            );
+        }
+    }
+    (local, remote)
+}
+
+/// How `tunnel[ti]`'s packets leave: exactly one of `port` (with `next_hop_mac`) or `via`.
+fn route(
+    ti: usize,
+    r: &TunnelSection,
+    who: &str,
+    names: &[String],
+    ports: &[PortConfig],
+    errs: &mut Errs,
+) -> (TunnelVia, Option<usize>) {
+    let at = |k: &'static str| [Key("tunnel"), Index(ti), Key(k)];
+    match (&r.port, &r.via) {
+        (Some(dev), None) => {
+            let pi = ports.iter().position(|p| &p.device == dev);
+            if pi.is_none() {
+                errs.add(&at("port"), format!("{who}: no [[port]] has device {dev:?}"));
+            }
+            let mac = next_hop_mac(ti, r, who, errs);
+            (TunnelVia::Port(pi.unwrap_or(0), mac), None)
+        }
+        (None, Some(name)) => {
+            let via_idx = names.iter().position(|n| n == name);
+            if via_idx.is_none() {
+                errs.add(&at("via"), format!("{who}: no tunnel is named {name:?}"));
+            }
+            if r.next_hop_mac.is_some() {
+                errs.add(
+                    &at("next_hop_mac"),
+                    format!("{who}: next_hop_mac belongs to the tunnel that carries it"),
+                );
+            }
+            (TunnelVia::Tunnel(via_idx.unwrap_or(0)), via_idx)
+        }
+        _ => {
+            errs.add(
+                &at("port"),
+                format!("{who}: give exactly one of port (a [[port]] device) or via (another tunnel)"),
+            );
+            (TunnelVia::Port(0, EthernetAddress::default()), None)
+        }
+    }
+}
+
+/// `tunnel[ti].next_hop_mac`, which a tunnel that leaves by a port needs.
+fn next_hop_mac(ti: usize, r: &TunnelSection, who: &str, errs: &mut Errs) -> EthernetAddress {
+    let at = [Key("tunnel"), Index(ti), Key("next_hop_mac")];
+    match r.next_hop_mac.as_deref().map(str::parse::<EthernetAddress>) {
+        Some(Ok(m)) if m.is_unicast() => m,
+        Some(_) => {
+            errs.add(&at, format!("{who}: expected a unicast MAC like \"02:00:00:00:00:fe\""));
+            EthernetAddress::default()
+        }
+        None => {
+            errs.add(&at, format!("{who}: a tunnel that leaves by a port needs next_hop_mac"));
+            EthernetAddress::default()
+        }
+    }
+}
+
+/// Depth along `via` chains; a chain that revisits a tunnel is a loop (seed 004: a tunnel
+/// routed into itself), one longer than MAX_DEPTH nests too deep.
+fn set_depths(out: &mut [TunnelConfig], vias: &[Option<usize>], errs: &mut Errs) {
+    for ti in 0..out.len() {
+        match depth(ti, vias, out) {
+            Ok(depth) => out[ti].depth = depth,
+            Err(msg) => errs.add(
+                &[Key("tunnel"), Index(ti), Key("via")],
+                format!("tunnel {:?}: {msg}", out[ti].name),
+            ),
+        }
+    }
+}
+
+/// The tunnel headers around a packet sent through `tunnel[ti]`, or what is wrong with its chain.
+fn depth(ti: usize, vias: &[Option<usize>], out: &[TunnelConfig]) -> Result<usize, String> {
+    let mut seen = vec![ti];
+    let mut cur = ti;
+    let mut depth = 1;
+    while let Some(next) = vias[cur] {
+        if seen.contains(&next) {
+            return Err(format!(
+                "loop: {} is carried through itself",
+                seen.iter()
+                    .chain([&next])
+                    .map(|&i| out[i].name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" -> ")
+            ));
+        }
+        seen.push(next);
+        depth += 1;
+        cur = next;
+        if depth > MAX_DEPTH {
+            return Err(format!(
+                "nested {depth} deep or more; at most {MAX_DEPTH} tunnel headers are allowed"
+            ));
+        }
+    }
+    Ok(depth)
+}
