@@ -231,7 +231,7 @@ impl TableBuilder {
                 owner: worker_for(&t.name, 0, self.workers),
                 counters,
                 handoff: ring,
-                max_seq_jump: fastpath::pipeline::tunnel::DEFAULT_MAX_SEQ_JUMP,
+                max_seq_jump: t.max_seq_jump,
             });
         }
         self.handoff = handoff;

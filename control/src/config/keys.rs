@@ -173,6 +173,7 @@ pub static KEYS: &[KeySpec] = &[
     live("tunnel.sequence", Get::Tunnel(|_, t| t.sequence.to_string())),
     live("tunnel.checksum", Get::Tunnel(|_, t| t.checksum.to_string())),
     live("tunnel.ttl", Get::Tunnel(|_, t| t.ttl.to_string())),
+    live("tunnel.max_seq_jump", Get::Tunnel(|_, t| t.max_seq_jump.to_string())),
     live("tunnel.port", Get::Tunnel(tunnel_port)),
     live("tunnel.via", Get::Tunnel(tunnel_via)),
     live("tunnel.next_hop_mac", Get::Tunnel(tunnel_next_hop)),

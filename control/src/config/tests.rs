@@ -373,3 +373,27 @@ fn every_shipped_config_is_valid() {
     }
     assert!(n >= 1, "no config in {}", dir.display());
 }
+
+#[test]
+fn a_sequence_jump_bound_must_stay_below_half_the_number_space() {
+    let port = "port = \"net_null0\"\nnext_hop_mac = \"02:00:00:00:00:fe\"";
+    for (v, ok) in [
+        ("1", true),
+        ("65536", true),
+        ("2147483647", true),
+        ("0", false),
+        ("2147483648", false),
+    ] {
+        let cfg = format!(
+            "{GOOD}{}",
+            tunnel("s", &format!("{port}\nsequence = true\nmax_seq_jump = {v}"))
+        );
+        match parse(&cfg, "t.toml") {
+            Ok(c) => assert!(ok, "{v} accepted: {:?}", c.tunnels[0].max_seq_jump),
+            Err(e) => {
+                assert!(!ok, "{v} refused: {e}");
+                assert!(e.errors.iter().any(|e| e.key == "tunnel[0].max_seq_jump"), "{v}: {e}");
+            }
+        }
+    }
+}

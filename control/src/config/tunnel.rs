@@ -20,6 +20,7 @@ pub(super) struct TunnelSection {
     sequence: Option<bool>,
     checksum: Option<bool>,
     ttl: Option<i64>,
+    max_seq_jump: Option<i64>,
     port: Option<String>,
     via: Option<String>,
     next_hop_mac: Option<String>,
@@ -51,6 +52,8 @@ pub struct TunnelConfig {
     pub checksum: bool,
     /// Outer TTL.
     pub ttl: u8,
+    /// Sequence tunnels: the largest step forward a received number may take (default 2^16).
+    pub max_seq_jump: u32,
     /// How packets leave.
     pub via: TunnelVia,
     /// Tunnel headers around a packet sent through it (1 = straight to a port).
@@ -94,6 +97,15 @@ fn tunnel(
     if !(1..=255).contains(&ttl) {
         errs.add(&at("ttl"), format!("{who}: ttl {ttl}: expected 1 to 255"));
     }
+    let max_seq_jump = r
+        .max_seq_jump
+        .unwrap_or(fastpath::pipeline::tunnel::DEFAULT_MAX_SEQ_JUMP as i64);
+    if !(1..(1 << 31)).contains(&max_seq_jump) {
+        errs.add(
+            &at("max_seq_jump"),
+            format!("{who}: max_seq_jump {max_seq_jump}: expected 1 to 2147483647 (RFC 2890 serial numbers)"),
+        );
+    }
     let (via, via_idx) = route(ti, r, &who, names, ports, errs);
     let tunnel = TunnelConfig {
         name: r.name.clone(),
@@ -103,6 +115,7 @@ fn tunnel(
         sequence: r.sequence.unwrap_or(false),
         checksum: r.checksum.unwrap_or(false),
         ttl: ttl.clamp(1, 255) as u8,
+        max_seq_jump: max_seq_jump.clamp(1, i32::MAX as i64) as u32,
         via,
         depth: 1,
     };

@@ -193,6 +193,7 @@ const EDITS: &[Edit] = &[
     ("tunnel.sequence", &[("sequence = false", "sequence = true")], &["tunnel[0].sequence"]),
     ("tunnel.checksum", &[("checksum = false", "checksum = true")], &["tunnel[0].checksum"]),
     ("tunnel.ttl", &[("ttl = 64", "ttl = 32")], &["tunnel[0].ttl"]),
+    ("tunnel.max_seq_jump", &[("max_seq_jump = 65536", "max_seq_jump = 1000")], &["tunnel[0].max_seq_jump"]),
     ("tunnel.port", &[("port = \"net_null0\"", "port = \"net_null1\"")], &["tunnel[0].port"]),
     ("tunnel.via", &[("via = \"gre\"", "via = \"outer\"")], &["tunnel[1].via"]),
     ("tunnel.next_hop_mac", &[("00:00:fe\"", "00:00:fc\"")], &["tunnel[0].next_hop_mac"]),
