@@ -678,8 +678,7 @@ fn control_loop(
     let mut last_change = Instant::now();
     let mut next_line = interval.map(|i| Instant::now() + i);
     let mut prev = Snapshot::take(src);
-    let mut recursion_logged = 0u64;
-    let mut last_recursion_log = Instant::now() - Duration::from_secs(2);
+    let mut recursion = RecursionLog::default();
     let started = Instant::now();
     loop {
         std::thread::sleep(tick);
@@ -691,17 +690,7 @@ fn control_loop(
             reloader.reload("SIGHUP");
         }
         reloader.tick();
-        // Seed 004: a tunnel loop is logged, at most once a second, from here (no I/O on lcores).
-        let nested = fastpath::stats::total_outcome(&src.lcores, Outcome::GreRecursion);
-        if nested > recursion_logged && last_recursion_log.elapsed() >= Duration::from_secs(1) {
-            eprintln!(
-                "fastpathd: dead loop? {} packets nested deeper than {} tunnel headers dropped so far",
-                nested,
-                fastpath::pipeline::tunnel::MAX_DEPTH
-            );
-            recursion_logged = nested;
-            last_recursion_log = Instant::now();
-        }
+        recursion.tick(src);
         let rx = total_rx(src);
         if rx != last_rx {
             last_rx = rx;
@@ -725,6 +714,39 @@ fn control_loop(
         }
     }
     stop.request_stop();
+}
+
+/// Seed 004: a tunnel loop is logged, at most once a second, from the control thread (no I/O
+/// on lcores).
+struct RecursionLog {
+    /// Packets nested too deep when last logged.
+    logged: u64,
+    /// When last logged.
+    at: Instant,
+}
+
+impl Default for RecursionLog {
+    fn default() -> Self {
+        RecursionLog {
+            logged: 0,
+            at: Instant::now() - Duration::from_secs(2),
+        }
+    }
+}
+
+impl RecursionLog {
+    fn tick(&mut self, src: &Sources) {
+        let nested = fastpath::stats::total_outcome(&src.lcores, Outcome::GreRecursion);
+        if nested > self.logged && self.at.elapsed() >= Duration::from_secs(1) {
+            eprintln!(
+                "fastpathd: dead loop? {} packets nested deeper than {} tunnel headers dropped so far",
+                nested,
+                fastpath::pipeline::tunnel::MAX_DEPTH
+            );
+            self.logged = nested;
+            self.at = Instant::now();
+        }
+    }
 }
 
 /// Counters at one instant, for the live view.
