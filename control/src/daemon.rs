@@ -15,6 +15,7 @@ use fastpath::generation::Published;
 use fastpath::outcome::Outcome;
 use fastpath::runtime::{IdlePolicy, RunControl, RxLcore, TscClock, WorkerLcore};
 use fastpath::stats::{LcoreStats, QueueCounters};
+use prometheus::Registry;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -32,6 +33,9 @@ enum Role {
     Rx(Box<RxLcore>),
     Worker(WorkerLcore),
 }
+
+/// Every lcore's role, by lcore id.
+type Roles = Vec<(u32, Role)>;
 
 impl Role {
     fn run(self, stop: &RunControl) {
@@ -88,6 +92,11 @@ pub fn run(opts: Options) -> u8 {
     }
 }
 
+/// The ports' last counters, taken just before they close, for the final metrics; until then the
+/// metrics read the live ones.
+type FinalPortStats = Arc<std::sync::Mutex<Option<Vec<Option<dpdk::port::PortStats>>>>>;
+
+/// Start-up, serving and shutdown, in the order the module's doc gives.
 fn start_and_serve(
     cfg: Config,
     opts: &Options,
@@ -101,15 +110,72 @@ fn start_and_serve(
         .unwrap_or(0.0);
     // Before the EAL narrows this thread to the main lcore's CPU.
     let allowed = crate::placement::allowed_cpus();
+    let eal = init_eal(&cfg, opts)?;
+    let (pool, big) = make_pools(&cfg)?;
+    let ports = open_ports(&cfg, &pool)?;
+    let (opened, port_names, port_info) = describe_ports(&cfg, &ports);
+    let mut builder = TableBuilder::new(opened, cfg.lcores.rx.len(), cfg.lcores.workers.len(), pool.clone());
+    let first = builder
+        .build(&cfg, 1)
+        .map_err(|e| format!("{e}\n  Give EAL more memory (-m) for the socket rings."))?;
+    let published = Arc::new(Published::new(Arc::new(first)));
+    let kit = LcoreKit::new(&cfg, &eal, &ports, &published, (&pool, &big));
+    let (roles, all_stats, run_control) = lcore_roles(&kit);
+    let final_port_stats = FinalPortStats::default();
+    let sources = metric_sources(
+        (port_names, port_info),
+        all_stats,
+        (start_time, eal.tsc_hz()),
+        (&pool, &big),
+        &final_port_stats,
+        &published,
+    );
+    let registry = metrics::registry(sources.clone());
+    let pin = housekeeping_pin(allowed.as_deref(), &cfg);
+    let http = start_http(server, &registry, &pin)?;
+    let (main_role, launched) = launch(&eal, &cfg.lcores, roles, &run_control)?;
+    let reloader = Reloader::new(
+        opts.config.clone(),
+        cfg.clone(),
+        builder,
+        published.clone(),
+        sources.reload.clone(),
+    );
+    let control = spawn_control(opts, signals, &sources, &run_control, reloader, pin)?;
+    let failed_lcores = serve(&eal, main_role, &launched, &run_control, control, http);
+    shutdown(
+        Dataplane {
+            eal,
+            pool,
+            big,
+            ports,
+            published,
+            run_control,
+            sources,
+            registry,
+            final_port_stats,
+        },
+        opts,
+        started,
+        failed_lcores,
+    )
+}
+
+/// Initialises the EAL with the lcores of `[lcores]` and the arguments of the config and the
+/// command line.
+fn init_eal(cfg: &Config, opts: &Options) -> Result<Eal, String> {
     let argv = cfg.eal_argv(&opts.extra_eal_args);
-    let eal = Eal::init(&argv).map_err(|e| {
+    Eal::init(&argv).map_err(|e| {
         format!(
             "{e}\n  EAL arguments: {}\n  Check [dpdk] eal_args: without hugepages use --no-huge -m 512; vdevs are \
              --vdev=net_pcap0,rx_pcap=IN,tx_pcap=OUT; the lcores in [lcores] must exist on this machine.",
             argv.join(" ")
         )
-    })?;
+    })
+}
 
+/// The packet pool, and the pool of 64 KiB buffers for reassembled datagrams.
+fn make_pools(cfg: &Config) -> Result<(Arc<Mempool>, Arc<Mempool>), String> {
     let max_mtu = cfg.ports.iter().filter_map(|p| p.mtu).max().unwrap_or(1500) as u32;
     let data_room = (dpdk_room(max_mtu)).max(2048 + 128) as u16;
     let pool = Arc::new(
@@ -128,7 +194,11 @@ fn start_and_serve(
         Mempool::new("fastpath_reasm", cfg.reassembly_buffers, 8, u16::MAX)
             .map_err(|e| format!("{e}\n  Give EAL more memory (-m) or lower [reassembly] buffers (64 KiB each)."))?,
     );
+    Ok((pool, big))
+}
 
+/// Opens and starts every `[[port]]`, in file order, logging how each was set up.
+fn open_ports(cfg: &Config, pool: &Arc<Mempool>) -> Result<Vec<Port>, String> {
     let mut ports = Vec::new();
     for (i, p) in cfg.ports.iter().enumerate() {
         let conf = PortConf {
@@ -159,11 +229,16 @@ fn start_and_serve(
         );
         ports.push(port);
     }
+    Ok(ports)
+}
 
+/// The opened ports for the table builder, and their names and set-up by DPDK port id for the
+/// metrics.
+fn describe_ports(cfg: &Config, ports: &[Port]) -> (Vec<OpenedPort>, Vec<String>, Vec<Option<metrics::PortInfo>>) {
     let mut opened = Vec::new();
     let mut port_names = Vec::new();
     let mut port_info = Vec::new();
-    for (p, port) in cfg.ports.iter().zip(&ports) {
+    for (p, port) in cfg.ports.iter().zip(ports) {
         opened.push(OpenedPort {
             id: port.id(),
             mac: port.mac(),
@@ -180,20 +255,74 @@ fn start_and_serve(
             rx_checksum_offload: port.rx_checksums().to_string(),
         });
     }
-    let mut builder = TableBuilder::new(opened, cfg.lcores.rx.len(), cfg.lcores.workers.len(), pool.clone());
-    let first = builder
-        .build(&cfg, 1)
-        .map_err(|e| format!("{e}\n  Give EAL more memory (-m) for the socket rings."))?;
-    let published = Arc::new(Published::new(Arc::new(first)));
-    let idle = IdlePolicy {
-        spin_polls: 1024,
-        sleep: Duration::from_micros(cfg.lcores.idle_sleep_us),
-    };
-    let clock = TscClock::new(eal.tsc_hz());
-    // Forward mode: TX port id per RX port id.
+    (opened, port_names, port_info)
+}
+
+/// What every lcore's loop is built from.
+#[derive(Clone, Copy)]
+struct LcoreKit<'a> {
+    cfg: &'a Config,
+    ports: &'a [Port],
+    published: &'a Arc<Published>,
+    pool: &'a Arc<Mempool>,
+    big: &'a Arc<Mempool>,
+    idle: IdlePolicy,
+    clock: TscClock,
+    eal: &'a Eal,
+    counters: fn(u16, u16) -> QueueCounters,
+}
+
+impl<'a> LcoreKit<'a> {
+    fn new(
+        cfg: &'a Config,
+        eal: &'a Eal,
+        ports: &'a [Port],
+        published: &'a Arc<Published>,
+        (pool, big): (&'a Arc<Mempool>, &'a Arc<Mempool>),
+    ) -> Self {
+        LcoreKit {
+            cfg,
+            ports,
+            published,
+            pool,
+            big,
+            idle: IdlePolicy {
+                spin_polls: 1024,
+                sleep: Duration::from_micros(cfg.lcores.idle_sleep_us),
+            },
+            clock: TscClock::new(eal.tsc_hz()),
+            eal,
+            counters: lcore_counters(cfg.lcores.mode),
+        }
+    }
+}
+
+/// The plain forward mode counts packets per queue, as testpmd's io mode does; the bytes are
+/// the ports' counters.
+fn lcore_counters(mode: LcoreMode) -> fn(u16, u16) -> QueueCounters {
+    if mode == LcoreMode::Forward {
+        QueueCounters::packets_only
+    } else {
+        QueueCounters::new
+    }
+}
+
+/// One role per lcore, every lcore's counters (RX lcores first), and the run control over the
+/// RX lcores' counters.
+fn lcore_roles(kit: &LcoreKit) -> (Roles, Vec<Arc<LcoreStats>>, Arc<RunControl>) {
+    let mut roles: Roles = Vec::new();
+    let mut all_stats = Vec::new();
+    rx_roles(kit, &mut roles, &mut all_stats);
+    let run_control = Arc::new(RunControl::new(all_stats.clone()));
+    worker_roles(kit, &mut roles, &mut all_stats);
+    (roles, all_stats, run_control)
+}
+
+/// Forward mode: TX port id per RX port id.
+fn forward_map(cfg: &Config, ports: &[Port]) -> Vec<u16> {
     let max_id = ports.iter().map(|p| p.id()).max().unwrap_or(0);
     let mut forward_to: Vec<u16> = (0..=max_id).collect();
-    for (i, (p, port)) in cfg.ports.iter().zip(&ports).enumerate() {
+    for (i, (p, port)) in cfg.ports.iter().zip(ports).enumerate() {
         let to = p.forward_to.unwrap_or(i);
         forward_to[port.id() as usize] = ports[to].id();
         if cfg.lcores.mode == LcoreMode::Forward {
@@ -203,17 +332,23 @@ fn start_and_serve(
             );
         }
     }
+    forward_to
+}
 
-    // One role per lcore; RX lcore i owns TX queue i on every port.
-    let mut roles: Vec<(u32, Role)> = Vec::new();
-    let mut all_stats = Vec::new();
-    // The plain forward mode counts packets per queue, as testpmd's io mode does; the bytes are
-    // the ports' counters.
-    let counters = if cfg.lcores.mode == LcoreMode::Forward {
-        QueueCounters::packets_only
-    } else {
-        QueueCounters::new
-    };
+/// The RX lcores' roles; RX lcore i owns TX queue i on every port.
+fn rx_roles(kit: &LcoreKit, roles: &mut Roles, all_stats: &mut Vec<Arc<LcoreStats>>) {
+    let LcoreKit {
+        cfg,
+        ports,
+        published,
+        pool,
+        big,
+        idle,
+        clock,
+        counters,
+        ..
+    } = *kit;
+    let forward_to = forward_map(cfg, ports);
     for (i, (&lcore, assigned)) in cfg.lcores.rx.iter().zip(cfg.rx_assignment()).enumerate() {
         let rxqs: Vec<_> = assigned.iter().filter_map(|&(p, q)| ports[p].rx_queue(q)).collect();
         let txqs: Vec<_> = ports.iter().filter_map(|p| p.tx_queue(i as u16)).collect();
@@ -238,8 +373,20 @@ fn start_and_serve(
         }
         roles.push((lcore, Role::Rx(Box::new(rx_lcore))));
     }
-    let run_control = Arc::new(RunControl::new(all_stats.clone()));
-    // Worker w owns TX queue rx.len() + w on every port.
+}
+
+/// The workers' roles; worker w owns TX queue rx.len() + w on every port.
+fn worker_roles(kit: &LcoreKit, roles: &mut Roles, all_stats: &mut Vec<Arc<LcoreStats>>) {
+    let LcoreKit {
+        cfg,
+        ports,
+        published,
+        pool,
+        idle,
+        eal,
+        counters,
+        ..
+    } = *kit;
     let nrx = cfg.lcores.rx.len();
     for (w, &lcore) in cfg.lcores.workers.iter().enumerate() {
         let txqs: Vec<_> = ports.iter().filter_map(|p| p.tx_queue((nrx + w) as u16)).collect();
@@ -262,17 +409,27 @@ fn start_and_serve(
             )),
         ));
     }
+}
 
+/// What the metrics read: the ports (names and set-up by id), every lcore's counters, (start
+/// time, TSC rate), the pools, the ports' counters (live, then `final_port_stats`) and the
+/// published generation.
+fn metric_sources(
+    (port_names, port_info): (Vec<String>, Vec<Option<metrics::PortInfo>>),
+    lcores: Vec<Arc<LcoreStats>>,
+    (start_time, tsc_hz): (f64, u64),
+    (pool, big): (&Arc<Mempool>, &Arc<Mempool>),
+    final_port_stats: &FinalPortStats,
+    published: &Arc<Published>,
+) -> Arc<Sources> {
     let (pool_for_metrics, big_for_metrics) = (pool.clone(), big.clone());
-    // Live port counters until the ports close; then the snapshot taken just before.
-    let final_port_stats: Arc<std::sync::Mutex<Option<Vec<Option<dpdk::port::PortStats>>>>> = Default::default();
-    let sources = Arc::new(Sources {
+    Arc::new(Sources {
         port_names,
         port_info,
-        lcores: all_stats.clone(),
+        lcores,
         dpdk_version: dpdk::version(),
         start_time,
-        tsc_hz: eal.tsc_hz(),
+        tsc_hz,
         mbufs_in_use: Box::new(move || (pool_for_metrics.in_use() + big_for_metrics.in_use()) as u64),
         port_stats: {
             let last = final_port_stats.clone();
@@ -283,10 +440,13 @@ fn start_and_serve(
         },
         published: published.clone(),
         reload: Arc::new(ReloadStats::default()),
-    });
-    let registry = metrics::registry(sources.clone());
-    // The control and metrics threads: off the RX lcores' CPUs whenever possible.
-    let housekeeping = match &allowed {
+    })
+}
+
+/// Pins the calling thread (named for the log) to the housekeeping CPUs: the control and
+/// metrics threads stay off the RX lcores' CPUs whenever possible.
+fn housekeeping_pin(allowed: Option<&[u32]>, cfg: &Config) -> impl Fn(&str) + Clone + Send + 'static {
+    let housekeeping = match allowed {
         Some(allowed) => {
             let (cpus, why) = crate::placement::housekeeping_cpus(allowed, &cfg.lcores.rx, &cfg.lcores.workers);
             eprintln!("fastpathd: control and metrics threads on CPUs {cpus:?} ({why})");
@@ -297,31 +457,39 @@ fn start_and_serve(
             None
         }
     };
-    let pin = {
-        let cpus = housekeeping.clone();
-        move |what: &str| {
-            if let Some(c) = &cpus {
-                if let Err(e) = fastpath::dpdk::eal::pin_current_thread(c) {
-                    eprintln!("fastpathd: {what} thread stays on the main lcore's CPU: {e}");
-                }
+    move |what: &str| {
+        if let Some(c) = &housekeeping {
+            if let Err(e) = fastpath::dpdk::eal::pin_current_thread(c) {
+                eprintln!("fastpathd: {what} thread stays on the main lcore's CPU: {e}");
             }
         }
-    };
-    let http = match server {
-        Some(server) => {
-            eprintln!("fastpathd: metrics on http://{}/metrics", server.local_addr());
-            Some(
-                server
-                    .spawn(registry.clone(), {
-                        let pin = pin.clone();
-                        move || pin("metrics")
-                    })
-                    .map_err(|e| format!("cannot start the metrics thread: {e}"))?,
-            )
-        }
-        None => None,
-    };
+    }
+}
 
+/// Serves the metrics from their own thread, if enabled.
+fn start_http(
+    server: Option<crate::http::Server>,
+    registry: &Registry,
+    pin: &(impl Fn(&str) + Clone + Send + 'static),
+) -> Result<Option<crate::http::Running>, String> {
+    let Some(server) = server else { return Ok(None) };
+    eprintln!("fastpathd: metrics on http://{}/metrics", server.local_addr());
+    let pin = pin.clone();
+    server
+        .spawn(registry.clone(), move || pin("metrics"))
+        .map(Some)
+        .map_err(|e| format!("cannot start the metrics thread: {e}"))
+}
+
+/// Launches every role but the main lcore's, which is returned to run on this thread, with the
+/// lcores launched, and logs that the daemon runs. If one cannot be launched, the others are
+/// stopped and waited for.
+fn launch(
+    eal: &Eal,
+    lcores: &config::LcoreConfig,
+    roles: Roles,
+    run_control: &Arc<RunControl>,
+) -> Result<(Option<Role>, Vec<u32>), String> {
     let main_lcore = eal.main_lcore();
     let mut main_role = None;
     let mut launched = Vec::new();
@@ -342,36 +510,49 @@ fn start_and_serve(
     }
     eprintln!(
         "fastpathd: running: rx lcores {:?}, workers {:?}, main lcore {main_lcore}; SIGINT/SIGTERM to stop",
-        cfg.lcores.rx, cfg.lcores.workers
+        lcores.rx, lcores.workers
     );
+    Ok((main_role, launched))
+}
 
-    let control = {
-        let stop = run_control.clone();
-        let signals = signals.clone();
-        let sources = sources.clone();
-        let idle_exit = opts.exit_when_idle;
-        let interval = opts.stats_interval;
-        let mut reloader = Reloader::new(
-            opts.config.clone(),
-            cfg.clone(),
-            builder,
-            published.clone(),
-            sources.reload.clone(),
-        );
-        std::thread::Builder::new()
-            .name("fastpath-control".into())
-            .spawn(move || {
-                pin("control");
-                control_loop(&stop, &signals, &sources, &mut reloader, idle_exit, interval)
-            })
-            .map_err(|e| format!("cannot start the control thread: {e}"))?
-    };
+/// Starts the control thread: signals, reloads, the live view, the idle exit.
+fn spawn_control(
+    opts: &Options,
+    signals: &Signals,
+    sources: &Arc<Sources>,
+    run_control: &Arc<RunControl>,
+    mut reloader: Reloader,
+    pin: impl Fn(&str) + Send + 'static,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let stop = run_control.clone();
+    let signals = signals.clone();
+    let sources = sources.clone();
+    let idle_exit = opts.exit_when_idle;
+    let interval = opts.stats_interval;
+    std::thread::Builder::new()
+        .name("fastpath-control".into())
+        .spawn(move || {
+            pin("control");
+            control_loop(&stop, &signals, &sources, &mut reloader, idle_exit, interval)
+        })
+        .map_err(|e| format!("cannot start the control thread: {e}"))
+}
 
+/// Runs the main lcore's role here until a stop, then waits for the other lcores, the control
+/// thread and the metrics thread. Returns the lcores that stopped abnormally.
+fn serve(
+    eal: &Eal,
+    main_role: Option<Role>,
+    launched: &[u32],
+    run_control: &RunControl,
+    control: std::thread::JoinHandle<()>,
+    http: Option<crate::http::Running>,
+) -> Vec<u32> {
     if let Some(role) = main_role {
-        role.run(&run_control);
+        role.run(run_control);
     }
     let mut failed_lcores = Vec::new();
-    for l in &launched {
+    for l in launched {
         if eal.wait(*l).is_err() {
             failed_lcores.push(*l);
         }
@@ -380,20 +561,37 @@ fn start_and_serve(
     if let Some(h) = http {
         h.stop();
     }
+    failed_lcores
+}
 
-    // The ports' last counters, for the final metrics (rendered once the ports are closed).
-    *final_port_stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(
-        (0..sources.port_names.len() as u16)
-            .map(|id| dpdk::port::stats_of(id).ok())
-            .collect(),
-    );
-    let mut close_errors = Vec::new();
-    for p in ports.iter_mut() {
-        if let Err(e) = p.close() {
-            close_errors.push(e.to_string());
-        }
-    }
+/// What start-up made that shutdown releases, in its order.
+struct Dataplane {
+    eal: Eal,
+    pool: Arc<Mempool>,
+    big: Arc<Mempool>,
+    ports: Vec<Port>,
+    published: Arc<Published>,
+    run_control: Arc<RunControl>,
+    sources: Arc<Sources>,
+    registry: Registry,
+    final_port_stats: FinalPortStats,
+}
 
+/// Once every lcore returned: closes the ports, writes the final metrics and the summary, then
+/// frees every DPDK object before the EAL.
+fn shutdown(d: Dataplane, opts: &Options, started: Instant, failed_lcores: Vec<u32>) -> Result<(), String> {
+    let Dataplane {
+        eal,
+        pool,
+        big,
+        mut ports,
+        published,
+        run_control,
+        sources,
+        registry,
+        final_port_stats,
+    } = d;
+    let close_errors = close_ports(&mut ports, &sources, &final_port_stats);
     let text = metrics::render(&registry);
     if let Some(path) = &opts.metrics_dump {
         if let Err(e) = std::fs::write(path, &text) {
@@ -433,6 +631,23 @@ fn start_and_serve(
     Ok(())
 }
 
+/// Keeps the ports' last counters for the final metrics (rendered once the ports are closed),
+/// then stops and closes every port (drivers flush their output there). Returns what failed.
+fn close_ports(ports: &mut [Port], sources: &Sources, final_port_stats: &FinalPortStats) -> Vec<String> {
+    *final_port_stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(
+        (0..sources.port_names.len() as u16)
+            .map(|id| dpdk::port::stats_of(id).ok())
+            .collect(),
+    );
+    let mut close_errors = Vec::new();
+    for p in ports.iter_mut() {
+        if let Err(e) = p.close() {
+            close_errors.push(e.to_string());
+        }
+    }
+    close_errors
+}
+
 /// Bytes of mbuf data room for frames of `mtu`: headroom + Ethernet + two VLAN tags + FCS.
 fn dpdk_room(mtu: u32) -> u32 {
     128 + mtu + 14 + 8 + 4
@@ -463,8 +678,7 @@ fn control_loop(
     let mut last_change = Instant::now();
     let mut next_line = interval.map(|i| Instant::now() + i);
     let mut prev = Snapshot::take(src);
-    let mut recursion_logged = 0u64;
-    let mut last_recursion_log = Instant::now() - Duration::from_secs(2);
+    let mut recursion = RecursionLog::default();
     let started = Instant::now();
     loop {
         std::thread::sleep(tick);
@@ -476,17 +690,7 @@ fn control_loop(
             reloader.reload("SIGHUP");
         }
         reloader.tick();
-        // Seed 004: a tunnel loop is logged, at most once a second, from here (no I/O on lcores).
-        let nested = fastpath::stats::total_outcome(&src.lcores, Outcome::GreRecursion);
-        if nested > recursion_logged && last_recursion_log.elapsed() >= Duration::from_secs(1) {
-            eprintln!(
-                "fastpathd: dead loop? {} packets nested deeper than {} tunnel headers dropped so far",
-                nested,
-                fastpath::pipeline::tunnel::MAX_DEPTH
-            );
-            recursion_logged = nested;
-            last_recursion_log = Instant::now();
-        }
+        recursion.tick(src);
         let rx = total_rx(src);
         if rx != last_rx {
             last_rx = rx;
@@ -510,6 +714,39 @@ fn control_loop(
         }
     }
     stop.request_stop();
+}
+
+/// Seed 004: a tunnel loop is logged, at most once a second, from the control thread (no I/O
+/// on lcores).
+struct RecursionLog {
+    /// Packets nested too deep when last logged.
+    logged: u64,
+    /// When last logged.
+    at: Instant,
+}
+
+impl Default for RecursionLog {
+    fn default() -> Self {
+        RecursionLog {
+            logged: 0,
+            at: Instant::now() - Duration::from_secs(2),
+        }
+    }
+}
+
+impl RecursionLog {
+    fn tick(&mut self, src: &Sources) {
+        let nested = fastpath::stats::total_outcome(&src.lcores, Outcome::GreRecursion);
+        if nested > self.logged && self.at.elapsed() >= Duration::from_secs(1) {
+            eprintln!(
+                "fastpathd: dead loop? {} packets nested deeper than {} tunnel headers dropped so far",
+                nested,
+                fastpath::pipeline::tunnel::MAX_DEPTH
+            );
+            self.logged = nested;
+            self.at = Instant::now();
+        }
+    }
 }
 
 /// Counters at one instant, for the live view.

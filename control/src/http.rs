@@ -145,62 +145,75 @@ fn connection(stream: TcpStream, registry: &Registry, stop: &AtomicBool) -> std:
         let Some(request) = head.line(&stream)? else {
             return Ok(());
         };
-        // HTTP/1.1 keeps the connection unless the client says `Connection: close`; HTTP/1.0
-        // closes it unless the client says `keep-alive`.
-        let mut keep = request.trim_end().ends_with("HTTP/1.1");
-        loop {
-            let Some(h) = head.line(&stream)? else {
-                return Ok(());
-            };
-            if h == "\r\n" || h == "\n" {
-                break;
-            }
-            if let Some((name, value)) = h.split_once(':') {
-                if name.trim().eq_ignore_ascii_case("connection") {
-                    let v = value.trim();
-                    if v.eq_ignore_ascii_case("close") {
-                        keep = false;
-                    } else if v.eq_ignore_ascii_case("keep-alive") {
-                        keep = true;
-                    }
-                }
-            }
-        }
-        let mut parts = request.split_whitespace();
-        let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-        let path = target.split('?').next().unwrap_or("");
-        match (method, path) {
-            ("GET", "/metrics") => respond(
-                &stream,
-                "200 OK",
-                "text/plain; version=0.0.4; charset=utf-8",
-                crate::metrics::render(registry).as_bytes(),
-                keep,
-            )?,
-            ("GET", "/healthz") => respond(&stream, "200 OK", "text/plain; charset=utf-8", b"ok\n", keep)?,
-            ("GET", _) => respond(
-                &stream,
-                "404 Not Found",
-                "text/plain; charset=utf-8",
-                b"not found: try /metrics or /healthz\n",
-                keep,
-            )?,
-            // A request body we would have to skip: answer and close rather than parse it.
-            _ => {
-                return respond(
-                    &stream,
-                    "405 Method Not Allowed",
-                    "text/plain; charset=utf-8",
-                    b"only GET\n",
-                    false,
-                )
-            }
-        }
-        if !keep {
+        let Some(keep) = headers(&mut head, &stream, &request)? else {
+            return Ok(());
+        };
+        if !answer(&stream, registry, &request, keep)? {
             return Ok(());
         }
     }
     Ok(())
+}
+
+/// Reads the headers after `request` up to the blank line. Returns whether the connection stays
+/// open after the answer: HTTP/1.1 keeps it unless the client says `Connection: close`,
+/// HTTP/1.0 closes it unless the client says `keep-alive`. `None`: the client closed it.
+fn headers(head: &mut HeadReader, stream: &TcpStream, request: &str) -> std::io::Result<Option<bool>> {
+    let mut keep = request.trim_end().ends_with("HTTP/1.1");
+    loop {
+        let Some(h) = head.line(stream)? else {
+            return Ok(None);
+        };
+        if h == "\r\n" || h == "\n" {
+            return Ok(Some(keep));
+        }
+        if let Some((name, value)) = h.split_once(':') {
+            if name.trim().eq_ignore_ascii_case("connection") {
+                let v = value.trim();
+                if v.eq_ignore_ascii_case("close") {
+                    keep = false;
+                } else if v.eq_ignore_ascii_case("keep-alive") {
+                    keep = true;
+                }
+            }
+        }
+    }
+}
+
+/// Answers `request`; returns whether the connection stays open.
+fn answer(stream: &TcpStream, registry: &Registry, request: &str, keep: bool) -> std::io::Result<bool> {
+    let mut parts = request.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET", "/metrics") => respond(
+            stream,
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            crate::metrics::render(registry).as_bytes(),
+            keep,
+        )?,
+        ("GET", "/healthz") => respond(stream, "200 OK", "text/plain; charset=utf-8", b"ok\n", keep)?,
+        ("GET", _) => respond(
+            stream,
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            b"not found: try /metrics or /healthz\n",
+            keep,
+        )?,
+        // A request body we would have to skip: answer and close rather than parse it.
+        _ => {
+            respond(
+                stream,
+                "405 Method Not Allowed",
+                "text/plain; charset=utf-8",
+                b"only GET\n",
+                false,
+            )?;
+            return Ok(false);
+        }
+    }
+    Ok(keep)
 }
 
 /// Reads the lines of one request head under the [`MAX_HEAD`] and [`HEAD_TIME`] limits.

@@ -5,6 +5,7 @@ use crate::reload::ReloadStats;
 use fastpath::dpdk::port::PortStats;
 use fastpath::generation::Published;
 use fastpath::outcome::Outcome;
+use fastpath::pipeline::Tables;
 use fastpath::stats::LcoreStats;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
@@ -392,270 +393,17 @@ impl Collector for DataPlaneCollector {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let s = &self.src;
-        let mut rx_p = Vec::new();
-        let mut rx_b = Vec::new();
-        let mut tx_p = Vec::new();
-        let mut tx_b = Vec::new();
-        let mut idle = Vec::new();
-        let mut busy = Vec::new();
-        let mut cycles = Vec::new();
-        let mut generations = Vec::new();
-        let mut lcore_pkts = Vec::new();
-        let mut per_packet = Vec::new();
-        let mut idle_ratio = Vec::new();
-        let mut outcomes = [0u64; Outcome::COUNT];
-        for l in &s.lcores {
-            for q in l.rx.iter() {
-                let lb = vec![("port", s.port(q.port)), ("queue", q.queue.to_string())];
-                rx_p.push((lb.clone(), q.packets.get() as f64));
-                if q.counts_bytes {
-                    rx_b.push((lb, q.bytes.get() as f64));
-                }
-            }
-            for q in l.tx.iter() {
-                let lb = vec![("port", s.port(q.port)), ("queue", q.queue.to_string())];
-                tx_p.push((lb.clone(), q.packets.get() as f64));
-                if q.counts_bytes {
-                    tx_b.push((lb, q.bytes.get() as f64));
-                }
-            }
-            for (i, c) in l.outcomes.iter().enumerate() {
-                outcomes[i] += c.get();
-            }
-            let lb = vec![("lcore", l.lcore.to_string())];
-            let (idle_n, busy_n, busy_c) = (l.idle_polls.get(), l.busy_polls.get(), l.busy_cycles.get());
-            idle.push((lb.clone(), idle_n as f64));
-            busy.push((lb.clone(), busy_n as f64));
-            cycles.push((lb.clone(), busy_c as f64));
-            let polls = idle_n + busy_n;
-            idle_ratio.push((lb.clone(), if polls == 0 { 0.0 } else { idle_n as f64 / polls as f64 }));
-            if !l.rx.is_empty() {
-                let pkts = l.rx_packets();
-                lcore_pkts.push((lb.clone(), pkts as f64));
-                per_packet.push((lb, if pkts == 0 { 0.0 } else { busy_c as f64 / pkts as f64 }));
-            }
-            generations.push((vec![("lcore", l.lcore.to_string())], l.generation() as f64));
-        }
-        let outcome_samples = Outcome::ALL
-            .iter()
-            .map(|o| (vec![("outcome", o.name().to_string())], outcomes[o.index()] as f64))
-            .collect();
-        let mut named: Vec<(&str, Samples)> = vec![
-            ("fastpath_rx_packets_total", rx_p),
-            ("fastpath_rx_bytes_total", rx_b),
-            ("fastpath_tx_packets_total", tx_p),
-            ("fastpath_tx_bytes_total", tx_b),
-            ("fastpath_packets_total", outcome_samples),
-            ("fastpath_lcore_idle_polls_total", idle),
-            ("fastpath_lcore_busy_polls_total", busy),
-            ("fastpath_lcore_busy_cycles_total", cycles),
-            ("fastpath_lcore_packets_total", lcore_pkts),
-            ("fastpath_lcore_cycles_per_packet", per_packet),
-            ("fastpath_lcore_idle_poll_ratio", idle_ratio),
-            ("fastpath_port_rx_packets_total", port_counter(s, |p| p.ipackets)),
-            ("fastpath_port_rx_bytes_total", port_counter(s, |p| p.ibytes)),
-            ("fastpath_port_tx_packets_total", port_counter(s, |p| p.opackets)),
-            ("fastpath_port_tx_bytes_total", port_counter(s, |p| p.obytes)),
-            ("fastpath_port_rx_missed_total", port_counter(s, |p| p.imissed)),
-            ("fastpath_port_rx_errors_total", port_counter(s, |p| p.ierrors)),
-            ("fastpath_port_tx_errors_total", port_counter(s, |p| p.oerrors)),
-            ("fastpath_port_rx_nombuf_total", port_counter(s, |p| p.rx_nombuf)),
-            (
-                "fastpath_port_info",
-                s.port_info
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(id, i)| {
-                        let i = i.as_ref()?;
-                        Some((
-                            vec![
-                                ("port", s.port(id as u16)),
-                                ("driver", i.driver.clone()),
-                                ("rss", if i.rss { "on" } else { "off" }.to_string()),
-                                ("rx_checksum_offload", i.rx_checksum_offload.clone()),
-                            ],
-                            1.0,
-                        ))
-                    })
-                    .collect(),
-            ),
-            ("fastpath_tsc_hz", vec![(vec![], s.tsc_hz as f64)]),
-            ("fastpath_mbufs_in_use", vec![(vec![], (s.mbufs_in_use)() as f64)]),
-            (
-                "fastpath_build_info",
-                vec![(
-                    vec![
-                        ("version", env!("CARGO_PKG_VERSION").to_string()),
-                        ("dpdk_version", s.dpdk_version.clone()),
-                    ],
-                    1.0,
-                )],
-            ),
-            ("fastpath_start_time_seconds", vec![(vec![], s.start_time)]),
-            (
-                "fastpath_config_reloads_total",
-                vec![
-                    (
-                        vec![("result", "success".to_string())],
-                        s.reload.success.load(Relaxed) as f64,
-                    ),
-                    (
-                        vec![("result", "failure".to_string())],
-                        s.reload.failure.load(Relaxed) as f64,
-                    ),
-                ],
-            ),
-            (
-                "fastpath_config_generation",
-                vec![(vec![], s.published.generation() as f64)],
-            ),
-            (
-                "fastpath_config_last_reload_success_timestamp_seconds",
-                vec![(vec![], s.reload.last_success_seconds())],
-            ),
-            ("fastpath_lcore_config_generation", generations),
-        ];
+        let outcomes = outcome_totals(s);
         let tables = s.published.current();
-        let mut depth = Vec::new();
-        let mut capacity = Vec::new();
-        let mut pressure = Vec::new();
-        let mut delivered = Vec::new();
-        let mut full = Vec::new();
-        let mut rollover = Vec::new();
-        let mut huge = Vec::new();
-        let mut failed = Vec::new();
-        let mut processed = Vec::new();
-        for sock in &tables.sockets {
-            let lb = vec![("service", sock.service.clone()), ("socket", sock.index.to_string())];
-            let c = &sock.counters;
-            depth.push((lb.clone(), sock.queue.len() as f64));
-            capacity.push((lb.clone(), sock.queue.capacity() as f64));
-            pressure.push((lb.clone(), sock.under_pressure() as u8 as f64));
-            delivered.push((lb.clone(), c.sum(|x| &x.delivered) as f64));
-            full.push((lb.clone(), c.sum(|x| &x.full) as f64));
-            rollover.push((lb.clone(), c.sum(|x| &x.rollover) as f64));
-            huge.push((lb.clone(), c.sum(|x| &x.rollover_huge) as f64));
-            failed.push((lb.clone(), c.sum(|x| &x.rollover_failed) as f64));
-            for (result, n) in [
-                ("echoed", c.sum(|x| &x.echoed)),
-                ("sunk", c.sum(|x| &x.sunk)),
-                ("tx_full", c.sum(|x| &x.tx_full)),
-                ("invalid", c.sum(|x| &x.invalid)),
-            ] {
-                let mut l = lb.clone();
-                l.push(("result", result.to_string()));
-                processed.push((l, n as f64));
-            }
-        }
-        let flow_limited = s
-            .lcores
-            .iter()
-            .filter(|l| !l.rx.is_empty())
-            .map(|l| {
-                (
-                    vec![("lcore", l.lcore.to_string())],
-                    l.outcomes[Outcome::FlowLimited.index()].get() as f64,
-                )
-            })
-            .collect();
-        let mut gre: [Samples; 6] = Default::default();
-        for t in &tables.tunnels {
-            let lb = vec![("tunnel", t.name.clone())];
-            let c = &t.counters;
-            for (i, v) in [
-                c.sum(|x| &x.encap),
-                c.sum(|x| &x.decap),
-                c.sum(|x| &x.seq_dropped),
-                c.sum(|x| &x.too_big),
-                c.sum(|x| &x.handed_off),
-                c.sum(|x| &x.tx_full),
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                gre[i].push((lb.clone(), v as f64));
-            }
-        }
-        let recursion = vec![(vec![], outcomes[Outcome::GreRecursion.index()] as f64)];
-        let [g0, g1, g2, g3, g4, g5] = gre;
-        use fastpath::pipeline::reasm::{Family, Reason};
-        let rx_lcores: Vec<_> = s.lcores.iter().filter(|l| !l.rx.is_empty()).collect();
-        let mut completed = Vec::new();
-        let mut timeouts = Vec::new();
-        let mut refused = Vec::new();
-        for f in Family::ALL {
-            let fi = f.index();
-            let fl = f.label().to_string();
-            completed.push((
-                vec![("family", fl.clone())],
-                rx_lcores.iter().map(|l| l.reasm.completed[fi].get()).sum::<u64>() as f64,
-            ));
-            timeouts.push((
-                vec![("family", fl.clone())],
-                rx_lcores.iter().map(|l| l.reasm.timeouts[fi].get()).sum::<u64>() as f64,
-            ));
-            for r in Reason::ALL {
-                let n: u64 = rx_lcores.iter().map(|l| l.reasm.refused[fi][r.index()].get()).sum();
-                refused.push((
-                    vec![("family", fl.clone()), ("reason", r.label().to_string())],
-                    n as f64,
-                ));
-            }
-        }
-        let memory = rx_lcores
-            .iter()
-            .map(|l| (vec![("lcore", l.lcore.to_string())], l.reasm.memory.get() as f64))
-            .collect();
-        {
-            use fastpath::pipeline::icmp_error::{Limit, FAMILY_LABELS, TYPE_LABELS};
-            let mut sent = Vec::new();
-            let mut limited = Vec::new();
-            for (fi, fam) in FAMILY_LABELS.iter().enumerate() {
-                for (ti, ty) in TYPE_LABELS.iter().enumerate() {
-                    let n: u64 = tables.icmp_counters.rx.iter().map(|c| c.sent[fi][ti].get()).sum();
-                    sent.push((vec![("family", fam.to_string()), ("type", ty.to_string())], n as f64));
-                }
-                for l in Limit::ALL {
-                    let n: u64 = tables
-                        .icmp_counters
-                        .rx
-                        .iter()
-                        .map(|c| c.limited[fi][l.index()].get())
-                        .sum();
-                    limited.push((
-                        vec![("family", fam.to_string()), ("limit", l.label().to_string())],
-                        n as f64,
-                    ));
-                }
-            }
-            named.push(("fastpath_icmp_sent_total", sent));
-            named.push(("fastpath_icmp_rate_limited_total", limited));
-        }
-        named.extend([
-            ("fastpath_reasm_completed_total", completed),
-            ("fastpath_reasm_timeouts_total", timeouts),
-            ("fastpath_reasm_refused_total", refused),
-            ("fastpath_reasm_memory_bytes", memory),
-        ]);
-        named.extend([
-            ("fastpath_flow_limit_dropped_total", flow_limited),
-            ("fastpath_gre_encap_total", g0),
-            ("fastpath_gre_decap_total", g1),
-            ("fastpath_gre_seq_dropped_total", g2),
-            ("fastpath_gre_too_big_total", g3),
-            ("fastpath_gre_handoff_total", g4),
-            ("fastpath_gre_tx_full_total", g5),
-            ("fastpath_gre_recursion_dropped_total", recursion),
-            ("fastpath_socket_queue_depth", depth),
-            ("fastpath_socket_capacity", capacity),
-            ("fastpath_socket_pressure", pressure),
-            ("fastpath_socket_delivered_total", delivered),
-            ("fastpath_socket_full_total", full),
-            ("fastpath_rollover_total", rollover),
-            ("fastpath_rollover_huge_total", huge),
-            ("fastpath_rollover_failed_total", failed),
-            ("fastpath_socket_processed_total", processed),
-        ]);
+        let mut named = queue_families(s);
+        named.extend(lcore_families(s, &outcomes));
+        named.extend(port_families(s));
+        named.extend(process_families(s));
+        named.extend(reload_families(s));
+        named.extend(socket_families(&tables));
+        named.extend(gre_families(&tables, &outcomes));
+        named.extend(reasm_families(s));
+        named.extend(icmp_families(&tables));
         // Every family by name, so the order of FAMILIES and of the samples can never drift.
         let mut by_name: std::collections::HashMap<&str, Samples> = named.into_iter().collect();
         let out: Vec<MetricFamily> = FAMILIES
@@ -668,6 +416,319 @@ impl Collector for DataPlaneCollector {
         assert!(by_name.is_empty(), "samples without a family: {:?}", by_name.keys());
         out
     }
+}
+
+/// Families by name with their samples, as one group of them collects them.
+type Named = Vec<(&'static str, Samples<'static>)>;
+
+/// Every outcome's count, summed over the lcores.
+fn outcome_totals(s: &Sources) -> [u64; Outcome::COUNT] {
+    let mut outcomes = [0u64; Outcome::COUNT];
+    for l in &s.lcores {
+        for (i, c) in l.outcomes.iter().enumerate() {
+            outcomes[i] += c.get();
+        }
+    }
+    outcomes
+}
+
+/// Packets and bytes per port and queue, as the lcores count them.
+fn queue_families(s: &Sources) -> Named {
+    let mut rx_p = Vec::new();
+    let mut rx_b = Vec::new();
+    let mut tx_p = Vec::new();
+    let mut tx_b = Vec::new();
+    for l in &s.lcores {
+        for q in l.rx.iter() {
+            let lb = vec![("port", s.port(q.port)), ("queue", q.queue.to_string())];
+            rx_p.push((lb.clone(), q.packets.get() as f64));
+            if q.counts_bytes {
+                rx_b.push((lb, q.bytes.get() as f64));
+            }
+        }
+        for q in l.tx.iter() {
+            let lb = vec![("port", s.port(q.port)), ("queue", q.queue.to_string())];
+            tx_p.push((lb.clone(), q.packets.get() as f64));
+            if q.counts_bytes {
+                tx_b.push((lb, q.bytes.get() as f64));
+            }
+        }
+    }
+    vec![
+        ("fastpath_rx_packets_total", rx_p),
+        ("fastpath_rx_bytes_total", rx_b),
+        ("fastpath_tx_packets_total", tx_p),
+        ("fastpath_tx_bytes_total", tx_b),
+    ]
+}
+
+/// Outcomes, and each lcore's loop: polls, cycles, packets, the generation it runs, and the
+/// packets the flow limit shed on each RX lcore.
+fn lcore_families(s: &Sources, outcomes: &[u64; Outcome::COUNT]) -> Named {
+    let mut idle = Vec::new();
+    let mut busy = Vec::new();
+    let mut cycles = Vec::new();
+    let mut generations = Vec::new();
+    let mut lcore_pkts = Vec::new();
+    let mut per_packet = Vec::new();
+    let mut idle_ratio = Vec::new();
+    let mut flow_limited = Vec::new();
+    for l in &s.lcores {
+        let lb = vec![("lcore", l.lcore.to_string())];
+        let (idle_n, busy_n, busy_c) = (l.idle_polls.get(), l.busy_polls.get(), l.busy_cycles.get());
+        idle.push((lb.clone(), idle_n as f64));
+        busy.push((lb.clone(), busy_n as f64));
+        cycles.push((lb.clone(), busy_c as f64));
+        let polls = idle_n + busy_n;
+        idle_ratio.push((lb.clone(), if polls == 0 { 0.0 } else { idle_n as f64 / polls as f64 }));
+        if !l.rx.is_empty() {
+            let pkts = l.rx_packets();
+            lcore_pkts.push((lb.clone(), pkts as f64));
+            flow_limited.push((lb.clone(), l.outcomes[Outcome::FlowLimited.index()].get() as f64));
+            per_packet.push((lb, if pkts == 0 { 0.0 } else { busy_c as f64 / pkts as f64 }));
+        }
+        generations.push((vec![("lcore", l.lcore.to_string())], l.generation() as f64));
+    }
+    let outcome_samples = Outcome::ALL
+        .iter()
+        .map(|o| (vec![("outcome", o.name().to_string())], outcomes[o.index()] as f64))
+        .collect();
+    vec![
+        ("fastpath_packets_total", outcome_samples),
+        ("fastpath_lcore_idle_polls_total", idle),
+        ("fastpath_lcore_busy_polls_total", busy),
+        ("fastpath_lcore_busy_cycles_total", cycles),
+        ("fastpath_lcore_packets_total", lcore_pkts),
+        ("fastpath_lcore_cycles_per_packet", per_packet),
+        ("fastpath_lcore_idle_poll_ratio", idle_ratio),
+        ("fastpath_lcore_config_generation", generations),
+        ("fastpath_flow_limit_dropped_total", flow_limited),
+    ]
+}
+
+/// The NICs' own counters, and how each port was set up.
+fn port_families(s: &Sources) -> Named {
+    let info = s
+        .port_info
+        .iter()
+        .enumerate()
+        .filter_map(|(id, i)| {
+            let i = i.as_ref()?;
+            Some((
+                vec![
+                    ("port", s.port(id as u16)),
+                    ("driver", i.driver.clone()),
+                    ("rss", if i.rss { "on" } else { "off" }.to_string()),
+                    ("rx_checksum_offload", i.rx_checksum_offload.clone()),
+                ],
+                1.0,
+            ))
+        })
+        .collect();
+    vec![
+        ("fastpath_port_rx_packets_total", port_counter(s, |p| p.ipackets)),
+        ("fastpath_port_rx_bytes_total", port_counter(s, |p| p.ibytes)),
+        ("fastpath_port_tx_packets_total", port_counter(s, |p| p.opackets)),
+        ("fastpath_port_tx_bytes_total", port_counter(s, |p| p.obytes)),
+        ("fastpath_port_rx_missed_total", port_counter(s, |p| p.imissed)),
+        ("fastpath_port_rx_errors_total", port_counter(s, |p| p.ierrors)),
+        ("fastpath_port_tx_errors_total", port_counter(s, |p| p.oerrors)),
+        ("fastpath_port_rx_nombuf_total", port_counter(s, |p| p.rx_nombuf)),
+        ("fastpath_port_info", info),
+    ]
+}
+
+/// The process: TSC rate, mbufs in use, build and start time.
+fn process_families(s: &Sources) -> Named {
+    vec![
+        ("fastpath_tsc_hz", vec![(vec![], s.tsc_hz as f64)]),
+        ("fastpath_mbufs_in_use", vec![(vec![], (s.mbufs_in_use)() as f64)]),
+        (
+            "fastpath_build_info",
+            vec![(
+                vec![
+                    ("version", env!("CARGO_PKG_VERSION").to_string()),
+                    ("dpdk_version", s.dpdk_version.clone()),
+                ],
+                1.0,
+            )],
+        ),
+        ("fastpath_start_time_seconds", vec![(vec![], s.start_time)]),
+    ]
+}
+
+/// Reload outcomes and the published generation.
+fn reload_families(s: &Sources) -> Named {
+    vec![
+        (
+            "fastpath_config_reloads_total",
+            vec![
+                (
+                    vec![("result", "success".to_string())],
+                    s.reload.success.load(Relaxed) as f64,
+                ),
+                (
+                    vec![("result", "failure".to_string())],
+                    s.reload.failure.load(Relaxed) as f64,
+                ),
+            ],
+        ),
+        (
+            "fastpath_config_generation",
+            vec![(vec![], s.published.generation() as f64)],
+        ),
+        (
+            "fastpath_config_last_reload_success_timestamp_seconds",
+            vec![(vec![], s.reload.last_success_seconds())],
+        ),
+    ]
+}
+
+/// Each service socket of the published generation: depth, pressure, deliveries, rollovers,
+/// and what the workers did with its packets.
+fn socket_families(tables: &Tables) -> Named {
+    let mut depth = Vec::new();
+    let mut capacity = Vec::new();
+    let mut pressure = Vec::new();
+    let mut delivered = Vec::new();
+    let mut full = Vec::new();
+    let mut rollover = Vec::new();
+    let mut huge = Vec::new();
+    let mut failed = Vec::new();
+    let mut processed = Vec::new();
+    for sock in &tables.sockets {
+        let lb = vec![("service", sock.service.clone()), ("socket", sock.index.to_string())];
+        let c = &sock.counters;
+        depth.push((lb.clone(), sock.queue.len() as f64));
+        capacity.push((lb.clone(), sock.queue.capacity() as f64));
+        pressure.push((lb.clone(), sock.under_pressure() as u8 as f64));
+        delivered.push((lb.clone(), c.sum(|x| &x.delivered) as f64));
+        full.push((lb.clone(), c.sum(|x| &x.full) as f64));
+        rollover.push((lb.clone(), c.sum(|x| &x.rollover) as f64));
+        huge.push((lb.clone(), c.sum(|x| &x.rollover_huge) as f64));
+        failed.push((lb.clone(), c.sum(|x| &x.rollover_failed) as f64));
+        for (result, n) in [
+            ("echoed", c.sum(|x| &x.echoed)),
+            ("sunk", c.sum(|x| &x.sunk)),
+            ("tx_full", c.sum(|x| &x.tx_full)),
+            ("invalid", c.sum(|x| &x.invalid)),
+        ] {
+            let mut l = lb.clone();
+            l.push(("result", result.to_string()));
+            processed.push((l, n as f64));
+        }
+    }
+    vec![
+        ("fastpath_socket_queue_depth", depth),
+        ("fastpath_socket_capacity", capacity),
+        ("fastpath_socket_pressure", pressure),
+        ("fastpath_socket_delivered_total", delivered),
+        ("fastpath_socket_full_total", full),
+        ("fastpath_rollover_total", rollover),
+        ("fastpath_rollover_huge_total", huge),
+        ("fastpath_rollover_failed_total", failed),
+        ("fastpath_socket_processed_total", processed),
+    ]
+}
+
+/// Each GRE tunnel of the published generation, and the packets nested too deep.
+fn gre_families(tables: &Tables, outcomes: &[u64; Outcome::COUNT]) -> Named {
+    let mut gre: [Samples; 6] = Default::default();
+    for t in &tables.tunnels {
+        let lb = vec![("tunnel", t.name.clone())];
+        let c = &t.counters;
+        for (i, v) in [
+            c.sum(|x| &x.encap),
+            c.sum(|x| &x.decap),
+            c.sum(|x| &x.seq_dropped),
+            c.sum(|x| &x.too_big),
+            c.sum(|x| &x.handed_off),
+            c.sum(|x| &x.tx_full),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            gre[i].push((lb.clone(), v as f64));
+        }
+    }
+    let recursion = vec![(vec![], outcomes[Outcome::GreRecursion.index()] as f64)];
+    let [g0, g1, g2, g3, g4, g5] = gre;
+    vec![
+        ("fastpath_gre_encap_total", g0),
+        ("fastpath_gre_decap_total", g1),
+        ("fastpath_gre_seq_dropped_total", g2),
+        ("fastpath_gre_too_big_total", g3),
+        ("fastpath_gre_handoff_total", g4),
+        ("fastpath_gre_tx_full_total", g5),
+        ("fastpath_gre_recursion_dropped_total", recursion),
+    ]
+}
+
+/// Reassembly per family (completed, timed out, refused by reason) and memory per RX lcore.
+fn reasm_families(s: &Sources) -> Named {
+    use fastpath::pipeline::reasm::{Family, Reason};
+    let rx_lcores: Vec<_> = s.lcores.iter().filter(|l| !l.rx.is_empty()).collect();
+    let mut completed = Vec::new();
+    let mut timeouts = Vec::new();
+    let mut refused = Vec::new();
+    for f in Family::ALL {
+        let fi = f.index();
+        let fl = f.label().to_string();
+        completed.push((
+            vec![("family", fl.clone())],
+            rx_lcores.iter().map(|l| l.reasm.completed[fi].get()).sum::<u64>() as f64,
+        ));
+        timeouts.push((
+            vec![("family", fl.clone())],
+            rx_lcores.iter().map(|l| l.reasm.timeouts[fi].get()).sum::<u64>() as f64,
+        ));
+        for r in Reason::ALL {
+            let n: u64 = rx_lcores.iter().map(|l| l.reasm.refused[fi][r.index()].get()).sum();
+            refused.push((
+                vec![("family", fl.clone()), ("reason", r.label().to_string())],
+                n as f64,
+            ));
+        }
+    }
+    let memory = rx_lcores
+        .iter()
+        .map(|l| (vec![("lcore", l.lcore.to_string())], l.reasm.memory.get() as f64))
+        .collect();
+    vec![
+        ("fastpath_reasm_completed_total", completed),
+        ("fastpath_reasm_timeouts_total", timeouts),
+        ("fastpath_reasm_refused_total", refused),
+        ("fastpath_reasm_memory_bytes", memory),
+    ]
+}
+
+/// ICMP errors sent by family and type, and held back by family and limit.
+fn icmp_families(tables: &Tables) -> Named {
+    use fastpath::pipeline::icmp_error::{Limit, FAMILY_LABELS, TYPE_LABELS};
+    let mut sent = Vec::new();
+    let mut limited = Vec::new();
+    for (fi, fam) in FAMILY_LABELS.iter().enumerate() {
+        for (ti, ty) in TYPE_LABELS.iter().enumerate() {
+            let n: u64 = tables.icmp_counters.rx.iter().map(|c| c.sent[fi][ti].get()).sum();
+            sent.push((vec![("family", fam.to_string()), ("type", ty.to_string())], n as f64));
+        }
+        for l in Limit::ALL {
+            let n: u64 = tables
+                .icmp_counters
+                .rx
+                .iter()
+                .map(|c| c.limited[fi][l.index()].get())
+                .sum();
+            limited.push((
+                vec![("family", fam.to_string()), ("limit", l.label().to_string())],
+                n as f64,
+            ));
+        }
+    }
+    vec![
+        ("fastpath_icmp_sent_total", sent),
+        ("fastpath_icmp_rate_limited_total", limited),
+    ]
 }
 
 /// A registry with the data-plane collector.

@@ -6,7 +6,7 @@
 //! counters. A socket that changes capacity gets a new ring but keeps its counters; a removed
 //! socket's ring is drained by its worker and freed once no lcore can reach it.
 
-use crate::config::Config;
+use crate::config::{Config, ServiceConfig};
 use fastpath::dpdk::{MbufRing, Mempool};
 use fastpath::pipeline::icmp_error::{GlobalBucket, IcmpCounters};
 use fastpath::pipeline::service::Action;
@@ -45,6 +45,9 @@ pub struct TableBuilder {
 /// Makes the queue behind a socket or a hand-off of this capacity, for the lcores `QueueSync`
 /// says will use it.
 pub type MakeQueue = Box<dyn Fn(usize, QueueSync) -> Result<Box<dyn PacketQueue>, String> + Send>;
+
+/// A service and the ports it listens on, as [`ServiceTable::new`] takes them.
+type Listening = (Service, Vec<u16>);
 
 /// Packets a sequence tunnel's hand-off ring holds.
 pub const HANDOFF_CAPACITY: usize = 4096;
@@ -112,8 +115,32 @@ impl TableBuilder {
 
     /// The tables of `cfg` as generation `generation`. Fails only if a ring cannot be created.
     pub fn build(&mut self, cfg: &Config, generation: u64) -> Result<Tables, String> {
-        let max_id = self.ports.iter().map(|p| p.id as usize).max().unwrap_or(0);
-        let mut addrs = vec![PortAddrs::default(); max_id + 1];
+        let (services, sockets) = self.services(cfg)?;
+        let tunnels = self.tunnels(cfg)?;
+        Ok(Tables {
+            generation,
+            ports: self.port_addrs(cfg),
+            hasher: Toeplitz::new(&cfg.rss.key, cfg.rss.symmetric),
+            services: ServiceTable::new(services),
+            sockets,
+            flow_limit: cfg.flow_limit.clone(),
+            tunnels,
+            port_mtu: self.port_mtu(cfg),
+            reassembly: cfg.reassembly.clone(),
+            icmp: cfg.icmp.clone(),
+            icmp_global: Some(self.icmp_global(cfg)),
+            icmp_counters: self.icmp_counters.clone(),
+        })
+    }
+
+    /// The largest DPDK port id, which sizes the tables indexed by port id.
+    fn max_port_id(&self) -> usize {
+        self.ports.iter().map(|p| p.id as usize).max().unwrap_or(0)
+    }
+
+    /// Each port's MAC and local addresses, by DPDK port id.
+    fn port_addrs(&self, cfg: &Config) -> Vec<PortAddrs> {
+        let mut addrs = vec![PortAddrs::default(); self.max_port_id() + 1];
         for (p, opened) in cfg.ports.iter().zip(&self.ports) {
             addrs[opened.id as usize] = PortAddrs {
                 mac: p.mac.unwrap_or(opened.mac),
@@ -121,44 +148,30 @@ impl TableBuilder {
                 ipv6: p.ipv6.clone(),
             };
         }
+        addrs
+    }
 
+    /// Each port's MTU, by DPDK port id.
+    fn port_mtu(&self, cfg: &Config) -> Vec<u16> {
+        let mut v = vec![1500u16; self.max_port_id() + 1];
+        for (p, opened) in cfg.ports.iter().zip(&self.ports) {
+            v[opened.id as usize] = p.mtu.unwrap_or(1500);
+        }
+        v
+    }
+
+    /// The services with their listening ports, and every socket of the generation (services'
+    /// groups index into it), kept from the last generation where their use is the same.
+    fn services(&mut self, cfg: &Config) -> Result<(Vec<Listening>, Vec<Arc<Socket>>), String> {
         let mut sockets: Vec<Arc<Socket>> = Vec::new();
         let mut kept: HashMap<(String, usize), Arc<Socket>> = HashMap::new();
         let mut services = Vec::new();
         for s in &cfg.services {
             let mut group = Vec::new();
             for i in 0..s.sockets {
-                let key = (s.name.clone(), i);
-                let worker = worker_for(&s.name, i, self.workers);
-                let sync = self.service_socket_sync(s);
-                let reuse = self
-                    .sockets
-                    .get(&key)
-                    .filter(|old| {
-                        old.queue.capacity() == s.socket_capacity
-                            && old.worker == worker
-                            && old.free_on_rx == s.free_on_rx
-                            && old.sync == sync
-                    })
-                    .cloned();
-                let socket = match reuse {
-                    Some(old) => old,
-                    None => {
-                        let ring = (self.make_queue)(s.socket_capacity, sync)
-                            .map_err(|e| format!("service {:?} socket {i}: {e}", s.name))?;
-                        let counters = self
-                            .counters
-                            .entry(key.clone())
-                            .or_insert_with(|| Arc::new(SocketCounters::new(self.rx_lcores, self.workers)))
-                            .clone();
-                        let mut socket = Socket::new(&s.name, i, ring, worker, counters);
-                        socket.sync = sync;
-                        socket.free_on_rx = s.free_on_rx;
-                        Arc::new(socket)
-                    }
-                };
+                let socket = self.socket(s, i)?;
                 group.push(sockets.len());
-                kept.insert(key, socket.clone());
+                kept.insert((s.name.clone(), i), socket.clone());
                 sockets.push(socket);
             }
             let svc = Service {
@@ -179,6 +192,43 @@ impl TableBuilder {
         // Only the new generation's sockets stay reachable from here; counters of removed
         // sockets are kept so a service that comes back continues its series.
         self.sockets = kept;
+        Ok((services, sockets))
+    }
+
+    /// Socket `i` of service `s`: the last generation's if its capacity, worker and use are
+    /// the same, else a new queue with the socket's counters.
+    fn socket(&mut self, s: &ServiceConfig, i: usize) -> Result<Arc<Socket>, String> {
+        let key = (s.name.clone(), i);
+        let worker = worker_for(&s.name, i, self.workers);
+        let sync = self.service_socket_sync(s);
+        let reuse = self
+            .sockets
+            .get(&key)
+            .filter(|old| {
+                old.queue.capacity() == s.socket_capacity
+                    && old.worker == worker
+                    && old.free_on_rx == s.free_on_rx
+                    && old.sync == sync
+            })
+            .cloned();
+        if let Some(old) = reuse {
+            return Ok(old);
+        }
+        let ring =
+            (self.make_queue)(s.socket_capacity, sync).map_err(|e| format!("service {:?} socket {i}: {e}", s.name))?;
+        let counters = self
+            .counters
+            .entry(key)
+            .or_insert_with(|| Arc::new(SocketCounters::new(self.rx_lcores, self.workers)))
+            .clone();
+        let mut socket = Socket::new(&s.name, i, ring, worker, counters);
+        socket.sync = sync;
+        socket.free_on_rx = s.free_on_rx;
+        Ok(Arc::new(socket))
+    }
+
+    /// The tunnels, keeping each one's counters and (sequence tunnels) hand-off ring.
+    fn tunnels(&mut self, cfg: &Config) -> Result<Vec<Tunnel>, String> {
         let mut tunnels = Vec::new();
         let mut handoff = HashMap::new();
         for t in &cfg.tunnels {
@@ -201,18 +251,7 @@ impl TableBuilder {
                 .or_insert_with(|| Arc::new(TunnelCounters::new(self.rx_lcores, self.workers)))
                 .clone();
             let ring = if t.sequence {
-                let r = match self.handoff.get(&t.name) {
-                    Some(r) => r.clone(),
-                    None => {
-                        let r: Arc<dyn PacketQueue> = Arc::from(
-                            // Any worker may hand off to the owner; off the common path,
-                            // so it keeps DPDK's default (shared) modes.
-                            (self.make_queue)(HANDOFF_CAPACITY, QueueSync::SHARED)
-                                .map_err(|e| format!("tunnel {:?} hand-off ring: {e}", t.name))?,
-                        );
-                        r
-                    }
-                };
+                let r = self.handoff_ring(&t.name)?;
                 handoff.insert(t.name.clone(), r.clone());
                 Some(r)
             } else {
@@ -235,36 +274,34 @@ impl TableBuilder {
             });
         }
         self.handoff = handoff;
-        Ok(Tables {
-            generation,
-            ports: addrs,
-            hasher: Toeplitz::new(&cfg.rss.key, cfg.rss.symmetric),
-            services: ServiceTable::new(services),
-            sockets,
-            flow_limit: cfg.flow_limit.clone(),
-            tunnels,
-            port_mtu: {
-                let mut v = vec![1500u16; max_id + 1];
-                for (p, opened) in cfg.ports.iter().zip(&self.ports) {
-                    v[opened.id as usize] = p.mtu.unwrap_or(1500);
-                }
-                v
-            },
-            reassembly: cfg.reassembly.clone(),
-            icmp: cfg.icmp.clone(),
-            icmp_global: Some(match &self.icmp_global {
-                Some(g) => {
-                    g.reconfigure(cfg.icmp.msgs_per_sec, cfg.icmp.burst);
-                    g.clone()
-                }
-                None => {
-                    let g = cfg.icmp.global_bucket(Instant(0));
-                    self.icmp_global = Some(g.clone());
-                    g
-                }
-            }),
-            icmp_counters: self.icmp_counters.clone(),
-        })
+        Ok(tunnels)
+    }
+
+    /// The hand-off ring of sequence tunnel `name`: the last generation's, or a new one.
+    fn handoff_ring(&self, name: &str) -> Result<Arc<dyn PacketQueue>, String> {
+        if let Some(r) = self.handoff.get(name) {
+            return Ok(r.clone());
+        }
+        // Any worker may hand off to the owner; off the common path, so it keeps DPDK's
+        // default (shared) modes.
+        let ring = (self.make_queue)(HANDOFF_CAPACITY, QueueSync::SHARED)
+            .map_err(|e| format!("tunnel {name:?} hand-off ring: {e}"))?;
+        Ok(Arc::from(ring))
+    }
+
+    /// The global ICMP budget: made once, reconfigured by every later generation.
+    fn icmp_global(&mut self, cfg: &Config) -> Arc<GlobalBucket> {
+        match &self.icmp_global {
+            Some(g) => {
+                g.reconfigure(cfg.icmp.msgs_per_sec, cfg.icmp.burst);
+                g.clone()
+            }
+            None => {
+                let g = cfg.icmp.global_bucket(Instant(0));
+                self.icmp_global = Some(g.clone());
+                g
+            }
+        }
     }
 }
 
