@@ -826,7 +826,7 @@ fn render_with_crate(families: &[MetricFamily]) -> String {
     String::from_utf8(out).expect("text format is UTF-8")
 }
 
-/// Metric families fixed by the user-facing contract (`shared/CONFIG.md`) that later stages
+/// Metric families fixed by the user-facing contract (`docs/contract.md`) that later stages
 /// emit; the dashboard may already chart them.
 #[cfg(test)]
 const CONTRACT_FAMILIES: &[&str] = &[

@@ -1,6 +1,6 @@
 //! The TOML config: serde structs that reject unknown keys, and a `validate` pass that turns them
 //! into the runtime form. Every error names the key and the line, and all of them are reported at
-//! once. Key names are the user-facing contract in `shared/CONFIG.md`.
+//! once. Key names are the user-facing contract in `docs/contract.md`.
 //!
 //! One file per section: the section as written (serde), its validated form and its `validate`.
 //! [`errors`](ConfigErrors) holds the error type and the locating plumbing; `keys` the table of
