@@ -57,8 +57,8 @@ def packets():
     out.append(eth / gre(ping(32), remote(0, 0, 0), 0, 0, 1, seq=5))
     out.append(eth / gre(ping(33), remote(0, 0, 1), 0, 0, 0))
     # echo_reply x2, nested: through c1k1s0 around c0k1s0, and c0k0s0 around c1k0s1 (its
-    # sequence number 2, after the 1 above). Answers go back through the innermost tunnel, plain
-    # when that is a sequence tunnel (its numbers belong to its owning worker).
+    # sequence number 2, after the 1 above). Answers go back through the innermost tunnel, a
+    # sequence tunnel's through its owning worker (its numbers belong to it).
     out.append(eth / gre(gre(ping(40), remote(0, 1, 0), 0, 1, 0), remote(1, 1, 0), 1, 1, 0))
     out.append(eth / gre(gre(ping(41), remote(1, 0, 1), 1, 0, 1, seq=2), remote(0, 0, 0), 0, 0, 0))
     for i, p in enumerate(out):

@@ -96,8 +96,15 @@ fn gre_capture_replay() {
         back.iter().any(|r| r[2] == "1"),
         "the checksummed tunnel's GRE checksum is good"
     );
-    // A sequence tunnel's numbers belong to its owning worker: the RX lcore answers plainly.
-    assert_eq!(tshark_fields(&q0, "icmp && !gre", &["icmp.type"]).len(), 3);
+    // A sequence tunnel's numbers belong to its owning worker: the RX lcore hands it the
+    // answers, which leave numbered on the worker's queue; nothing leaves bare.
+    assert_eq!(tshark_fields(&q0, "icmp && !gre", &["icmp.type"]).len(), 0);
+    let seq = tshark_fields(
+        &q1,
+        "gre && ip.dst == 198.51.100.5 && icmp.type == 0",
+        &["gre.sequence_number"],
+    );
+    assert_eq!(seq.len(), 3, "{seq:?}");
 
     // Services forwarding through tunnels (the worker's own queue).
     let fwd = tshark_checked(
