@@ -95,6 +95,12 @@ pub struct Tables {
 }
 
 impl Tables {
+    /// The index of the tunnel a packet recorded it came through, if these tables are the
+    /// ones the record was made under (an index from another generation is not trusted).
+    pub fn tunnel_of(&self, t: crate::buf::Tunnelled) -> Option<usize> {
+        (t.generation == self.generation as u8 && (t.tunnel as usize) < self.tunnels.len()).then_some(t.tunnel as usize)
+    }
+
     /// The MTU of `port`.
     pub fn mtu(&self, port: u16) -> u16 {
         self.port_mtu.get(port as usize).copied().unwrap_or(1500)

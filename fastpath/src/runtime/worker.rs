@@ -253,32 +253,36 @@ impl Out {
             }
             return;
         };
-        let ti = t.tunnel as usize;
-        if t.generation != cx.tables.generation as u8 || ti >= cx.tables.tunnels.len() {
+        let Some(ti) = cx.tables.tunnel_of(t) else {
             // Received under tables this worker no longer has (a reload in between): the tunnel
             // index is not trusted, and an answer never leaves bare.
             c.invalid.inc();
             self.drops.push(m);
             return;
+        };
+        let tag = Tag::EchoThrough {
+            socket: wi as u32,
+            tunnel: ti as u32,
+        };
+        if self.send_through(cx, m, ti, tag, handoff) {
+            // The owner counts it sent (or refused) on the tunnel.
+            c.echoed.inc();
         }
+    }
+
+    /// Sends `m` into tunnel `ti`, counted as `tag` once sent: encapsulated here, or handed to
+    /// the owner of a sequence tunnel (then true: the owner counts it on the tunnel alone).
+    fn send_through(&mut self, cx: &Ctx, m: Mbuf, ti: usize, tag: Tag, handoff: &mut [Vec<Mbuf>]) -> bool {
         let tun = &cx.tables.tunnels[ti];
         if tun.sequence {
+            // Its owner numbers and sends it, in one order (docs/operating.md: GRE tunnels).
             tun.counters.workers[self.slot].handed_off.inc();
-            c.echoed.inc();
             handoff[ti].push(m);
-            return;
+            return true;
         }
         self.ident = self.ident.wrapping_add(1);
-        self.encap(
-            cx,
-            m,
-            ti,
-            None,
-            Tag::EchoThrough {
-                socket: wi as u32,
-                tunnel: ti as u32,
-            },
-        );
+        self.encap(cx, m, ti, None, tag);
+        false
     }
 
     /// `tunnel`: into the flow's tunnel of `set`; a sequence tunnel's packets go to its owner.
@@ -289,15 +293,7 @@ impl Out {
             self.drops.push(m);
             return;
         };
-        let tun = &cx.tables.tunnels[ti];
-        if tun.sequence {
-            // Its owner numbers and sends it, in one order (README: GRE tunnels).
-            tun.counters.workers[self.slot].handed_off.inc();
-            handoff[ti].push(m);
-            return;
-        }
-        self.ident = self.ident.wrapping_add(1);
-        self.encap(cx, m, ti, None, Tag::Tunnel(ti as u32));
+        self.send_through(cx, m, ti, Tag::Tunnel(ti as u32), handoff);
     }
 
     /// Hands sequence-tunnel packets to their owners, one burst per tunnel.

@@ -37,15 +37,10 @@ impl Pipeline {
         t: Tunnelled,
     ) -> Verdict {
         pkt.set_tunnelled(None);
-        if !self.knows(t) {
-            return Verdict::Drop(Outcome::GreUnknownTunnel);
+        match self.tables.tunnel_of(t) {
+            Some(via) => self.inner_passes(port, pkt, now, via, t.depth as usize),
+            None => Verdict::Drop(Outcome::GreUnknownTunnel),
         }
-        self.inner_passes(port, pkt, now, t.tunnel as usize, t.depth as usize)
-    }
-
-    /// Whether `t` names a tunnel of the tables in use.
-    pub fn knows(&self, t: Tunnelled) -> bool {
-        t.generation == self.tables.generation as u8 && (t.tunnel as usize) < self.tables.tunnels.len()
     }
 
     /// The tunnel record for a packet that came through tunnel `via` at `depth`.
@@ -94,7 +89,7 @@ impl Pipeline {
         pkt: &mut B,
     ) -> Verdict {
         match t {
-            Some(t) if self.knows(t) => self.answer_through(v, Some(t.tunnel as usize), pkt),
+            Some(t) if self.tables.tunnel_of(t).is_some() => self.answer_through(v, Some(t.tunnel as usize), pkt),
             // Never bare onto the underlay: an answer for a tunnel we no longer know is dropped.
             Some(_) => Verdict::Drop(v.outcome()),
             None => v,
