@@ -20,9 +20,8 @@
 //! (other than ARP) is GRE from 192.0.2.1 to 192.0.2.2 with the tunnel's key, checksum and
 //! sequence numbering, and that the requests really went through the tunnel.
 //!
-//! Cases that fail today because of fastpathd bugs named in issue 28 are separate tests with the
-//! strict assertions, `#[ignore]`d with what leaks; `cargo test -p control --test ovs_peer --
-//! --include-ignored` runs them.
+//! Each answer case (worker echo, reassembled datagrams, sequence tunnels) is a test of its own
+//! with the strict assertions: they were the leaks issue 28 found.
 //!
 //! Open vSwitch 3.1 quirk: on a port with both `csum=true` and `seq=true` it computes the GRE
 //! checksum before it writes the sequence number, so every such packet but the one numbered 0
@@ -928,7 +927,6 @@ fn plain_ping_and_port_unreachable_through_ovs() {
 }
 
 #[test]
-#[ignore = "issue 28: the echo worker's UDP answers leave bare on the underlay (10.9.0.1 -> 10.9.0.2, no GRE) and are not counted in gre_encap"]
 fn plain_udp_echo_through_ovs() {
     udp_echo(PLAIN)
 }
@@ -939,7 +937,6 @@ fn plain_tunnel_service_to_ovs() {
 }
 
 #[test]
-#[ignore = "issue 28: answers to reassembled inner datagrams leave bare (10.9.0.1 -> 10.9.0.2 in 3 fragments, no GRE) and are not counted in gre_encap"]
 fn plain_fragmented_ping_through_ovs() {
     fragmented_ping(PLAIN)
 }
@@ -952,7 +949,6 @@ fn keyed_ping_and_port_unreachable_through_ovs() {
 }
 
 #[test]
-#[ignore = "issue 28: the echo worker's UDP answers leave bare on the underlay (10.9.0.1 -> 10.9.0.2, no GRE) and are not counted in gre_encap"]
 fn keyed_udp_echo_through_ovs() {
     udp_echo(KEYED)
 }
@@ -963,7 +959,6 @@ fn keyed_tunnel_service_to_ovs() {
 }
 
 #[test]
-#[ignore = "issue 28: answers to reassembled inner datagrams leave bare (10.9.0.1 -> 10.9.0.2 in 3 fragments, no GRE) and are not counted in gre_encap"]
 fn keyed_fragmented_ping_through_ovs() {
     fragmented_ping(KEYED)
 }
@@ -976,7 +971,6 @@ fn checksummed_ping_and_port_unreachable_through_ovs() {
 }
 
 #[test]
-#[ignore = "issue 28: the echo worker's UDP answers leave bare on the underlay (10.9.0.1 -> 10.9.0.2, no GRE) and are not counted in gre_encap"]
 fn checksummed_udp_echo_through_ovs() {
     udp_echo(CHECKSUMMED)
 }
@@ -987,7 +981,6 @@ fn checksummed_tunnel_service_to_ovs() {
 }
 
 #[test]
-#[ignore = "issue 28: answers to reassembled inner datagrams leave bare (10.9.0.1 -> 10.9.0.2 in 3 fragments, no GRE) and are not counted in gre_encap"]
 fn checksummed_fragmented_ping_through_ovs() {
     fragmented_ping(CHECKSUMMED)
 }
@@ -995,13 +988,11 @@ fn checksummed_fragmented_ping_through_ovs() {
 // ---- sequenced (RFC 2890 sequence numbers: OVS numbers what it sends, skips them on receive) ----
 
 #[test]
-#[ignore = "issue 28: on a sequence tunnel the RX lcore's echo replies and Port Unreachable leave bare (10.9.0.1 -> 10.9.0.2, no GRE)"]
 fn sequenced_ping_and_port_unreachable_through_ovs() {
     ping_and_port_unreachable(SEQUENCED)
 }
 
 #[test]
-#[ignore = "issue 28: the echo worker's UDP answers leave bare on the underlay (10.9.0.1 -> 10.9.0.2, no GRE) and are not counted in gre_encap"]
 fn sequenced_udp_echo_through_ovs() {
     udp_echo(SEQUENCED)
 }
@@ -1012,7 +1003,6 @@ fn sequenced_tunnel_service_to_ovs() {
 }
 
 #[test]
-#[ignore = "issue 28: answers to reassembled inner datagrams leave bare (10.9.0.1 -> 10.9.0.2 in 3 fragments, no GRE) and are not counted in gre_encap"]
 fn sequenced_fragmented_ping_through_ovs() {
     fragmented_ping(SEQUENCED)
 }
@@ -1079,7 +1069,6 @@ fn sequenced_checksummed_ovs_packets_carry_a_wrong_checksum_and_are_refused() {
 
 /// The one answer fastpathd makes on that tunnel (to OVS's packet 0) must go back through it.
 #[test]
-#[ignore = "issue 28: on a sequence tunnel the RX lcore's echo reply leaves bare (10.9.0.1 -> 10.9.0.2, no GRE)"]
 fn sequenced_checksummed_ping_answer_through_ovs() {
     let (wire, m, _) = seqcsum_ping("seqcsum-answer");
     wire.assert_all_in_tunnel(SEQUENCED_CHECKSUMMED);

@@ -19,7 +19,7 @@ use crate::pipeline::reasm::{Fate, FragMeta, Insert, ReasmIo, Reassembler, Relea
 use crate::pipeline::{Instant, Pipeline, Tables, Verdict};
 use crate::socket::Socket;
 use crate::stats::LcoreStats;
-use crate::tx::{needs_fragmenting, queue_in_fragments, Transmit, TxBatch, BURST};
+use crate::tx::{fragment_into_tunnel, needs_fragmenting, queue_in_fragments, Transmit, TxBatch, BURST};
 use std::sync::Arc;
 
 #[cfg(test)]
@@ -87,7 +87,7 @@ pub struct RxEngine<B: LcoreBuf, Io: RxIo<B>> {
     staged: Vec<Vec<B>>,
     /// Per tunnel of the current generation: answers for a sequence tunnel's owner, with the
     /// outcome each counts once handed off.
-    handoff: Vec<(Vec<B>, Vec<Outcome>)>,
+    handoff: Vec<(Vec<B>, Vec<Option<Outcome>>)>,
     /// Packets to free, in bulk.
     drops: Vec<B>,
     stats: Arc<LcoreStats>,
@@ -95,6 +95,8 @@ pub struct RxEngine<B: LcoreBuf, Io: RxIo<B>> {
     ident: u32,
     /// Fragments of an answer being sent (reused: no allocation per packet, even there).
     scratch: Vec<B>,
+    /// What such an answer leaves to free while its pieces are queued (reused likewise).
+    spare: Vec<B>,
 }
 
 /// Counts an RX lcore's sent (or refused) packet: its outcome, or `tx_full`.
@@ -111,7 +113,7 @@ fn staging<B>(t: &Tables) -> Vec<Vec<B>> {
     (0..t.sockets.len()).map(|_| Vec::with_capacity(BURST)).collect()
 }
 
-fn handoff_staging<B>(t: &Tables) -> Vec<(Vec<B>, Vec<Outcome>)> {
+fn handoff_staging<B>(t: &Tables) -> Vec<(Vec<B>, Vec<Option<Outcome>>)> {
     (0..t.tunnels.len()).map(|_| (Vec::new(), Vec::new())).collect()
 }
 
@@ -137,6 +139,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             stats,
             ident: slot as u32,
             scratch: Vec::with_capacity(64),
+            spare: Vec::with_capacity(64),
         }
     }
 
@@ -278,7 +281,9 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             let took = self.side.io.hand_off(&tables.tunnels[t], pkts);
             tables.tunnels[t].counters.rx[slot].handed_off.add(took as u64);
             for (i, o) in outcomes.drain(..).enumerate() {
-                stats.outcome(if i < took { o } else { Outcome::TxFull });
+                if let Some(o) = o {
+                    stats.outcome(if i < took { o } else { Outcome::TxFull });
+                }
             }
             self.drops.append(pkts);
         }
@@ -337,6 +342,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                 Verdict::Transmit(o) => self.transmit(port, m, o),
                 Verdict::TransmitOn { port: out, outcome } => self.transmit(out, m, outcome),
                 Verdict::HandOff { tunnel, outcome } => self.stage_handoff(tunnel, m, outcome),
+                Verdict::TransmitThrough { tunnel, outcome } => self.transmit_through(tunnel, m, outcome),
                 Verdict::Deliver => self.staged[self.pipeline.delivered_to()].push(m),
                 Verdict::Reassemble { l3 } => {
                     let Some(mut meta) = FragMeta::from_frame(m.data(), l3 as usize) else {
@@ -362,18 +368,75 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         }
     }
 
-    /// Stages an answer for sequence tunnel `tunnel`'s owner (handed off at the next flush).
+    /// Stages an answer for sequence tunnel `tunnel`'s owner (handed off at the next flush),
+    /// cut first into pieces the tunnel carries whole if it is too big (only the last piece
+    /// counts the outcome).
     #[cold]
     fn stage_handoff(&mut self, tunnel: u16, m: B, o: Outcome) {
-        match self.handoff.get_mut(tunnel as usize) {
-            Some((pkts, outcomes)) => {
-                pkts.push(m);
-                outcomes.push(o);
-            }
-            None => {
-                self.stats.outcome(Outcome::TxFull);
-                self.drops.push(m);
-            }
+        let tables = self.pipeline.tables();
+        let t = tunnel as usize;
+        let Some((pkts, outcomes)) = self.handoff.get_mut(t) else {
+            self.stats.outcome(Outcome::TxFull);
+            self.drops.push(m);
+            return;
+        };
+        let mtu = crate::pipeline::tunnel::inner_mtu(&tables.tunnels, t);
+        if !needs_fragmenting(&m, mtu) {
+            pkts.push(m);
+            outcomes.push(Some(o));
+            return;
+        }
+        self.ident = self.ident.wrapping_add(1);
+        let io = &mut self.side.io;
+        let ok = crate::tx::fragment_frame(&m, mtu, |len| io.alloc(len), self.ident, &mut self.scratch);
+        self.drops.push(m);
+        let n = self.scratch.len();
+        if !ok || n == 0 {
+            self.drops.append(&mut self.scratch);
+            self.stats.outcome(Outcome::TxFull);
+            return;
+        }
+        for (i, p) in self.scratch.drain(..).enumerate() {
+            pkts.push(p);
+            outcomes.push((i + 1 == n).then_some(o));
+        }
+    }
+
+    /// Sends an answer too big for tunnel `tunnel`'s path in pieces that fit, each
+    /// encapsulated ([`fragment_into_tunnel`]); the last piece counts the outcome.
+    #[cold]
+    fn transmit_through(&mut self, tunnel: u16, m: B, o: Outcome) {
+        let tables = self.pipeline.tables();
+        let t = tunnel as usize;
+        let stats = &*self.stats;
+        let (tx, drops) = (&mut self.tx, &mut self.drops);
+        let io = &mut self.side.io;
+        self.ident = self.ident.wrapping_add(1);
+        let mut counted = false;
+        let held = &mut self.spare;
+        let sent = fragment_into_tunnel(
+            m,
+            &tables.tunnels,
+            t,
+            |len| io.alloc(len),
+            self.ident as u16,
+            &mut self.scratch,
+            held,
+            |port, piece, last| match tx.get_mut(port as usize) {
+                Some(Some(b)) => {
+                    counted |= last;
+                    if b.push(piece, last.then_some(o)) {
+                        b.flush(stats, drops, count_rx_tx(stats));
+                    }
+                }
+                _ => drops.push(piece),
+            },
+        );
+        drops.append(held);
+        if sent && counted {
+            tables.tunnels[t].counters.rx[self.pipeline.slot()].encap.inc();
+        } else if !counted {
+            stats.outcome(Outcome::TxFull);
         }
     }
 
@@ -434,6 +497,10 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                     }
                     Some(Verdict::HandOff { tunnel, outcome }) => {
                         self.stage_handoff(tunnel, r.buf, outcome);
+                        continue;
+                    }
+                    Some(Verdict::TransmitThrough { tunnel, outcome }) => {
+                        self.transmit_through(tunnel, r.buf, outcome);
                         continue;
                     }
                     _ => {}

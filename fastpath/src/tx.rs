@@ -9,6 +9,7 @@
 
 use crate::buf::{LcoreBuf, PacketBuf};
 use crate::pipeline::reasm::{fragment_v4, fragment_v6};
+use crate::pipeline::tunnel::{self, Tunnel};
 use crate::stats::LcoreStats;
 use crate::wire::{EtherType, EthernetFrame};
 
@@ -155,6 +156,43 @@ pub fn queue_in_fragments<Q: Transmit<B>, B: LcoreBuf, T: Copy>(
         }
     }
     true
+}
+
+/// Sends our own answer `m`, too big for tunnel `t`'s path, as a sender behind a tunnel device
+/// would: cut into inner fragments that fit ([`tunnel::inner_mtu`], IPv6 ones identified by
+/// `ident`), each encapsulated whole, so the far end needs no outer reassembly (which Open
+/// vSwitch's user-space datapath, for one, does not do). `each(port, piece, last)` queues every
+/// encapsulated piece; `m` and what cannot be cut or encapsulated go to `drops`. False when
+/// nothing could be sent.
+#[allow(clippy::too_many_arguments)]
+pub fn fragment_into_tunnel<B: PacketBuf>(
+    m: B,
+    tunnels: &[Tunnel],
+    t: usize,
+    alloc: impl FnMut(usize) -> Option<B>,
+    ident: u16,
+    scratch: &mut Vec<B>,
+    drops: &mut Vec<B>,
+    mut each: impl FnMut(u16, B, bool),
+) -> bool {
+    let ok = fragment_frame(&m, tunnel::inner_mtu(tunnels, t), alloc, ident as u32, scratch);
+    drops.push(m);
+    if !ok || scratch.is_empty() {
+        drops.append(scratch);
+        return false;
+    }
+    let n = scratch.len();
+    let mut all = true;
+    for (i, mut piece) in scratch.drain(..).enumerate() {
+        match tunnel::encapsulate(&mut piece, tunnels, t, None, ident) {
+            Ok(port) => each(port, piece, i + 1 == n),
+            Err(_) => {
+                all = false;
+                drops.push(piece);
+            }
+        }
+    }
+    all
 }
 
 /// A [`Transmit`] queue that takes everything (or, with a limit, up to `room` packets per send)

@@ -153,6 +153,13 @@ pub enum EncapError {
     NoRoom,
 }
 
+/// The largest inner IP packet tunnel `t`'s path carries whole (its path MTU less every outer
+/// header of the chain).
+pub fn inner_mtu(tunnels: &[Tunnel], t: usize) -> u16 {
+    let (_, _, _, mtu, overhead) = path_of(tunnels, t);
+    (mtu as usize).saturating_sub(overhead).min(u16::MAX as usize) as u16
+}
+
 /// The port, MAC addresses and MTU at the end of tunnel `t`'s chain, and the total overhead.
 pub fn path_of(tunnels: &[Tunnel], mut t: usize) -> (u16, EthernetAddress, EthernetAddress, u16, usize) {
     let mut overhead = 0;

@@ -25,6 +25,15 @@ pub enum Verdict {
         /// The outcome once sent.
         outcome: Outcome,
     },
+    /// The packet was rewritten in place into an answer for tunnel `tunnel` but is too big for
+    /// the tunnel's path (the echo of a reassembled datagram): cut it into fragments that fit,
+    /// encapsulate each and send them, then count `outcome` (or [`Outcome::TxFull`]).
+    TransmitThrough {
+        /// Index of the tunnel in [`Tables::tunnels`](super::Tables::tunnels).
+        tunnel: u16,
+        /// The outcome once sent.
+        outcome: Outcome,
+    },
     /// The packet was rewritten in place into an answer for a sequence tunnel (RFC 2890 §2.2):
     /// hand it, not yet encapsulated, to the tunnel's owning worker, which numbers and sends
     /// everything for that tunnel in one order; count `outcome` once the owner's ring took it
@@ -66,7 +75,8 @@ impl Verdict {
             Verdict::Drop(o)
             | Verdict::Transmit(o)
             | Verdict::TransmitOn { outcome: o, .. }
-            | Verdict::HandOff { outcome: o, .. } => o,
+            | Verdict::HandOff { outcome: o, .. }
+            | Verdict::TransmitThrough { outcome: o, .. } => o,
             Verdict::Deliver => Outcome::Delivered,
             Verdict::Reassemble { .. } => Outcome::Reassembled,
         }

@@ -14,7 +14,7 @@ use crate::generation::Published;
 use crate::pipeline::{service, tunnel, Action, Tables};
 use crate::socket::{Socket, SocketLcoreCounters};
 use crate::stats::LcoreStats;
-use crate::tx::{needs_fragmenting, queue_in_fragments, TxBatch, BURST};
+use crate::tx::{fragment_into_tunnel, needs_fragmenting, queue_in_fragments, TxBatch, BURST};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -124,6 +124,8 @@ struct Out {
     drops: Vec<Mbuf>,
     /// Fragments of an answer being sent (reused: no allocation per packet).
     scratch: Vec<Mbuf>,
+    /// What such an answer leaves to free while its pieces are queued (reused likewise).
+    spare: Vec<Mbuf>,
     /// Identification for the fragments and outer headers this worker builds.
     ident: u16,
 }
@@ -352,6 +354,13 @@ impl Out {
                     c.tx_full.inc();
                 }
             }
+            // Our own echo reply, too big for the tunnel: in inner pieces that fit, each
+            // encapsulated whole (as a sender behind a tunnel device sends).
+            Err(tunnel::EncapError::TooBig(_)) if matches!(tag, Tag::EchoThrough { .. }) => {
+                if !self.send_in_pieces(cx, m, ti, tag) {
+                    c.tx_full.inc();
+                }
+            }
             Err(tunnel::EncapError::TooBig(inner_mtu)) => {
                 // Issue 8 / RFC 1191 / RFC 8201: DF or IPv6 inside -> ICMP Fragmentation Needed /
                 // Packet Too Big with the tunnel's MTU back to the sender (never rate limited);
@@ -365,6 +374,34 @@ impl Out {
                 self.drops.push(m);
             }
         }
+    }
+
+    /// Sends our own answer `m`, too big for tunnel `ti`, in inner pieces that fit
+    /// ([`fragment_into_tunnel`]); the last piece is counted as `tag`.
+    #[cold]
+    fn send_in_pieces(&mut self, cx: &Ctx, m: Mbuf, ti: usize, tag: Tag) -> bool {
+        let (tx, drops, stats, pool) = (&mut self.tx, &mut self.drops, &*self.stats, &self.pool);
+        let mut queued_last = false;
+        let ok = fragment_into_tunnel(
+            m,
+            &cx.tables.tunnels,
+            ti,
+            |len| pool.alloc().filter(|x| x.tailroom() >= len),
+            self.ident,
+            &mut self.scratch,
+            &mut self.spare,
+            |port, piece, last| match tx.get_mut(port as usize) {
+                Some(Some(b)) => {
+                    queued_last |= last;
+                    if b.push(piece, if last { tag } else { Tag::Piece }) {
+                        cx.flush(b, stats, drops);
+                    }
+                }
+                _ => drops.push(piece),
+            },
+        );
+        self.drops.append(&mut self.spare);
+        ok && queued_last
     }
 
     /// A packet too big for tunnel `ti`'s path: an ICMP error to its sender, or outer fragments.
@@ -527,6 +564,7 @@ impl WorkerLcore {
             tx: TxBatch::by_port(std::mem::take(&mut self.tx)),
             drops: Vec::with_capacity(BURST),
             scratch: Vec::with_capacity(64),
+            spare: Vec::with_capacity(64),
             ident: (self.slot as u16).wrapping_mul(0x9e37).wrapping_add(0x5555),
         };
         let mut buf: Vec<Mbuf> = Vec::with_capacity(BURST);

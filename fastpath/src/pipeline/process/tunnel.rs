@@ -112,15 +112,18 @@ impl Pipeline {
             };
         }
         self.ident = self.ident.wrapping_add(1);
-        // Our own answer larger than the tunnel's path (the echo of a reassembled datagram):
-        // encapsulated whole and sent in outer fragments (RFC 2784 leaves fragmenting the
-        // delivery packet to the encapsulator); what cannot be encapsulated is dropped, never
-        // sent bare onto the underlay.
-        match tunnel::encapsulate_oversize(pkt, tunnels, t, None, self.ident) {
+        match tunnel::encapsulate(pkt, tunnels, t, None, self.ident) {
             Ok(port) => {
                 tunnels[t].counters.rx[self.fanout.slot].encap.inc();
                 Verdict::TransmitOn { port, outcome: o }
             }
+            // Our own answer larger than the tunnel's path (the echo of a reassembled
+            // datagram): the RX engine cuts it into pieces that fit, each encapsulated.
+            Err(tunnel::EncapError::TooBig(_)) => Verdict::TransmitThrough {
+                tunnel: t as u16,
+                outcome: o,
+            },
+            // Never sent bare onto the underlay.
             Err(_) => {
                 tunnels[t].counters.rx[self.fanout.slot].too_big.inc();
                 Verdict::Drop(o)
