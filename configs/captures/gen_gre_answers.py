@@ -3,7 +3,8 @@
 through it (issue 28): a worker's echo of UDP through plain, keyed and checksummed tunnels,
 the echo of a ping reassembled from fragments carried inside a tunnel (its reply larger than
 the MTU, so it leaves in outer fragments), a worker's echo of a reassembled datagram, and Time
-Exceeded about a lone first fragment inside a tunnel. The box is 02:00:00:00:00:01 with
+Exceeded about a lone first fragment inside a tunnel, and Fragmentation Needed, back through
+the tunnel it came in by, for a DF datagram a tunnel service cannot forward. The box is 02:00:00:00:00:01 with
 192.0.2.1 and, inside tunnels, 10.9.0.1. Deterministic output.
 """
 import logging
@@ -45,6 +46,10 @@ def packets():
     # A lone first fragment inside t1: times out, Time Exceeded back through t1.
     lone = fragment(udp(4005, b"y" * 200, ident=0x79), fragsize=80)[0]
     out.append(gre(lone, "198.51.100.2"))  # icmp_error (Time Exceeded, reassembly)
+    # A DF datagram inside t1 for the `fwd` service, whose tunnel (nested in another) cannot
+    # carry it: Fragmentation Needed goes back to the sender through t1.
+    df = IP(src=INNER_PEER, dst=INNER_ME, flags="DF", id=0x7a) / UDP(sport=4006, dport=9000) / Raw(b"z" * 1432)
+    out.append(gre(df, "198.51.100.2"))  # delivered (then the worker's Fragmentation Needed)
     for i, p in enumerate(out):
         p.time = 1_700_000_000 + i / 1000
     return out

@@ -8,7 +8,7 @@
 //! the action on every packet, and stop. So at a clean stop no packet is left in a socket.
 
 use super::{handoff_ring, ring, spin, IdlePolicy, Polls, RunControl};
-use crate::buf::PacketBuf;
+use crate::buf::{PacketBuf, Tunnelled};
 use crate::dpdk::{Mbuf, Mempool, TxQueue};
 use crate::generation::Published;
 use crate::pipeline::{service, tunnel, Action, Tables};
@@ -288,8 +288,9 @@ impl Out {
     }
 
     /// `tunnel`: into the flow's tunnel of `set`; a sequence tunnel's packets go to its owner.
-    fn tunnel(&mut self, cx: &Ctx, set: &[usize], c: &SocketLcoreCounters, mut m: Mbuf, handoff: &mut [Vec<Mbuf>]) {
-        m.set_tunnelled(None);
+    fn tunnel(&mut self, cx: &Ctx, set: &[usize], c: &SocketLcoreCounters, m: Mbuf, handoff: &mut [Vec<Mbuf>]) {
+        // A packet that came through a tunnel keeps its record (through a hand-off too) until
+        // it is encapsulated: an ICMP error about it goes back the way it came.
         let Some(ti) = pick_tunnel(set, cx.tables, &m) else {
             c.invalid.inc();
             self.drops.push(m);
@@ -348,6 +349,8 @@ impl Out {
     #[inline]
     fn encap(&mut self, cx: &Ctx, mut m: Mbuf, ti: usize, seq: Option<u32>, tag: Tag) {
         let c = &cx.tables.tunnels[ti].counters.workers[self.slot];
+        let came_through = m.tunnelled();
+        m.set_tunnelled(None);
         match tunnel::encapsulate(&mut m, &cx.tables.tunnels, ti, seq, self.ident) {
             Ok(port) => {
                 if !self.send_whole(cx, port, m, tag) {
@@ -366,7 +369,7 @@ impl Out {
                 // Packet Too Big with the tunnel's MTU back to the sender (never rate limited);
                 // IPv4 without DF -> encapsulate anyway and fragment the outer packet.
                 c.too_big.inc();
-                self.too_big(cx, m, ti, seq, inner_mtu);
+                self.too_big(cx, m, ti, seq, inner_mtu, came_through);
             }
             Err(_) => {
                 // Not IP, or no headroom: nothing to send.
@@ -404,8 +407,9 @@ impl Out {
         ok && queued_last
     }
 
-    /// A packet too big for tunnel `ti`'s path: an ICMP error to its sender, or outer fragments.
-    fn too_big(&mut self, cx: &Ctx, mut m: Mbuf, ti: usize, seq: Option<u32>, inner_mtu: u16) {
+    /// A packet too big for tunnel `ti`'s path: an ICMP error to its sender (back through the
+    /// tunnel it came through, if it did), or outer fragments.
+    fn too_big(&mut self, cx: &Ctx, mut m: Mbuf, ti: usize, seq: Option<u32>, inner_mtu: u16, came_through: Option<Tunnelled>) {
         use crate::pipeline::icmp_error::{self, ErrorKind};
         use crate::pipeline::{IpVersion, Parsed};
         let tables = cx.tables;
@@ -423,12 +427,28 @@ impl Out {
             };
             let port = m.port();
             let mac = tables.ports.get(port as usize).map(|a| a.mac).unwrap_or_default();
-            if icmp_error::eligible(kind, &p, m.data())
-                && icmp_error::build_in_place(&mut m, &p, mac, p.dst, kind, self.ident)
+            if !(icmp_error::eligible(kind, &p, m.data())
+                && icmp_error::build_in_place(&mut m, &p, mac, p.dst, kind, self.ident))
             {
-                self.send_whole(cx, port, m, Tag::Piece);
-            } else {
                 self.drops.push(m);
+                return;
+            }
+            let Some(t) = came_through else {
+                self.send_whole(cx, port, m, Tag::Piece);
+                return;
+            };
+            match tables.tunnel_of(t) {
+                Some(vi) if !tables.tunnels[vi].sequence => {
+                    match tunnel::encapsulate(&mut m, &tables.tunnels, vi, None, self.ident) {
+                        Ok(out) => {
+                            self.send_whole(cx, out, m, Tag::Tunnel(vi as u32));
+                        }
+                        Err(_) => self.drops.push(m),
+                    }
+                }
+                // A sequence tunnel's numbers are its owner's, and a record from other tables
+                // is not trusted: dropped, never sent bare onto the underlay.
+                _ => self.drops.push(m),
             }
             return;
         }
