@@ -188,7 +188,7 @@ pub fn sim_group(n: usize, capacity: usize, rollover: bool, huge_flows: bool) ->
             Arc::new(Socket::new(
                 "bench",
                 i,
-                Box::new(SimQueue::new(capacity)),
+                SimQueue::new(capacity),
                 0,
                 Arc::new(SocketCounters::new(1, 1)),
             ))
@@ -205,7 +205,7 @@ pub fn sim_group(n: usize, capacity: usize, rollover: bool, huge_flows: bool) ->
 
 /// The simulated queue behind a socket made by [`sim_group`].
 pub fn sim_queue(s: &Socket) -> &SimQueue {
-    s.queue.as_any().downcast_ref::<SimQueue>().expect("a SimQueue socket")
+    s.queue.sim().expect("a SimQueue socket")
 }
 
 /// A flow hash that Hash fanout maps to position `pos` of `n` sockets.

@@ -13,7 +13,7 @@ use fastpath::pipeline::service::Action;
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
 use fastpath::pipeline::Instant;
 use fastpath::pipeline::{Group, PortAddrs, Service, ServiceTable, Tables};
-use fastpath::socket::{PacketQueue, QueueSync, Socket, SocketCounters};
+use fastpath::socket::{QueueSync, Socket, SocketCounters, SocketQueue};
 use fastpath::wire::{EthernetAddress, Toeplitz};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,7 +35,7 @@ pub struct TableBuilder {
     sockets: HashMap<(String, usize), Arc<Socket>>,
     counters: HashMap<(String, usize), Arc<SocketCounters>>,
     tunnel_counters: HashMap<String, Arc<TunnelCounters>>,
-    handoff: HashMap<String, Arc<dyn PacketQueue>>,
+    handoff: HashMap<String, Arc<SocketQueue>>,
     /// The global ICMP budget lives as long as the daemon: reloads reconfigure it.
     icmp_global: Option<Arc<GlobalBucket>>,
     icmp_counters: Arc<IcmpCounters>,
@@ -44,7 +44,7 @@ pub struct TableBuilder {
 
 /// Makes the queue behind a socket or a hand-off of this capacity, for the lcores `QueueSync`
 /// says will use it.
-pub type MakeQueue = Box<dyn Fn(usize, QueueSync) -> Result<Box<dyn PacketQueue>, String> + Send>;
+pub type MakeQueue = Box<dyn Fn(usize, QueueSync) -> Result<SocketQueue, String> + Send>;
 
 /// A service and the ports it listens on, as [`ServiceTable::new`] takes them.
 type Listening = (Service, Vec<u16>);
@@ -68,10 +68,10 @@ impl TableBuilder {
     /// queues are DPDK rings (EAL must be up) for packets from `pool` (the RX pool: see
     /// [`MbufRing`] for what a ring does with its home pool).
     pub fn new(ports: Vec<OpenedPort>, rx_lcores: usize, workers: usize, pool: Arc<Mempool>) -> Self {
-        let make = move |capacity: usize, sync: QueueSync| -> Result<Box<dyn PacketQueue>, String> {
-            Ok(Box::new(
-                MbufRing::new(capacity, pool.clone(), sync).map_err(|e| e.to_string())?,
-            ))
+        let make = move |capacity: usize, sync: QueueSync| -> Result<SocketQueue, String> {
+            Ok(MbufRing::new(capacity, pool.clone(), sync)
+                .map_err(|e| e.to_string())?
+                .into())
         };
         Self::with_queues(ports, rx_lcores, workers, Box::new(make))
     }
@@ -278,7 +278,7 @@ impl TableBuilder {
     }
 
     /// The hand-off ring of sequence tunnel `name`: the last generation's, or a new one.
-    fn handoff_ring(&self, name: &str) -> Result<Arc<dyn PacketQueue>, String> {
+    fn handoff_ring(&self, name: &str) -> Result<Arc<SocketQueue>, String> {
         if let Some(r) = self.handoff.get(name) {
             return Ok(r.clone());
         }
@@ -286,7 +286,7 @@ impl TableBuilder {
         // default (shared) modes.
         let ring = (self.make_queue)(HANDOFF_CAPACITY, QueueSync::SHARED)
             .map_err(|e| format!("tunnel {name:?} hand-off ring: {e}"))?;
-        Ok(Arc::from(ring))
+        Ok(Arc::new(ring))
     }
 
     /// The global ICMP budget: made once, reconfigured by every later generation.
@@ -361,7 +361,7 @@ next_hop_mac = "02:00:00:00:00:fe"
             let record = made.clone();
             let make: MakeQueue = Box::new(move |cap, sync| {
                 record.lock().unwrap().push((cap, sync));
-                Ok(Box::new(fastpath::socket::SimQueue::new(cap)))
+                Ok(fastpath::socket::SimQueue::new(cap).into())
             });
             let port = OpenedPort {
                 id: 0,

@@ -22,7 +22,7 @@ use fastpath::buf::HeapBuf;
 use fastpath::outcome::Outcome;
 use fastpath::pipeline::Instant;
 use fastpath::rx::{HeapIo, RxEngine};
-use fastpath::socket::{PacketQueue, QueueSync, SimQueue};
+use fastpath::socket::{QueueSync, SimQueue, SocketQueue};
 use fastpath::stats::{LcoreStats, QueueCounters};
 use fastpath::tx::{Collect, BURST};
 use serde::Deserialize;
@@ -511,8 +511,8 @@ fn corpus_in_process() {
     report(&failures);
 }
 
-fn sim_queue(capacity: usize, _: QueueSync) -> Result<Box<dyn PacketQueue>, String> {
-    Ok(Box::new(SimQueue::new(capacity)))
+fn sim_queue(capacity: usize, _: QueueSync) -> Result<SocketQueue, String> {
+    Ok(SimQueue::new(capacity).into())
 }
 
 /// One RX lcore (slot 0) over heap buffers: the daemon's own RX engine

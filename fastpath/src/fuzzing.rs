@@ -164,7 +164,7 @@ fn engine_tables() -> std::sync::Arc<crate::pipeline::Tables> {
             Arc::new(Socket::new(
                 if i < 2 { "echo" } else { "sink" },
                 i % 2,
-                Box::new(SimQueue::new(8)),
+                SimQueue::new(8),
                 0,
                 Arc::new(SocketCounters::new(1, 1)),
             ))

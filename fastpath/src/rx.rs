@@ -555,7 +555,7 @@ impl RxIo<crate::buf::HeapBuf> for HeapIo {
         ))
     }
     fn enqueue(&mut self, socket: &Socket, pkts: &mut Vec<crate::buf::HeapBuf>) -> usize {
-        let Some(q) = socket.queue.as_any().downcast_ref::<crate::socket::SimQueue>() else {
+        let Some(q) = socket.queue.sim() else {
             return 0;
         };
         let took = q.push(pkts.len());

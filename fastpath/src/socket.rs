@@ -15,7 +15,6 @@
 //! Counters are per lcore (one cache-line-aligned slot per lcore), summed when read.
 
 use crate::stats::Counter;
-use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 
 /// Flow hashes remembered per socket: 16 × 4 bytes, one cache line.
@@ -37,11 +36,93 @@ pub trait PacketQueue: Send + Sync + 'static {
     }
     /// Packets the queue can hold.
     fn capacity(&self) -> usize;
-    /// For the runtime, to reach the concrete queue type.
-    fn as_any(&self) -> &dyn Any;
     /// Whether nothing is queued.
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The queue behind a socket (or a sequence tunnel's hand-off): a closed set, so the lcores
+/// reach the concrete queue by a match, never a downcast, and the fanout reads its occupancy
+/// without a virtual call.
+pub enum SocketQueue {
+    /// The daemon's: a DPDK ring of mbufs (on lines of its own, apart from the socket's).
+    #[cfg(feature = "dpdk")]
+    Ring(Box<crate::dpdk::MbufRing>),
+    /// Lengths only, no packets: tests, benchmarks and the in-process corpus runner.
+    Sim(SimQueue),
+    /// Any other view of a queue (test doubles).
+    Other(Box<dyn PacketQueue>),
+}
+
+impl SocketQueue {
+    /// The simulated queue, if it is one.
+    pub fn sim(&self) -> Option<&SimQueue> {
+        match self {
+            SocketQueue::Sim(q) => Some(q),
+            _ => None,
+        }
+    }
+
+    /// The DPDK ring, if it is one.
+    #[cfg(feature = "dpdk")]
+    #[inline(always)]
+    pub fn ring(&self) -> Option<&crate::dpdk::MbufRing> {
+        match self {
+            SocketQueue::Ring(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+impl SocketQueue {
+    /// Packets queued now ([`PacketQueue::len`]).
+    #[inline]
+    pub fn len(&self) -> usize {
+        match self {
+            #[cfg(feature = "dpdk")]
+            SocketQueue::Ring(r) => r.len(),
+            SocketQueue::Sim(q) => q.len(),
+            SocketQueue::Other(q) => q.len(),
+        }
+    }
+    /// The producer's view of the length ([`PacketQueue::producer_len`]).
+    #[inline]
+    pub fn producer_len(&self, fresh: bool) -> (usize, bool) {
+        match self {
+            #[cfg(feature = "dpdk")]
+            SocketQueue::Ring(r) => r.producer_len(fresh),
+            SocketQueue::Sim(q) => q.producer_len(fresh),
+            SocketQueue::Other(q) => q.producer_len(fresh),
+        }
+    }
+    /// Packets the queue can hold.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        match self {
+            #[cfg(feature = "dpdk")]
+            SocketQueue::Ring(r) => r.capacity(),
+            SocketQueue::Sim(q) => q.capacity(),
+            SocketQueue::Other(q) => q.capacity(),
+        }
+    }
+    /// Whether nothing is queued.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<SimQueue> for SocketQueue {
+    fn from(q: SimQueue) -> Self {
+        SocketQueue::Sim(q)
+    }
+}
+
+#[cfg(feature = "dpdk")]
+impl From<crate::dpdk::MbufRing> for SocketQueue {
+    fn from(r: crate::dpdk::MbufRing) -> Self {
+        SocketQueue::Ring(Box::new(r))
     }
 }
 
@@ -164,7 +245,7 @@ pub struct Socket {
     /// Index of the socket in its service.
     pub index: usize,
     /// The queue.
-    pub queue: Box<dyn PacketQueue>,
+    pub queue: SocketQueue,
     /// The worker slot that drains it.
     pub worker: usize,
     /// Counters, shared with the socket's successor across reloads.
@@ -198,10 +279,11 @@ impl Socket {
     pub fn new(
         service: &str,
         index: usize,
-        queue: Box<dyn PacketQueue>,
+        queue: impl Into<SocketQueue>,
         worker: usize,
         counters: std::sync::Arc<SocketCounters>,
     ) -> Self {
+        let queue = queue.into();
         Socket {
             service: service.to_string(),
             index,
@@ -323,9 +405,6 @@ impl PacketQueue for SimQueue {
     fn capacity(&self) -> usize {
         self.capacity
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
 #[cfg(test)]
@@ -348,25 +427,19 @@ mod tests {
     fn pressure_is_cleared_by_the_consumer_at_half() {
         let q = SimQueue::new(100);
         q.set_len(90);
-        let s = Socket::new("s", 0, Box::new(q), 0, Arc::new(SocketCounters::new(1, 1)));
+        let s = Socket::new("s", 0, q, 0, Arc::new(SocketCounters::new(1, 1)));
         s.mark_pressure();
         assert!(s.under_pressure());
         s.consumer_update_pressure();
         assert!(s.under_pressure(), "still above half");
-        s.queue.as_any().downcast_ref::<SimQueue>().unwrap().set_len(50);
+        s.queue.sim().unwrap().set_len(50);
         s.consumer_update_pressure();
         assert!(!s.under_pressure());
     }
 
     #[test]
     fn huge_flow_needs_more_than_half_of_the_history() {
-        let s = Socket::new(
-            "s",
-            0,
-            Box::new(SimQueue::new(8)),
-            0,
-            Arc::new(SocketCounters::new(1, 1)),
-        );
+        let s = Socket::new("s", 0, SimQueue::new(8), 0, Arc::new(SocketCounters::new(1, 1)));
         // Fill 8 of 16 slots with hash 7: exactly half is not huge.
         for slot in 0..8 {
             assert!(!s.flow_is_huge(7, slot));

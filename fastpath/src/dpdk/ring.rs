@@ -357,9 +357,6 @@ impl PacketQueue for MbufRing {
     fn capacity(&self) -> usize {
         self.capacity
     }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
 }
 
 /// Mbufs a reclaiming ring released (owned, untagged pointers as words), freed in bulks of up

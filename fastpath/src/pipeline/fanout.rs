@@ -437,7 +437,7 @@ mod tests {
                 Arc::new(Socket::new(
                     "svc",
                     i,
-                    Box::new(SimQueue::new(cap)),
+                    SimQueue::new(cap),
                     0,
                     Arc::new(SocketCounters::new(1, 1)),
                 ))
@@ -455,7 +455,7 @@ mod tests {
     }
 
     pub(super) fn q(s: &Socket) -> &SimQueue {
-        s.queue.as_any().downcast_ref::<SimQueue>().unwrap()
+        s.queue.sim().unwrap()
     }
 
     /// A hash the Hash mode maps to position `pos` of `n`.
@@ -663,7 +663,7 @@ mod ordering {
                 Arc::new(Socket::new(
                     "svc",
                     i,
-                    Box::new(SimQueue::new(64)),
+                    SimQueue::new(64),
                     0,
                     Arc::new(SocketCounters::new(1, 1)),
                 ))
@@ -705,11 +705,7 @@ mod ordering {
                 }
             }
             for (i, s) in sockets.iter().enumerate() {
-                s.queue
-                    .as_any()
-                    .downcast_ref::<SimQueue>()
-                    .unwrap()
-                    .set_len(fifo[i].len());
+                s.queue.sim().unwrap().set_len(fifo[i].len());
             }
             st.burst_done();
             // Consumers: 8 packets per round each (32 in all, for 30 sent).
@@ -719,11 +715,7 @@ mod ordering {
                         consumed.push(p);
                     }
                 }
-                s.queue
-                    .as_any()
-                    .downcast_ref::<SimQueue>()
-                    .unwrap()
-                    .set_len(fifo[i].len());
+                s.queue.sim().unwrap().set_len(fifo[i].len());
                 s.consumer_update_pressure();
             }
         }
@@ -758,7 +750,7 @@ mod flow_limit_tests {
         let s = vec![Arc::new(Socket::new(
             "svc",
             0,
-            Box::new(q),
+            q,
             0,
             Arc::new(SocketCounters::new(1, 1)),
         ))];
@@ -930,11 +922,11 @@ mod flow_limit_tests {
 #[cfg(test)]
 mod snapshot_tests {
     use super::*;
-    use crate::socket::{PacketQueue, SocketCounters};
+    use crate::socket::{PacketQueue, SocketCounters, SocketQueue};
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-    /// A queue that counts how often its length is read.
-    struct Counting(AtomicUsize);
+    /// A queue that counts how often its length is read (into a counter the test keeps).
+    struct Counting(Arc<AtomicUsize>);
 
     impl PacketQueue for Counting {
         fn len(&self) -> usize {
@@ -944,17 +936,15 @@ mod snapshot_tests {
         fn capacity(&self) -> usize {
             1000
         }
-        fn as_any(&self) -> &dyn std::any::Any {
-            self
-        }
     }
 
     #[test]
     fn the_ring_length_is_read_once_per_burst_and_staged_packets_count_on_top() {
+        let count = Arc::new(AtomicUsize::new(0));
         let s = vec![Arc::new(Socket::new(
             "svc",
             0,
-            Box::new(Counting(AtomicUsize::new(0))),
+            SocketQueue::Other(Box::new(Counting(count.clone()))),
             0,
             Arc::new(SocketCounters::new(1, 1)),
         ))];
@@ -965,7 +955,7 @@ mod snapshot_tests {
             huge_flows: true,
         };
         let mut st = FanoutState::new(1, 0, 1);
-        let reads = || s[0].queue.as_any().downcast_ref::<Counting>().unwrap().0.load(Relaxed);
+        let reads = || count.load(Relaxed);
         for _ in 0..32 {
             assert_eq!(st.choose(&g, &s, 1), Choice::Socket(0));
         }
@@ -982,11 +972,10 @@ mod fast_path_tests {
     use super::tests::group;
     use super::*;
     use crate::pipeline::flow_limit::FlowLimit;
-    use crate::socket::SimQueue;
     use proptest::prelude::*;
 
     fn set_len(s: &Socket, n: usize) {
-        s.queue.as_any().downcast_ref::<SimQueue>().unwrap().set_len(n);
+        s.queue.sim().unwrap().set_len(n);
     }
 
     /// How `run` asks for each packet's socket.
@@ -1014,11 +1003,7 @@ mod fast_path_tests {
     ) -> (Vec<Choice>, Vec<[u64; 4]>, Vec<bool>) {
         let (mut g, socks) = group(n, cap, rollover);
         for s in &socks {
-            s.queue
-                .as_any()
-                .downcast_ref::<SimQueue>()
-                .unwrap()
-                .set_producer_lag(lag);
+            s.queue.sim().unwrap().set_producer_lag(lag);
         }
         g.mode = mode;
         let mut st = FanoutState::new(n, 0, 11);

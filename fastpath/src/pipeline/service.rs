@@ -248,7 +248,7 @@ mod tests {
                 Arc::new(Socket::new(
                     "svc",
                     i,
-                    Box::new(SimQueue::new(4)),
+                    SimQueue::new(4),
                     0,
                     Arc::new(SocketCounters::new(1, 1)),
                 ))
@@ -291,7 +291,7 @@ mod tests {
     }
 
     fn sim(p: &Pipeline, s: usize) -> &SimQueue {
-        p.tables().sockets[s].queue.as_any().downcast_ref::<SimQueue>().unwrap()
+        p.tables().sockets[s].queue.sim().unwrap()
     }
 
     #[test]
@@ -534,7 +534,7 @@ mod tunnelled {
     fn decapsulated_flows_are_spread_by_their_own_hash() {
         let sockets: Vec<Arc<Socket>> = (0..2)
             .map(|i| {
-                let q = Box::new(SimQueue::new(1 << 20));
+                let q = SimQueue::new(1 << 20);
                 Arc::new(Socket::new("svc", i, q, 0, Arc::new(SocketCounters::new(1, 1))))
             })
             .collect();

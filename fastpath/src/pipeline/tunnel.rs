@@ -112,7 +112,7 @@ pub struct Tunnel {
     /// Counters.
     pub counters: std::sync::Arc<TunnelCounters>,
     /// For a sequence tunnel: the ring other lcores hand its packets to, drained by the owner.
-    pub handoff: Option<std::sync::Arc<dyn crate::socket::PacketQueue>>,
+    pub handoff: Option<std::sync::Arc<crate::socket::SocketQueue>>,
     /// For a sequence tunnel: the largest step forward a received sequence number may take
     /// from the last one accepted; a larger one is dropped (`gre_seq_dropped`), not adopted.
     pub max_seq_jump: u32,

@@ -15,7 +15,7 @@
 
 use crate::dpdk::{eal, MbufRing};
 use crate::pipeline::Instant;
-use crate::socket::Socket;
+use crate::socket::{Socket, SocketQueue};
 use crate::stats::LcoreStats;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -167,14 +167,11 @@ impl RunControl {
     }
 }
 
-/// The concrete ring behind a socket: the daemon builds every socket's queue as an
-/// [`MbufRing`] (see `control`'s table builder), so any other type is a bug of the builder.
-#[inline]
-pub(crate) fn ring(s: &Socket) -> &MbufRing {
-    s.queue
-        .as_any()
-        .downcast_ref::<MbufRing>()
-        .expect("daemon sockets are DPDK rings")
+/// The DPDK ring behind a socket (the daemon's table builder makes every socket's queue one;
+/// a queue of another kind takes and gives nothing).
+#[inline(always)]
+pub(crate) fn ring(s: &Socket) -> Option<&MbufRing> {
+    s.queue.ring()
 }
 
 /// Busy-waits `cycles` TSC cycles (a service's simulated per-packet cost; nothing for 0).
@@ -192,5 +189,5 @@ pub(crate) fn spin(cycles: u64) {
 /// RX lcores and every worker hand its owner what it must number).
 #[inline]
 pub(crate) fn handoff_ring(t: &crate::pipeline::tunnel::Tunnel) -> Option<&MbufRing> {
-    t.handoff.as_deref().and_then(|q| q.as_any().downcast_ref::<MbufRing>())
+    t.handoff.as_deref().and_then(SocketQueue::ring)
 }

@@ -31,7 +31,7 @@ impl RxIo<Mbuf> for DpdkIo {
     }
     #[inline(always)]
     fn enqueue(&mut self, socket: &Socket, pkts: &mut Vec<Mbuf>) -> usize {
-        ring(socket).enqueue(pkts)
+        ring(socket).map_or(0, |r| r.enqueue(pkts))
     }
     fn hand_off(&mut self, tunnel: &crate::pipeline::tunnel::Tunnel, pkts: &mut Vec<Mbuf>) -> usize {
         match super::handoff_ring(tunnel) {
@@ -44,7 +44,9 @@ impl RxIo<Mbuf> for DpdkIo {
     /// socket's next packet.
     fn idle(&mut self, tables: &Tables) {
         for s in tables.sockets.iter() {
-            ring(s).reclaim();
+            if let Some(r) = ring(s) {
+                r.reclaim();
+            }
         }
     }
 }

@@ -200,7 +200,7 @@ impl Out {
         if let Action::Sink = d.action {
             return self.sink(d);
         }
-        let n = ring(&d.socket).dequeue(buf);
+        let n = ring(&d.socket).map_or(0, |r| r.dequeue(buf));
         if n > 0 {
             let c = &d.socket.counters.workers[self.slot];
             c.dequeued.add(n as u64);
@@ -227,7 +227,7 @@ impl Out {
     /// RX lcore's cache).
     #[inline]
     fn sink(&mut self, d: &Drained) -> usize {
-        let n = ring(&d.socket).dequeue_and_free(BURST);
+        let n = ring(&d.socket).map_or(0, |r| r.dequeue_and_free(BURST));
         if n > 0 {
             spin(d.cost_cycles.saturating_mul(n as u64));
             let c = &d.socket.counters.workers[self.slot];
@@ -409,7 +409,15 @@ impl Out {
 
     /// A packet too big for tunnel `ti`'s path: an ICMP error to its sender (back through the
     /// tunnel it came through, if it did), or outer fragments.
-    fn too_big(&mut self, cx: &Ctx, mut m: Mbuf, ti: usize, seq: Option<u32>, inner_mtu: u16, came_through: Option<Tunnelled>) {
+    fn too_big(
+        &mut self,
+        cx: &Ctx,
+        mut m: Mbuf,
+        ti: usize,
+        seq: Option<u32>,
+        inner_mtu: u16,
+        came_through: Option<Tunnelled>,
+    ) {
         use crate::pipeline::icmp_error::{self, ErrorKind};
         use crate::pipeline::{IpVersion, Parsed};
         let tables = cx.tables;
@@ -506,7 +514,9 @@ impl WorkerTables {
                 if gone {
                     // No RX lcore enqueues to it again, so none frees what this worker took
                     // from a reclaiming ring: freed here.
-                    ring(&d.socket).release_rest(false);
+                    if let Some(r) = ring(&d.socket) {
+                        r.release_rest(false);
+                    }
                 }
                 !gone
             }
@@ -626,7 +636,9 @@ impl WorkerLcore {
         // Every RX lcore has exited: what this worker took from reclaiming rings is freed here
         // (before the exit's count of mbufs in use).
         for d in &w.work {
-            ring(&d.socket).release_rest(false);
+            if let Some(r) = ring(&d.socket) {
+                r.release_rest(false);
+            }
         }
         polls.finish(&self.stats);
     }

@@ -27,7 +27,7 @@ fn tables(generation: u64, sockets: usize, capacity: usize) -> Arc<Tables> {
             Arc::new(Socket::new(
                 "svc",
                 i,
-                Box::new(SimQueue::new(capacity)),
+                SimQueue::new(capacity),
                 0,
                 Arc::new(SocketCounters::new(1, 1)),
             ))

@@ -158,7 +158,7 @@ fn service(name: &str, sockets: Vec<usize>, addresses: Vec<IpAddr>, rollover: bo
 fn tables(two_addresses: bool, rollover: bool, flow_limit: bool) -> Arc<Tables> {
     let sockets: Vec<Arc<Socket>> = (0..4)
         .map(|i| {
-            let q = Box::new(SimQueue::new(CAPACITY));
+            let q = SimQueue::new(CAPACITY);
             Arc::new(Socket::new("svc", i, q, 0, Arc::new(SocketCounters::new(1, 1))))
         })
         .collect();
@@ -207,7 +207,7 @@ fn run(
     let mut now = start;
     for (frames, lens) in bursts {
         for (s, &len) in p.tables().sockets.clone().iter().zip(lens) {
-            s.queue.as_any().downcast_ref::<SimQueue>().unwrap().set_len(len);
+            s.queue.sim().unwrap().set_len(len);
         }
         for d in frames {
             let mut b = frame(d);
@@ -283,7 +283,7 @@ fn the_draws_reach_every_verdict() {
     for (i, chunk) in draws.chunks(32).enumerate() {
         // Backlogs from none to nearly full, so the fanout rolls over and refuses.
         for s in p.tables().sockets.clone().iter() {
-            let q = s.queue.as_any().downcast_ref::<SimQueue>().unwrap();
+            let q = s.queue.sim().unwrap();
             q.set_len(i % (CAPACITY + 1));
         }
         for d in chunk {
