@@ -32,7 +32,6 @@ impl Eal {
         if rc < 0 {
             return Err(Error::from_rte_errno("rte_eal_init"));
         }
-        super::mbuf::register_dynamic_flags()?;
         Ok(Eal { _private: () })
     }
 
