@@ -327,3 +327,32 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Runs `ip ARGS` (iproute2), which must succeed.
+pub fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("iproute2 is needed (ci/setup installs it)");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `cmd` in network namespace `ns` and logs what it printed (shown when a test fails).
+pub fn ns_exec(ns: &str, cmd: &[&str]) -> Output {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(cmd)
+        .output()
+        .unwrap();
+    eprintln!(
+        "--- [{ns}] {cmd:?}: {:?}\n{}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
