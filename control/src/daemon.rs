@@ -164,7 +164,17 @@ fn start_and_serve(
 /// Initialises the EAL with the lcores of `[lcores]` and the arguments of the config and the
 /// command line.
 fn init_eal(cfg: &Config, opts: &Options) -> Result<Eal, String> {
-    let argv = cfg.eal_argv(&opts.extra_eal_args);
+    let mut argv = cfg.eal_argv(&opts.extra_eal_args);
+    match config::virtio_user_memory(&argv) {
+        Ok(None) => {}
+        Ok(Some(flag)) => {
+            eprintln!("fastpathd: adding {flag} to the EAL arguments: a net_virtio_user port shares DPDK's memory over vhost-user, at most 8 regions");
+            argv.push(flag.to_string());
+        }
+        // Only the command line's extra arguments can get here: the config's were refused at load.
+        Err((i, why)) => return Err(format!("EAL argument {:?}: {why}", argv[i])),
+    }
+    remove_stale_vhost_sockets(&argv);
     Eal::init(&argv).map_err(|e| {
         format!(
             "{e}\n  EAL arguments: {}\n  Check [dpdk] eal_args: without hugepages use --no-huge -m 512; vdevs are \
@@ -172,6 +182,35 @@ fn init_eal(cfg: &Config, opts: &Options) -> Result<Eal, String> {
             argv.join(" ")
         )
     })
+}
+
+/// Removes the socket file of every server-mode virtio-user vdev (`server=1,path=P`) that no
+/// process listens on any more: a fastpathd that was killed leaves it behind, and DPDK then
+/// refuses to bind ("Address already in use; remove it and try again"), so a restart after a
+/// crash would fail. A socket someone still accepts on is left alone (DPDK's error says so).
+fn remove_stale_vhost_sockets(argv: &[String]) {
+    use std::os::unix::fs::FileTypeExt;
+    for a in argv {
+        let Some(v) = a.strip_prefix("--vdev=") else { continue };
+        let opts: Vec<&str> = v.split(',').collect();
+        let is_virtio = opts[0].starts_with("net_virtio_user") || opts[0].starts_with("virtio_user");
+        if !is_virtio || !opts.contains(&"server=1") {
+            continue;
+        }
+        let Some(path) = opts.iter().find_map(|o| o.strip_prefix("path=")) else {
+            continue;
+        };
+        let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+        if is_socket
+            && std::os::unix::net::UnixStream::connect(path)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            match std::fs::remove_file(path) {
+                Ok(()) => eprintln!("fastpathd: removed the stale vhost-user socket {path} (nothing listens on it)"),
+                Err(e) => eprintln!("fastpathd: cannot remove the stale vhost-user socket {path}: {e}"),
+            }
+        }
+    }
 }
 
 /// The packet pool, and the pool of 64 KiB buffers for reassembled datagrams.

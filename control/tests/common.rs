@@ -356,3 +356,74 @@ pub fn ns_exec(ns: &str, cmd: &[&str]) -> Output {
     );
     out
 }
+
+/// A DPDK file prefix on hugepages for one test: checks that the machine has hugepages (ci/setup
+/// allocates them; a test that needs them fails saying so, it is never skipped) and removes what
+/// the EAL leaves behind under that prefix (its hugepage files and runtime directory) on drop.
+pub struct HugePrefix {
+    pub prefix: String,
+}
+
+impl HugePrefix {
+    /// `min_free_mb` of free hugepages are needed.
+    pub fn new(name: &str, min_free_mb: u64) -> HugePrefix {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let field = |k: &str| -> u64 {
+            meminfo
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let free_mb = field("HugePages_Free:") * field("Hugepagesize:") / 1024;
+        let mounted = std::fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"));
+        assert!(
+            mounted && free_mb >= min_free_mb,
+            "this test runs DPDK on hugepages and needs {min_free_mb} MiB free of them (free: {free_mb} MiB, \
+             hugetlbfs mounted: {mounted}); run ci/setup as root, which allocates and mounts them"
+        );
+        HugePrefix {
+            prefix: format!("fpt-{name}-{}", std::process::id()),
+        }
+    }
+
+    /// EAL arguments for tests on hugepages: no PCI, the prefix, quiet EAL; the shared runtime
+    /// directory is kept (what DPDK's own tools attach to).
+    pub fn eal_args(&self, vdevs: &[String]) -> String {
+        let mut v = vec![
+            "--no-pci".to_string(),
+            format!("--file-prefix={}", self.prefix),
+            "--no-telemetry".into(),
+            "--log-level=lib.eal:warning".into(),
+        ];
+        v.extend(vdevs.iter().cloned());
+        format!(
+            "[{}]",
+            v.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ")
+        )
+    }
+}
+
+impl Drop for HugePrefix {
+    fn drop(&mut self) {
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let dirs = mounts.lines().filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"hugetlbfs")).then(|| f[1].to_string())
+        });
+        for dir in dirs {
+            if let Ok(rd) = std::fs::read_dir(&dir) {
+                for e in rd.flatten() {
+                    if e.file_name().to_string_lossy().starts_with(&self.prefix) {
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
+    }
+}

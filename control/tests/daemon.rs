@@ -307,6 +307,28 @@ fn usage_and_dpdk_failures_have_their_exit_codes() {
         "{err}"
     );
 
+    assert!(!err.contains("running"), "{err}");
+
+    // A virtio-user port whose vhost-user peer is not there: it never comes up, so neither
+    // does fastpathd (exit 3, never `running`).
+    let cfg = s.write(
+        "virtio.toml",
+        &std::fs::read_to_string(s.path("c.toml"))
+            .unwrap()
+            .replace("device = \"net_null7\"", "device = \"net_virtio_user0\"")
+            .replace(
+                "\"--no-pci\"",
+                &format!(
+                    "\"--no-pci\", \"--vdev=net_virtio_user0,path={}\"",
+                    s.path("nobody.sock").display()
+                ),
+            ),
+    );
+    let out = run(&["--config", cfg.to_str().unwrap(), "--exit-when-idle", "100"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("net_virtio_user0") && !err.contains("running"), "{err}");
+
     // EAL itself refuses its arguments.
     let cfg = s.write(
         "eal.toml",

@@ -20,6 +20,15 @@
 //! (other than ARP) is GRE from 192.0.2.1 to 192.0.2.2 with the tunnel's key, checksum and
 //! sequence numbering, and that the requests really went through the tunnel.
 //!
+//! Over a DPDK link (issue 28, item 3) the far end is OVS-DPDK instead: fastpathd on
+//! `net_virtio_user` (vhost-user server, on hugepages, without `--single-file-segments` in its
+//! config: it must add that itself), OVS's `dpdkvhostuserclient` port `vhu0` in a bridge `br-dp`
+//! that switches it onto the same veth, so the wire the test reads is unchanged:
+//!
+//! ```text
+//!  fastpathd ═ vhost-user ═ vhu0 ─ br-dp ─ veth ─── br-phy ... (as above)
+//! ```
+//!
 //! Each answer case (worker echo, reassembled datagrams, sequence tunnels) is a test of its own
 //! with the strict assertions: they were the leaks issue 28 found.
 //!
@@ -350,6 +359,11 @@ impl Wire {
         );
     }
 
+    /// Every frame, one line each (for failure messages).
+    fn dump(&self) -> String {
+        self.frames.iter().map(Frame::line).collect::<Vec<_>>().join("\n")
+    }
+
     /// GRE frames fastpathd sent whose innermost header matches `pred`.
     fn fp_gre(&self, pred: impl Fn(&Frame) -> bool) -> usize {
         self.fastpathd_frames().filter(|f| f.is_gre() && pred(f)).count()
@@ -365,10 +379,15 @@ impl Wire {
 }
 
 /// Who terminates the tunnel on the far side of the veth.
+#[derive(Clone, Copy, PartialEq)]
 enum FarEnd {
     Ovs,
     /// Linux's own `ip_gre` (issue 28, item 4).
     Kernel,
+    /// OVS-DPDK (issue 28, item 3): fastpathd on `net_virtio_user` (vhost-user server, on
+    /// hugepages), OVS's `dpdkvhostuserclient` port in a bridge `br-dp` that switches it to the
+    /// veth, so the veth stays the wire the test reads (see [`ovs_dpdk`]).
+    OvsDpdk,
 }
 
 /// fastpathd and an Open vSwitch user-space GRE peer (see the module doc). Everything is
@@ -384,6 +403,9 @@ struct OvsPeer {
     daemons: Vec<(Child, PathBuf)>,
     fastpathd: Option<Daemon>,
     dump: PathBuf,
+    far: FarEnd,
+    /// fastpathd's and OVS-DPDK's hugepage prefixes (OvsDpdk only); dropped after the daemons.
+    huge: Vec<HugePrefix>,
     s: Scratch,
 }
 
@@ -406,14 +428,47 @@ impl OvsPeer {
             daemons: vec![],
             fastpathd: None,
             dump: s.path("metrics.prom"),
+            far,
+            huge: vec![],
             s,
         };
+        if far == FarEnd::OvsDpdk {
+            p.huge.push(HugePrefix::new(&format!("ovsdpdk-fp-{name}"), 128));
+            p.huge.push(HugePrefix::new(&format!("ovsdpdk-ovs-{name}"), 128));
+        }
         p.underlay();
         match far {
-            FarEnd::Ovs => p.start_ovs(),
+            FarEnd::Ovs | FarEnd::OvsDpdk => p.start_ovs(),
             FarEnd::Kernel => p.kernel_gre(),
         }
+        if far == FarEnd::OvsDpdk {
+            // What a killed fastpathd leaves: its server socket, nobody listening on it.
+            drop(std::os::unix::net::UnixListener::bind(p.vhost_socket()).unwrap());
+        }
         p.start_fastpathd(name);
+        if far == FarEnd::OvsDpdk {
+            let log = p.fastpathd.as_ref().unwrap().log_text();
+            assert!(
+                log.contains("adding --single-file-segments") && log.contains("removed the stale vhost-user socket"),
+                "{log}"
+            );
+            // fastpathd runs once OVS has connected, but OVS polls a vhost-user queue only once
+            // it has reconfigured for it; what a worker sends on TX queue 1 before then waits
+            // in that queue's ring, unread.
+            wait_for(10, "OVS polling both of fastpathd's vhost-user queues", || {
+                let rxq = p.appctl(&["dpif-netdev/pmd-rxq-show"]);
+                let enabled = |q: &str| {
+                    rxq.lines().any(|l| {
+                        l.contains("port: vhu0") && l.contains(&format!("queue-id:  {q}")) && l.contains("(enabled)")
+                    })
+                };
+                let log = std::fs::read_to_string(p.s.path("ovs-vswitchd.log")).unwrap_or_default();
+                enabled("0")
+                    && enabled("1")
+                    && log.contains("assigned port 'vhu0' rx queue 1")
+                    && log.contains("State of queue 3 ( rx_qid 1 )")
+            });
+        }
         p
     }
 
@@ -426,7 +481,9 @@ impl OvsPeer {
             ip(&["-n", ns, "link", "set", "lo", "up"]);
         }
         ip(&["link", "add", &self.if_fp, "type", "veth", "peer", "name", &self.if_ovs]);
-        ip(&["link", "set", &self.if_fp, "netns", fp, "address", FP_MAC]);
+        // Over vhost-user, fastpathd's end of the veth is a port of OVS's br-dp instead.
+        let fp_side = if self.far == FarEnd::OvsDpdk { ovs } else { fp };
+        ip(&["link", "set", &self.if_fp, "netns", fp_side, "address", FP_MAC]);
         ip(&["link", "set", &self.if_ovs, "netns", ovs]);
         ip(&["link", "add", &if_cl, "type", "veth", "peer", "name", &if_cl_ovs]);
         ip(&["link", "set", &if_cl, "netns", cl]);
@@ -435,7 +492,7 @@ impl OvsPeer {
         // IPv6 (router solicitations, MLD) that would reach the tunnel or fastpathd.
         must(
             Command::new("ip")
-                .args(["netns", "exec", fp, "sysctl", "-qw"])
+                .args(["netns", "exec", fp_side, "sysctl", "-qw"])
                 .arg(format!("net.ipv6.conf.{}.disable_ipv6=1", self.if_fp))
                 .output()
                 .unwrap(),
@@ -461,7 +518,7 @@ impl OvsPeer {
             ns_exec(cl, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]),
             "sysctl",
         );
-        ip(&["-n", fp, "link", "set", &self.if_fp, "up"]);
+        ip(&["-n", fp_side, "link", "set", &self.if_fp, "up"]);
         ip(&["-n", ovs, "link", "set", &self.if_ovs, "up"]);
         ip(&["-n", ovs, "link", "set", &if_cl_ovs, "up"]);
         ip(&["-n", cl, "addr", "add", &format!("{CLIENT_UNDERLAY}/24"), "dev", &if_cl]);
@@ -509,8 +566,12 @@ impl OvsPeer {
     }
 
     fn spawn_daemon(&mut self, name: &str, args: &[&str]) {
+        self.spawn_daemon_binary(name, name, args)
+    }
+
+    fn spawn_daemon_binary(&mut self, name: &str, binary: &str, args: &[&str]) {
         let pidfile = self.s.path(&format!("{name}.pid"));
-        let mut cmd = vec![name.to_string()];
+        let mut cmd = vec![binary.to_string()];
         cmd.extend(args.iter().map(|a| a.to_string()));
         cmd.push(format!("--pidfile={}", pidfile.display()));
         cmd.push(format!("--unixctl={}", self.s.path(&format!("{name}.ctl")).display()));
@@ -540,7 +601,11 @@ impl OvsPeer {
         self.spawn_daemon("ovsdb-server", &[db.to_str().unwrap(), &remote]);
         self.vsctl(&["--retry", "--no-wait", "init"]);
         let db_sock = format!("unix:{}", self.s.path("db.sock").display());
-        self.spawn_daemon("ovs-vswitchd", &[&db_sock]);
+        if self.far == FarEnd::OvsDpdk {
+            self.start_ovs_dpdk(&db_sock);
+        } else {
+            self.spawn_daemon("ovs-vswitchd", &[&db_sock]);
+        }
 
         let k = self.kind;
         let remote_ip = format!("options:remote_ip={FP_UNDERLAY}");
@@ -621,6 +686,52 @@ impl OvsPeer {
         self.appctl(&["tnl/arp/set", "br-phy", FP_UNDERLAY, FP_MAC]);
     }
 
+    /// ovs-vswitchd with DPDK on hugepages (its own prefix, in memory, no PCI), its PMD thread
+    /// sleeping when idle (OVS 3.1's `pmd-maxsleep`: this machine has 2 CPUs), and `br-dp`:
+    /// the vhost-user client port to fastpathd's socket, switched to the veth toward br-phy.
+    fn start_ovs_dpdk(&mut self, db_sock: &str) {
+        let extra = format!(
+            "other_config:dpdk-extra=--no-pci --file-prefix={} --log-level=lib.eal:warning",
+            self.huge[1].prefix
+        );
+        self.vsctl(&[
+            "--no-wait",
+            "set",
+            "Open_vSwitch",
+            ".",
+            "other_config:dpdk-init=true",
+            "other_config:dpdk-socket-mem=128",
+            // DPDK memory grows on demand, and OVS sizes its first packet pool at 256k mbufs: the
+            // limit makes it settle for what fits, so parallel tests share the hugepages.
+            "other_config:dpdk-socket-limit=128",
+            "other_config:pmd-maxsleep=10000",
+            &extra,
+        ]);
+        let binary = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk";
+        assert!(
+            Path::new(binary).exists(),
+            "{binary} is missing: ci/setup installs openvswitch-switch-dpdk"
+        );
+        self.spawn_daemon_binary("ovs-vswitchd", binary, &[db_sock]);
+        wait_for(20, "OVS-DPDK initialised", || {
+            self.vsctl(&["get", "Open_vSwitch", ".", "dpdk_initialized"]).trim() == "true"
+        });
+        let sock = self.vhost_socket();
+        let br_dp = format!(
+            "add-br br-dp -- set bridge br-dp datapath_type=netdev -- add-port br-dp {} \
+             -- add-port br-dp vhu0 -- set interface vhu0 type=dpdkvhostuserclient \
+             options:vhost-server-path={}",
+            self.if_fp,
+            sock.display()
+        );
+        self.vsctl(&words(&br_dp));
+    }
+
+    /// fastpathd's vhost-user socket (it is the server; OVS connects and reconnects to it).
+    fn vhost_socket(&self) -> PathBuf {
+        self.s.path("vhu0.sock")
+    }
+
     /// The far end as the kernel's GRE instead: the underlay address on the veth itself (with
     /// the MAC fastpathd's tunnel sends to), the inner one on a GRE device.
     fn kernel_gre(&self) {
@@ -644,17 +755,32 @@ impl OvsPeer {
         if let Some(key) = k.key {
             tunnel += &format!("key = {key}\n");
         }
-        let vdev = format!("--vdev=net_af_packet0,iface={},qpairs=2", self.if_fp);
+        let (device, eal) = if self.far == FarEnd::OvsDpdk {
+            // Hugepages, and no --single-file-segments: fastpathd adds what virtio-user needs.
+            let vdev = format!(
+                "--vdev=net_virtio_user0,path={},server=1,queues=2,mac={FP_MAC}",
+                self.vhost_socket().display()
+            );
+            // -m reserves the memory at start: virtio-user sends the peer a new memory table
+            // (pausing its queues) each time DPDK memory grows, which production avoids too.
+            (
+                "net_virtio_user0",
+                self.huge[0].eal_args(&["-m".into(), "256".into(), vdev]),
+            )
+        } else {
+            let vdev = format!("--vdev=net_af_packet0,iface={},qpairs=2", self.if_fp);
+            ("net_af_packet0", eal_args(&format!("ovs-{name}"), &[vdev]))
+        };
+        let tunnel = tunnel.replace("net_af_packet0", device);
         let cfg = self.s.write(
             "c.toml",
             &format!(
-                "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\n\
+                "[dpdk]\neal_args = {eal}\nmbufs = 4095\n\n[[port]]\ndevice = \"{device}\"\nrx_queues = 2\n\
                  tx_queues = 2\nipv4 = [\"{FP_UNDERLAY}\", \"{FP_INNER}\", \"{VIP}\"]\n\n[lcores]\nrx = [0]\n\
                  workers = [1]\nidle_sleep_us = 50\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n\n\
                  [[service]]\nname = \"echo\"\nports = [7]\nsockets = 2\nsocket_capacity = 256\naction = \"echo\"\n\n\
                  [[service]]\nname = \"fwd\"\nports = [9000]\naddresses = [\"{VIP}\"]\nsockets = 2\n\
-                 action = \"tunnel\"\ntunnel = \"ovs\"\n\n{tunnel}",
-                eal_args(&format!("ovs-{name}"), &[vdev])
+                 action = \"tunnel\"\ntunnel = \"ovs\"\n\n{tunnel}"
             ),
         );
         let bin = env!("CARGO_BIN_EXE_fastpathd");
@@ -725,7 +851,11 @@ const PINGS: usize = 3;
 /// tunnel, and a UDP datagram to a closed port there; the echo replies and the Port Unreachable
 /// come back through the tunnel (the kernel's socket sees ECONNREFUSED).
 fn ping_and_port_unreachable(kind: Kind) {
-    let mut p = OvsPeer::new(&format!("{}-ping", kind.name), kind);
+    ping_and_port_unreachable_on(kind, FarEnd::Ovs)
+}
+
+fn ping_and_port_unreachable_on(kind: Kind, far: FarEnd) {
+    let mut p = OvsPeer::with(&format!("{}-ping", kind.name), kind, far);
     let cap = p.capture();
     let out = p.exec_ovs(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "-I", OVS_INNER, FP_INNER]);
     let refused = p.python_ovs(&format!(
@@ -771,7 +901,11 @@ const DATAGRAMS: usize = 5;
 /// (b) UDP from the OVS side's inner address to the `echo` service, through the tunnel; the
 /// worker's answers come back through it.
 fn udp_echo(kind: Kind) {
-    let mut p = OvsPeer::new(&format!("{}-echo", kind.name), kind);
+    udp_echo_on(kind, FarEnd::Ovs)
+}
+
+fn udp_echo_on(kind: Kind, far: FarEnd) {
+    let mut p = OvsPeer::with(&format!("{}-echo", kind.name), kind, far);
     let cap = p.capture();
     let out = p.python_ovs(&format!(
         "import socket\n\
@@ -850,7 +984,8 @@ fn tunnel_service(kind: Kind) {
     assert_eq!(
         wire.fp_gre(|f| f.inner("udp.dstport") == "9000" && f.f("udp.checksum.status").ends_with('1')),
         DATAGRAMS,
-        "the service's datagrams in GRE, inner UDP checksums good"
+        "the service's datagrams in GRE, inner UDP checksums good; on the wire:\n{}",
+        wire.dump()
     );
     let want: Vec<String> = (0..DATAGRAMS)
         .map(|i| format!("to the backend {i} {CLIENT_UNDERLAY}"))
@@ -865,7 +1000,11 @@ fn tunnel_service(kind: Kind) {
 /// must come back through the tunnel (in inner fragments: OVS's user-space datapath does not
 /// reassemble outer ones) and reach the pinger.
 fn fragmented_ping(kind: Kind) {
-    let mut p = OvsPeer::new(&format!("{}-frag", kind.name), kind);
+    fragmented_ping_on(kind, FarEnd::Ovs)
+}
+
+fn fragmented_ping_on(kind: Kind, far: FarEnd) {
+    let mut p = OvsPeer::with(&format!("{}-frag", kind.name), kind, far);
     let cap = p.capture();
     let out = p.exec_ovs(&[
         "ping", "-c", "2", "-i", "0.2", "-W", "2", "-s", "3000", "-I", OVS_INNER, FP_INNER,
@@ -1076,6 +1215,31 @@ fn internet_checksum(b: &[u8]) -> u16 {
         s = (s & 0xffff) + (s >> 16);
     }
     !(s as u16)
+}
+
+// ---- issue 28, item 3: OVS-DPDK over vhost-user, fastpathd on net_virtio_user ----
+
+/// Keyed and checksummed, the flavour a DPDK-to-DPDK tunnel to a backend would use.
+const KEYED_CHECKSUMMED: Kind = Kind {
+    name: "dpdk",
+    key: Some(KEY),
+    csum: true,
+    seq: false,
+};
+
+#[test]
+fn ovs_dpdk_ping_and_port_unreachable_over_vhost_user() {
+    ping_and_port_unreachable_on(KEYED_CHECKSUMMED, FarEnd::OvsDpdk)
+}
+
+#[test]
+fn ovs_dpdk_udp_echo_over_vhost_user() {
+    udp_echo_on(KEYED_CHECKSUMMED, FarEnd::OvsDpdk)
+}
+
+#[test]
+fn ovs_dpdk_fragmented_ping_over_vhost_user() {
+    fragmented_ping_on(KEYED_CHECKSUMMED, FarEnd::OvsDpdk)
 }
 
 // ---- issue 28, item 4: the kernel GRE peer, where the kernel has one ----

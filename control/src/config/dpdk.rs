@@ -64,6 +64,9 @@ pub(super) fn validate(raw: DpdkSection, errs: &mut Errs) -> DpdkConfig {
             );
         }
     }
+    if let Err((i, why)) = virtio_user_memory(&raw.eal_args) {
+        errs.add(&[Key("dpdk"), Key("eal_args"), Index(i)], why);
+    }
     let dpdk = DpdkConfig {
         eal_args: raw.eal_args,
         mbufs: raw.mbufs.unwrap_or(16383),
@@ -99,4 +102,43 @@ pub(super) fn validate(raw: DpdkSection, errs: &mut Errs) -> DpdkConfig {
         }
     }
     dpdk
+}
+
+/// What a `net_virtio_user` port needs from the EAL's memory options, given the full EAL
+/// argument list: `Ok(Some(flag))` when fastpathd must add `flag`, `Ok(None)` when nothing is
+/// needed, `Err((index, why))` when an argument rules the port out.
+///
+/// A virtio-user port over vhost-user shares all of the process's DPDK memory with its peer
+/// (OVS-DPDK, a vhost-user switch) as file descriptors, and vhost-user carries at most 8
+/// memory regions. On hugepages DPDK keeps one file per page by default (128 files for
+/// `-m 256` on 2 MiB pages): the peer's `VHOST_USER_SET_MEM_TABLE` fails ("Too many memory
+/// regions"), the device never starts, and yet `rte_eth_dev_start` returns 0 and the link
+/// reads up, so nothing after EAL init can tell. `--single-file-segments` keeps one file per
+/// memseg list. `--no-huge` memory is one memfd and needs nothing. `--huge-unlink` (other
+/// than `=never`) and `--legacy-mem` cannot be combined with it, so they are refused.
+pub fn virtio_user_memory(args: &[String]) -> Result<Option<&'static str>, (usize, String)> {
+    let mut vdev_next = false;
+    let mut virtio = false;
+    for a in args {
+        let value = a.strip_prefix("--vdev=").or(vdev_next.then_some(a.as_str()));
+        virtio |= value.is_some_and(|v| v.starts_with("net_virtio_user") || v.starts_with("virtio_user"));
+        vdev_next = a == "--vdev";
+    }
+    if !virtio || args.iter().any(|a| a == "--no-huge" || a == "--single-file-segments") {
+        return Ok(None);
+    }
+    for (i, a) in args.iter().enumerate() {
+        let unlink = a.starts_with("--huge-unlink") && a != "--huge-unlink=never";
+        if unlink || a == "--legacy-mem" {
+            return Err((
+                i,
+                format!(
+                    "{a:?} with a net_virtio_user port: vhost-user shares at most 8 memory regions, which on \
+                     hugepages needs --single-file-segments, and {a} cannot be combined with it; remove {a} \
+                     (or use --no-huge)"
+                ),
+            ));
+        }
+    }
+    Ok(Some("--single-file-segments"))
 }

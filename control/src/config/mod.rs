@@ -9,6 +9,7 @@
 
 mod changes;
 mod dpdk;
+pub use dpdk::virtio_user_memory;
 mod errors;
 mod flow_limit;
 mod icmp;

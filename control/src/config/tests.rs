@@ -397,3 +397,38 @@ fn a_sequence_jump_bound_must_stay_below_half_the_number_space() {
         }
     }
 }
+
+#[test]
+fn virtio_user_on_hugepages_gets_single_file_segments() {
+    let args = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+    let vu = "--vdev=net_virtio_user0,path=/tmp/v.sock,server=1";
+    assert_eq!(
+        virtio_user_memory(&args(&format!("-m 256 {vu}"))),
+        Ok(Some("--single-file-segments"))
+    );
+    assert_eq!(
+        virtio_user_memory(&args(&format!("--vdev {}", &vu[7..]))),
+        Ok(Some("--single-file-segments"))
+    );
+    for fine in ["--no-huge", "--single-file-segments", "--huge-unlink=never"] {
+        let want = if fine.contains("never") {
+            Some("--single-file-segments")
+        } else {
+            None
+        };
+        assert_eq!(virtio_user_memory(&args(&format!("{fine} {vu}"))), Ok(want), "{fine}");
+    }
+    assert_eq!(virtio_user_memory(&args("-m 256 --vdev=net_tap0")), Ok(None));
+    for bad in ["--legacy-mem", "--huge-unlink", "--huge-unlink=always"] {
+        let e = virtio_user_memory(&args(&format!("{vu} {bad}"))).unwrap_err();
+        assert_eq!(e.0, 1, "{bad}");
+        assert!(e.1.contains("--single-file-segments") && e.1.contains(bad), "{e:?}");
+    }
+    // In a config: refused with the key and line of the argument.
+    let e = errors(&GOOD.replace(
+        "\"--no-huge\", \"--vdev=net_null0\"",
+        &format!("\"--legacy-mem\", \"{vu}\""),
+    ));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!((e[0].key.as_str(), e[0].line), ("dpdk.eal_args[0]", Some(3)));
+}
