@@ -216,7 +216,7 @@ fn remove_stale_vhost_sockets(argv: &[String]) {
 /// The packet pool, and the pool of 64 KiB buffers for reassembled datagrams.
 fn make_pools(cfg: &Config) -> Result<(Arc<Mempool>, Arc<Mempool>), String> {
     let max_mtu = cfg.ports.iter().filter_map(|p| p.mtu).max().unwrap_or(1500) as u32;
-    let data_room = (dpdk_room(max_mtu)).max(2048 + 128) as u16;
+    let data_room = config::packet_data_room(max_mtu) as u16;
     let pool = Arc::new(
         Mempool::with_ops(
             "fastpath_pkts",
@@ -688,10 +688,6 @@ fn close_ports(ports: &mut [Port], sources: &Sources, final_port_stats: &FinalPo
 }
 
 /// Bytes of mbuf data room for frames of `mtu`: headroom + Ethernet + two VLAN tags + FCS.
-fn dpdk_room(mtu: u32) -> u32 {
-    128 + mtu + 14 + 8 + 4
-}
-
 fn total_rx(src: &Sources) -> u64 {
     src.lcores.iter().map(|l| l.rx_packets()).sum()
 }

@@ -96,3 +96,83 @@ fn fragmented_datagrams_are_reassembled_answered_and_counted() {
         "UDP echoes reassembled by tshark with good checksums"
     );
 }
+
+/// Issue 29: reassembly keeps completing for as long as legitimate fragments arrive, whatever
+/// consumes the datagrams. bench_frags.pcap (64 legitimate 3-fragment datagrams among 1024
+/// first fragments that never complete) replayed in a loop at full speed for several seconds;
+/// completions sampled each second must keep rising, and at the end nothing is held.
+fn completions_keep_rising(action: &str) {
+    let s = Scratch::new(&format!("reasm-live-{action}"));
+    let vdev = format!(
+        "--vdev=net_pcap0,rx_pcap={},infinite_rx=1,tx_pcap=/dev/null,tx_pcap=/dev/null",
+        repo().join("configs/captures/bench_frags.pcap").display()
+    );
+    let tunnel = if action == "tunnel" {
+        "tunnel = \"t\"\n\n[[tunnel]]\nname = \"t\"\nlocal = \"192.0.2.1\"\nremote = \"203.0.113.9\"\n\
+         port = \"net_pcap0\"\nnext_hop_mac = \"02:00:00:00:00:99\"\n"
+    } else {
+        ""
+    };
+    let cfg = s.write(
+        "c.toml",
+        &format!(
+            "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+             ipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\nmac = \"02:00:00:00:00:01\"\n\n\
+             [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 50\n{METRICS_ANY_PORT}\n\
+             [[service]]\nname = \"frags\"\nports = [7]\nsockets = 1\nsocket_capacity = 1024\n\
+             action = \"{action}\"\n{tunnel}",
+            eal_args(&format!("reasm-live-{action}"), &[vdev])
+        ),
+    );
+    let dump = s.path("metrics.prom");
+    let d = Daemon::start(
+        &s,
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--metrics-dump",
+            dump.to_str().unwrap(),
+        ],
+    );
+    let completed = |m: &std::collections::BTreeMap<String, f64>| {
+        m.get("fastpath_reasm_completed_total{family=\"ipv4\"}")
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let mut samples = vec![];
+    for _ in 0..5 {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        samples.push(completed(&d.scrape()));
+    }
+    let (code, _) = d.stop();
+    assert_eq!(code, Some(0));
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    let rx = assert_conservation(&m);
+    // 64 legitimate datagrams (192 fragments) in every 1216 frames of the capture.
+    let legit = rx as f64 * 64.0 / 1216.0;
+    eprintln!(
+        "{action}: completions each second {samples:?}; {:.1}% of the legitimate datagrams received",
+        100.0 * completed(&m) / legit
+    );
+    for w in samples.windows(2) {
+        assert!(
+            w[1] >= w[0] + 100.0,
+            "{action}: completions must keep rising each second: {samples:?}"
+        );
+    }
+}
+
+#[test]
+fn reassembly_keeps_completing_into_a_sink() {
+    completions_keep_rising("sink")
+}
+
+#[test]
+fn reassembly_keeps_completing_into_echo() {
+    completions_keep_rising("echo")
+}
+
+#[test]
+fn reassembly_keeps_completing_into_a_tunnel() {
+    completions_keep_rising("tunnel")
+}

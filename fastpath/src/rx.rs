@@ -47,6 +47,11 @@ pub trait RxIo<B: LcoreBuf> {
     fn idle(&mut self, tables: &Tables) {
         let _ = tables;
     }
+    /// Whether the sockets' idle work is due now although the lcore is busy (and clears it):
+    /// a buffer allocation failed that it may cure.
+    fn take_reclaim_due(&mut self) -> bool {
+        false
+    }
 }
 
 /// The reassembler's side of the engine: buffers for datagrams, fragments handed back,
@@ -258,6 +263,12 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         }
         self.flush_tx();
         B::free_bulk(&mut self.drops);
+        // A busy lcore never idles: buffers a reclaiming socket's worker is done with would
+        // stay held until that socket's next enqueue, which a datagram refused for want of a
+        // buffer never makes (issue 29: reassembly into a sink stopped for good).
+        if self.side.io.take_reclaim_due() {
+            self.idle();
+        }
     }
 
     /// A poll found nothing: the sockets' queues do their idle work ([`RxIo::idle`]).
@@ -329,6 +340,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         // One call site of `Pipeline::process` per buffer type: with a second one the compiler
         // stopped inlining it here (~37 instructions per packet more on every pipeline path).
         let mut after: Option<crate::buf::Tunnelled> = None;
+        // `m` is a reassembled datagram (in a 64 KiB buffer), not a received frame.
+        let mut datagram_buffer = false;
         loop {
             let v = match after.take() {
                 None => self.pipeline.process(port, &mut m, now),
@@ -354,18 +367,58 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                     if let Some(t) = via {
                         meta.key = meta.key.through(t.to_word());
                     }
+                    if datagram_buffer {
+                        // A reassembled datagram that is itself a fragment (fragments in a
+                        // fragmented tunnel packet): held as it is, it would pin a 64 KiB
+                        // buffer charged as one packet buffer, and a few hundred small frames
+                        // would hold every datagram buffer (issue 29). It is held in a packet
+                        // buffer instead; one that does not fit is refused (`no_buffer`).
+                        match self.copy_to_packet_buffer(&m) {
+                            Some(small) => {
+                                self.drops.push(m);
+                                m = small;
+                            }
+                            None => {
+                                let _ = self.reasm.refuse(
+                                    m,
+                                    &meta,
+                                    crate::pipeline::reasm::Reason::NoBuffer,
+                                    &mut self.side,
+                                );
+                                self.settle_reassembly(now);
+                                return;
+                            }
+                        }
+                    }
                     let done = self.reasm.insert(now, m, &meta, &mut self.side);
                     self.settle_reassembly(now);
                     if let Insert::Complete { mut datagram, .. } = done {
                         datagram.set_port(port);
                         m = datagram;
                         after = via;
+                        datagram_buffer = true;
                         continue;
                     }
                 }
             }
             return;
         }
+    }
+
+    /// A copy of `m` (its frame, port and tunnel record) in a packet buffer, if one is free and
+    /// the frame fits.
+    #[cold]
+    fn copy_to_packet_buffer(&mut self, m: &B) -> Option<B> {
+        let len = m.len();
+        let mut small = self.side.io.alloc(len)?;
+        let Some(dst) = small.append(len) else {
+            self.drops.push(small);
+            return None;
+        };
+        dst.copy_from_slice(m.data());
+        small.set_port(m.port());
+        small.set_tunnelled(m.tunnelled());
+        Some(small)
     }
 
     /// Stages an answer for sequence tunnel `tunnel`'s owner (handed off at the next flush),
@@ -539,14 +592,20 @@ pub struct HeapIo {
     /// What was handed to sequence tunnels' owners, with the tunnel's name, if kept (with
     /// `keep_delivered`).
     pub handed_off: Vec<(String, crate::buf::HeapBuf)>,
+    /// Packet buffers allocated ([`RxIo::alloc`]).
+    pub packet_buffers: u64,
+    /// Datagram buffers allocated ([`RxIo::alloc_datagram`]).
+    pub datagram_buffers: u64,
 }
 
 impl RxIo<crate::buf::HeapBuf> for HeapIo {
     type Tx = crate::tx::Collect<crate::buf::HeapBuf>;
     fn alloc(&mut self, len: usize) -> Option<crate::buf::HeapBuf> {
+        self.packet_buffers += 1;
         Some(crate::buf::HeapBuf::with_room(&[], crate::buf::DEFAULT_HEADROOM, len))
     }
     fn alloc_datagram(&mut self, len: usize) -> Option<crate::buf::HeapBuf> {
+        self.datagram_buffers += 1;
         // The daemon's 64 KiB buffers leave room behind a datagram; so does this one.
         Some(crate::buf::HeapBuf::with_room(
             &[],

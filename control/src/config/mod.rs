@@ -188,7 +188,11 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
     let flow_limit = flow_limit::validate(raw.flow_limit, &lcores, errs);
     let tunnels = tunnel::validate(raw.tunnel, &ports, errs);
     service::resolve_tunnels(&mut services, &tunnel_refs, &tunnels, errs);
-    let (reassembly, reassembly_buffers) = reassembly::validate(raw.reassembly, errs);
+    let (mut reassembly, reassembly_buffers) = reassembly::validate(raw.reassembly, errs);
+    // Held fragments are charged what their packet buffers really take, which the ports'
+    // largest MTU sets (issue 29: a 9000-byte MTU made each held buffer 4x its charge).
+    let max_mtu = ports.iter().filter_map(|p| p.mtu).max().unwrap_or(1500) as u32;
+    reassembly.buffer_truesize = packet_buffer_truesize(max_mtu);
     let icmp = icmp::validate(raw.icmp, errs);
     Config {
         dpdk,
@@ -203,6 +207,18 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         reassembly_buffers,
         icmp,
     }
+}
+
+/// Data room of the packet pool's mbufs for a largest port MTU of `mtu`: headroom, the frame
+/// (Ethernet, a VLAN tag, the FCS) and at least DPDK's default 2048 + 128.
+pub fn packet_data_room(mtu: u32) -> u32 {
+    (128 + mtu + 14 + 8 + 4).max(2048 + 128)
+}
+
+/// Bytes one packet buffer takes: its data room and the `rte_mbuf` header (two cache lines);
+/// 2304 for MTUs up to 1500 (`fastpath::pipeline::reasm::DEFAULT_TRUESIZE`).
+pub fn packet_buffer_truesize(mtu: u32) -> usize {
+    (packet_data_room(mtu) + 128) as usize
 }
 
 /// Whether `name` is a valid service or tunnel name (it becomes a metric label value).

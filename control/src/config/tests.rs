@@ -432,3 +432,14 @@ fn virtio_user_on_hugepages_gets_single_file_segments() {
     assert_eq!(e.len(), 1, "{e:?}");
     assert_eq!((e[0].key.as_str(), e[0].line), ("dpdk.eal_args[0]", Some(3)));
 }
+
+#[test]
+fn held_fragments_are_charged_the_packet_buffers_real_size() {
+    let c = parse(GOOD, "t.toml").unwrap();
+    assert_eq!(
+        c.reassembly.buffer_truesize,
+        fastpath::pipeline::reasm::DEFAULT_TRUESIZE
+    );
+    let c = parse(&GOOD.replace("rx_queues = 1", "rx_queues = 1\nmtu = 9000"), "t.toml").unwrap();
+    assert_eq!(c.reassembly.buffer_truesize, 128 + 9000 + 26 + 128);
+}

@@ -17,17 +17,28 @@ use std::sync::Arc;
 pub(super) struct DpdkIo {
     pool: Arc<Mempool>,
     big: Arc<Mempool>,
+    /// An allocation failed since the last reclaim: what reclaiming sockets' workers took
+    /// (datagram buffers among them) is to be freed at the end of this poll.
+    reclaim_due: bool,
 }
 
 impl RxIo<Mbuf> for DpdkIo {
     type Tx = TxQueue;
     #[inline]
     fn alloc(&mut self, len: usize) -> Option<Mbuf> {
-        self.pool.alloc().filter(|m| m.tailroom() >= len)
+        let m = self.pool.alloc();
+        self.reclaim_due |= m.is_none();
+        m.filter(|m| m.tailroom() >= len)
     }
     #[inline]
     fn alloc_datagram(&mut self, len: usize) -> Option<Mbuf> {
-        self.big.alloc().filter(|m| m.tailroom() >= len)
+        let m = self.big.alloc();
+        self.reclaim_due |= m.is_none();
+        m.filter(|m| m.tailroom() >= len)
+    }
+    #[inline]
+    fn take_reclaim_due(&mut self) -> bool {
+        std::mem::take(&mut self.reclaim_due)
     }
     #[inline(always)]
     fn enqueue(&mut self, socket: &Socket, pkts: &mut Vec<Mbuf>) -> usize {
@@ -81,6 +92,7 @@ impl RxLcore {
         let io = DpdkIo {
             pool: pools.0,
             big: pools.1,
+            reclaim_due: false,
         };
         RxLcore {
             rx,

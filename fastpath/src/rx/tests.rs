@@ -476,3 +476,27 @@ fn an_answer_on_a_sequence_tunnel_goes_to_its_owner_not_the_wire() {
     assert_eq!(handed[0].1.data()[14 + 20], 0, "the echo reply, not yet encapsulated");
     assert_eq!(e.pipeline().tables().tunnels[0].counters.sum(|c| &c.handed_off), 1);
 }
+
+/// Issue 29: a fragmented tunnel packet whose inner packet is itself a fragment. Once the outer
+/// fragments complete, the inner fragment is held in a packet buffer (a copy), never in the
+/// 64 KiB datagram buffer the outer reassembly used, which goes back at once; the inner datagram
+/// then completes as any other.
+#[test]
+fn an_inner_fragment_from_an_outer_reassembly_is_held_in_a_packet_buffer() {
+    let mut e = engine_with(tunnel_tables(), Collect::new(0));
+    let inner = fragments(&udp(7, &[5u8; 64]), 21, 32);
+    let outer = fragments_from(REMOTE, &from_remote(&inner[0]), 9, 32);
+    run_burst(&mut e, &outer, T0);
+    assert_eq!(e.io().datagram_buffers, 1, "the outer reassembly");
+    assert_eq!(e.io().packet_buffers, 1, "the inner fragment copied out of it");
+    assert_eq!(
+        e.reassembly_memory(),
+        crate::pipeline::reasm::DEFAULT_TRUESIZE,
+        "one packet buffer held"
+    );
+    let rest: Vec<Vec<u8>> = inner[1..].iter().map(|f| from_remote(f)).collect();
+    run_burst(&mut e, &rest, T0);
+    assert_eq!(count(&e, Outcome::Delivered), 1);
+    assert_eq!(total(&e), (outer.len() + rest.len()) as u64);
+    assert_eq!(e.reassembly_memory(), 0);
+}

@@ -574,6 +574,12 @@ impl<B: PacketBuf> Reassembler<B> {
         }
     }
 
+    /// Refuses a fragment before it is held, counted as any refusal for `reason` (the engine's
+    /// own rules: a fragment it cannot hold in a packet buffer).
+    pub fn refuse(&mut self, pkt: B, meta: &FragMeta, reason: Reason, io: &mut impl ReasmIo<B>) -> Insert<B> {
+        self.refuse_one(pkt, meta.key.family(), reason, io)
+    }
+
     fn refuse_one(&mut self, buf: B, family: Family, reason: Reason, io: &mut impl ReasmIo<B>) -> Insert<B> {
         self.stats.refused[family.index()][reason.index()] += 1;
         io.release(Released {
