@@ -471,6 +471,18 @@ fn scrapes_reuse_one_connection_like_prometheus() {
         seen.push(family_sum(&m, "fastpath_rx_packets_total"));
     }
     assert!(seen.windows(2).all(|w| w[0] <= w[1]), "counters only grow: {seen:?}");
+    // Back to back on one connection: answers at least 10 ms apart, so a connection scraping
+    // in a loop costs the endpoint at most 100 answers a second.
+    let t = std::time::Instant::now();
+    for _ in 0..21 {
+        write!(w, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(read_response(&mut r).1, "ok\n");
+    }
+    assert!(
+        t.elapsed() >= Duration::from_millis(200),
+        "21 answers in {:?}",
+        t.elapsed()
+    );
     // The client asks to close: answered, then closed.
     write!(w, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
     let (head, body) = read_response(&mut r);
