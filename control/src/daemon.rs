@@ -1,7 +1,8 @@
 //! Start-up, the control loop and the clean shutdown of the daemon.
 //!
 //! Order matters: EAL, mempool, ports, then the lcore loops; at stop, every lcore returns first,
-//! then ports are stopped and closed (drivers flush their output there: net_pcap completes its
+//! then the control and metrics threads are joined (they hold the pools and the tables through
+//! the metric sources), then ports are stopped and closed (drivers flush their output there: net_pcap completes its
 //! capture file), then the final metrics are written, then the EAL is cleaned up.
 
 use crate::cli::Options;

@@ -546,3 +546,35 @@ async fn answer(
     );
     Ok(resp)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn(phase: Phase) -> Conn {
+        Conn {
+            id: 0,
+            phase: Cell::new(phase),
+            changed: Notify::new(),
+            evict: Notify::new(),
+            answered: Cell::new(None),
+        }
+    }
+
+    #[test]
+    fn each_phase_has_its_absolute_deadline() {
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let waiting = |first, head| conn(Phase::Waiting { since: t, first, head });
+        assert_eq!(waiting(true, None).deadline(), (t + s(10), Deadline::FirstRequest));
+        assert_eq!(waiting(false, None).deadline(), (t + s(120), Deadline::Idle));
+        // A head's 5 s run from its first byte, within the wait's own limit.
+        assert_eq!(waiting(false, Some(t + s(30))).deadline(), (t + s(35), Deadline::Head));
+        assert_eq!(waiting(true, Some(t + s(1))).deadline(), (t + s(6), Deadline::Head));
+        assert_eq!(
+            waiting(true, Some(t + s(8))).deadline(),
+            (t + s(10), Deadline::FirstRequest)
+        );
+        assert_eq!(conn(Phase::Busy(t)).deadline(), (t + s(10), Deadline::Busy));
+    }
+}
