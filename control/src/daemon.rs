@@ -1,7 +1,8 @@
 //! Start-up, the control loop and the clean shutdown of the daemon.
 //!
 //! Order matters: EAL, mempool, ports, then the lcore loops; at stop, every lcore returns first,
-//! then ports are stopped and closed (drivers flush their output there: net_pcap completes its
+//! then the control and metrics threads are joined (they hold the pools and the tables through
+//! the metric sources), then ports are stopped and closed (drivers flush their output there: net_pcap completes its
 //! capture file), then the final metrics are written, then the EAL is cleaned up.
 
 use crate::cli::Options;
@@ -132,8 +133,21 @@ fn start_and_serve(
     );
     let registry = metrics::registry(sources.clone());
     let pin = housekeeping_pin(allowed.as_deref(), &cfg);
-    let http = start_http(server, &registry, &pin)?;
-    let (main_role, launched) = launch(&eal, &cfg.lcores, roles, &run_control)?;
+    let limits = crate::http::Limits {
+        max_connections: cfg.metrics.max_connections,
+        cache: cfg.metrics.cache,
+    };
+    let http = start_http(server, (&registry, &sources), limits, &pin)?;
+    let (main_role, launched) = match launch(&eal, &cfg.lcores, roles, &run_control) {
+        Ok(l) => l,
+        Err(e) => {
+            // The launched lcores were waited for; the metrics thread goes before the EAL too.
+            if let Some(h) = http {
+                h.stop();
+            }
+            return Err(e);
+        }
+    };
     let reloader = Reloader::new(
         opts.config.clone(),
         cfg.clone(),
@@ -141,7 +155,20 @@ fn start_and_serve(
         published.clone(),
         sources.reload.clone(),
     );
-    let control = spawn_control(opts, signals, &sources, &run_control, reloader, pin)?;
+    let control = match spawn_control(opts, signals, &sources, &run_control, reloader, pin) {
+        Ok(c) => c,
+        Err(e) => {
+            run_control.abort();
+            drop(main_role);
+            for l in &launched {
+                let _ = eal.wait(*l);
+            }
+            if let Some(h) = http {
+                h.stop();
+            }
+            return Err(e);
+        }
+    };
     let failed_lcores = serve(&eal, main_role, &launched, &run_control, control, http);
     shutdown(
         Dataplane {
@@ -479,6 +506,7 @@ fn metric_sources(
         },
         published: published.clone(),
         reload: Arc::new(ReloadStats::default()),
+        http: Default::default(),
     })
 }
 
@@ -508,14 +536,15 @@ fn housekeeping_pin(allowed: Option<&[u32]>, cfg: &Config) -> impl Fn(&str) + Cl
 /// Serves the metrics from their own thread, if enabled.
 fn start_http(
     server: Option<crate::http::Server>,
-    registry: &Registry,
+    (registry, sources): (&Registry, &Arc<Sources>),
+    limits: crate::http::Limits,
     pin: &(impl Fn(&str) + Clone + Send + 'static),
 ) -> Result<Option<crate::http::Running>, String> {
     let Some(server) = server else { return Ok(None) };
     eprintln!("fastpathd: metrics on http://{}/metrics", server.local_addr());
     let pin = pin.clone();
     server
-        .spawn(registry.clone(), move || pin("metrics"))
+        .spawn(registry.clone(), sources.clone(), limits, move || pin("metrics"))
         .map(Some)
         .map_err(|e| format!("cannot start the metrics thread: {e}"))
 }

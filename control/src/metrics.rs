@@ -35,6 +35,8 @@ pub struct Sources {
     pub published: Arc<Published>,
     /// Reload outcomes.
     pub reload: Arc<ReloadStats>,
+    /// What the metrics endpoint did.
+    pub http: Arc<crate::http::HttpStats>,
 }
 
 /// How a port was set up: its driver and the offloads it got (`fastpath_port_info`).
@@ -231,6 +233,26 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::GAUGE,
     ),
     (
+        "fastpath_metrics_renders_total",
+        "Bodies the metrics endpoint rendered; a scrape within [metrics] cache_ms of one (and no reload since) gets its bytes.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_metrics_connections_evicted_total",
+        "Metrics connections waiting for a request closed to let in one more over [metrics] max_connections.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_metrics_connections_refused_total",
+        "Metrics connections answered 503 because every one held had a request in hand.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_metrics_connections_timed_out_total",
+        "Metrics connections closed at a deadline: first_request, idle (keep-alive), head, busy (answer and write).",
+        MetricType::COUNTER,
+    ),
+    (
         "fastpath_config_reloads_total",
         "Config reloads by result (success, failure).",
         MetricType::COUNTER,
@@ -400,6 +422,7 @@ impl Collector for DataPlaneCollector {
         named.extend(port_families(s));
         named.extend(process_families(s));
         named.extend(reload_families(s));
+        named.extend(http_families(&s.http));
         named.extend(socket_families(&tables));
         named.extend(gre_families(&tables, &outcomes));
         named.extend(reasm_families(s));
@@ -554,6 +577,26 @@ fn process_families(s: &Sources) -> Named {
             )],
         ),
         ("fastpath_start_time_seconds", vec![(vec![], s.start_time)]),
+    ]
+}
+
+/// What the metrics endpoint did.
+fn http_families(h: &crate::http::HttpStats) -> Named {
+    let one = |c: &std::sync::atomic::AtomicU64| vec![(vec![], c.load(Relaxed) as f64)];
+    let timed_out = crate::http::Deadline::ALL
+        .iter()
+        .map(|&d| {
+            (
+                vec![("deadline", d.label().to_string())],
+                h.timed_out[d as usize].load(Relaxed) as f64,
+            )
+        })
+        .collect();
+    vec![
+        ("fastpath_metrics_renders_total", one(&h.renders)),
+        ("fastpath_metrics_connections_evicted_total", one(&h.evicted)),
+        ("fastpath_metrics_connections_refused_total", one(&h.refused)),
+        ("fastpath_metrics_connections_timed_out_total", timed_out),
     ]
 }
 
@@ -948,6 +991,7 @@ mod tests {
                 ..Default::default()
             }))),
             reload: Arc::new(ReloadStats::default()),
+            http: Default::default(),
         });
         let reg = registry(src);
         let text = render(&reg);

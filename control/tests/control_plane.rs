@@ -393,16 +393,47 @@ fn control_and_metrics_threads_stay_off_the_rx_lcore() {
     wait_for(10, "traffic seen through a scrape", || {
         family_sum(&d.scrape(), "fastpath_rx_packets_total") > 0.0
     });
+    // Connections get no thread of their own (which could land anywhere): with 20 open, the
+    // process has the threads it had, and none of ours runs on the RX lcore's CPU 0 (the EAL's
+    // interrupt thread is DPDK's choice).
+    let before = thread_cpus(d.child.id()).len();
+    let addr = d.metrics.unwrap();
+    let open: Vec<_> = (0..20)
+        .map(|_| {
+            use std::io::Write;
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            write!(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            let mut r = std::io::BufReader::new(c);
+            read_response(&mut r);
+            r
+        })
+        .collect();
+    let threads = thread_cpus(d.child.id());
+    assert_eq!(threads.len(), before, "{threads:?}");
+    for (name, cpus) in &threads {
+        assert!(
+            !name.starts_with("fastpath-") || cpus == "1",
+            "{name} may run on the RX lcore's CPU: {threads:?}"
+        );
+    }
+    drop(open);
     let (code, log) = d.stop();
     assert_eq!(code, Some(0), "{log}");
 }
 
 /// Reads one HTTP response (head and a body of Content-Length bytes) from `r`.
 fn read_response(r: &mut impl std::io::BufRead) -> (String, String) {
+    try_read_response(r).expect("a whole response before the connection closed")
+}
+
+/// [`read_response`], `None` when the connection closes or fails first.
+fn try_read_response(r: &mut impl std::io::BufRead) -> Option<(String, String)> {
     let mut head = Vec::new();
     loop {
         let mut line = String::new();
-        assert!(r.read_line(&mut line).unwrap() > 0, "connection closed mid-response");
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
         if line == "\r\n" {
             break;
         }
@@ -415,8 +446,8 @@ fn read_response(r: &mut impl std::io::BufRead) -> (String, String) {
         .parse()
         .unwrap();
     let mut body = vec![0u8; len];
-    r.read_exact(&mut body).unwrap();
-    (head.join("\n"), String::from_utf8(body).unwrap())
+    r.read_exact(&mut body).ok()?;
+    Some((head.join("\n"), String::from_utf8(body).unwrap()))
 }
 
 #[test]
@@ -440,6 +471,18 @@ fn scrapes_reuse_one_connection_like_prometheus() {
         seen.push(family_sum(&m, "fastpath_rx_packets_total"));
     }
     assert!(seen.windows(2).all(|w| w[0] <= w[1]), "counters only grow: {seen:?}");
+    // Back to back on one connection: answers at least 10 ms apart, so a connection scraping
+    // in a loop costs the endpoint at most 100 answers a second.
+    let t = std::time::Instant::now();
+    for _ in 0..21 {
+        write!(w, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(read_response(&mut r).1, "ok\n");
+    }
+    assert!(
+        t.elapsed() >= Duration::from_millis(200),
+        "21 answers in {:?}",
+        t.elapsed()
+    );
     // The client asks to close: answered, then closed.
     write!(w, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
     let (head, body) = read_response(&mut r);
@@ -466,24 +509,350 @@ fn a_dribbling_or_endless_request_head_is_cut_off() {
             Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
         }
     };
-    // A header that never ends: dropped after the 8 KiB head limit, memory stays bounded.
+    // A header past the 8 KiB head limit: answered 431 (RFC 6585 §5) and closed, memory stays
+    // bounded.
     let mut c = std::net::TcpStream::connect(addr).unwrap();
-    write!(c, "GET /metrics HTTP/1.1\r\nX-Long: ").unwrap();
-    let chunk = [b'a'; 1024];
-    for _ in 0..64 {
-        if c.write_all(&chunk).is_err() {
-            break;
-        }
-    }
-    assert!(closed(&mut c), "an endless header line is cut off");
-    // A request line, then nothing: dropped once the head's time is up.
+    write!(c, "GET /metrics HTTP/1.1\r\nX-Long: {}", "a".repeat(9 * 1024)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    let got = String::from_utf8_lossy(&got);
+    assert!(
+        got.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n") && got.contains("Connection: close"),
+        "an over-long head: {got}"
+    );
+    // The deadlines are absolute, not per receive: a head dribbled a byte every 300 ms inside
+    // one header line is cut off 5 s after its first byte; a connection that says nothing, 10 s
+    // after the accept. Both run at once.
+    let silent = std::thread::spawn(move || {
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        let t = std::time::Instant::now();
+        (closed(&mut c), t.elapsed())
+    });
     let mut c = std::net::TcpStream::connect(addr).unwrap();
-    write!(c, "GET /metrics HTTP/1.1\r\n").unwrap();
+    let mut w = c.try_clone().unwrap();
     let t = std::time::Instant::now();
-    assert!(closed(&mut c), "a stalled head is cut off");
-    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    let dribbler = std::thread::spawn(move || {
+        let _ = write!(w, "GET /metrics HTTP/1.1\r\nX-Slow: ");
+        while w.write_all(b"a").is_ok() && t.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    assert!(closed(&mut c), "a dribbled head is cut off");
+    let dribbled = t.elapsed();
+    assert!(
+        dribbled >= Duration::from_millis(4500) && dribbled < Duration::from_secs(7),
+        "cut off at the head's deadline: {dribbled:?}"
+    );
+    dribbler.join().unwrap();
+    let (was_closed, waited) = silent.join().unwrap();
+    assert!(was_closed, "a silent connection is cut off");
+    assert!(
+        waited >= Duration::from_millis(9500) && waited < Duration::from_secs(12),
+        "cut off at the first request's deadline: {waited:?}"
+    );
+    let m = d.scrape();
+    assert_eq!(
+        m["fastpath_metrics_connections_timed_out_total{deadline=\"head\"}"],
+        1.0
+    );
+    assert_eq!(
+        m["fastpath_metrics_connections_timed_out_total{deadline=\"first_request\"}"],
+        1.0
+    );
     // The endpoint still serves.
     assert!(d.get("/healthz").0.contains("200 OK"));
     let (code, log) = d.stop();
     assert_eq!(code, Some(0), "{log}");
+}
+
+/// Sends `raw` on a fresh connection and returns everything the server sent until it closed.
+fn exchange(addr: std::net::SocketAddr, raw: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(raw).unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    String::from_utf8(got).unwrap()
+}
+
+#[test]
+fn head_bodies_and_connection_tokens_follow_http_semantics() {
+    let s = Scratch::new("semantics");
+    let cfg = null_config(&s, "semantics");
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = d.metrics.expect("metrics address");
+    // HEAD: the headers a GET gets, Content-Length included, and no body (RFC 9110 §9.3.2).
+    let got = exchange(addr, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let (head, body) = got.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    assert!(head.contains("Content-Type: text/plain; version=0.0.4"), "{got}");
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .expect("Content-Length")
+        .parse()
+        .unwrap();
+    assert!(len > 1000, "the length of the body a GET gets: {len}");
+    assert_eq!(body, "", "no body after a HEAD");
+    // A GET's body is read and skipped, not taken for the next request; the second request of
+    // the pipeline says `keep-alive, close`, a token list with close in it: answered, then closed.
+    let got = exchange(
+        addr,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\n\r\nGET /nope HTTP\
+          GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, close\r\n\r\n",
+    );
+    assert_eq!(got.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{got}");
+    assert!(!got.contains("404"), "the body was taken for a request: {got}");
+    let second = got.rsplit("HTTP/1.1 200 OK\r\n").next().unwrap();
+    assert!(second.contains("Connection: close"), "{got}");
+    // A chunked body is skipped too; another method is answered 405 with Allow (RFC 9110
+    // §15.5.6) and the connection stays usable.
+    let got = exchange(
+        addr,
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n\
+          GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(got.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{got}");
+    assert!(got.contains("Allow: GET, HEAD\r\n"), "{got}");
+    assert!(got.ends_with("\r\n\r\nok\n"), "{got}");
+    // A body past 8 KiB: 413 and closed.
+    let mut big = b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 20000\r\n\r\n".to_vec();
+    big.extend(std::iter::repeat_n(b'x', 20000));
+    let got = exchange(addr, &big);
+    assert!(got.starts_with("HTTP/1.1 413 Payload Too Large\r\n"), "{got}");
+    // HTTP/1.0 closes unless asked to keep the connection.
+    let got = exchange(addr, b"GET /healthz HTTP/1.0\r\n\r\n");
+    assert!(got.contains("Connection: close") && got.ends_with("ok\n"), "{got}");
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn the_render_cache_serves_one_body_per_interval() {
+    let s = Scratch::new("cache");
+    let cfg = s.write(
+        "c.toml",
+        &format!(
+            "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_null0\"\ntx_queues = 1\n\
+             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\n{METRICS_ANY_PORT}cache_ms = 1000\n",
+            eal_args("cache", &["--vdev=net_null0,size=64".to_string()])
+        ),
+    );
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    wait_for(10, "traffic", || {
+        family_sum(&d.scrape(), "fastpath_rx_packets_total") > 0.0
+    });
+    // Let the body of the wait above expire, then flood: net_null delivers millions of packets
+    // a second, so equal bodies can only be the cached one.
+    std::thread::sleep(Duration::from_millis(1100));
+    let t = std::time::Instant::now();
+    let first = d.get("/metrics").1;
+    let mut flood = 0;
+    while t.elapsed() < Duration::from_millis(500) {
+        assert_eq!(
+            d.get("/metrics").1,
+            first,
+            "a scrape within cache_ms gets the cached body"
+        );
+        flood += 1;
+    }
+    assert!(flood >= 20, "{flood} scrapes");
+    std::thread::sleep(Duration::from_millis(700));
+    let after = d.get("/metrics").1;
+    assert_ne!(after, first, "a scrape after cache_ms gets a new render");
+    let renders = |b: &str| parse_metrics(b)["fastpath_metrics_renders_total"];
+    assert_eq!(renders(&after), renders(&first) + 1.0, "one render for the whole flood");
+    assert!(
+        family_sum(&parse_metrics(&after), "fastpath_rx_packets_total")
+            > family_sum(&parse_metrics(&first), "fastpath_rx_packets_total")
+    );
+    // A reload is seen at once, whatever the interval.
+    d.signal("HUP");
+    wait_for(5, "the reload counted", || {
+        family_sum(&d.scrape(), "fastpath_config_reloads_total") >= 1.0
+    });
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+/// Slow clients against the endpoint until `stop`: `dribblers` send a request head a byte every
+/// 2 s, `idlers` make one request and then hold the connection, both reconnecting whenever the
+/// server closes on them. Returns the threads and how many connections they opened.
+fn slow_clients(
+    addr: std::net::SocketAddr,
+    dribblers: usize,
+    idlers: usize,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (
+    Vec<std::thread::JoinHandle<()>>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::io::{BufReader, Read, Write};
+    use std::sync::atomic::Ordering::Relaxed;
+    let opened = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut threads = Vec::new();
+    for i in 0..dribblers + idlers {
+        let (stop, opened) = (stop.clone(), opened.clone());
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Relaxed) {
+                let Ok(mut c) = std::net::TcpStream::connect(addr) else {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                };
+                opened.fetch_add(1, Relaxed);
+                c.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+                if i < dribblers {
+                    let head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+                    let mut at = std::time::Instant::now() - Duration::from_secs(2);
+                    for b in head.iter().cycle() {
+                        if stop.load(Relaxed) {
+                            return;
+                        }
+                        if at.elapsed() >= Duration::from_secs(2) {
+                            if c.write_all(&[*b]).is_err() {
+                                break;
+                            }
+                            at = std::time::Instant::now();
+                        }
+                        // Closed by the server (0 or a reset): reconnect.
+                        match c.read(&mut [0u8; 512]) {
+                            Ok(_) => break,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                            Err(_) => break,
+                        }
+                    }
+                } else {
+                    if write!(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").is_err() {
+                        continue;
+                    }
+                    let mut r = BufReader::new(c);
+                    loop {
+                        if stop.load(Relaxed) {
+                            return;
+                        }
+                        match r.read(&mut [0u8; 512]) {
+                            Ok(0) => break,
+                            Ok(_) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                            Err(_) => break,
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    (threads, opened)
+}
+
+#[test]
+fn a_scrape_is_answered_within_a_second_while_64_slow_clients_hold_connections() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = Scratch::new("slowloris");
+    let cfg = null_config(&s, "slowloris");
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let addr = d.metrics.expect("metrics address");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (threads, opened) = slow_clients(addr, 32, 32, &stop);
+    wait_for(20, "64 slow connections", || opened.load(Relaxed) >= 64);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut worst = Duration::ZERO;
+    for _ in 0..20 {
+        let t = std::time::Instant::now();
+        let (status, body) = d.get("/metrics");
+        worst = worst.max(t.elapsed());
+        assert!(status.contains("200 OK"), "{status}");
+        assert!(body.contains("fastpath_rx_packets_total"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(worst < Duration::from_secs(1), "slowest scrape {worst:?}");
+    let m = d.scrape();
+    let evicted = m["fastpath_metrics_connections_evicted_total"];
+    assert!(evicted >= 48.0, "64 slow clients over 16 slots: {evicted} evicted");
+    assert_eq!(m["fastpath_metrics_connections_refused_total"], 0.0);
+    stop.store(true, Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    eprintln!("slowest of 20 scrapes under 64 slow clients: {worst:?}, {evicted} evicted");
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+/// One daemon stopped while scrapes are in flight: four scrapers back to back (two on kept
+/// connections, two on new ones each time), an idle keep-alive and a dribbler. Exit 0, no
+/// `BUG:` line, every packet counted once and every mbuf back at exit.
+fn stop_while_scraping(i: usize) {
+    use std::io::{BufReader, Write};
+    use std::sync::atomic::Ordering::Relaxed;
+    let name = format!("stops{i}");
+    let s = Scratch::new(&name);
+    let cfg = null_config(&s, &name);
+    let dump = s.path("metrics.prom");
+    let d = Daemon::start(
+        &s,
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--metrics-dump",
+            dump.to_str().unwrap(),
+        ],
+    );
+    let addr = d.metrics.expect("metrics address");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (mut threads, _) = slow_clients(addr, 1, 1, &stop);
+    let scrapes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for kept in [true, true, false, false] {
+        let (stop, scrapes) = (stop.clone(), scrapes.clone());
+        threads.push(std::thread::spawn(move || {
+            'outer: while !stop.load(Relaxed) {
+                let Ok(c) = std::net::TcpStream::connect(addr) else {
+                    return;
+                };
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let mut w = c.try_clone().unwrap();
+                let mut r = BufReader::new(c);
+                loop {
+                    let close = if kept { "" } else { "Connection: close\r\n" };
+                    if write!(w, "GET /metrics HTTP/1.1\r\nHost: x\r\n{close}\r\n").is_err() {
+                        continue 'outer;
+                    }
+                    // None: the daemon stopped mid-request.
+                    if try_read_response(&mut r).is_none() {
+                        return;
+                    }
+                    scrapes.fetch_add(1, Relaxed);
+                    if !kept || stop.load(Relaxed) {
+                        continue 'outer;
+                    }
+                }
+            }
+        }));
+    }
+    wait_for(10, "scrapes", || scrapes.load(Relaxed) >= 8);
+    let (code, log) = d.stop();
+    stop.store(true, Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!log.contains("BUG:"), "{log}");
+    assert!(!log.contains("mbufs were not returned"), "{log}");
+    assert_conservation(&parse_metrics(&std::fs::read_to_string(&dump).unwrap()));
+}
+
+#[test]
+fn fifty_stops_with_scrapes_in_flight_exit_cleanly() {
+    // Five daemons at a time: each stop lands while its scrapers are mid-request.
+    for round in 0..10 {
+        let daemons: Vec<_> = (0..5)
+            .map(|j| std::thread::spawn(move || stop_while_scraping(round * 5 + j)))
+            .collect();
+        for d in daemons {
+            d.join().expect("a stop went wrong (its log is above)");
+        }
+    }
 }

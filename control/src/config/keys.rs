@@ -136,6 +136,16 @@ pub static KEYS: &[KeySpec] = &[
         METRICS,
         Get::Top(|c| c.metrics.listen.is_some().to_string()),
     ),
+    restart(
+        "metrics.cache_ms",
+        METRICS,
+        Get::Top(|c| c.metrics.cache.as_millis().to_string()),
+    ),
+    restart(
+        "metrics.max_connections",
+        METRICS,
+        Get::Top(|c| c.metrics.max_connections.to_string()),
+    ),
     restart("rss.key", NIC_HASH, Get::Top(|c| hex(&c.rss.key))),
     restart("rss.symmetric", NIC_HASH, Get::Top(|c| c.rss.symmetric.to_string())),
     live("service", Get::Sections),

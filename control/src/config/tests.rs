@@ -174,6 +174,27 @@ fn metrics_listen() {
 }
 
 #[test]
+fn metrics_cache_and_connection_cap() {
+    let c = parse(GOOD, "t.toml").unwrap();
+    assert_eq!(c.metrics.cache, std::time::Duration::from_millis(500));
+    assert_eq!(c.metrics.max_connections, 16);
+    let c = parse(
+        &format!("{GOOD}\n[metrics]\ncache_ms = 0\nmax_connections = 1\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        (c.metrics.cache, c.metrics.max_connections),
+        (std::time::Duration::ZERO, 1)
+    );
+    let e = errors(&format!("{GOOD}\n[metrics]\ncache_ms = 60001\n"));
+    assert_eq!((e[0].key.as_str(), e[0].line), ("metrics.cache_ms", Some(17)));
+    assert!(e[0].message.contains("0 to 60000"), "{}", e[0].message);
+    let e = errors(&format!("{GOOD}\n[metrics]\nmax_connections = 0\n"));
+    assert_eq!((e[0].key.as_str(), e[0].line), ("metrics.max_connections", Some(17)));
+}
+
+#[test]
 fn rss_key() {
     let c = parse(GOOD, "t.toml").unwrap();
     assert_eq!(c.rss.key[..4], [0x6d, 0x5a, 0x56, 0xda]);

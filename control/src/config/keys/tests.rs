@@ -145,7 +145,9 @@ const EDITS: &[Edit] = &[
         &["port[0].forward_to", "lcores.mode"],
     ),
     ("metrics.listen", &[("9464\"", "9465\"")], &["metrics.listen"]),
-    ("metrics.enabled", &[("enabled = true\n\n[rss]", "enabled = false\n\n[rss]")], &["metrics.listen", "metrics.enabled"]),
+    ("metrics.enabled", &[("enabled = true\ncache_ms", "enabled = false\ncache_ms")], &["metrics.listen", "metrics.enabled"]),
+    ("metrics.cache_ms", &[("cache_ms = 500", "cache_ms = 0")], &["metrics.cache_ms"]),
+    ("metrics.max_connections", &[("max_connections = 16", "max_connections = 64")], &["metrics.max_connections"]),
     ("rss.key", &[("key = \"6d5a", "key = \"7d5a")], &["rss.key"]),
     ("rss.symmetric", &[("symmetric = false", "symmetric = true")], &["rss.symmetric"]),
     (
