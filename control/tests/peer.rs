@@ -91,7 +91,7 @@ impl Peer {
         let cfg = s.write(
             "c.toml",
             &format!(
-                "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\n\
+                "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\n\
                  tx_queues = 2\nipv4 = [\"192.0.2.1\"{more_ipv4}]\nipv6 = [\"2001:db8::1\"]\n\n[lcores]\nrx = [0]\n\
                  workers = [1]\nidle_sleep_us = 50\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n{extra}",
                 eal_args(name, &vdevs)
@@ -279,7 +279,7 @@ impl TapPeer {
         let cfg = s.write(
             "c.toml",
             &format!(
-                "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_tap0\"\nrx_queues = 2\n\
+                "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_tap0\"\nrx_queues = 2\n\
                  tx_queues = 2\nipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\n\n[lcores]\nrx = [0]\n\
                  workers = [1]\nidle_sleep_us = 50\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n{extra}",
                 // The tap PMD wants as many RX as TX queues; one RX lcore polls both.
