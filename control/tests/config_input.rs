@@ -40,14 +40,21 @@ fn check(path: &Path) -> (Option<i32>, String, Duration) {
         std::thread::sleep(Duration::from_millis(10));
     }
     let out: Output = child.wait_with_output().unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string(), t.elapsed())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+        t.elapsed(),
+    )
 }
 
 #[test]
 fn check_config_refuses_a_pool_that_fragments_or_socket_rings_could_take() {
     let s = Scratch::new("budget-check");
     // The configs: 2047 mbufs with 8 MiB of held fragments, or 8 sockets x 1023.
-    let frags = s.write("frags.toml", &config("budget-check", 2047, "\n[reassembly]\nhigh_thresh_bytes = 8388608\n"));
+    let frags = s.write(
+        "frags.toml",
+        &config("budget-check", 2047, "\n[reassembly]\nhigh_thresh_bytes = 8388608\n"),
+    );
     let (code, err, _) = check(&frags);
     assert_eq!(code, Some(1), "{err}");
     let at = format!("{}:3: dpdk.mbufs: the packet pool is too small", frags.display());
@@ -68,14 +75,20 @@ fn check_config_refuses_a_pool_that_fragments_or_socket_rings_could_take() {
     let rings = s.write("rings.toml", &config("budget-check", 2047, sockets));
     let (code, err, _) = check(&rings);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("socket rings 8184") && err.contains("= 8885 > dpdk.mbufs 2047"), "{err}");
+    assert!(
+        err.contains("socket rings 8184") && err.contains("= 8885 > dpdk.mbufs 2047"),
+        "{err}"
+    );
     // Within the budget: accepted, and an exempt list's duplicate is a warning, not an error.
     let fits = s.write(
         "fits.toml",
         &config(
             "budget-check",
             2047,
-            &format!("{}\n[icmp]\nexempt = [\"198.51.100.0/24\", \"198.51.100.0/24\"]\n", sockets.replace("1023", "100")),
+            &format!(
+                "{}\n[icmp]\nexempt = [\"198.51.100.0/24\", \"198.51.100.0/24\"]\n",
+                sockets.replace("1023", "100")
+            ),
         ),
     );
     let (code, err, _) = check(&fits);
@@ -96,9 +109,15 @@ fn check_config_refuses_paths_that_are_not_regular_files_at_once() {
     std::fs::File::create(&big).unwrap().set_len(90 << 20).unwrap();
     for (path, what) in [
         (fifo.as_path(), "a FIFO; the config must be a regular file"),
-        (Path::new("/dev/zero"), "a character device; the config must be a regular file"),
+        (
+            Path::new("/dev/zero"),
+            "a character device; the config must be a regular file",
+        ),
         (s.0.as_path(), "a directory; the config must be a regular file"),
-        (big.as_path(), "94371840 bytes; a config file may have at most 16777216 bytes (16 MiB)"),
+        (
+            big.as_path(),
+            "94371840 bytes; a config file may have at most 16777216 bytes (16 MiB)",
+        ),
     ] {
         let (code, err, took) = check(path);
         assert_eq!(code, Some(1), "{}: {err}", path.display());
@@ -124,8 +143,14 @@ fn reloads_over_the_budget_or_to_a_fifo_are_refused_and_the_running_config_stays
     d.signal("HUP");
     wait_for(10, "the refused reload", || failures(&d) >= 1.0);
     let log = d.log_text();
-    assert!(log.contains("reload (SIGHUP) refused, generation 1 keeps running"), "{log}");
-    assert!(log.contains("dpdk.mbufs: the packet pool is too small") && log.contains("held fragments 7346"), "{log}");
+    assert!(
+        log.contains("reload (SIGHUP) refused, generation 1 keeps running"),
+        "{log}"
+    );
+    assert!(
+        log.contains("dpdk.mbufs: the packet pool is too small") && log.contains("held fragments 7346"),
+        "{log}"
+    );
     assert_eq!(generation(&d), 1.0);
 
     // Within the budget: applied.

@@ -528,12 +528,21 @@ fn arp_ndp_and_ping_keep_working_while_fragments_and_socket_rings_fill() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("held fragments 3705") && err.contains("> dpdk.mbufs 4800"), "{err}");
+    assert!(
+        err.contains("held fragments 3705") && err.contains("> dpdk.mbufs 4800"),
+        "{err}"
+    );
 
     let p = TapPeer::new();
     let dump = s.path("metrics.prom");
     // `extra` continues the `[reassembly]` table (`buffers = 32`) the start writes.
-    let d = p.start_dpdk(&s, "peer-pool", dpdk, &format!("high_thresh_bytes = 2097152\n{sink}"), &dump);
+    let d = p.start_dpdk(
+        &s,
+        "peer-pool",
+        dpdk,
+        &format!("high_thresh_bytes = 2097152\n{sink}"),
+        &dump,
+    );
     p.arp_ndp_and_ping("before any flood");
 
     let frags = p.spawn_b(FRAGMENT_FLOOD, &["6", "3000"]);
@@ -562,7 +571,11 @@ fn arp_ndp_and_ping_keep_working_while_fragments_and_socket_rings_fill() {
     // refused for memory) and the sink's rings were full.
     assert!(sum("fastpath_reasm_refused_total", "reason=\"memory\"") > 0.0, "{m:?}");
     assert!(outcome(&m, "socket_full") > 0, "{m:?}");
-    assert_eq!(family_sum(&m, "fastpath_port_rx_nombuf_total"), 0.0, "the pool never ran dry");
+    assert_eq!(
+        family_sum(&m, "fastpath_port_rx_nombuf_total"),
+        0.0,
+        "the pool never ran dry"
+    );
     assert!(outcome(&m, "arp_reply") >= 3, "{m:?}");
     assert!(outcome(&m, "ndp_reply") >= 3, "{m:?}");
     assert!(outcome(&m, "echo_reply") >= 30, "{m:?}");

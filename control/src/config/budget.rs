@@ -177,7 +177,8 @@ mod tests {
         assert_eq!(Budget::of(&c), want);
         assert_eq!(want.total(), 64 + 128 + 1885 + 96 + 320);
         // Two RX lcores each hold their own fragments; sockets and hand-off rings add up.
-        let services = "\n[[service]]\nname = \"a\"\nports = [7]\nsockets = 3\nsocket_capacity = 100\naction = \"echo\"\n\
+        let services =
+            "\n[[service]]\nname = \"a\"\nports = [7]\nsockets = 3\nsocket_capacity = 100\naction = \"echo\"\n\
                         \n[[service]]\nname = \"b\"\nports = [9]\nsocket_capacity = 7\naction = \"sink\"\n\
                         \n[[tunnel]]\nname = \"t\"\nlocal = \"192.0.2.1\"\nremote = \"198.51.100.1\"\nsequence = true\n\
                         port = \"net_null0\"\nnext_hop_mac = \"02:00:00:00:00:fe\"\n";
@@ -190,7 +191,9 @@ mod tests {
             (128, 192, 2 * 1885, 300 + 7 + 4096, 3 * 48, 3 * 32 + 256)
         );
         // Forward mode has no reassembly.
-        let fwd = cfg(16383, "").replace("workers = [1]", "mode = \"forward\"").replace("tx_queues = 2", "tx_queues = 1");
+        let fwd = cfg(16383, "")
+            .replace("workers = [1]", "mode = \"forward\"")
+            .replace("tx_queues = 2", "tx_queues = 1");
         assert_eq!(Budget::of(&parse(&fwd, "t.toml").unwrap()).fragments, 0);
         // The table's slots bound the fragments too: 4 datagrams x 2 fragments.
         let r = ReasmConfig {
@@ -208,7 +211,11 @@ mod tests {
         assert!(parse(&cfg(total, ""), "t.toml").is_ok());
         let e = refusal(&cfg(total - 1, ""));
         assert_eq!((e.key.as_str(), e.line), ("dpdk.mbufs", Some(3)));
-        assert!(e.message.contains(&format!("= {total} > dpdk.mbufs {}", total - 1)), "{}", e.message);
+        assert!(
+            e.message.contains(&format!("= {total} > dpdk.mbufs {}", total - 1)),
+            "{}",
+            e.message
+        );
     }
 
     /// The issue's two configs, which used to pass `--check-config`: refused, every term named.
@@ -228,7 +235,8 @@ mod tests {
         ] {
             assert!(e.message.contains(term), "{term:?} not in {}", e.message);
         }
-        let sockets = "\n[reassembly]\nhigh_thresh_bytes = 65536\n\n[[service]]\nname = \"s\"\nports = [7]\nsockets = 8\n\
+        let sockets =
+            "\n[reassembly]\nhigh_thresh_bytes = 65536\n\n[[service]]\nname = \"s\"\nports = [7]\nsockets = 8\n\
                        socket_capacity = 1023\naction = \"sink\"\n";
         let e = refusal(&cfg(2047, sockets));
         assert!(e.message.contains("socket rings 8184"), "{}", e.message);

@@ -38,7 +38,10 @@ fn only_regular_files_are_read_and_nothing_blocks() {
     let st = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(st.success());
     refused(&fifo, "a FIFO; the config must be a regular file");
-    refused(Path::new("/dev/zero"), "a character device; the config must be a regular file");
+    refused(
+        Path::new("/dev/zero"),
+        "a character device; the config must be a regular file",
+    );
     refused(&d, "a directory; the config must be a regular file");
     // A symlink is judged by what it points to, through the opened descriptor.
     let to_dev = d.join("null.toml");
@@ -62,11 +65,17 @@ fn files_over_16_mib_are_refused_before_reading() {
     // Sparse: no 16 MiB written to disk.
     f.set_len(MAX_CONFIG_BYTES + 1).unwrap();
     let t = Instant::now();
-    refused(&big, "16777217 bytes; a config file may have at most 16777216 bytes (16 MiB)");
+    refused(
+        &big,
+        "16777217 bytes; a config file may have at most 16777216 bytes (16 MiB)",
+    );
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     // At the cap it is read (and is then not valid TOML: NUL bytes).
     f.set_len(MAX_CONFIG_BYTES).unwrap();
-    assert_eq!(read_within(&big, Duration::from_secs(30)).unwrap().len() as u64, MAX_CONFIG_BYTES);
+    assert_eq!(
+        read_within(&big, Duration::from_secs(30)).unwrap().len() as u64,
+        MAX_CONFIG_BYTES
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -74,7 +83,11 @@ fn files_over_16_mib_are_refused_before_reading() {
 fn services(n: usize, bad: bool) -> String {
     let mut s = String::from(BASE);
     for i in 0..n {
-        let (proto, port) = if i < 65535 { ("udp", i + 1) } else { ("tcp", i - 65535 + 1) };
+        let (proto, port) = if i < 65535 {
+            ("udp", i + 1)
+        } else {
+            ("tcp", i - 65535 + 1)
+        };
         let port = if bad { 0 } else { port };
         s.push_str(&format!(
             "\n[[service]]\nname = \"s{i}\"\nprotocol = \"{proto}\"\nports = [{port}]\nsocket_capacity = 1\naction = \"sink\"\n"
@@ -113,7 +126,12 @@ fn validation_is_linear_in_the_file() {
     // 100,000 services: past the 65,535 a file may have, found without a quadratic pass.
     let (t, r) = time(&services(100_000, false));
     let e = r.unwrap_err();
-    assert!(e.errors.iter().any(|e| e.message.contains("100000 services: at most 65535")), "{e}");
+    assert!(
+        e.errors
+            .iter()
+            .any(|e| e.message.contains("100000 services: at most 65535")),
+        "{e}"
+    );
     assert!(t < large * 10, "{t:?}");
     eprintln!("validation: 20,000 services {large_ok:?}, 40,000 errors {large:?}, 100,000 services {t:?}");
 }
@@ -160,8 +178,14 @@ fn exempt_duplicates_and_default_routes_are_warnings_with_their_lines() {
         ]
     );
     let text = loaded.warnings.to_string();
-    assert!(text.contains("t.toml:18: icmp.exempt[2]: 198.51.100.0/24: listed twice (also at icmp.exempt[0])"), "{text}");
-    assert!(text.contains("t.toml:17: icmp.exempt[1]: 0.0.0.0/0: every source of the family skips every ICMP rate limit"), "{text}");
+    assert!(
+        text.contains("t.toml:18: icmp.exempt[2]: 198.51.100.0/24: listed twice (also at icmp.exempt[0])"),
+        "{text}"
+    );
+    assert!(
+        text.contains("t.toml:17: icmp.exempt[1]: 0.0.0.0/0: every source of the family skips every ICMP rate limit"),
+        "{text}"
+    );
     // No warning for a clean list.
     let clean = parse_checked(&format!("{BASE}\n[icmp]\nexempt = [\"198.51.100.0/24\"]\n"), "t.toml").unwrap();
     assert!(clean.warnings.errors.is_empty());
@@ -171,7 +195,9 @@ fn exempt_duplicates_and_default_routes_are_warnings_with_their_lines() {
 #[test]
 fn exempt_is_capped_at_65536_prefixes() {
     let list = |n: u32| {
-        let p: Vec<String> = (0..n).map(|i| format!("\"10.{}.{}.0/24\"", i >> 8 & 0xff, i & 0xff)).collect();
+        let p: Vec<String> = (0..n)
+            .map(|i| format!("\"10.{}.{}.0/24\"", i >> 8 & 0xff, i & 0xff))
+            .collect();
         format!("{BASE}\n[icmp]\nexempt = [{}]\n", p.join(", "))
     };
     let c = parse(&list(65_536), "t.toml").unwrap();

@@ -189,9 +189,7 @@ pub fn read(path: &Path) -> Result<String, ConfigErrors> {
         } else {
             "not a regular file"
         };
-        return Err(fail(format!(
-            "cannot read: {what}; the config must be a regular file"
-        )));
+        return Err(fail(format!("cannot read: {what}; the config must be a regular file")));
     }
     if meta.len() > MAX_CONFIG_BYTES {
         return Err(fail(format!(

@@ -63,8 +63,12 @@ impl PortIndex {
         for (i, p) in ports.iter().enumerate() {
             devices.entry(p.device.clone()).or_insert(i);
         }
-        let v4 = ports.iter().flat_map(|p| p.ipv4.iter().map(|&a| std::net::IpAddr::V4(a)));
-        let v6 = ports.iter().flat_map(|p| p.ipv6.iter().map(|&a| std::net::IpAddr::V6(a)));
+        let v4 = ports
+            .iter()
+            .flat_map(|p| p.ipv4.iter().map(|&a| std::net::IpAddr::V4(a)));
+        let v6 = ports
+            .iter()
+            .flat_map(|p| p.ipv6.iter().map(|&a| std::net::IpAddr::V6(a)));
         PortIndex {
             addrs: v4.chain(v6).collect(),
             devices,

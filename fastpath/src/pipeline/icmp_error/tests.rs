@@ -398,7 +398,11 @@ fn ineligible_before_anything_else() {
 fn exempt_sources_get_50_back_to_back() {
     // The seed's glibc test: 50 iterations of UDP to a closed port, each must get its error.
     let cfg = IcmpConfig {
-        exempt: ExemptSet::new(vec!["198.51.100.0/24".parse().unwrap(), "2001:db8:7::/48".parse().unwrap()]).unwrap(),
+        exempt: ExemptSet::new(vec![
+            "198.51.100.0/24".parse().unwrap(),
+            "2001:db8:7::/48".parse().unwrap(),
+        ])
+        .unwrap(),
         ..Default::default()
     };
     let mut l = limiter(&cfg);
@@ -1051,7 +1055,11 @@ fn a_long_exempt_list_exempts_its_sources_only() {
             if i % 2 == 0 {
                 Prefix::new(IpAddr::V4(Ipv4Addr::from(0xcb00_0000 | i)), 32).unwrap()
             } else {
-                Prefix::new(IpAddr::V6(Ipv6Addr::from(0x2001_0db8_0000_0000u128 << 64 | (i as u128) << 64)), 64).unwrap()
+                Prefix::new(
+                    IpAddr::V6(Ipv6Addr::from(0x2001_0db8_0000_0000u128 << 64 | (i as u128) << 64)),
+                    64,
+                )
+                .unwrap()
             }
         })
         .collect();
