@@ -140,6 +140,11 @@ SCENARIOS = [
     dict(name="fastpathd-closed-port", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=ICMP_DEFAULTS,
          what="full pipeline, the same traffic with no service on port 9: ICMP Port Unreachable until the limiter "
               "(Linux defaults) is saturated, then icmp_suppressed, nothing built: seed 000's flood, issue 6's case (a)"),
+    dict(name="fastpathd-closed-port-exempt-65536", kind="fastpathd:pipeline", capture=BENCH_UDP,
+         extra=ICMP_DEFAULTS + "exempt = [" + ", ".join(
+             f'"100.{64 + (i >> 15)}.{(i >> 7) & 0xff}.{(i & 0x7f) * 2}/32"' for i in range(65536)) + "]\n",
+         what="closed-port with 65,536 `[icmp] exempt` host prefixes (100.64.0.0/10, every other address, so "
+              "none merge) that no bench_udp source is in: step (b)'s lookup misses on every packet"),
     dict(name="fastpathd-plain-drop", kind="fastpathd:pipeline", capture=BENCH_UDP, ipv4=["192.0.2.2"],
          what="full pipeline, the same traffic when 192.0.2.1 is not ours: parsed, then dropped as not_local: "
               "issue 6's case (c)"),

@@ -49,8 +49,11 @@ impl Role {
 
 /// Runs the daemon; returns the process exit code.
 pub fn run(opts: Options) -> u8 {
-    let cfg = match config::load(&opts.config) {
-        Ok(c) => c,
+    let cfg = match config::load_checked(&opts.config) {
+        Ok(loaded) => {
+            loaded.log_warnings();
+            loaded.config
+        }
         Err(e) => {
             eprintln!("{e}");
             eprintln!(

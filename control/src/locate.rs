@@ -6,7 +6,9 @@ use toml_edit::{ImDocument, Item, Table, Value};
 /// A parsed document that keeps spans.
 pub struct Locator {
     doc: Option<ImDocument<String>>,
-    src: String,
+    /// Byte offset where each line starts, ascending: a line lookup is a binary search, so
+    /// locating every error of a large file stays linear in its size.
+    line_starts: Vec<usize>,
 }
 
 /// One step of a key path.
@@ -21,19 +23,19 @@ pub enum Seg<'a> {
 impl Locator {
     /// Parses `src` (errors are reported by the serde pass, not here).
     pub fn new(src: &str) -> Self {
+        let line_starts = std::iter::once(0)
+            .chain(src.bytes().enumerate().filter(|&(_, b)| b == b'\n').map(|(i, _)| i + 1))
+            .collect();
         Locator {
             doc: ImDocument::parse(src.to_string()).ok(),
-            src: src.to_string(),
+            line_starts,
         }
     }
 
     /// The 1-based line of byte `offset`.
     pub fn line_of_offset(&self, offset: usize) -> usize {
-        self.src[..offset.min(self.src.len())]
-            .bytes()
-            .filter(|&b| b == b'\n')
-            .count()
-            + 1
+        // Lines starting at or before `offset`; the first always does.
+        self.line_starts.partition_point(|&s| s <= offset).max(1)
     }
 
     /// The line where `path` is written: the key's line for a key, the element's for an index.
@@ -167,6 +169,15 @@ mod tests {
             l.line_of(&[Seg::Key("port"), Seg::Index(1), Seg::Key("missing")]),
             Some(7)
         );
+    }
+
+    #[test]
+    fn lines_of_offsets() {
+        let l = Locator::new("a\nbb\n\nc");
+        let lines: Vec<usize> = (0..9).map(|o| l.line_of_offset(o)).collect();
+        // Past the end: the last line, as the old count of newlines before the offset said.
+        assert_eq!(lines, [1, 1, 2, 2, 2, 3, 4, 4, 4]);
+        assert_eq!(Locator::new("").line_of_offset(5), 1);
     }
 
     #[test]

@@ -127,9 +127,12 @@ impl Reloader {
     pub fn reload(&mut self, why: &str) -> bool {
         let sig = signature(&self.path);
         let file = self.path.display().to_string();
-        let loaded = config::read(&self.path).and_then(|src| Ok((config::parse(&src, &file)?, src)));
+        let loaded = config::read(&self.path).and_then(|src| Ok((config::parse_checked(&src, &file)?, src)));
         let (new, src) = match loaded {
-            Ok(c) => c,
+            Ok((loaded, src)) => {
+                loaded.log_warnings();
+                (loaded.config, src)
+            }
             Err(e) => {
                 self.loaded_sig = sig;
                 return self.fail(why, &format!("the new config is invalid:\n{e}"));

@@ -325,6 +325,7 @@ mod tests {
         let src = r#"
 [dpdk]
 eal_args = ["--no-huge"]
+mbufs = 32767
 [[port]]
 device = "net_null0"
 ipv4 = ["192.0.2.1"]

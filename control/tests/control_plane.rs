@@ -14,7 +14,7 @@ fn null_config(s: &Scratch, name: &str) -> std::path::PathBuf {
     s.write(
         "c.toml",
         &format!(
-            "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_null0\"\ntx_queues = 1\n\
+            "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_null0\"\ntx_queues = 1\n\
              ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\n{METRICS_ANY_PORT}",
             eal_args(name, &["--vdev=net_null0,size=64".to_string()])
         ),
@@ -136,7 +136,7 @@ fn replay_config(name: &str, variant: usize) -> String {
         _ => ("[\"192.0.2.1\", \"192.0.2.99\"]", "sink", 20, 1024, 10000),
     };
     format!(
-        "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+        "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
          ipv4 = {ipv4}\nipv6 = [\"2001:db8::1\"]\nmac = \"02:00:00:00:00:01\"\n\n[lcores]\nrx = [0]\nworkers = [1]\n\
          idle_sleep_us = 100\n{METRICS_ANY_PORT}\n[icmp]\nburst = {burst}\n\n[flow_limit]\ntable_len = {table_len}\n\n\
          [reassembly]\ntimeout_ms = {timeout}\nbuffers = 32\n\n\
@@ -327,7 +327,7 @@ fn a_reload_that_changes_forward_to_is_refused_with_key_and_line() {
         "--vdev=net_null1,size=64".to_string(),
     ];
     let start = format!(
-        "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_null0\"\nforward_to = \"net_null1\"\n\n\
+        "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_null0\"\nforward_to = \"net_null1\"\n\n\
          [[port]]\ndevice = \"net_null1\"\n\n[lcores]\nrx = [0]\nmode = \"forward\"\n{METRICS_ANY_PORT}",
         eal_args("reload-forward-to", &vdevs)
     );
@@ -366,7 +366,7 @@ fn control_and_metrics_threads_stay_off_the_rx_lcore() {
     let cfg = s.write(
         "c.toml",
         &format!(
-            "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_null0\"\ntx_queues = 2\n\
+            "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_null0\"\ntx_queues = 2\n\
              ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\nworkers = [1]\n\n[[service]]\nname = \"s\"\n\
              protocol = \"udp\"\nports = [9]\naction = \"sink\"\n{METRICS_ANY_PORT}",
             eal_args("placement", &["--vdev=net_null0,size=64".to_string()])

@@ -19,7 +19,7 @@ fn replays_arp_and_junk_and_answers_arp() {
     let cfg = s.write(
         "c.toml",
         &format!(
-            "[dpdk]\neal_args = {}\nmbufs = 2047\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+            "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
              ipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\nmac = \"02:00:00:00:00:01\"\n\n\
              [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 200\n{METRICS_ANY_PORT}\n\
              [[service]]\nname = \"echo\"\nports = [7]\nsockets = 2\nsocket_capacity = 64\naction = \"echo\"\n",
@@ -192,7 +192,7 @@ fn null_config(s: &Scratch, name: &str) -> std::path::PathBuf {
     s.write(
         "c.toml",
         &format!(
-            "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_null0\"\ntx_queues = 1\n\
+            "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_null0\"\ntx_queues = 1\n\
              ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\n{METRICS_ANY_PORT}",
             eal_args(name, &["--vdev=net_null0,size=64".to_string()])
         ),

@@ -54,7 +54,7 @@ fn forward_mode_sends_every_frame_unchanged_on_the_forward_to_port() {
     let cfg = s.write(
         "c.toml",
         &format!(
-            "[dpdk]\neal_args = {}\nmbufs = 2047\n\n\
+            "[dpdk]\neal_args = {}\nmbufs = 16383\n\n\
              [[port]]\ndevice = \"net_pcap0\"\nipv4 = [\"192.0.2.1\"]\nmac = \"02:00:00:00:00:01\"\n\
              forward_to = \"net_pcap1\"\n\n\
              [[port]]\ndevice = \"net_pcap1\"\n\n\

@@ -19,7 +19,7 @@ fn a_flooding_source_does_not_steal_other_sources_errors() {
     let cfg = s.write(
         "c.toml",
         &format!(
-            "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 1\n\
+            "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 1\n\
              ipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\nmac = \"02:00:00:00:00:01\"\n\n\
              [lcores]\nrx = [0]\nidle_sleep_us = 100\n{METRICS_ANY_PORT}\n\
              [icmp]\nmsgs_per_sec = 1000\nburst = 300\npeer_interval_ms = 1000\npeer_burst = 6\n",

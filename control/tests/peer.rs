@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
@@ -91,7 +92,7 @@ impl Peer {
         let cfg = s.write(
             "c.toml",
             &format!(
-                "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\n\
+                "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\n\
                  tx_queues = 2\nipv4 = [\"192.0.2.1\"{more_ipv4}]\nipv6 = [\"2001:db8::1\"]\n\n[lcores]\nrx = [0]\n\
                  workers = [1]\nidle_sleep_us = 50\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n{extra}",
                 eal_args(name, &vdevs)
@@ -276,10 +277,15 @@ impl TapPeer {
     }
 
     fn start(&self, s: &Scratch, name: &str, extra: &str, dump: &std::path::Path) -> Daemon {
+        self.start_dpdk(s, name, "mbufs = 16383", extra, dump)
+    }
+
+    /// Like [`TapPeer::start`] with `dpdk` as the `[dpdk]` keys after `eal_args`.
+    fn start_dpdk(&self, s: &Scratch, name: &str, dpdk: &str, extra: &str, dump: &std::path::Path) -> Daemon {
         let cfg = s.write(
             "c.toml",
             &format!(
-                "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_tap0\"\nrx_queues = 2\n\
+                "[dpdk]\neal_args = {}\n{dpdk}\n\n[[port]]\ndevice = \"net_tap0\"\nrx_queues = 2\n\
                  tx_queues = 2\nipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\n\n[lcores]\nrx = [0]\n\
                  workers = [1]\nidle_sleep_us = 50\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n{extra}",
                 // The tap PMD wants as many RX as TX queues; one RX lcore polls both.
@@ -439,4 +445,138 @@ fn the_nics_udp_checksum_verdicts_reach_the_echo_service() {
     };
     assert_eq!(processed("echoed"), 3.0);
     assert_eq!(processed("invalid"), 2.0);
+}
+
+/// Never-completing first fragments from random sources in 10/8 (so no per-source limit binds),
+/// sent by a raw socket at `pps` for `secs`. Through a tap: `net_af_packet`'s fanout would have the
+/// kernel hold them for its own reassembly.
+const FRAGMENT_FLOOD: &str = "import socket, struct, sys, time, random\n\
+    secs, pps = float(sys.argv[1]), int(sys.argv[2])\n\
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)\n\
+    udp = struct.pack('!HHHH', 40000, 9, 64, 0) + b'x' * 16\n\
+    dst = socket.inet_aton('192.0.2.1'); t0 = time.time(); n = 0\n\
+    while time.time() - t0 < secs:\n\
+    \x20   src = bytes([10, random.randrange(256), random.randrange(256), random.randrange(1, 255)])\n\
+    \x20   ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), random.randrange(1, 65536), 0x2000, 64, 17, 0, src, dst)\n\
+    \x20   s.sendto(ip + udp, ('192.0.2.1', 0)); n += 1\n\
+    \x20   ahead = n / pps - (time.time() - t0)\n\
+    \x20   if ahead > 0: time.sleep(ahead)\n\
+    print('fragments', n)\n";
+
+/// UDP datagrams to the slow sink on port 9000 at `pps` for `secs`.
+const UDP_FLOOD: &str = "import socket, sys, time\n\
+    secs, pps = float(sys.argv[1]), int(sys.argv[2])\n\
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(('192.0.2.1', 9000))\n\
+    t0 = time.time(); n = 0\n\
+    while time.time() - t0 < secs:\n\
+    \x20   s.send(b'y' * 32); n += 1\n\
+    \x20   ahead = n / pps - (time.time() - t0)\n\
+    \x20   if ahead > 0: time.sleep(ahead)\n\
+    print('datagrams', n)\n";
+
+impl TapPeer {
+    fn spawn_b(&self, code: &str, args: &[&str]) -> std::process::Child {
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns, "/usr/bin/python3", "-c", code])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// The peer forgets our MACs, then pings us over IPv4 and IPv6: ARP, NDP and echo must all
+    /// be answered, every time.
+    fn arp_ndp_and_ping(&self, when: &str) {
+        assert!(self.exec(&["ip", "neigh", "flush", "dev", &self.tap]).status.success());
+        for target in [["-4", "192.0.2.1"], ["-6", "2001:db8::1"]] {
+            let out = self.exec(&["ping", target[0], "-c", "5", "-i", "0.2", "-W", "2", target[1]]);
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.contains("5 received"),
+                "{when}: ping {target:?}: {text}"
+            );
+        }
+    }
+}
+
+/// Issue 29: with a config that passes the pool budget, the pool cannot run dry. A fragment
+/// flood fills the reassembler to its threshold and a flood to a slow sink fills its socket
+/// rings, first one then both at once, and the kernel still resolves us by ARP and NDP and gets
+/// every ping answered; no RX mbuf allocation ever fails. The same config with 8 MiB of held
+/// fragments is refused by `--check-config`.
+#[test]
+fn arp_ndp_and_ping_keep_working_while_fragments_and_socket_rings_fill() {
+    // Budget: RX 2 x 256 + TX 2 x 256 + fragments (2 MiB / 2304 -> 911, + 64) + rings 2 x 1024
+    // + caches 2 x 96 + reserve 2 x 32 + 256 = 4559 <= 4800.
+    let dpdk = "mbufs = 4800\nmbuf_cache = 64\nrx_desc = 256\ntx_desc = 256";
+    let sink = "\n[flow_limit]\nenabled = false\n\n[[service]]\nname = \"slow\"\nports = [9000]\nsockets = 2\n\
+                socket_capacity = 1024\naction = \"sink\"\ncost_ns = 10000000\n";
+    let reasm = "\n[reassembly]\nbuffers = 32\nhigh_thresh_bytes = 2097152\n";
+    let s = Scratch::new("peer-pool");
+    // The same with 8 MiB of fragments could take the pool: refused before anything starts.
+    let too_much = s.write(
+        "too-much.toml",
+        &format!(
+            "[dpdk]\neal_args = []\n{dpdk}\n\n[[port]]\ndevice = \"net_tap0\"\nrx_queues = 2\ntx_queues = 2\n\
+             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\nworkers = [1]\n{sink}{}",
+            reasm.replace("2097152", "8388608")
+        ),
+    );
+    let out = fastpathd()
+        .args(["--config", too_much.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("held fragments 3705") && err.contains("> dpdk.mbufs 4800"),
+        "{err}"
+    );
+
+    let p = TapPeer::new();
+    let dump = s.path("metrics.prom");
+    // `extra` continues the `[reassembly]` table (`buffers = 32`) the start writes.
+    let d = p.start_dpdk(
+        &s,
+        "peer-pool",
+        dpdk,
+        &format!("high_thresh_bytes = 2097152\n{sink}"),
+        &dump,
+    );
+    p.arp_ndp_and_ping("before any flood");
+
+    let frags = p.spawn_b(FRAGMENT_FLOOD, &["6", "3000"]);
+    std::thread::sleep(Duration::from_secs(2));
+    p.arp_ndp_and_ping("during the fragment flood");
+    let udp = p.spawn_b(UDP_FLOOD, &["3", "3000"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    p.arp_ndp_and_ping("during the fragment and socket-ring floods");
+    for (what, child) in [("fragments", frags), ("datagrams", udp)] {
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains(what), "{what} flood: {text}");
+    }
+
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    assert_conservation(&m);
+    let sum = |f: &str, label: &str| -> f64 {
+        m.iter()
+            .filter(|(k, _)| k.starts_with(&format!("{f}{{")) && k.contains(label))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    // The floods did what they were for: the reassembler reached its threshold (new datagrams
+    // refused for memory) and the sink's rings were full.
+    assert!(sum("fastpath_reasm_refused_total", "reason=\"memory\"") > 0.0, "{m:?}");
+    assert!(outcome(&m, "socket_full") > 0, "{m:?}");
+    assert_eq!(
+        family_sum(&m, "fastpath_port_rx_nombuf_total"),
+        0.0,
+        "the pool never ran dry"
+    );
+    assert!(outcome(&m, "arp_reply") >= 3, "{m:?}");
+    assert!(outcome(&m, "ndp_reply") >= 3, "{m:?}");
+    assert!(outcome(&m, "echo_reply") >= 30, "{m:?}");
 }

@@ -21,7 +21,7 @@ fn fragmented_datagrams_are_reassembled_answered_and_counted() {
     let cfg = s.write(
         "c.toml",
         &format!(
-            "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+            "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
              ipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\nmac = \"02:00:00:00:00:01\"\n\n\
              [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 100\n{METRICS_ANY_PORT}\n\
              [reassembly]\ntimeout_ms = 300\nbuffers = 32\n\n\

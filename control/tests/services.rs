@@ -14,7 +14,7 @@ fn rollover_config(s: &Scratch, name: &str, sections: &str) -> std::path::PathBu
     s.write(
         "c.toml",
         &format!(
-            "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+            "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
              ipv4 = [\"192.0.2.1\"]\nmac = \"02:00:00:00:00:01\"\n\n[lcores]\nrx = [0]\nworkers = [1]\n\
              idle_sleep_us = 100\n{METRICS_ANY_PORT}\n{sections}",
             eal_args(name, &[vdev])
@@ -92,7 +92,7 @@ fn storm(limit: bool) -> (f64, std::collections::BTreeMap<String, f64>) {
     let cfg = s.write(
         "c.toml",
         &format!(
-            "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+            "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
              ipv4 = [\"192.0.2.1\"]\nmac = \"02:00:00:00:00:01\"\n\n[lcores]\nrx = [0]\nworkers = [1]\n\
              idle_sleep_us = 100\n{METRICS_ANY_PORT}\n[flow_limit]\nenabled = {limit}\n\n\
              [[service]]\nname = \"echo\"\nports = [7]\nsockets = 1\nsocket_capacity = 2048\n\

@@ -24,7 +24,7 @@ fn gre_capture_replay() {
         q1.display()
     );
     let mut cfg = format!(
-        "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+        "[dpdk]\neal_args = {}\nmbufs = 32767\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
          ipv4 = [\"192.0.2.1\", \"10.9.0.1\"]\nmac = \"02:00:00:00:00:01\"\n\n[lcores]\nrx = [0]\nworkers = [1]\n\
          idle_sleep_us = 100\n{METRICS_ANY_PORT}\n\
          [[service]]\nname = \"fwd\"\nports = [9000]\nsockets = 2\naction = \"tunnel\"\ntunnels = [\"t-a\", \"t-b\"]\n\n\
@@ -154,7 +154,7 @@ fn packets_too_big_for_the_tunnel() {
         q1.display()
     );
     let cfg = format!(
-        "[dpdk]\neal_args = {}\nmbufs = 4095\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+        "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
          ipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\nmac = \"02:00:00:00:00:01\"\n\n\
          [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 100\n{METRICS_ANY_PORT}\n\
          [[service]]\nname = \"fwd\"\nports = [9000]\nsockets = 1\naction = \"tunnel\"\ntunnel = \"t-a\"\n{}",

@@ -6,6 +6,7 @@ use super::keys::{flow_limit_lcores, Get, KeySpec, Reload, KEYS};
 use super::{Config, ConfigError, ConfigErrors};
 use crate::locate::Locator;
 use crate::locate::Seg::{self, Index, Key};
+use std::collections::HashMap;
 
 /// One key whose effective value differs between two configs.
 #[derive(Clone, Debug)]
@@ -185,12 +186,12 @@ fn port_changes(old: &Config, new: &Config, specs: &[&'static KeySpec], out: &mu
 /// The keys of an array of named tables (services, tunnels), matched by name: the ones added
 /// or changed in the new file's order, then the ones removed.
 #[allow(clippy::too_many_arguments)]
-fn named_changes<T>(
+fn named_changes<'a, T>(
     old: &Config,
     new: &Config,
     section: &'static str,
     specs: &[&'static KeySpec],
-    (olds, news): (&[T], &[T]),
+    (olds, news): (&'a [T], &'a [T]),
     name: fn(&T) -> &String,
     get: impl Fn(&Get) -> Option<fn(&Config, &T) -> String>,
     out: &mut Vec<Change>,
@@ -199,8 +200,18 @@ fn named_changes<T>(
         return;
     };
     let label = |e: &T| format!("{section} {:?}", name(e));
+    // By name, first of each (names are unique in a valid config): one lookup per element, so
+    // comparing two large files stays linear.
+    let index = |list: &'a [T]| {
+        let mut m: HashMap<&'a str, &'a T> = HashMap::with_capacity(list.len());
+        for e in list {
+            m.entry(name(e).as_str()).or_insert(e);
+        }
+        m
+    };
+    let (old_by_name, new_by_name) = (index(olds), index(news));
     for (i, e) in news.iter().enumerate() {
-        let Some(o) = olds.iter().find(|o| name(o) == name(e)) else {
+        let Some(&o) = old_by_name.get(name(e).as_str()) else {
             out.push(Change {
                 spec: whole,
                 key: format!("{section}[{i}]"),
@@ -227,7 +238,7 @@ fn named_changes<T>(
             }
         }
     }
-    for o in olds.iter().filter(|o| !news.iter().any(|e| name(e) == name(o))) {
+    for o in olds.iter().filter(|o| !new_by_name.contains_key(name(o).as_str())) {
         out.push(Change {
             spec: whole,
             key: section.to_string(),

@@ -61,16 +61,26 @@ pub(crate) fn key_of(path: &[Seg]) -> String {
     })
 }
 
-/// Collects validation errors with their lines.
+/// Collects validation errors, and warnings (allowed but probably not meant), with their lines.
 pub(crate) struct Errs<'a> {
     pub(crate) loc: &'a Locator,
     pub(crate) list: Vec<ConfigError>,
+    pub(crate) warnings: Vec<ConfigError>,
 }
 
 impl Errs<'_> {
     /// Records a problem with the key at `path`, on the line where `path` is written.
     pub(crate) fn add(&mut self, path: &[Seg], message: impl Into<String>) {
         self.list.push(ConfigError {
+            key: key_of(path),
+            line: self.loc.line_of(path),
+            message: message.into(),
+        });
+    }
+
+    /// Records a warning about the key at `path`: the config is accepted, and the line is logged.
+    pub(crate) fn warn(&mut self, path: &[Seg], message: impl Into<String>) {
+        self.warnings.push(ConfigError {
             key: key_of(path),
             line: self.loc.line_of(path),
             message: message.into(),

@@ -2,7 +2,7 @@
 
 use super::errors::Errs;
 use crate::locate::Seg::{Index, Key};
-use fastpath::pipeline::icmp_error::IcmpConfig;
+use fastpath::pipeline::icmp_error::{ExemptSet, ExemptWarning, IcmpConfig, MAX_EXEMPT};
 use serde::Deserialize;
 
 /// `[icmp]` as written.
@@ -39,15 +39,7 @@ pub(super) fn validate(raw: Option<IcmpSection>, errs: &mut Errs) -> IcmpConfig 
     if let Some(b) = ic.build_first {
         icmp.build_first = b;
     }
-    for (i, e) in ic.exempt.iter().flatten().enumerate() {
-        match e.parse() {
-            Ok(prefix) => icmp.exempt.push(prefix),
-            Err(err) => errs.add(
-                &[Key("icmp"), Key("exempt"), Index(i)],
-                format!("{e:?}: {err:?}: expected a prefix like \"198.51.100.0/24\" or \"2001:db8:1::/48\""),
-            ),
-        }
-    }
+    exempt(ic.exempt.as_deref().unwrap_or_default(), &mut icmp, errs);
     if let Err(msg) = icmp.validate() {
         // The message starts with the key, "icmp.<key>: ...".
         let key = msg
@@ -62,4 +54,47 @@ pub(super) fn validate(raw: Option<IcmpSection>, errs: &mut Errs) -> IcmpConfig 
         );
     }
     icmp
+}
+
+/// `icmp.exempt`: at most [`MAX_EXEMPT`] prefixes, built into the set the RX lcores search; a
+/// repeated prefix and `0.0.0.0/0` / `::/0` are accepted with a warning.
+fn exempt(list: &[String], icmp: &mut IcmpConfig, errs: &mut Errs) {
+    if list.len() > MAX_EXEMPT {
+        errs.add(
+            &[Key("icmp"), Key("exempt")],
+            format!("{} prefixes: at most {MAX_EXEMPT}", list.len()),
+        );
+        return;
+    }
+    let mut prefixes = Vec::with_capacity(list.len());
+    for (i, e) in list.iter().enumerate() {
+        match e.parse() {
+            Ok(prefix) => prefixes.push(prefix),
+            Err(err) => errs.add(
+                &[Key("icmp"), Key("exempt"), Index(i)],
+                format!("{e:?}: {err}: expected a prefix like \"198.51.100.0/24\" or \"2001:db8:1::/48\""),
+            ),
+        }
+    }
+    if prefixes.len() == list.len() {
+        for w in ExemptSet::warnings(&prefixes) {
+            match w {
+                ExemptWarning::Duplicate(i, first) => errs.warn(
+                    &[Key("icmp"), Key("exempt"), Index(i)],
+                    format!("{}: listed twice (also at icmp.exempt[{first}])", prefixes[i]),
+                ),
+                ExemptWarning::Everything(i) => errs.warn(
+                    &[Key("icmp"), Key("exempt"), Index(i)],
+                    format!(
+                        "{}: every source of the family skips every ICMP rate limit",
+                        prefixes[i]
+                    ),
+                ),
+            }
+        }
+    }
+    match ExemptSet::new(prefixes) {
+        Ok(set) => icmp.exempt = set,
+        Err(e) => errs.add(&[Key("icmp"), Key("exempt")], e.to_string()),
+    }
 }

@@ -220,7 +220,7 @@ pub static KEYS: &[KeySpec] = &[
         Get::Top(|c| c.icmp.peer_interval_ms.to_string()),
     ),
     live("icmp.peer_burst", Get::Top(|c| c.icmp.peer_burst.to_string())),
-    live("icmp.exempt", Get::Top(|c| list(&c.icmp.exempt))),
+    live("icmp.exempt", Get::Top(|c| list(c.icmp.exempt.prefixes()))),
     live("icmp.peer_table_size", Get::Top(|c| c.icmp.peer_table_size.to_string())),
     live("icmp.build_first", Get::Top(|c| c.icmp.build_first.to_string())),
 ];

@@ -7,6 +7,7 @@
 //! every key and what a reload does with it ([`KEYS`]), which both the reload's refusal and the
 //! reload log line are made from.
 
+mod budget;
 mod changes;
 mod dpdk;
 pub use dpdk::virtio_user_memory;
@@ -23,8 +24,11 @@ mod service;
 mod tunnel;
 
 #[cfg(test)]
+mod input_tests;
+#[cfg(test)]
 mod tests;
 
+pub use budget::{held_fragments, Budget, RESERVE};
 pub use changes::Change;
 pub use dpdk::{DpdkConfig, DEFAULT_MEMPOOL_OPS, MEMPOOL_OPS};
 pub use errors::{ConfigError, ConfigErrors};
@@ -123,25 +127,105 @@ impl Config {
     }
 }
 
-/// Reads the text of the config at `path` (an error names the file).
+/// Largest config file read: 16 MiB, some 150,000 services; a larger one is refused before it
+/// is read.
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+/// A validated config and the warnings its file gave (accepted, but probably not meant).
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// The config.
+    pub config: Config,
+    /// The warnings, in file order (empty if none); `Display` writes one line each.
+    pub warnings: ConfigErrors,
+}
+
+impl Loaded {
+    /// Writes every warning to stderr, one line each, prefixed `warning:`.
+    pub fn log_warnings(&self) {
+        for w in self.warnings.to_string().lines() {
+            eprintln!("warning: {w}");
+        }
+    }
+}
+
+/// Reads the text of the config at `path` (an error names the file). Only a regular file of at
+/// most [`MAX_CONFIG_BYTES`] is read: the file is opened non-blocking (opening a FIFO with no
+/// writer returns at once instead of waiting for one) and without becoming a controlling
+/// terminal, its type and size are taken from the opened descriptor (`fstat`, so a symlink is
+/// judged by what it points to and nothing can be swapped in between), and FIFOs, devices,
+/// sockets and directories are refused before any read. At most the cap is read even if the
+/// file grows meanwhile. So the control thread never blocks on a config path, nor reads an
+/// endless `/dev/zero`.
 pub fn read(path: &Path) -> Result<String, ConfigErrors> {
-    std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let fail = |message: String| ConfigErrors {
         file: path.display().to_string(),
         errors: vec![ConfigError {
             key: String::new(),
             line: None,
-            message: format!("cannot read: {e}"),
+            message,
         }],
-    })
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| fail(format!("cannot read: {e}")))?;
+    let meta = file.metadata().map_err(|e| fail(format!("cannot read: {e}")))?;
+    let t = meta.file_type();
+    if !t.is_file() {
+        let what = if t.is_dir() {
+            "a directory"
+        } else if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_char_device() {
+            "a character device"
+        } else if t.is_block_device() {
+            "a block device"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Err(fail(format!("cannot read: {what}; the config must be a regular file")));
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(fail(format!(
+            "cannot read: {} bytes; a config file may have at most {MAX_CONFIG_BYTES} bytes (16 MiB)",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(fail(format!(
+            "cannot read: it grew past {MAX_CONFIG_BYTES} bytes (16 MiB) while being read"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| fail(format!("cannot read: not UTF-8 text: {e}")))
 }
 
 /// Reads and validates the config at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
-    parse(&read(path)?, &path.display().to_string())
+    load_checked(path).map(|l| l.config)
+}
+
+/// Reads and validates the config at `path`, keeping the warnings.
+pub fn load_checked(path: &Path) -> Result<Loaded, ConfigErrors> {
+    parse_checked(&read(path)?, &path.display().to_string())
 }
 
 /// Parses and validates config text; `file` names it in errors.
 pub fn parse(src: &str, file: &str) -> Result<Config, ConfigErrors> {
+    parse_checked(src, file).map(|l| l.config)
+}
+
+/// Parses and validates config text, keeping the warnings; `file` names it in errors.
+pub fn parse_checked(src: &str, file: &str) -> Result<Loaded, ConfigErrors> {
     let loc = Locator::new(src);
     let raw: FileConfig = toml::from_str(src).map_err(|e| {
         let (line, key) = match e.span() {
@@ -163,10 +247,22 @@ pub fn parse(src: &str, file: &str) -> Result<Config, ConfigErrors> {
     let mut errs = Errs {
         loc: &loc,
         list: Vec::new(),
+        warnings: Vec::new(),
     };
     let cfg = validate(raw, &mut errs);
     if errs.list.is_empty() {
-        Ok(cfg)
+        // Checked last, on a config otherwise valid, so its terms are the real values.
+        budget::check(&cfg, &mut errs);
+    }
+    if errs.list.is_empty() {
+        errs.warnings.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+        Ok(Loaded {
+            config: cfg,
+            warnings: ConfigErrors {
+                file: file.to_string(),
+                errors: errs.warnings,
+            },
+        })
     } else {
         errs.list.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
         Err(ConfigErrors {
@@ -184,9 +280,10 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
     lcores::check_rx_queues(&lcores, &ports, errs);
     let metrics = metrics::validate(raw.metrics, errs);
     let rss = rss::validate(raw.rss, errs);
-    let (mut services, tunnel_refs) = service::validate(raw.service, &ports, &lcores, &dpdk, errs);
+    let index = port::PortIndex::new(&ports);
+    let (mut services, tunnel_refs) = service::validate(raw.service, &index, &lcores, &dpdk, errs);
     let flow_limit = flow_limit::validate(raw.flow_limit, &lcores, errs);
-    let tunnels = tunnel::validate(raw.tunnel, &ports, errs);
+    let tunnels = tunnel::validate(raw.tunnel, &index, errs);
     service::resolve_tunnels(&mut services, &tunnel_refs, &tunnels, errs);
     let (mut reassembly, reassembly_buffers) = reassembly::validate(raw.reassembly, errs);
     // Held fragments are charged what their packet buffers really take, which the ports'

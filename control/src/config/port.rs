@@ -50,6 +50,42 @@ pub struct PortConfig {
     pub forward_to: Option<usize>,
 }
 
+/// The ports' local addresses and devices, for the sections that refer to them: one lookup
+/// each, so validation stays linear however many addresses, services and tunnels there are.
+pub(super) struct PortIndex {
+    addrs: std::collections::HashSet<std::net::IpAddr>,
+    devices: std::collections::HashMap<String, usize>,
+}
+
+impl PortIndex {
+    pub(super) fn new(ports: &[PortConfig]) -> Self {
+        let mut devices = std::collections::HashMap::with_capacity(ports.len());
+        for (i, p) in ports.iter().enumerate() {
+            devices.entry(p.device.clone()).or_insert(i);
+        }
+        let v4 = ports
+            .iter()
+            .flat_map(|p| p.ipv4.iter().map(|&a| std::net::IpAddr::V4(a)));
+        let v6 = ports
+            .iter()
+            .flat_map(|p| p.ipv6.iter().map(|&a| std::net::IpAddr::V6(a)));
+        PortIndex {
+            addrs: v4.chain(v6).collect(),
+            devices,
+        }
+    }
+
+    /// Whether `ip` is a local address of some port.
+    pub(super) fn is_local(&self, ip: std::net::IpAddr) -> bool {
+        self.addrs.contains(&ip)
+    }
+
+    /// The index of the (first) port with `device`.
+    pub(super) fn device(&self, device: &str) -> Option<usize> {
+        self.devices.get(device).copied()
+    }
+}
+
 /// Validates every `[[port]]` (`lcores` gives the TX queues each port needs and the mode
 /// `forward_to` belongs to).
 pub(super) fn validate(raw: Vec<PortSection>, lcores: &LcoreConfig, errs: &mut Errs) -> Vec<PortConfig> {
@@ -155,13 +191,14 @@ fn mac(pi: usize, text: Option<&str>, errs: &mut Errs) -> Option<EthernetAddress
 
 /// Resolves each `forward_to` (a device name) to the index of its port, once every port is known.
 fn resolve_forward_to(ports: &mut [PortConfig], forward_to: Vec<Option<String>>, mode: LcoreMode, errs: &mut Errs) {
+    let index = PortIndex::new(ports);
     for (pi, to) in forward_to.into_iter().enumerate() {
         let Some(to) = to else { continue };
         let at = [Key("port"), Index(pi), Key("forward_to")];
         if mode != LcoreMode::Forward {
             errs.add(&at, "only used with [lcores] mode = \"forward\"");
         }
-        match ports.iter().position(|p| p.device == to) {
+        match index.device(&to) {
             Some(i) => ports[pi].forward_to = Some(i),
             None => errs.add(&at, format!("{to:?}: expected the device of a [[port]] in this file")),
         }
@@ -169,7 +206,7 @@ fn resolve_forward_to(ports: &mut [PortConfig], forward_to: Vec<Option<String>>,
 }
 
 /// Parses `port[pi].<key>`: local unicast addresses, each once.
-fn local_addrs<A: std::str::FromStr + PartialEq + fmt::Display>(
+fn local_addrs<A: std::str::FromStr + Eq + std::hash::Hash + Clone + fmt::Display>(
     list: &[String],
     pi: usize,
     key: &'static str,
@@ -178,11 +215,12 @@ fn local_addrs<A: std::str::FromStr + PartialEq + fmt::Display>(
     errs: &mut Errs,
 ) -> Vec<A> {
     let mut out: Vec<A> = Vec::new();
+    let mut seen: std::collections::HashSet<A> = std::collections::HashSet::with_capacity(list.len());
     for (i, s) in list.iter().enumerate() {
         let at = [Key("port"), Index(pi), Key(key), Index(i)];
         match s.parse::<A>() {
             Ok(a) if not_unicast(&a) => errs.add(&at, format!("{a} cannot be a local unicast address")),
-            Ok(a) if out.contains(&a) => errs.add(&at, format!("{a} is listed twice")),
+            Ok(a) if !seen.insert(a.clone()) => errs.add(&at, format!("{a} is listed twice")),
             Ok(a) => out.push(a),
             Err(_) => errs.add(
                 &at,

@@ -3,7 +3,7 @@
 use super::dpdk::DpdkConfig;
 use super::errors::Errs;
 use super::lcores::LcoreConfig;
-use super::port::PortConfig;
+use super::port::PortIndex;
 use super::tunnel::TunnelConfig;
 use super::valid_name;
 use crate::locate::Seg::{Index, Key};
@@ -84,7 +84,7 @@ struct Taken {
 /// [`resolve_tunnels`]).
 pub(super) fn validate(
     raw: Vec<ServiceSection>,
-    ports: &[PortConfig],
+    ports: &PortIndex,
     lcores: &LcoreConfig,
     dpdk: &DpdkConfig,
     errs: &mut Errs,
@@ -115,7 +115,7 @@ pub(super) fn validate(
 fn service(
     si: usize,
     r: ServiceSection,
-    ports: &[PortConfig],
+    ports: &PortIndex,
     dpdk: &DpdkConfig,
     taken: &mut Taken,
     errs: &mut Errs,
@@ -213,17 +213,13 @@ fn listen_ports(
 }
 
 /// `service[si].addresses`: local addresses of some `[[port]]`.
-fn addresses(si: usize, r: &ServiceSection, who: &str, ports: &[PortConfig], errs: &mut Errs) -> Vec<std::net::IpAddr> {
+fn addresses(si: usize, r: &ServiceSection, who: &str, ports: &PortIndex, errs: &mut Errs) -> Vec<std::net::IpAddr> {
     let mut addresses = Vec::new();
     for (ai, a) in r.addresses.iter().flatten().enumerate() {
         let here = [Key("service"), Index(si), Key("addresses"), Index(ai)];
         match a.parse::<std::net::IpAddr>() {
             Ok(ip) => {
-                let local = ports.iter().any(|p| match ip {
-                    std::net::IpAddr::V4(v4) => p.ipv4.contains(&v4),
-                    std::net::IpAddr::V6(v6) => p.ipv6.contains(&v6),
-                });
-                if local {
+                if ports.is_local(ip) {
                     addresses.push(ip);
                 } else {
                     errs.add(&here, format!("{who}: {ip} is not a local address of any [[port]]"));
@@ -336,10 +332,14 @@ pub(super) fn resolve_tunnels(
     tunnels: &[TunnelConfig],
     errs: &mut Errs,
 ) {
+    let mut by_name: std::collections::HashMap<&str, usize> = std::collections::HashMap::with_capacity(tunnels.len());
+    for (i, t) in tunnels.iter().enumerate() {
+        by_name.entry(t.name.as_str()).or_insert(i);
+    }
     for (si, names) in refs {
         let mut set = Vec::new();
         for (k, n) in names.iter().enumerate() {
-            match tunnels.iter().position(|t| &t.name == n) {
+            match by_name.get(n.as_str()).copied() {
                 Some(i) => set.push(i),
                 None => errs.add(
                     &[Key("service"), Index(*si), Key("tunnels"), Index(k)],

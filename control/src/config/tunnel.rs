@@ -1,13 +1,17 @@
 //! `[[tunnel]]`: GRE tunnels, leaving by a port or nested in another tunnel.
 
 use super::errors::Errs;
-use super::port::PortConfig;
+use super::port::PortIndex;
 use super::valid_name;
 use crate::locate::Seg::{Index, Key};
 use fastpath::pipeline::tunnel::MAX_DEPTH;
 use fastpath::wire::EthernetAddress;
 use serde::Deserialize;
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
+
+/// Tunnel name -> (index of the first tunnel with it, number of tunnels with it).
+type Names = HashMap<String, (usize, usize)>;
 
 /// One `[[tunnel]]` as written.
 #[derive(Deserialize, Debug)]
@@ -61,8 +65,13 @@ pub struct TunnelConfig {
 }
 
 /// Validates every `[[tunnel]]` and the depth of their `via` chains.
-pub(super) fn validate(raw: Vec<TunnelSection>, ports: &[PortConfig], errs: &mut Errs) -> Vec<TunnelConfig> {
-    let names: Vec<String> = raw.iter().map(|t| t.name.clone()).collect();
+pub(super) fn validate(raw: Vec<TunnelSection>, ports: &PortIndex, errs: &mut Errs) -> Vec<TunnelConfig> {
+    // Name -> (first index, how many tunnels have it): one lookup per check, so validation
+    // stays linear in the number of tunnels.
+    let mut names: Names = HashMap::with_capacity(raw.len());
+    for (ti, t) in raw.iter().enumerate() {
+        names.entry(t.name.clone()).or_insert((ti, 0)).1 += 1;
+    }
     let mut out = Vec::new();
     let mut vias: Vec<Option<usize>> = Vec::new();
     for (ti, r) in raw.iter().enumerate() {
@@ -78,8 +87,8 @@ pub(super) fn validate(raw: Vec<TunnelSection>, ports: &[PortConfig], errs: &mut
 fn tunnel(
     ti: usize,
     r: &TunnelSection,
-    names: &[String],
-    ports: &[PortConfig],
+    names: &Names,
+    ports: &PortIndex,
     errs: &mut Errs,
 ) -> (TunnelConfig, Option<usize>) {
     let at = |k: &'static str| [Key("tunnel"), Index(ti), Key(k)];
@@ -89,7 +98,7 @@ fn tunnel(
             &at("name"),
             format!("{who}: expected a name of letters, digits, '-' and '_'"),
         );
-    } else if names.iter().filter(|n| **n == r.name).count() > 1 {
+    } else if names.get(&r.name).is_some_and(|&(_, n)| n > 1) {
         errs.add(&at("name"), format!("{who}: two tunnels have this name"));
     }
     let (local, remote) = endpoints(ti, r, &who, ports, errs);
@@ -127,7 +136,7 @@ fn endpoints(
     ti: usize,
     r: &TunnelSection,
     who: &str,
-    ports: &[PortConfig],
+    ports: &PortIndex,
     errs: &mut Errs,
 ) -> (Option<IpAddr>, Option<IpAddr>) {
     let at = |k: &'static str| [Key("tunnel"), Index(ti), Key(k)];
@@ -148,11 +157,7 @@ fn endpoints(
                 format!("{who}: local {l} and remote {rm} are of different families"),
             );
         }
-        let ours = ports.iter().any(|p| match l {
-            IpAddr::V4(a) => p.ipv4.contains(&a),
-            IpAddr::V6(a) => p.ipv6.contains(&a),
-        });
-        if !ours {
+        if !ports.is_local(l) {
             errs.add(
                 &at("local"),
                 format!("{who}: {l} is not a local address of any [[port]]"),
@@ -167,14 +172,14 @@ fn route(
     ti: usize,
     r: &TunnelSection,
     who: &str,
-    names: &[String],
-    ports: &[PortConfig],
+    names: &Names,
+    ports: &PortIndex,
     errs: &mut Errs,
 ) -> (TunnelVia, Option<usize>) {
     let at = |k: &'static str| [Key("tunnel"), Index(ti), Key(k)];
     match (&r.port, &r.via) {
         (Some(dev), None) => {
-            let pi = ports.iter().position(|p| &p.device == dev);
+            let pi = ports.device(dev);
             if pi.is_none() {
                 errs.add(&at("port"), format!("{who}: no [[port]] has device {dev:?}"));
             }
@@ -182,7 +187,7 @@ fn route(
             (TunnelVia::Port(pi.unwrap_or(0), mac), None)
         }
         (None, Some(name)) => {
-            let via_idx = names.iter().position(|n| n == name);
+            let via_idx = names.get(name).map(|&(i, _)| i);
             if via_idx.is_none() {
                 errs.add(&at("via"), format!("{who}: no tunnel is named {name:?}"));
             }

@@ -106,7 +106,7 @@ type Edit = (
 
 const EDITS: &[Edit] = &[
     ("dpdk.eal_args", &[("\"--vdev=net_null1\"]", "\"--vdev=net_null1\", \"--no-pci\"]")], &["dpdk.eal_args"]),
-    ("dpdk.mbufs", &[("mbufs = 4095", "mbufs = 8191")], &["dpdk.mbufs"]),
+    ("dpdk.mbufs", &[("mbufs = 16383", "mbufs = 32767")], &["dpdk.mbufs"]),
     ("dpdk.mbuf_cache", &[("mbuf_cache = 128", "mbuf_cache = 64")], &["dpdk.mbuf_cache"]),
     ("dpdk.mempool_ops", &[("\"stack\"", "\"ring_mp_mc\"")], &["dpdk.mempool_ops"]),
     ("dpdk.rx_desc", &[("rx_desc = 512", "rx_desc = 1024")], &["dpdk.rx_desc"]),

@@ -27,9 +27,11 @@
 //! drawn only when global credit is consumed. Nothing here allocates per packet.
 
 pub mod build;
+pub mod exempt;
 pub mod limit;
 
 pub use build::{build_in_place, IPV4_MAX_ERROR_LEN, IPV6_MAX_ERROR_LEN};
+pub use exempt::{ExemptSet, ExemptWarning, TooManyExempt, MAX_EXEMPT};
 pub use limit::{GlobalBucket, PeerTable};
 
 use super::parse::{IpVersion, Parsed};
@@ -338,8 +340,9 @@ pub struct IcmpConfig {
     /// Per destination: most messages at once (Linux `XRLIM_BURST_FACTOR`).
     pub peer_burst: u32,
     /// Sources that skip every limit (e.g. a trusted test client). Default none: on a NIC,
-    /// loopback sources are martians and are never answered at all.
-    pub exempt: Vec<Prefix>,
+    /// loopback sources are martians and are never answered at all. Built off the data path
+    /// ([`ExemptSet::new`]); the lcores share it.
+    pub exempt: ExemptSet,
     /// Per-destination table slots per RX lcore (a power of two).
     pub peer_table_size: usize,
     /// Benchmark only (`[icmp] build_first`, default false): build the error before asking the
@@ -357,7 +360,7 @@ impl Default for IcmpConfig {
             burst: 50,
             peer_interval_ms: 1000,
             peer_burst: 6,
-            exempt: Vec::new(),
+            exempt: ExemptSet::default(),
             peer_table_size: 4096,
             build_first: false,
         }
@@ -582,7 +585,7 @@ pub struct IcmpLimiter {
     ratemask: u32,
     /// The per-destination limit of IPv4 and of IPv6 destinations.
     peer_rate: [limit::PeerRate; 2],
-    exempt: Box<[Prefix]>,
+    exempt: ExemptSet,
 }
 
 /// The per-destination limits of the two families for `interval_ns` and `burst`: IPv6's
@@ -604,7 +607,7 @@ impl IcmpLimiter {
             peers: PeerTable::new(cfg.peer_table_size, seed),
             ratemask: cfg.ratemask,
             peer_rate: peer_rates(cfg.peer_interval_ms as u64 * 1_000_000, cfg.peer_burst),
-            exempt: cfg.exempt.clone().into_boxed_slice(),
+            exempt: cfg.exempt.clone(),
         }
     }
 
@@ -628,7 +631,7 @@ impl IcmpLimiter {
         self.global = global;
         self.ratemask = cfg.ratemask;
         self.peer_rate = rate;
-        self.exempt = cfg.exempt.clone().into_boxed_slice();
+        self.exempt = cfg.exempt.clone();
     }
 
     /// The global bucket this limiter draws on.
@@ -716,8 +719,9 @@ impl IcmpLimiter {
             return Decision::Send;
         }
         // (b) Trusted sources skip every limit (seed 000: the glibc test's 50 back-to-back
-        // errors; Linux exempts packets that arrived on loopback).
-        if !self.exempt.is_empty() && self.exempt.iter().any(|x| x.contains(*src)) {
+        // errors; Linux exempts packets that arrived on loopback). A binary search over merged
+        // ranges; with no exempt prefix, one compare of a pointer with null.
+        if self.exempt.contains(src) {
             return Decision::Send;
         }
         // (c) Nothing left host-wide: stop before touching per-destination state.

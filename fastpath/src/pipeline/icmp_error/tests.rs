@@ -398,7 +398,11 @@ fn ineligible_before_anything_else() {
 fn exempt_sources_get_50_back_to_back() {
     // The seed's glibc test: 50 iterations of UDP to a closed port, each must get its error.
     let cfg = IcmpConfig {
-        exempt: vec!["198.51.100.0/24".parse().unwrap(), "2001:db8:7::/48".parse().unwrap()],
+        exempt: ExemptSet::new(vec![
+            "198.51.100.0/24".parse().unwrap(),
+            "2001:db8:7::/48".parse().unwrap(),
+        ])
+        .unwrap(),
         ..Default::default()
     };
     let mut l = limiter(&cfg);
@@ -423,7 +427,7 @@ fn exempt_sources_get_50_back_to_back() {
     );
     // Exemption lifts limits, not the RFCs: a loopback source stays ineligible.
     let mut l = limiter(&IcmpConfig {
-        exempt: vec!["127.0.0.0/8".parse().unwrap()],
+        exempt: ExemptSet::new(vec!["127.0.0.0/8".parse().unwrap()]).unwrap(),
         ..Default::default()
     });
     assert_eq!(decide4(&mut l, at(0), Ipv4Addr::LOCALHOST), Decision::Ineligible);
@@ -1040,4 +1044,40 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_long_exempt_list_exempts_its_sources_only() {
+    // 65,536 host prefixes (the cap), 203.0.0.0 .. 203.0.255.255 every other address and a v6 /64
+    // per index: found by the set as by a scan, with the global budget drained.
+    let list: Vec<Prefix> = (0..MAX_EXEMPT as u32)
+        .map(|i| {
+            if i % 2 == 0 {
+                Prefix::new(IpAddr::V4(Ipv4Addr::from(0xcb00_0000 | i)), 32).unwrap()
+            } else {
+                Prefix::new(
+                    IpAddr::V6(Ipv6Addr::from(0x2001_0db8_0000_0000u128 << 64 | (i as u128) << 64)),
+                    64,
+                )
+                .unwrap()
+            }
+        })
+        .collect();
+    let mut l = limiter(&IcmpConfig {
+        exempt: ExemptSet::new(list).unwrap(),
+        ..Default::default()
+    });
+    for i in 0..50u8 {
+        assert_eq!(decide4(&mut l, at(0), Ipv4Addr::new(198, 18, 0, i)), Decision::Send);
+    }
+    assert_eq!(decide4(&mut l, at(0), Ipv4Addr::new(203, 0, 255, 254)), Decision::Send);
+    assert_eq!(decide4(&mut l, at(0), Ipv4Addr::new(203, 0, 0, 0)), Decision::Send);
+    assert_eq!(
+        decide4(&mut l, at(0), Ipv4Addr::new(203, 0, 255, 255)),
+        Decision::Suppressed(Limit::Global)
+    );
+    assert_eq!(
+        decide4(&mut l, at(0), Ipv4Addr::new(203, 1, 0, 0)),
+        Decision::Suppressed(Limit::Global)
+    );
 }
