@@ -529,6 +529,7 @@ fn rx_engine(c: &mut Criterion) {
         group,
         action: Action::Sink,
         cost_ns: 0,
+        echo_allow_low_ports: false,
     };
     let tables = Arc::new(Tables {
         generation: 1,

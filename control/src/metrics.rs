@@ -384,7 +384,7 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
     ),
     (
         "fastpath_socket_processed_total",
-        "Packets workers took off each socket, by what the action did (echoed, sunk, tx_full, invalid).",
+        "Packets workers took off each socket, by what the action did (echoed, sunk, tx_full, invalid, refused).",
         MetricType::COUNTER,
     ),
 ];
@@ -655,6 +655,7 @@ fn socket_families(tables: &Tables) -> Named {
             ("sunk", c.sum(|x| &x.sunk)),
             ("tx_full", c.sum(|x| &x.tx_full)),
             ("invalid", c.sum(|x| &x.invalid)),
+            ("refused", c.sum(|x| &x.refused)),
         ] {
             let mut l = lb.clone();
             l.push(("result", result.to_string()));

@@ -186,6 +186,7 @@ impl TableBuilder {
                 },
                 action: s.action.clone(),
                 cost_ns: s.cost_ns,
+                echo_allow_low_ports: s.echo_allow_low_ports,
             };
             services.push((svc, s.ports.clone()));
         }

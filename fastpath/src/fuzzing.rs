@@ -182,6 +182,7 @@ fn engine_tables() -> std::sync::Arc<crate::pipeline::Tables> {
         },
         action,
         cost_ns: 0,
+        echo_allow_low_ports: false,
     };
     Arc::new(Tables {
         generation: 1,

@@ -67,11 +67,19 @@ pub enum Outcome {
     /// UDP to a closed port with a wrong checksum (or none, over IPv6): silently discarded,
     /// not answered (RFC 1122 §4.1.3.4), once the limits would have let an error go.
     UdpBadChecksum,
+    /// From a source the box never answers or delivers for (`pipeline/source.rs`: not one host,
+    /// loopback, our own address), or a unicast datagram in a link-layer group frame
+    /// (RFC 1122 §3.2.1.3, §3.3.6; RFC 4291 §2.5.3).
+    Martian,
+    /// Source routed: an IPv4 LSRR/SSRR option (RFC 7126 §4.3, §4.4: dropped, as Linux's
+    /// `accept_source_route = 0`), or an IPv6 Routing header with segments left (RFC 5095 §3,
+    /// RFC 8754 §4.3.3, RFC 8200 §4.4: a type we do not process).
+    SourceRouted,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 27] = [
+    pub const ALL: [Outcome; 29] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -99,6 +107,8 @@ impl Outcome {
         Outcome::IcmpSuppressed,
         Outcome::Forwarded,
         Outcome::UdpBadChecksum,
+        Outcome::Martian,
+        Outcome::SourceRouted,
     ];
     /// Number of outcomes.
     pub const COUNT: usize = Self::ALL.len();
@@ -139,6 +149,8 @@ impl Outcome {
             Outcome::IcmpSuppressed => "icmp_suppressed",
             Outcome::Forwarded => "forwarded",
             Outcome::UdpBadChecksum => "udp_bad_checksum",
+            Outcome::Martian => "martian",
+            Outcome::SourceRouted => "source_routed",
         }
     }
 }

@@ -197,6 +197,9 @@ pub struct SocketLcoreCounters {
     pub tx_full: Counter,
     /// Echo action: packets that were not a complete UDP datagram (nothing to echo).
     pub invalid: Counter,
+    /// Echo action: datagrams from a source port it never answers (reflection loops, see
+    /// `pipeline::service::EchoPolicy`).
+    pub refused: Counter,
     /// Sink action: packets consumed.
     pub sunk: Counter,
 }

@@ -169,6 +169,10 @@ pub static KEYS: &[KeySpec] = &[
     live("service.cost_ns", Get::Service(|_, s| s.cost_ns.to_string())),
     live("service.free_on_rx", Get::Service(|_, s| s.free_on_rx.to_string())),
     live(
+        "service.echo_allow_low_ports",
+        Get::Service(|_, s| s.echo_allow_low_ports.to_string()),
+    ),
+    live(
         "service.huge_flow_rollover",
         Get::Service(|_, s| s.huge_flows.to_string()),
     ),

@@ -35,6 +35,7 @@ pub(super) struct ServiceSection {
     cost_ns: Option<u32>,
     free_on_rx: Option<bool>,
     huge_flow_rollover: Option<bool>,
+    echo_allow_low_ports: Option<bool>,
 }
 
 /// One `[[service]]`.
@@ -67,6 +68,9 @@ pub struct ServiceConfig {
     /// measurements where the RX lcore must run alone (callgrind runs one thread at a time,
     /// and a worker that cannot keep up would turn every delivery into `socket_full`).
     pub free_on_rx: bool,
+    /// `echo_allow_low_ports` (default false): the echo action answers source ports 1 to 1023
+    /// too (never 0, 7, 13, 17, 19 or 37). Read by the echo action only.
+    pub echo_allow_low_ports: bool,
 }
 
 /// The tunnel names a `tunnel` service sends into, by service index: resolved once the
@@ -155,6 +159,7 @@ fn service(
         action,
         cost_ns: r.cost_ns.unwrap_or(0),
         free_on_rx: r.free_on_rx.unwrap_or(false),
+        echo_allow_low_ports: r.echo_allow_low_ports.unwrap_or(false),
     };
     (service, tunnels)
 }

@@ -1,13 +1,16 @@
 //! Answering ARP requests for local IPv4 addresses (RFC 826), so real hosts can reach the box.
 
+use super::source;
 use super::tables::PortAddrs;
 use super::verdict::Verdict;
+use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::wire::{self, ArpOperation, ArpPacket};
 
 /// Handles the ARP packet at `frame[l3..]`. Answers, in place, a request whose target is a local
 /// address; everything else valid is ignored.
-pub(super) fn answer(local: &PortAddrs, frame: &mut [u8], l3: usize) -> Verdict {
+pub(super) fn answer<B: PacketBuf>(local: &PortAddrs, pkt: &mut B, l3: usize) -> Verdict {
+    let frame = pkt.data_mut();
     let (requester, spa, tpa) = {
         let arp = match ArpPacket::new_checked(&frame[l3..]) {
             Ok(a) => a,
@@ -30,6 +33,11 @@ pub(super) fn answer(local: &PortAddrs, frame: &mut [u8], l3: usize) -> Verdict 
         // RFC 826 answers to the sender hardware address; a group address there is bogus.
         return Verdict::Drop(Outcome::Malformed);
     }
+    if !source::valid_v4_sender(local, spa) {
+        // The source-validation rule (`pipeline/source.rs`): no answer to a sender that is not
+        // one host, or is one of our own addresses.
+        return Verdict::Drop(Outcome::Martian);
+    }
     // A probe (RFC 5227, sender IP 0.0.0.0) is answered like any request so the prober sees the
     // address is taken; the reply then targets 0.0.0.0 at the prober's MAC, as Linux does.
     let Ok(mut arp) = ArpPacket::new_checked(&mut frame[l3..]) else {
@@ -40,6 +48,9 @@ pub(super) fn answer(local: &PortAddrs, frame: &mut [u8], l3: usize) -> Verdict 
     // VLAN the request came from.
     frame[0..6].copy_from_slice(&requester.0);
     frame[6..12].copy_from_slice(&local.mac.0);
+    // The reply is the ARP packet only: the request's link-layer padding (whatever its sender
+    // put there) is not sent back; the NIC pads the frame to the minimum with zeros.
+    let _shorter = pkt.set_len(l3 + wire::arp::PACKET_LEN);
     Verdict::Transmit(Outcome::ArpReply)
 }
 

@@ -34,11 +34,7 @@ pub(super) fn answer_v4<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B
         if !icmp.verify_checksum() {
             return Verdict::Drop(Outcome::Malformed);
         }
-        // RFC 1122 §3.2.1.3: a source that is a broadcast, multicast or unspecified address is
-        // invalid; such a datagram is discarded (and nothing can be sent back to it anyway).
-        if src.is_broadcast() || src.is_multicast() || src.is_unspecified() {
-            return Verdict::Drop(Outcome::Malformed);
-        }
+        // (The source was validated before any stage: `pipeline/source.rs`.)
         let Ok(ip) = Ipv4Packet::new_checked(&b[l3..end]) else {
             return Verdict::Drop(Outcome::Malformed);
         };
@@ -88,10 +84,8 @@ pub(super) fn answer_v6<B: PacketBuf>(local: &PortAddrs, me: Ipv6Addr, p: &Parse
             return Verdict::Drop(Outcome::Malformed);
         }
     }
-    // RFC 4291 §2.7 (multicast is never a source) and RFC 4443 §4.2: there is nobody to answer.
-    if src.is_multicast() || src.is_unspecified() {
-        return Verdict::Drop(Outcome::Malformed);
-    }
+    // RFC 4291 §2.7 (multicast is never a source) and RFC 4443 §4.2: the source was validated
+    // before any stage (`pipeline/source.rs`: only a solicitation may come from `::`).
     // RFC 4443 §4.2: "If the Echo Request message was sent to an IPv6 multicast or anycast
     // address, the source address of the reply MUST be a unicast address belonging to the
     // interface on which the Echo Request message was received." `me` is that address.
@@ -216,7 +210,7 @@ pub(crate) mod tests {
             ),
             (
                 v4_frame(Ipv4Addr::BROADCAST, ME, IpProtocol::ICMP, &[], 0, &echo4(b"")),
-                Outcome::Malformed,
+                Outcome::Martian,
             ),
             (
                 v4_frame(THEM, Ipv4Addr::new(192, 0, 2, 9), IpProtocol::ICMP, &[], 0, &echo4(b"")),
@@ -335,7 +329,7 @@ pub(crate) mod tests {
                     64,
                     &echo6(&mcast_src, &me6(), b""),
                 ),
-                Outcome::Malformed,
+                Outcome::Martian,
             ),
             (
                 v6_frame(

@@ -8,7 +8,7 @@
 //! - the vocabulary every stage speaks, which stages import directly: `verdict` ([`Instant`],
 //!   [`Verdict`]) and `tables` ([`PortAddrs`], [`Tables`]);
 //! - the stages, each knowing only the vocabulary and the stages it calls: `parse`, `arp`,
-//!   `echo`, `ndp`, `service`, `fanout`, `flow_limit`, `icmp_error`, `tunnel`, `reasm`;
+//!   `echo`, `ndp`, `service`, `source`, `fanout`, `flow_limit`, `icmp_error`, `tunnel`, `reasm`;
 //! - the orchestrator, `process`: one lcore's [`Pipeline`], which calls the stages in order.
 //!
 //! This file only declares them and re-exports the names used elsewhere.
@@ -26,6 +26,7 @@ pub mod parse;
 mod process;
 pub mod reasm;
 pub mod service;
+pub mod source;
 mod tables;
 #[cfg(test)]
 pub(crate) mod tests;

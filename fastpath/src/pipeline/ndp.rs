@@ -65,6 +65,12 @@ fn validate(p: &Parsed, frame: &[u8]) -> Result<Solicitation, Outcome> {
             Err(_) => return Err(Outcome::Malformed),
         }
     }
+    // The source-validation rule's link-layer half (`pipeline/source.rs`): the advertisement
+    // goes to the Source Link-Layer Address, so a group address there would send our unicast
+    // answer to many (RFC 4861 §4.6.1: the option is the sender's link-layer address).
+    if source_lladdr.is_some_and(|m| !m.is_unicast()) {
+        return Err(Outcome::Martian);
+    }
     if src.is_unspecified() {
         // "If the IP source address is the unspecified address, the IP destination address is
         // a solicited-node multicast address."
@@ -261,8 +267,9 @@ pub(crate) mod tests {
             ),
             // DAD with a source link-layer option
             (ns(Ipv6Addr::UNSPECIFIED, sn, me(), 255, &SLLA), Outcome::NdpIgnored),
-            // DAD not to the solicited-node group
-            (ns(Ipv6Addr::UNSPECIFIED, me(), me(), 255, &[]), Outcome::NdpIgnored),
+            // DAD not to the solicited-node group (in a group frame: refused first by the
+            // source-validation rule, a unicast datagram in a multicast frame)
+            (ns(Ipv6Addr::UNSPECIFIED, me(), me(), 255, &[]), Outcome::Martian),
             // zero-length option
             (ns(peer(), sn, me(), 255, &[1, 0, 0, 0, 0, 0, 0, 0]), Outcome::Malformed),
             // option running past the message

@@ -2,7 +2,7 @@
 
 use super::fanout::Group;
 use crate::buf::PacketBuf;
-use crate::wire::{EthernetFrame, IpProtocol, Ipv4Packet, Ipv6Packet, UdpPacket};
+use crate::wire::{EthernetAddress, EthernetFrame, IpProtocol, Ipv4Packet, Ipv6Packet, UdpPacket};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// What a service's workers do with each packet.
@@ -45,6 +45,8 @@ pub struct Service {
     /// Simulated processing cost per packet in the worker, in nanoseconds (0: none). For
     /// tests and benchmarks that need a consumer slower than the line.
     pub cost_ns: u32,
+    /// `echo` only: answer source ports 1 to 1023 too (see [`EchoPolicy`]).
+    pub echo_allow_low_ports: bool,
 }
 
 impl Service {
@@ -140,89 +142,152 @@ impl ServiceTable {
 /// Hop limit / TTL of the datagrams the echo action sends.
 pub const ECHO_TTL: u8 = 64;
 
-/// Turns a received UDP datagram into its echo, in place: Ethernet, IP addresses and UDP ports
-/// swapped, TTL/hop limit reset. Swapping leaves the IPv4 header and UDP checksums valid (the
-/// one's-complement sum does not depend on the order of its terms); the TTL change is applied
-/// incrementally (RFC 1624). Returns `false` (packet unchanged or not to be sent) if it is not
-/// a complete, unfragmented UDP datagram.
-pub fn echo_in_place<B: PacketBuf>(pkt: &mut B) -> bool {
+/// Source ports the echo action never answers, whatever `echo_allow_low_ports` says: 0 (RFC
+/// 768: "no port", nobody to answer) and the services that answer anything sent to them —
+/// echo (7, RFC 862), daytime (13, RFC 867), QOTD (17, RFC 865), chargen (19, RFC 864), time
+/// (37, RFC 868). Answering them is how one spoofed datagram starts a loop between two servers
+/// that never ends (CVE-2024-2169).
+pub const ECHO_REFUSED_PORTS: [u16; 6] = [0, 7, 13, 17, 19, 37];
+
+/// How the echo action answers on one port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EchoPolicy {
+    /// The port's MAC: every answer comes from it (never from the group address a request may
+    /// have been sent to).
+    pub mac: EthernetAddress,
+    /// The port's MTU: an answer larger than it is ours to fragment, so its DF bit is cleared.
+    pub mtu: u16,
+    /// Answer source ports 1 to 1023 (but never [`ECHO_REFUSED_PORTS`]); default false: a
+    /// privileged port is a server's, not a client's, and servers answering servers loop.
+    pub allow_low_ports: bool,
+}
+
+/// What the echo action made of a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Echo {
+    /// Turned into its answer, to be sent.
+    Answer,
+    /// Not a complete, unfragmented UDP datagram with a right checksum: unchanged.
+    Invalid,
+    /// From a source port the policy never answers: unchanged.
+    Refused,
+}
+
+/// Whether the echo action answers a datagram from source port `sport`.
+#[inline]
+pub fn echo_answers_port(sport: u16, allow_low_ports: bool) -> bool {
+    !ECHO_REFUSED_PORTS.contains(&sport) && (allow_low_ports || sport >= 1024)
+}
+
+/// Turns a received UDP datagram into its echo, in place: IP addresses and UDP ports swapped,
+/// Ethernet back to the sender from the port's own MAC, TTL/hop limit reset. IPv4 options are
+/// not copied (RFC 1122 §3.2.1.8 would have a source route reversed and a record route filled
+/// in; the pipeline already dropped source-routed datagrams): the datagram moves up behind a
+/// 20-byte header. Bytes past the UDP length (RFC 768: not part of the datagram) are not sent
+/// back. Swapping leaves the UDP checksum valid (the one's-complement sum does not depend on
+/// the order of its terms); the IPv4 header checksum is recomputed when the header changed
+/// beyond the TTL, else updated incrementally (RFC 1624). See [`Echo`] for what is not answered.
+pub fn echo_in_place<B: PacketBuf>(pkt: &mut B, policy: &EchoPolicy) -> Echo {
     // A NIC that verified the UDP checksum saves summing the whole datagram again; any other
     // verdict (bad included: some NICs misjudge a few datagrams) is checked here.
     let nic_good = pkt.l4_checksum() == crate::buf::NicChecksum::Good;
     let data = pkt.data_mut();
     let Ok(frame) = EthernetFrame::new_checked(&data[..]) else {
-        return false;
+        return Echo::Invalid;
     };
     let (l3, ty) = (frame.header_len(), frame.ethertype());
-    let (src_mac, dst_mac) = (frame.src_addr(), frame.dst_addr());
+    let src_mac = frame.src_addr();
     // Check first, change nothing for a datagram we will not answer. Like the host UDP layer
     // this action stands in for: RFC 1122 §4.1.3.4, a non-zero checksum must verify; RFC 8200
     // §8.1, an IPv6 UDP checksum of zero is invalid.
-    let l4 = match ty {
+    let (l4, udp_len, sport) = match ty {
         crate::wire::EtherType::IPV4 => {
             let Ok(ip) = Ipv4Packet::new_checked(&data[l3..]) else {
-                return false;
+                return Echo::Invalid;
             };
             if ip.protocol() != IpProtocol::UDP || ip.is_fragment() {
-                return false;
+                return Echo::Invalid;
             }
             let l4 = l3 + ip.header_len();
-            let Ok(udp) = UdpPacket::new_checked(&data[l4..]) else {
-                return false;
+            let Ok(udp) = UdpPacket::new_checked(&data[l4..l3 + ip.total_len()]) else {
+                return Echo::Invalid;
             };
             if udp.checksum() != 0 && !nic_good && !udp.verify_checksum_v4(ip.src_addr(), ip.dst_addr()) {
-                return false;
+                return Echo::Invalid;
             }
-            l4
+            (l4, udp.len(), udp.src_port())
         }
         crate::wire::EtherType::IPV6 => {
             let Ok(ip) = Ipv6Packet::new_checked(&data[l3..]) else {
-                return false;
+                return Echo::Invalid;
             };
             // Only a plain IPv6 header followed by UDP: the worker does not walk extensions.
             if ip.next_header() != IpProtocol::UDP {
-                return false;
+                return Echo::Invalid;
             }
             let l4 = l3 + 40;
-            let Ok(udp) = UdpPacket::new_checked(&data[l4..]) else {
-                return false;
+            let Ok(udp) = UdpPacket::new_checked(&data[l4..l3 + ip.total_len()]) else {
+                return Echo::Invalid;
             };
             if udp.checksum() == 0 || (!nic_good && !udp.verify_checksum_v6(&ip.src_addr(), &ip.dst_addr())) {
-                return false;
+                return Echo::Invalid;
             }
-            l4
+            (l4, udp.len(), udp.src_port())
         }
-        _ => return false,
+        _ => return Echo::Invalid,
     };
-    match ty {
+    if !echo_answers_port(sport, policy.allow_low_ports) {
+        return Echo::Refused;
+    }
+    let new_l4 = match ty {
         crate::wire::EtherType::IPV4 => {
+            // Options dropped: the UDP datagram moves up behind a 20-byte header.
+            let new_l4 = l3 + 20;
+            if l4 != new_l4 {
+                data.copy_within(l4..l4 + udp_len, new_l4);
+            }
             let Ok(mut ip) = Ipv4Packet::new_checked(&mut data[l3..]) else {
-                return false;
+                return Echo::Invalid;
             };
             let (s, d) = (ip.src_addr(), ip.dst_addr());
             ip.set_src_addr(d);
             ip.set_dst_addr(s);
-            ip.set_ttl_update_checksum(ECHO_TTL);
+            let total = 20 + udp_len;
+            let df = ip.dont_frag() && total <= policy.mtu as usize;
+            if l4 != new_l4 || ip.total_len() != total || df != ip.dont_frag() {
+                ip.set_header_len(20);
+                ip.set_total_len(total as u16);
+                ip.set_dont_frag(df);
+                ip.set_ttl(ECHO_TTL);
+                ip.fill_checksum();
+            } else {
+                ip.set_ttl_update_checksum(ECHO_TTL);
+            }
+            new_l4
         }
         _ => {
             let Ok(mut ip) = Ipv6Packet::new_checked(&mut data[l3..]) else {
-                return false;
+                return Echo::Invalid;
             };
             let (s, d) = (ip.src_addr(), ip.dst_addr());
             ip.set_src_addr(&d);
             ip.set_dst_addr(&s);
             ip.set_hop_limit(ECHO_TTL);
+            ip.set_payload_len(udp_len as u16);
+            l4
         }
-    }
-    let Ok(mut udp) = UdpPacket::new_checked(&mut data[l4..]) else {
-        return false;
+    };
+    let Ok(mut udp) = UdpPacket::new_checked(&mut data[new_l4..new_l4 + udp_len]) else {
+        return Echo::Invalid;
     };
     let (sp, dp) = (udp.src_port(), udp.dst_port());
     udp.set_src_port(dp);
     udp.set_dst_port(sp);
     data[0..6].copy_from_slice(&src_mac.0);
-    data[6..12].copy_from_slice(&dst_mac.0);
-    true
+    data[6..12].copy_from_slice(&policy.mac.0);
+    let _shorter = pkt.set_len(new_l4 + udp_len);
+    Echo::Answer
 }
 
 #[cfg(test)]
@@ -238,6 +303,108 @@ mod tests {
     use crate::wire::Toeplitz;
     use std::net::{Ipv4Addr, Ipv6Addr};
     use std::sync::Arc;
+
+    /// The echo action with the default policy, answered or not.
+    fn echo(b: &mut HeapBuf) -> bool {
+        echo_in_place(b, &policy(false)) == Echo::Answer
+    }
+
+    fn policy(allow_low_ports: bool) -> EchoPolicy {
+        EchoPolicy {
+            mac: crate::pipeline::tests::MAC,
+            mtu: 1500,
+            allow_low_ports,
+        }
+    }
+
+    fn with_checksum4(mut v: Vec<u8>) -> Vec<u8> {
+        let l4 = 14 + (v[14] & 0xf) as usize * 4;
+        UdpPacket::new_checked(&mut v[l4..]).unwrap().fill_checksum_v4(THEM, ME);
+        v
+    }
+
+    /// CVE-2024-2169: never the echo/chargen/daytime/QOTD/time ports or port 0, and no port
+    /// below 1024 unless the service allows it.
+    #[test]
+    fn echo_refuses_reflection_ports() {
+        for (sport, low_ok, want) in [
+            (40000, false, Echo::Answer),
+            (1024, false, Echo::Answer),
+            (1023, false, Echo::Refused),
+            (1023, true, Echo::Answer),
+            (53, true, Echo::Answer),
+            (0, true, Echo::Refused),
+            (7, true, Echo::Refused),
+            (13, true, Echo::Refused),
+            (17, true, Echo::Refused),
+            (19, true, Echo::Refused),
+            (37, true, Echo::Refused),
+            (7, false, Echo::Refused),
+        ] {
+            let v = with_checksum4(v4_frame(THEM, ME, IpProtocol::UDP, &[], 0, &udp_bytes(sport, 7, b"x")));
+            let mut b = HeapBuf::new(&v);
+            assert_eq!(
+                echo_in_place(&mut b, &policy(low_ok)),
+                want,
+                "port {sport}, low ports {low_ok}"
+            );
+            if want == Echo::Refused {
+                assert_eq!(b.data(), &v[..], "unchanged");
+            }
+        }
+    }
+
+    /// The answer comes from the port's MAC, even to a request sent to a group address; bytes
+    /// past the UDP length are not echoed (RFC 768); IPv4 options are not copied (RFC 1122
+    /// §3.2.1.8); an answer above the MTU loses DF (ours to fragment).
+    #[test]
+    fn echo_answers_from_our_mac_without_options_or_trailing_bytes() {
+        let mut v = v4_frame(
+            THEM,
+            ME,
+            IpProtocol::UDP,
+            &[7, 7, 4, 0, 0, 0, 0, 0],
+            0x4000,
+            &udp_bytes(40000, 7, b"hello"),
+        );
+        v = with_checksum4(v);
+        v[..6].copy_from_slice(&[0xff; 6]);
+        // Three bytes inside the IP datagram but past the UDP length.
+        v.extend_from_slice(b"xyz");
+        let total = (v.len() - 14) as u16;
+        v[16..18].copy_from_slice(&total.to_be_bytes());
+        v[24..26].copy_from_slice(&[0, 0]);
+        let c = crate::wire::checksum::checksum(&v[14..14 + 28]);
+        v[24..26].copy_from_slice(&c.to_be_bytes());
+        let mut b = HeapBuf::new(&v);
+        assert_eq!(echo_in_place(&mut b, &policy(false)), Echo::Answer);
+        let d = b.data();
+        assert_eq!(&d[6..12], &crate::pipeline::tests::MAC.0, "from the port's MAC");
+        assert_eq!(&d[0..6], &v[6..12], "to the sender");
+        let ip = Ipv4Packet::new_checked(&d[14..]).unwrap();
+        assert_eq!(ip.header_len(), 20, "options not copied");
+        assert_eq!(ip.total_len(), 20 + 8 + 5, "bytes past the UDP length not echoed");
+        assert_eq!(d.len(), 14 + 20 + 13);
+        assert!(ip.verify_checksum());
+        assert!(ip.dont_frag(), "fits the MTU: DF kept");
+        let u = UdpPacket::new_checked(ip.payload()).unwrap();
+        assert_eq!((u.src_port(), u.dst_port(), u.payload()), (7, 40000, &b"hello"[..]));
+        assert!(u.verify_checksum_v4(ME, THEM));
+
+        let big = with_checksum4(v4_frame(
+            THEM,
+            ME,
+            IpProtocol::UDP,
+            &[],
+            0x4000,
+            &udp_bytes(40000, 7, &[1; 1600]),
+        ));
+        let mut b = HeapBuf::new(&big);
+        assert_eq!(echo_in_place(&mut b, &policy(false)), Echo::Answer);
+        let ip = Ipv4Packet::new_checked(&b.data()[14..]).unwrap();
+        assert!(!ip.dont_frag(), "above the MTU: DF cleared, the worker fragments it");
+        assert!(ip.verify_checksum());
+    }
 
     const ME: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
     const THEM: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
@@ -266,6 +433,7 @@ mod tests {
             },
             action: Action::Echo,
             cost_ns: 0,
+            echo_allow_low_ports: false,
         };
         let tables = Tables {
             generation: 1,
@@ -308,6 +476,7 @@ mod tests {
             },
             action: Action::Sink,
             cost_ns: 0,
+            echo_allow_low_ports: false,
         };
         let t = ServiceTable::new(vec![
             (svc("a", IpProtocol::UDP), vec![1, 53, 65535]),
@@ -411,7 +580,7 @@ mod tests {
             udp = v[l4..].to_vec();
         }
         let mut b = HeapBuf::new(&v);
-        assert!(echo_in_place(&mut b));
+        assert!(echo(&mut b));
         let d = b.data();
         assert_eq!(&d[0..6], &v[6..12], "back to the sender's MAC");
         let ip = Ipv4Packet::new_checked(&d[14..]).unwrap();
@@ -430,7 +599,7 @@ mod tests {
             u.fill_checksum_v6(&them6, &me6);
         }
         let mut b = HeapBuf::new(&v);
-        assert!(echo_in_place(&mut b));
+        assert!(echo(&mut b));
         let ip = Ipv6Packet::new_checked(&b.data()[14..]).unwrap();
         assert_eq!((ip.src_addr(), ip.dst_addr(), ip.hop_limit()), (me6, them6, ECHO_TTL));
         let u = UdpPacket::new_checked(&b.data()[54..]).unwrap();
@@ -441,17 +610,14 @@ mod tests {
         let mut bad = v4_frame(THEM, ME, IpProtocol::UDP, &[], 0, &udp);
         let n = bad.len();
         bad[n - 1] ^= 0x55;
-        assert!(!echo_in_place(&mut HeapBuf::new(&bad)));
+        assert!(!echo(&mut HeapBuf::new(&bad)));
         let zero6 = v6_frame(them6, me6, IpProtocol::UDP, &[], 64, &udp_bytes(40000, 7, b"hi"));
-        assert!(
-            !echo_in_place(&mut HeapBuf::new(&zero6)),
-            "IPv6 UDP checksum 0 (RFC 8200 §8.1)"
-        );
+        assert!(!echo(&mut HeapBuf::new(&zero6)), "IPv6 UDP checksum 0 (RFC 8200 §8.1)");
         // Not UDP, or a fragment: nothing to echo.
         let mut icmp = HeapBuf::new(&v4_frame(THEM, ME, IpProtocol::ICMP, &[], 0, &[8, 0, 0, 0, 0, 0, 0, 0]));
-        assert!(!echo_in_place(&mut icmp));
-        assert!(!echo_in_place(&mut udp4(7, 0x2000)));
-        assert!(!echo_in_place(&mut HeapBuf::new(&[1, 2, 3])));
+        assert!(!echo(&mut icmp));
+        assert!(!echo(&mut udp4(7, 0x2000)));
+        assert!(!echo(&mut HeapBuf::new(&[1, 2, 3])));
     }
 
     /// A NIC that verified the UDP checksum (RX offload) spares the worker the sum; any other
@@ -468,7 +634,7 @@ mod tests {
         let with = |bytes: &[u8], c| {
             let mut b = HeapBuf::new(bytes);
             b.set_l4_checksum(c);
-            echo_in_place(&mut b)
+            echo(&mut b)
         };
         // Trusted: a wrong sum the NIC called good is not summed again (so the verdict is used).
         assert!(with(&wrong, NicChecksum::Good));
@@ -550,6 +716,7 @@ mod tunnelled {
             },
             action: Action::Sink,
             cost_ns: 0,
+            echo_allow_low_ports: false,
         };
         let hasher = Toeplitz::default();
         let mut p = Pipeline::new(

@@ -24,6 +24,8 @@ struct Drained {
     action: Action,
     /// Busy-wait per packet, in TSC cycles.
     cost_cycles: u64,
+    /// `echo`: answer source ports below 1024 (the service's `echo_allow_low_ports`).
+    echo_allow_low_ports: bool,
     /// For a socket the current generation no longer has: the generation every RX lcore must
     /// reach before it can receive nothing more.
     retired_at: Option<u64>,
@@ -243,13 +245,26 @@ impl Out {
     fn echo(&mut self, cx: &Ctx, wi: usize, c: &SocketLcoreCounters, mut m: Mbuf, handoff: &mut [Vec<Mbuf>]) {
         let via = m.tunnelled();
         m.set_tunnelled(None);
-        if !service::echo_in_place(&mut m) {
-            c.invalid.inc();
-            self.drops.push(m);
-            return;
+        let port = m.port();
+        let policy = service::EchoPolicy {
+            mac: cx.tables.ports.get(port as usize).map(|p| p.mac).unwrap_or_default(),
+            mtu: cx.tables.mtu(port),
+            allow_low_ports: cx.work[wi].echo_allow_low_ports,
+        };
+        match service::echo_in_place(&mut m, &policy) {
+            service::Echo::Answer => {}
+            service::Echo::Invalid => {
+                c.invalid.inc();
+                self.drops.push(m);
+                return;
+            }
+            service::Echo::Refused => {
+                c.refused.inc();
+                self.drops.push(m);
+                return;
+            }
         }
         let Some(t) = via else {
-            let port = m.port();
             if !self.send(cx, port, m, Tag::Echo(wi as u32)) {
                 c.tx_full.inc();
             }
@@ -496,6 +511,7 @@ fn sockets_of(slot: usize, t: &Tables, tsc_hz: u64) -> Vec<Drained> {
                     socket: s.clone(),
                     action: svc.action.clone(),
                     cost_cycles,
+                    echo_allow_low_ports: svc.echo_allow_low_ports,
                     retired_at: None,
                 });
             }

@@ -45,6 +45,7 @@ fn tables(generation: u64, sockets: usize, capacity: usize) -> Arc<Tables> {
         },
         action: Action::Echo,
         cost_ns: 0,
+        echo_allow_low_ports: false,
     };
     Arc::new(Tables {
         generation,

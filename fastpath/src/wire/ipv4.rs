@@ -169,6 +169,23 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     pub fn set_ttl(&mut self, v: u8) {
         self.bm()[field::TTL] = v;
     }
+    /// Sets the header length in bytes, a multiple of 4 from 20 to 60 (checksum not updated).
+    #[inline]
+    pub fn set_header_len(&mut self, len: usize) {
+        let b = self.bm();
+        b[field::VER_IHL] = (b[field::VER_IHL] & 0xf0) | ((len / 4) as u8 & 0x0f);
+    }
+    /// Sets the total length (checksum not updated).
+    #[inline]
+    pub fn set_total_len(&mut self, len: u16) {
+        put_be16(self.bm(), field::LENGTH, len);
+    }
+    /// Sets or clears Don't Fragment (checksum not updated).
+    #[inline]
+    pub fn set_dont_frag(&mut self, df: bool) {
+        let w = be16(self.b(), field::FLG_OFF) & !DF;
+        put_be16(self.bm(), field::FLG_OFF, w | if df { DF } else { 0 });
+    }
     /// Sets the protocol (checksum not updated).
     #[inline]
     pub fn set_protocol(&mut self, v: IpProtocol) {

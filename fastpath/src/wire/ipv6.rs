@@ -234,6 +234,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     fn bm(&mut self) -> &mut [u8] {
         self.buffer.as_mut()
     }
+    /// Sets the payload length.
+    #[inline]
+    pub fn set_payload_len(&mut self, len: u16) {
+        let b = self.bm();
+        b[field::LENGTH..field::LENGTH + 2].copy_from_slice(&len.to_be_bytes());
+    }
     /// Sets the hop limit.
     #[inline]
     pub fn set_hop_limit(&mut self, v: u8) {

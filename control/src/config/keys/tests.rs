@@ -173,6 +173,11 @@ const EDITS: &[Edit] = &[
     ("service.cost_ns", &[("cost_ns = 0", "cost_ns = 100")], &["service[0].cost_ns"]),
     ("service.free_on_rx", &[("free_on_rx = false", "free_on_rx = true")], &["service[0].free_on_rx"]),
     (
+        "service.echo_allow_low_ports",
+        &[("echo_allow_low_ports = false", "echo_allow_low_ports = true")],
+        &["service[0].echo_allow_low_ports"],
+    ),
+    (
         "service.huge_flow_rollover",
         &[("huge_flow_rollover = true", "huge_flow_rollover = false")],
         &["service[0].huge_flow_rollover"],

@@ -8,7 +8,7 @@ use crate::pipeline::fanout::{Choice, HashOnDemand};
 use crate::pipeline::parse::{IpVersion, Parsed};
 use crate::pipeline::tables::PortAddrs;
 use crate::pipeline::verdict::{Instant, Verdict};
-use crate::pipeline::{echo, icmp_error, ndp};
+use crate::pipeline::{echo, icmp_error, ndp, source};
 use crate::wire::icmpv6::Icmpv6Message;
 use crate::wire::IpProtocol;
 use std::net::{IpAddr, Ipv6Addr};
@@ -33,6 +33,11 @@ impl Pipeline {
         let end = parsed.ip_end as usize;
         if pkt.len() > end {
             let _trimmed = pkt.trim(pkt.len() - end);
+        }
+        // The source-validation rule (`pipeline/source.rs`) before anything acts on a packet for
+        // us: reassembly, GRE, echo, NDP, the services, the ICMP errors.
+        if let Some(v) = refusal(local, pkt.data(), parsed) {
+            return Step::Done(v);
         }
         if parsed.fragment.is_some() && is_local(local, parsed.dst) {
             // RFC 791 §3.2 / RFC 8200 §4.5: fragments are reassembled before anything else
@@ -118,6 +123,71 @@ impl Pipeline {
             Choice::FlowLimited(_) => Verdict::Drop(Outcome::FlowLimited),
         }
     }
+}
+
+/// The source-validation rule and the source-route and RFC 6980 refusals for a packet for us,
+/// the general path's: a call, so the pipeline's inlined code (and the fast path's registers)
+/// do not grow with it.
+#[inline(never)]
+fn refusal(local: &PortAddrs, frame: &[u8], parsed: &Parsed) -> Option<Verdict> {
+    let group_frame = frame.first().is_some_and(|b| b & 1 != 0);
+    match (parsed.src, parsed.dst) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) if local.has_ipv4(dst) => {
+            if !source::valid_v4(local, group_frame, src) {
+                return Some(Verdict::Drop(Outcome::Martian));
+            }
+            if parsed.l4_offset - parsed.l3_offset > 20 {
+                return v4_options_refusal(frame, parsed);
+            }
+            None
+        }
+        (IpAddr::V6(_), IpAddr::V6(_)) => v6_refusal(local, frame, parsed, group_frame),
+        _ => None,
+    }
+}
+
+/// The options of an IPv4 datagram for us: malformed ones and source routes refused
+/// ([`source::v4_options`]).
+#[cold]
+#[inline(never)]
+fn v4_options_refusal(frame: &[u8], p: &Parsed) -> Option<Verdict> {
+    let opts = frame.get(p.l3_offset as usize + 20..p.l4_offset as usize)?;
+    match source::v4_options(opts) {
+        source::V4Options::Plain => None,
+        source::V4Options::SourceRouted => Some(Verdict::Drop(Outcome::SourceRouted)),
+        source::V4Options::Malformed => Some(Verdict::Drop(Outcome::Malformed)),
+    }
+}
+
+/// The source-validation rule for an IPv6 packet for us (a local address or a group the port
+/// listens to), then its extension headers: a Routing header with segments left refused, an
+/// NDP message with a Fragment header ignored (RFC 6980 §5: "MUST silently ignore"; a first
+/// fragment of one is dropped before reassembly, so it never completes).
+#[inline]
+fn v6_refusal(local: &PortAddrs, frame: &[u8], p: &Parsed, group_frame: bool) -> Option<Verdict> {
+    let (IpAddr::V6(src), IpAddr::V6(dst)) = (p.src, p.dst) else {
+        return None;
+    };
+    local.ipv6_local_for(&dst)?;
+    let (l3, l4) = (p.l3_offset as usize, p.l4_offset as usize);
+    let first_or_whole = p.fragment.is_none_or(|f| f.is_first());
+    let icmp_type = (p.protocol == IpProtocol::ICMPV6 && first_or_whole && l4 < p.ip_end as usize)
+        .then(|| frame.get(l4).copied())
+        .flatten();
+    let dad = icmp_type == Some(Icmpv6Message::NeighborSolicit.into()) && p.fragment.is_none();
+    if !source::valid_v6(local, group_frame, &src, &dst, dad) {
+        return Some(Verdict::Drop(Outcome::Martian));
+    }
+    if l4 > l3 + 40 {
+        let chain = source::v6_chain(frame, l3, l4);
+        if chain.routed {
+            return Some(Verdict::Drop(Outcome::SourceRouted));
+        }
+        if chain.fragment_header && icmp_type.is_some_and(|t| (133..=137).contains(&t)) {
+            return Some(Verdict::Drop(Outcome::NdpIgnored));
+        }
+    }
+    None
 }
 
 /// Whether `dst` is one of the port's own unicast addresses.

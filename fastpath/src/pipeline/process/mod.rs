@@ -9,6 +9,8 @@
 //! - `icmp.rs`: the ICMP errors sent about a packet, through the rate limits;
 //! - `tunnel.rs`: GRE decapsulation, the inner packet's passes and answers through a tunnel.
 
+#[cfg(test)]
+mod answer_tests;
 mod icmp;
 mod local;
 mod tunnel;
@@ -312,7 +314,7 @@ impl Pipeline {
             NicChecksum::Unknown
         };
         match frame.ethertype() {
-            EtherType::ARP if depth == 0 => Err(arp::answer(local, pkt.data_mut(), l3)),
+            EtherType::ARP if depth == 0 => Err(arp::answer(local, pkt, l3)),
             EtherType::IPV4 | EtherType::IPV6 => match Parsed::parse_ip_into(&frame, parsed, ip_checksum) {
                 Ok(()) => Ok(()),
                 Err(wire::Error::Unsupported) => Err(Verdict::Drop(Outcome::Unhandled)),

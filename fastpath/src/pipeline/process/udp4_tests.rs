@@ -151,6 +151,7 @@ fn service(name: &str, sockets: Vec<usize>, addresses: Vec<IpAddr>, rollover: bo
         },
         action: Action::Sink,
         cost_ns: 0,
+        echo_allow_low_ports: false,
     }
 }
 

@@ -1,0 +1,252 @@
+//! The one source-validation rule: whom the box may answer or deliver for.
+//!
+//! Every packet for a local address (or a group the port listens to) passes [`valid_v4`] or
+//! [`valid_v6`] before any stage acts on it — reassembly, GRE (outer and inner packets), ICMP and
+//! ICMPv6 echo, NDP, the services (whose workers answer UDP echo) and the ICMP errors — and ARP
+//! asks [`valid_v4_sender`] of a request's sender. A packet that fails is `martian`: nothing is
+//! sent about it, nothing is delivered.
+//!
+//! The rule:
+//! - IPv4 source (RFC 1122 §3.2.1.3: a source that is not one host is discarded; RFC 1812
+//!   §5.3.7): not 0/8, 127/8, 224/4 or 240/4 (the limited broadcast included).
+//! - IPv6 source (RFC 4291 §2.5.2, §2.5.3, §2.7; RFC 4443 §2.4(e.6)): not `::`, `::1` or
+//!   ff00::/8. `::` is allowed only for what RFC 4861 §7.2.4 answers to all-nodes, a Duplicate
+//!   Address Detection solicitation (the NDP stage checks the rest of §7.1.1).
+//! - Not one of the port's own addresses: a packet from "us" on the wire is a loop or a spoof,
+//!   and answering it sends to ourselves (Linux's `fib_validate_source` drops it too).
+//! - A datagram to a unicast address that arrived in a link-layer broadcast or multicast frame
+//!   is discarded (RFC 1122 §3.3.6): answering it answers a frame meant for many.
+
+use super::tables::PortAddrs;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// Whether an IPv4 source is one host (see the module rule): the first octet alone decides.
+#[inline(always)]
+pub fn v4_is_one_host(src: Ipv4Addr) -> bool {
+    let o = src.octets()[0];
+    // 0/8 (this network, unspecified included), 127/8 (loopback), 224/4 (multicast), 240/4
+    // (Class E, the limited broadcast included).
+    // 1..=223 in one compare (0 wraps to 255), then 127.
+    o.wrapping_sub(1) < 223 && o != 127
+}
+
+/// The rule for an IPv4 datagram from `src` to a local unicast address, `group_frame` if its
+/// Ethernet destination had the group bit.
+#[inline(always)]
+pub fn valid_v4(local: &PortAddrs, group_frame: bool, src: Ipv4Addr) -> bool {
+    !group_frame && v4_is_one_host(src) && !local.has_ipv4(src)
+}
+
+/// The rule for an ARP request's sender protocol address: [`valid_v4`]'s address part, except
+/// that 0.0.0.0 is an RFC 5227 §2.1.1 probe (answered, so the prober learns the address is in
+/// use). A request is broadcast by design, so the frame is not looked at.
+#[inline]
+pub fn valid_v4_sender(local: &PortAddrs, spa: Ipv4Addr) -> bool {
+    spa.is_unspecified() || (v4_is_one_host(spa) && !local.has_ipv4(spa))
+}
+
+/// The rule for an IPv6 packet from `src` to `dst` (a local address or a group the port listens
+/// to), `group_frame` as for [`valid_v4`]; `dad` if it is a Neighbor Solicitation, the one
+/// message `::` may send us.
+#[inline]
+pub fn valid_v6(local: &PortAddrs, group_frame: bool, src: &Ipv6Addr, dst: &Ipv6Addr, dad: bool) -> bool {
+    if group_frame && !dst.is_multicast() {
+        return false;
+    }
+    if src.is_unspecified() {
+        return dad;
+    }
+    !(src.is_loopback() || src.is_multicast() || local.has_ipv6(src))
+}
+
+/// IPv4 option types that source route (RFC 791 §3.1): Loose and Strict Source and Record Route.
+const LSRR: u8 = 0x83;
+const SSRR: u8 = 0x89;
+
+/// What an IPv4 header's options say for local delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum V4Options {
+    /// Nothing that stops delivery.
+    Plain,
+    /// An LSRR or SSRR option.
+    SourceRouted,
+    /// They do not parse: a length below 2 or past the header (RFC 791 §3.1; Linux's
+    /// `ip_options_compile` drops them).
+    Malformed,
+}
+
+/// Reads an IPv4 header's options ([`V4Options`]). Source-routed datagrams are dropped, not answered along
+/// the reversed route (RFC 7126 §4.3.4, §4.4.4 recommend dropping them by default, as Linux's
+/// `accept_source_route = 0` does; RFC 1122 §3.2.1.8's reversal is what let a spoofed route aim
+/// the answer at a third party). Other options are never copied into an answer: echo answers
+/// are built with a 20-byte header.
+pub fn v4_options(opts: &[u8]) -> V4Options {
+    let mut at = 0;
+    while at < opts.len() {
+        match opts[at] {
+            0 => return V4Options::Plain,
+            1 => at += 1,
+            ty => {
+                let Some(&len) = opts.get(at + 1) else {
+                    return V4Options::Malformed;
+                };
+                let len = len as usize;
+                if len < 2 || at + len > opts.len() {
+                    return V4Options::Malformed;
+                }
+                if ty == LSRR || ty == SSRR {
+                    return V4Options::SourceRouted;
+                }
+                at += len;
+            }
+        }
+    }
+    V4Options::Plain
+}
+
+/// What an IPv6 extension header chain (the frame's bytes from the fixed header at `l3` to the
+/// upper-layer header at `l4`, already walked by the parser) holds that matters here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct V6Chain {
+    /// A Routing header with Segments Left above zero: RFC 8200 §4.4 says to discard it unless
+    /// its type is one we process, and we process none (RFC 5095 §3 deprecates type 0; RFC
+    /// 8754 §4.3.3: a node that is not an SR endpoint treats type 4 as unrecognised).
+    pub routed: bool,
+    /// A Fragment header, atomic or not (RFC 6980 §5: NDP messages carrying one are ignored).
+    pub fragment_header: bool,
+}
+
+/// Walks the extension headers between `l3 + 40` and `l4` (the parser validated their lengths).
+pub fn v6_chain(frame: &[u8], l3: usize, l4: usize) -> V6Chain {
+    let mut c = V6Chain::default();
+    let (Some(&first), mut at) = (frame.get(l3 + 6), l3 + 40) else {
+        return c;
+    };
+    let mut next = first;
+    while at < l4 {
+        let Some(h) = frame.get(at..at + 8) else {
+            break;
+        };
+        match next {
+            // Hop-by-Hop, Destination Options
+            0 | 60 => at += (h[1] as usize + 1) * 8,
+            43 => {
+                c.routed |= h[3] != 0;
+                at += (h[1] as usize + 1) * 8;
+            }
+            44 => {
+                c.fragment_header = true;
+                at += 8;
+            }
+            _ => break,
+        }
+        next = h[0];
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::tests::port;
+
+    #[test]
+    fn v4_rule() {
+        let local = port();
+        let me = local.ipv4[0];
+        for bad in [
+            "0.0.0.0",
+            "0.1.2.3",
+            "127.0.0.1",
+            "224.0.0.1",
+            "239.9.9.9",
+            "240.0.0.1",
+            "255.255.255.255",
+        ] {
+            let a: Ipv4Addr = bad.parse().unwrap();
+            assert!(!valid_v4(&local, false, a), "{a}");
+            assert!(!valid_v4_sender(&local, a) || a.is_unspecified(), "{a}");
+        }
+        assert!(!valid_v4(&local, false, me), "our own address");
+        assert!(!valid_v4_sender(&local, me));
+        let them = Ipv4Addr::new(198, 51, 100, 7);
+        assert!(valid_v4(&local, false, them));
+        assert!(
+            !valid_v4(&local, true, them),
+            "RFC 1122 §3.3.6: a unicast datagram in a group frame"
+        );
+        assert!(valid_v4_sender(&local, them));
+        assert!(valid_v4_sender(&local, Ipv4Addr::UNSPECIFIED), "RFC 5227 probe");
+        assert!(valid_v4(&local, false, Ipv4Addr::new(223, 255, 255, 254)));
+        assert!(valid_v4(&local, false, Ipv4Addr::new(1, 0, 0, 0)));
+    }
+
+    #[test]
+    fn v6_rule() {
+        let local = port();
+        let me = local.ipv6[0];
+        let them: Ipv6Addr = "2001:db8::7".parse().unwrap();
+        let all: Ipv6Addr = "ff02::1".parse().unwrap();
+        for bad in ["::1", "ff02::1", "ff05::2"] {
+            let a: Ipv6Addr = bad.parse().unwrap();
+            assert!(!valid_v6(&local, false, &a, &me, true), "{a}");
+        }
+        assert!(!valid_v6(&local, false, &me, &me, false), "our own address");
+        assert!(!valid_v6(&local, false, &Ipv6Addr::UNSPECIFIED, &me, false));
+        assert!(valid_v6(&local, true, &Ipv6Addr::UNSPECIFIED, &all, true), "DAD");
+        assert!(valid_v6(&local, false, &them, &me, false));
+        assert!(valid_v6(&local, true, &them, &all, false), "a group frame to a group");
+        assert!(
+            !valid_v6(&local, true, &them, &me, false),
+            "a group frame to a unicast address"
+        );
+        assert!(valid_v6(&local, false, &"fe80::1".parse().unwrap(), &me, false));
+    }
+
+    #[test]
+    fn v4_option_walk() {
+        assert_eq!(v4_options(&[]), V4Options::Plain);
+        assert_eq!(v4_options(&[1, 1, 1, 0]), V4Options::Plain);
+        // Record Route, 3 slots, pointer 4
+        assert_eq!(
+            v4_options(&[7, 15, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            V4Options::Plain
+        );
+        assert_eq!(v4_options(&[1, 0x83, 7, 4, 10, 0, 0, 1, 0]), V4Options::SourceRouted);
+        assert_eq!(v4_options(&[0x89, 7, 4, 10, 0, 0, 1, 0]), V4Options::SourceRouted);
+        // What follows End of Options is not looked at.
+        assert_eq!(v4_options(&[0, 0x83, 7, 4]), V4Options::Plain);
+        assert_eq!(v4_options(&[7, 1, 0, 0]), V4Options::Malformed, "length below 2");
+        assert_eq!(v4_options(&[7, 40, 4, 0]), V4Options::Malformed, "past the header");
+        assert_eq!(v4_options(&[7]), V4Options::Malformed, "no length");
+    }
+
+    #[test]
+    fn v6_chains() {
+        let mut f = vec![0u8; 14];
+        let mut ip = vec![0u8; 40];
+        ip[6] = 43;
+        f.extend_from_slice(&ip);
+        // Routing type 0, segments left 1, then a Fragment header, then UDP.
+        f.extend_from_slice(&[44, 2, 0, 1, 0, 0, 0, 0]);
+        f.extend_from_slice(&[0; 16]);
+        f.extend_from_slice(&[17, 0, 0, 0, 0, 0, 0, 1]);
+        let l4 = f.len();
+        assert_eq!(
+            v6_chain(&f, 14, l4),
+            V6Chain {
+                routed: true,
+                fragment_header: true
+            }
+        );
+        f[14 + 40 + 3] = 0;
+        assert_eq!(
+            v6_chain(&f, 14, l4),
+            V6Chain {
+                routed: false,
+                fragment_header: true
+            }
+        );
+        assert_eq!(v6_chain(&f, 14, 54), V6Chain::default(), "no extension header");
+    }
+}
