@@ -102,6 +102,17 @@ pub struct RxEngine<B: LcoreBuf, Io: RxIo<B>> {
     scratch: Vec<B>,
     /// What such an answer leaves to free while its pieces are queued (reused likewise).
     spare: Vec<B>,
+    /// Indexed by port id: the longest frame the port takes ([`max_frame`]).
+    max_frame: Vec<u32>,
+}
+
+/// The longest frame a port with `mtu` takes: the MTU, the Ethernet header and two VLAN tags
+/// (802.1ad), as a NIC sizes its receive limit. A longer frame cannot be on a link of that MTU
+/// (RFC 894: Ethernet carries at most the MTU), and answering it would send what the link
+/// cannot carry; a NIC with the limit drops it before we see it, a vdev does not.
+fn max_frame(t: &Tables) -> Vec<u32> {
+    let ports = t.ports.len().max(t.port_mtu.len());
+    (0..ports).map(|p| t.mtu(p as u16) as u32 + 14 + 8).collect()
 }
 
 /// Counts an RX lcore's sent (or refused) packet: its outcome, or `tx_full`.
@@ -132,6 +143,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         RxEngine {
             staged: staging(pipeline.tables()),
             handoff: handoff_staging(pipeline.tables()),
+            max_frame: max_frame(pipeline.tables()),
             pipeline,
             reasm,
             side: ReasmSide {
@@ -211,7 +223,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// wait for [`RxEngine::end_burst`]). Not counted as received: the driver counts bursts.
     #[inline]
     pub fn receive(&mut self, port: u16, m: B, now: Instant) {
-        if m.segments() != 1 {
+        let max = self.max_frame.get(port as usize).copied().unwrap_or(u32::MAX);
+        if m.segments() != 1 || m.pkt_len() > max {
             self.stats.outcome(Outcome::Oversize);
             self.drops.push(m);
         } else {
@@ -311,6 +324,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             B::free_bulk(&mut self.drops);
         }
         self.pipeline.apply(t);
+        self.max_frame = max_frame(self.pipeline.tables());
         self.staged = staging(self.pipeline.tables());
         self.handoff = handoff_staging(self.pipeline.tables());
         self.stats.set_generation(self.pipeline.generation());

@@ -167,6 +167,25 @@ fn a_multi_segment_packet_is_oversize() {
     assert_eq!((count(&e, Outcome::Oversize), total(&e)), (1, 1));
 }
 
+/// A frame longer than the port's MTU allows (MTU + Ethernet header + two VLAN tags) cannot
+/// have crossed the link: `oversize`, not answered; one byte shorter is taken.
+#[test]
+fn a_frame_above_the_mtu_is_oversize() {
+    let mut e = engine();
+    let mtu = e.pipeline().tables().mtu(0) as usize;
+    // The longest frame the port takes, then one byte more: an echo request each.
+    let longest = ping(mtu - 28);
+    assert_eq!(longest.len(), 14 + mtu);
+    let mut tagged_max = longest.clone();
+    tagged_max.extend_from_slice(&[0; 8]); // link-layer padding up to MTU + 22
+    let mut over = tagged_max.clone();
+    over.push(0);
+    run_burst(&mut e, &[longest, tagged_max], T0);
+    assert_eq!((count(&e, Outcome::EchoReply), total(&e)), (2, 2));
+    run_burst(&mut e, &[over], T0);
+    assert_eq!((count(&e, Outcome::Oversize), total(&e)), (1, 3));
+}
+
 #[test]
 fn fragments_complete_into_one_datagram_that_goes_through_the_pipeline_again() {
     let mut e = engine();

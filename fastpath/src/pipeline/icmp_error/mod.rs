@@ -546,8 +546,8 @@ pub fn eligible(kind: ErrorKind, p: &Parsed, frame: &[u8]) -> bool {
 /// packet silently, if checksum is wrong").
 ///
 /// The pipeline asks only once the limits allowed an error, so a flood the limiter holds back
-/// pays nothing for it (seed 000); the credit such a datagram took is not given back, so a
-/// sender of bad checksums can only use up what the limits would have let it have anyway.
+/// pays nothing for it (seed 000); the per-destination credit such a datagram took is then given
+/// back ([`IcmpLimiter::refund_peer`]), the global credit is not.
 ///
 /// `nic` is what the NIC found checking it ([`crate::buf::PacketBuf::l4_checksum`]): `Good`
 /// spares summing the datagram (but an IPv6 zero checksum is refused whatever it says); any other
@@ -586,6 +586,9 @@ pub struct IcmpLimiter {
     /// The per-destination limit of IPv4 and of IPv6 destinations.
     peer_rate: [limit::PeerRate; 2],
     exempt: ExemptSet,
+    /// The per-destination slot and family of the last [`Decision::Send`] that took
+    /// per-destination credit (`usize::MAX`: none), for [`IcmpLimiter::refund_peer`].
+    granted: (usize, usize),
 }
 
 /// The per-destination limits of the two families for `interval_ns` and `burst`: IPv6's
@@ -608,6 +611,7 @@ impl IcmpLimiter {
             ratemask: cfg.ratemask,
             peer_rate: peer_rates(cfg.peer_interval_ms as u64 * 1_000_000, cfg.peer_burst),
             exempt: cfg.exempt.clone(),
+            granted: (usize::MAX, 0),
         }
     }
 
@@ -632,6 +636,24 @@ impl IcmpLimiter {
         self.ratemask = cfg.ratemask;
         self.peer_rate = rate;
         self.exempt = cfg.exempt.clone();
+        self.granted = (usize::MAX, 0);
+    }
+
+    /// Gives the destination of the last [`Decision::Send`] its per-destination credit back:
+    /// the error was not sent after all because the datagram turned out not to be answerable (a
+    /// wrong UDP checksum, which is checked only once the limits allowed an error so that a flood
+    /// they hold back costs no checksum). Linux verifies the checksum before it asks its
+    /// limiter, so a spoofed datagram with a wrong checksum never takes the burst of the host it
+    /// names; neither does it here. The global credit stays spent: it bounds the checksums a
+    /// flood of wrong ones can make us compute, and a flood with right checksums spends it just
+    /// the same. Nothing happens if the last decision took no per-destination credit (exempt
+    /// sources, unlimited types) or was not a send.
+    #[inline]
+    pub fn refund_peer(&mut self) {
+        let (slot, family) = std::mem::replace(&mut self.granted, (usize::MAX, 0));
+        if slot != usize::MAX {
+            self.peers.refund(slot, self.peer_rate[family].interval_ns);
+        }
     }
 
     /// The global bucket this limiter draws on.
@@ -716,12 +738,14 @@ impl IcmpLimiter {
             IpVersion::V6 => v6_type_limited(self.ratemask, ty),
         };
         if !limited {
+            self.granted.0 = usize::MAX;
             return Decision::Send;
         }
         // (b) Trusted sources skip every limit (seed 000: the glibc test's 50 back-to-back
         // errors; Linux exempts packets that arrived on loopback). A binary search over merged
         // ranges; with no exempt prefix, one compare of a pointer with null.
         if self.exempt.contains(src) {
+            self.granted.0 = usize::MAX;
             return Decision::Send;
         }
         // (c) Nothing left host-wide: stop before touching per-destination state.
@@ -740,6 +764,7 @@ impl IcmpLimiter {
             self.peers.refund(slot, rate.interval_ns);
             return Decision::Suppressed(Limit::Global);
         }
+        self.granted = (slot, family_index(version));
         Decision::Send
     }
 }

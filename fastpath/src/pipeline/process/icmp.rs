@@ -50,6 +50,10 @@ impl Pipeline {
         otherwise: Verdict,
     ) -> Verdict {
         if let Err(v) = self.build_error(pkt, p, port, kind, otherwise) {
+            if v == Verdict::Drop(Outcome::UdpBadChecksum) {
+                // Not sent: the sender's burst is not the datagram's to take.
+                self.icmp.refund_peer();
+            }
             return v;
         }
         self.count_sent(p, kind);
@@ -235,6 +239,65 @@ mod tests {
         p.icmp.apply(&cfg, cfg.global_bucket(Instant(0)), 1);
         let mut b = HeapBuf::new(&corrupt(v4_right));
         assert_eq!(p.process(0, &mut b, Instant(0)), Verdict::Drop(Outcome::IcmpSuppressed));
+    }
+
+    /// Datagrams with a wrong checksum do not spend the burst of the host they name (Linux checks
+    /// the checksum before its limiter): 20 spoofed ones from a source, then its valid datagram
+    /// still gets the Port Unreachable, and the burst it then has left is the whole burst less
+    /// one; the global credit they took is spent (it bounds the checksums computed).
+    #[test]
+    fn wrong_checksums_leave_the_named_sources_burst_alone() {
+        use parse::tests::{udp_bytes, v4_frame, v6_frame};
+        let me = Ipv4Addr::new(192, 0, 2, 1);
+        let them = Ipv4Addr::new(198, 51, 100, 7);
+        let udp = udp_bytes(1, 7, b"payload");
+        let right4 = with_udp_checksum(v4_frame(them, me, IpProtocol::UDP, &[], 0, &udp));
+        let right6 = with_udp_checksum(v6_frame(
+            "2001:db8::7".parse().unwrap(),
+            "2001:db8::1".parse().unwrap(),
+            IpProtocol::UDP,
+            &[],
+            64,
+            &udp,
+        ));
+        for right in [right4, right6] {
+            let mut wrong = right.clone();
+            let last = wrong.len() - 1;
+            wrong[last] ^= 0x40;
+            let mut p = pipeline();
+            let cfg = icmp_error::IcmpConfig {
+                peer_burst: 6,
+                peer_interval_ms: 1000,
+                msgs_per_sec: 1000,
+                burst: 1000,
+                ..Default::default()
+            };
+            p.icmp.apply(&cfg, cfg.global_bucket(Instant(0)), 1);
+            let global_before = p.icmp.global().credit();
+            for i in 0..20 {
+                let mut b = HeapBuf::new(&wrong);
+                assert_eq!(
+                    p.process(0, &mut b, Instant(0)),
+                    Verdict::Drop(Outcome::UdpBadChecksum),
+                    "wrong #{i}"
+                );
+            }
+            assert!(p.icmp.global().credit() < global_before, "the global credit is spent");
+            for i in 0..6 {
+                let mut b = HeapBuf::new(&right);
+                assert_eq!(
+                    p.process(0, &mut b, Instant(0)),
+                    Verdict::Transmit(Outcome::IcmpError),
+                    "right #{i}"
+                );
+            }
+            let mut b = HeapBuf::new(&right);
+            assert_eq!(
+                p.process(0, &mut b, Instant(0)),
+                Verdict::Drop(Outcome::IcmpSuppressed),
+                "the burst is 6, then the limit holds"
+            );
+        }
     }
 
     /// The UDP checksum verdict of a NIC with the RX offload: "good" is taken (nothing summed),
