@@ -118,7 +118,7 @@ def cases():
     add(patch(syn, 14 + 20 + 12, b"\x40"))                              # malformed: TCP data offset 4
     add(patch(syn, 14 + 20 + 12, b"\xf0"))                              # malformed: data offset past segment
     add(raw(syn))                                                       # delivered: TCP SYN to the service
-    add(eth(v4(TCP(sport=40000, dport=81, flags="S"))))                 # no_service: closed TCP port (no ICMP)
+    add(eth(v4(TCP(sport=40000, dport=81, flags="S"))))                 # tcp_reset: closed TCP port, answered with a reset (RFC 9293)
     # --- GRE (to us; tunnels from 198.51.100.2 plain and .3 with key 42)
     inner = IP(src="10.9.0.2", dst="192.0.2.1") / ping
     add(eth(IP(src="198.51.100.2", dst=ME4, proto=47) / Raw(b"\x00\x00")))                # malformed: GRE cut at 2

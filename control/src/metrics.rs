@@ -288,6 +288,16 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::COUNTER,
     ),
     (
+        "fastpath_tcp_resets_sent_total",
+        "TCP resets sent for segments to a closed port, by family.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_tcp_resets_rate_limited_total",
+        "TCP resets held back by a rate limit (global or per destination), by family.",
+        MetricType::COUNTER,
+    ),
+    (
         "fastpath_reasm_completed_total",
         "Datagrams reassembled, per family.",
         MetricType::COUNTER,
@@ -427,6 +437,7 @@ impl Collector for DataPlaneCollector {
         named.extend(gre_families(&tables, &outcomes));
         named.extend(reasm_families(s));
         named.extend(icmp_families(&tables));
+        named.extend(tcp_reset_families(&tables));
         // Every family by name, so the order of FAMILIES and of the samples can never drift.
         let mut by_name: std::collections::HashMap<&str, Samples> = named.into_iter().collect();
         let out: Vec<MetricFamily> = FAMILIES
@@ -772,6 +783,29 @@ fn icmp_families(tables: &Tables) -> Named {
     vec![
         ("fastpath_icmp_sent_total", sent),
         ("fastpath_icmp_rate_limited_total", limited),
+    ]
+}
+
+/// TCP resets sent by family, and held back by family and limit.
+fn tcp_reset_families(tables: &Tables) -> Named {
+    use fastpath::pipeline::icmp_error::{Limit, FAMILY_LABELS};
+    let counters = &tables.tcp_reset_counters.rx;
+    let mut sent = Vec::new();
+    let mut limited = Vec::new();
+    for (fi, fam) in FAMILY_LABELS.iter().enumerate() {
+        let n: u64 = counters.iter().map(|c| c.sent[fi].get()).sum();
+        sent.push((vec![("family", fam.to_string())], n as f64));
+        for l in Limit::ALL {
+            let n: u64 = counters.iter().map(|c| c.limited[fi][l.index()].get()).sum();
+            limited.push((
+                vec![("family", fam.to_string()), ("limit", l.label().to_string())],
+                n as f64,
+            ));
+        }
+    }
+    vec![
+        ("fastpath_tcp_resets_sent_total", sent),
+        ("fastpath_tcp_resets_rate_limited_total", limited),
     ]
 }
 

@@ -10,6 +10,7 @@ use crate::config::{Config, ServiceConfig};
 use fastpath::dpdk::{MbufRing, Mempool};
 use fastpath::pipeline::icmp_error::{GlobalBucket, IcmpCounters};
 use fastpath::pipeline::service::Action;
+use fastpath::pipeline::tcp_reset::ResetCounters;
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
 use fastpath::pipeline::Instant;
 use fastpath::pipeline::{Group, PortAddrs, Service, ServiceTable, Tables};
@@ -39,6 +40,8 @@ pub struct TableBuilder {
     /// The global ICMP budget lives as long as the daemon: reloads reconfigure it.
     icmp_global: Option<Arc<GlobalBucket>>,
     icmp_counters: Arc<IcmpCounters>,
+    tcp_reset_global: Option<Arc<GlobalBucket>>,
+    tcp_reset_counters: Arc<ResetCounters>,
     make_queue: MakeQueue,
 }
 
@@ -89,6 +92,8 @@ impl TableBuilder {
             handoff: HashMap::new(),
             icmp_global: None,
             icmp_counters: Arc::new(IcmpCounters::new(rx_lcores)),
+            tcp_reset_global: None,
+            tcp_reset_counters: Arc::new(ResetCounters::new(rx_lcores)),
             make_queue,
         }
     }
@@ -130,6 +135,9 @@ impl TableBuilder {
             icmp: cfg.icmp.clone(),
             icmp_global: Some(self.icmp_global(cfg)),
             icmp_counters: self.icmp_counters.clone(),
+            tcp_reset: cfg.tcp_reset.clone(),
+            tcp_reset_global: Some(self.tcp_reset_global(cfg)),
+            tcp_reset_counters: self.tcp_reset_counters.clone(),
         })
     }
 
@@ -300,6 +308,21 @@ impl TableBuilder {
             None => {
                 let g = cfg.icmp.global_bucket(Instant(0));
                 self.icmp_global = Some(g.clone());
+                g
+            }
+        }
+    }
+
+    /// The global TCP reset budget: made once, reconfigured by every later generation.
+    fn tcp_reset_global(&mut self, cfg: &Config) -> Arc<GlobalBucket> {
+        match &self.tcp_reset_global {
+            Some(g) => {
+                g.reconfigure(cfg.tcp_reset.msgs_per_sec, cfg.tcp_reset.burst);
+                g.clone()
+            }
+            None => {
+                let g = cfg.tcp_reset.global_bucket(Instant(0));
+                self.tcp_reset_global = Some(g.clone());
                 g
             }
         }

@@ -250,6 +250,61 @@ fn the_kernel_accepts_our_port_unreachables_and_exempt_sources_get_every_one() {
     );
 }
 
+/// The kernel's TCP accepts our resets (RFC 9293 §3.10.7.1): a connect to a port without a
+/// service fails at once with ECONNREFUSED, v4 and v6, which the kernel allows only for a reset
+/// that acknowledges its SYN exactly (§3.10.7.3, SYN-SENT). The per-destination limit then holds
+/// (burst 3, no refill during the test): the 4th and 5th connect from the same address time out.
+#[test]
+fn the_kernel_gets_econnrefused_from_our_resets_within_the_limits() {
+    let p = Peer::new();
+    let s = Scratch::new("peer-rst");
+    let dump = s.path("metrics.prom");
+    let extra = "\n[tcp_reset]\npeer_burst = 3\npeer_interval_ms = 600000\n";
+    let d = p.start(&s, "peer-rst", &format!("{ECHO_SERVICE}{extra}"), &dump);
+    let out = p.python_b(
+        "import socket, time\n\
+         def attempt(fam, addr, timeout):\n\
+         \x20   s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(timeout); t = time.time()\n\
+         \x20   try:\n\
+         \x20       s.connect((addr, 2222)); return 'connected'\n\
+         \x20   except ConnectionRefusedError:\n\
+         \x20       return 'refused %.3f' % (time.time() - t)\n\
+         \x20   except socket.timeout:\n\
+         \x20       return 'timeout'\n\
+         \x20   finally:\n\
+         \x20       s.close()\n\
+         print('v4', attempt(socket.AF_INET, '192.0.2.1', 3))\n\
+         print('v6', attempt(socket.AF_INET6, '2001:db8::1', 3))\n\
+         print('more', ','.join(attempt(socket.AF_INET, '192.0.2.1', 0.4).split()[0] for _ in range(4)))\n",
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    let took = |fam: &str| -> f64 {
+        let line = text.lines().find(|l| l.starts_with(fam)).unwrap_or_default();
+        assert!(line.starts_with(&format!("{fam} refused ")), "{fam}: {text}");
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    // Refused by the first SYN's answer, not after the kernel's 1 s retransmission.
+    assert!(took("v4") < 0.9 && took("v6") < 0.9, "{text}");
+    assert!(
+        text.contains("more refused,refused,timeout,timeout"),
+        "burst of 3 per destination: {text}"
+    );
+    let (code, _) = d.stop();
+    assert_eq!(code, Some(0));
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    assert_conservation(&m);
+    assert_eq!(outcome(&m, "tcp_reset"), 4);
+    assert_eq!(m["fastpath_tcp_resets_sent_total{family=\"ipv4\"}"], 3.0);
+    assert_eq!(m["fastpath_tcp_resets_sent_total{family=\"ipv6\"}"], 1.0);
+    // Each timed-out connect is one SYN (its retransmission would come after 1 s).
+    assert_eq!(
+        m["fastpath_tcp_resets_rate_limited_total{family=\"ipv4\",limit=\"peer\"}"],
+        2.0
+    );
+    assert_eq!(outcome(&m, "tcp_reset_suppressed"), 2);
+}
+
 /// A namespace holding fastpathd on a DPDK `net_tap` port; the kernel side of the tap is the
 /// peer (192.0.2.2/24, 2001:db8::2/64). Used where `net_af_packet` cannot show the real thing:
 /// its PACKET_FANOUT asks the kernel to defragment (PACKET_FANOUT_FLAG_DEFRAG), so fragments

@@ -75,11 +75,18 @@ pub enum Outcome {
     /// `accept_source_route = 0`), or an IPv6 Routing header with segments left (RFC 5095 §3,
     /// RFC 8754 §4.3.3, RFC 8200 §4.4: a type we do not process).
     SourceRouted,
+    /// TCP to a local port with no service, answered with a reset (RFC 9293 §3.10.7.1).
+    TcpReset,
+    /// A reset was due but the `[tcp_reset]` limits held it back (nothing was built).
+    TcpResetSuppressed,
+    /// TCP to a closed port with a wrong checksum, once the limits would have let a reset go:
+    /// discarded, not answered (RFC 9293 §3.1).
+    TcpBadChecksum,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 29] = [
+    pub const ALL: [Outcome; 32] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -109,6 +116,9 @@ impl Outcome {
         Outcome::UdpBadChecksum,
         Outcome::Martian,
         Outcome::SourceRouted,
+        Outcome::TcpReset,
+        Outcome::TcpResetSuppressed,
+        Outcome::TcpBadChecksum,
     ];
     /// Number of outcomes.
     pub const COUNT: usize = Self::ALL.len();
@@ -151,6 +161,9 @@ impl Outcome {
             Outcome::UdpBadChecksum => "udp_bad_checksum",
             Outcome::Martian => "martian",
             Outcome::SourceRouted => "source_routed",
+            Outcome::TcpReset => "tcp_reset",
+            Outcome::TcpResetSuppressed => "tcp_reset_suppressed",
+            Outcome::TcpBadChecksum => "tcp_bad_checksum",
         }
     }
 }

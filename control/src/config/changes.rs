@@ -282,6 +282,7 @@ fn describe(old: &Config, new: &Config, group: &[Change]) -> String {
         None => match section_of(first.spec.key) {
             "flow_limit" => format!("flow_limit {} -> {}", flow_limit_state(old), flow_limit_state(new)),
             "icmp" => format!("icmp limits changed: {}", fields()),
+            "tcp_reset" => format!("tcp_reset limits changed: {}", fields()),
             "reassembly" => format!("reassembly limits {}", fields()),
             section => format!("{section} {}", fields()),
         },

@@ -227,6 +227,21 @@ pub static KEYS: &[KeySpec] = &[
     live("icmp.exempt", Get::Top(|c| list(c.icmp.exempt.prefixes()))),
     live("icmp.peer_table_size", Get::Top(|c| c.icmp.peer_table_size.to_string())),
     live("icmp.build_first", Get::Top(|c| c.icmp.build_first.to_string())),
+    live("tcp_reset.enabled", Get::Top(|c| c.tcp_reset.enabled.to_string())),
+    live(
+        "tcp_reset.msgs_per_sec",
+        Get::Top(|c| c.tcp_reset.msgs_per_sec.to_string()),
+    ),
+    live("tcp_reset.burst", Get::Top(|c| c.tcp_reset.burst.to_string())),
+    live(
+        "tcp_reset.peer_interval_ms",
+        Get::Top(|c| c.tcp_reset.peer_interval_ms.to_string()),
+    ),
+    live("tcp_reset.peer_burst", Get::Top(|c| c.tcp_reset.peer_burst.to_string())),
+    live(
+        "tcp_reset.peer_table_size",
+        Get::Top(|c| c.tcp_reset.peer_table_size.to_string()),
+    ),
 ];
 
 /// The entry of `key` (`port.forward_to`), if there is one.

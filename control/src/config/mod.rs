@@ -21,6 +21,7 @@ mod port;
 mod reassembly;
 mod rss;
 mod service;
+mod tcp_reset;
 mod tunnel;
 
 #[cfg(test)]
@@ -66,6 +67,7 @@ struct FileConfig {
     tunnel: Vec<tunnel::TunnelSection>,
     reassembly: Option<reassembly::ReassemblySection>,
     icmp: Option<icmp::IcmpSection>,
+    tcp_reset: Option<tcp_reset::TcpResetSection>,
 }
 
 /// A validated config.
@@ -93,6 +95,8 @@ pub struct Config {
     pub reassembly_buffers: u32,
     /// ICMP error rate limits.
     pub icmp: fastpath::pipeline::icmp_error::IcmpConfig,
+    /// `[tcp_reset]`.
+    pub tcp_reset: fastpath::pipeline::tcp_reset::TcpResetConfig,
 }
 
 impl Config {
@@ -291,6 +295,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
     let max_mtu = ports.iter().filter_map(|p| p.mtu).max().unwrap_or(1500) as u32;
     reassembly.buffer_truesize = packet_buffer_truesize(max_mtu);
     let icmp = icmp::validate(raw.icmp, errs);
+    let tcp_reset = tcp_reset::validate(raw.tcp_reset, errs);
     Config {
         dpdk,
         ports,
@@ -303,6 +308,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         reassembly,
         reassembly_buffers,
         icmp,
+        tcp_reset,
     }
 }
 

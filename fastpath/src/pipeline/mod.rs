@@ -28,6 +28,7 @@ pub mod reasm;
 pub mod service;
 pub mod source;
 mod tables;
+pub mod tcp_reset;
 #[cfg(test)]
 pub(crate) mod tests;
 pub mod tunnel;

@@ -524,9 +524,11 @@ mod tests {
             0,
             &[0, 1, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0x50, 2, 0, 0, 0, 0, 0, 0],
         );
+        // A closed TCP port: no socket; a reset would answer it, but this segment carries no
+        // checksum, so it is dropped (`tcp_reset`'s tests cover the reset).
         assert_eq!(
             p.process(0, &mut HeapBuf::new(&tcp), Instant(0)),
-            Verdict::Drop(Outcome::NoService)
+            Verdict::Drop(Outcome::TcpBadChecksum)
         );
         // A fragment is not a datagram yet: reassembly comes first.
         assert_eq!(

@@ -2,7 +2,7 @@
 //! ([`PortAddrs`]) and the whole read-only table set ([`Tables`]).
 
 use super::service::ServiceTable;
-use super::{flow_limit, icmp_error, reasm, tunnel};
+use super::{flow_limit, icmp_error, reasm, tcp_reset, tunnel};
 use crate::socket::Socket;
 use crate::wire::ipv6::{is_solicited_node, solicited_node, ALL_NODES};
 use crate::wire::{EthernetAddress, Toeplitz};
@@ -92,6 +92,12 @@ pub struct Tables {
     pub icmp_global: Option<Arc<icmp_error::GlobalBucket>>,
     /// ICMP counters per RX lcore.
     pub icmp_counters: Arc<icmp_error::IcmpCounters>,
+    /// TCP reset limits.
+    pub tcp_reset: tcp_reset::TcpResetConfig,
+    /// The global reset budget, shared by every RX lcore (and kept across reloads).
+    pub tcp_reset_global: Option<Arc<icmp_error::GlobalBucket>>,
+    /// Reset counters per RX lcore.
+    pub tcp_reset_counters: Arc<tcp_reset::ResetCounters>,
 }
 
 impl Tables {

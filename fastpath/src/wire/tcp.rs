@@ -215,6 +215,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
         let c = checksum::finish(checksum::sum(checksum::pseudo_v4(src, dst, PROTO, b.len() as u16), b));
         self.set_checksum(c);
     }
+    /// Computes the checksum over IPv6.
+    #[inline]
+    pub fn fill_checksum_v6(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
+        self.set_checksum(0);
+        let b = self.b();
+        let c = checksum::finish(checksum::sum(checksum::pseudo_v6(src, dst, PROTO, b.len() as u32), b));
+        self.set_checksum(c);
+    }
 }
 
 #[cfg(test)]

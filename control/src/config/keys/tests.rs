@@ -222,6 +222,12 @@ const EDITS: &[Edit] = &[
     ("icmp.exempt", &[("[\"198.51.100.0/24\"]", "[]")], &["icmp.exempt"]),
     ("icmp.peer_table_size", &[("peer_table_size = 4096", "peer_table_size = 1024")], &["icmp.peer_table_size"]),
     ("icmp.build_first", &[("build_first = false", "build_first = true")], &["icmp.build_first"]),
+    ("tcp_reset.enabled", &[("enabled = true\nmsgs_per_sec = 200", "enabled = false\nmsgs_per_sec = 200")], &["tcp_reset.enabled"]),
+    ("tcp_reset.msgs_per_sec", &[("msgs_per_sec = 200", "msgs_per_sec = 20")], &["tcp_reset.msgs_per_sec"]),
+    ("tcp_reset.burst", &[("burst = 40", "burst = 5")], &["tcp_reset.burst"]),
+    ("tcp_reset.peer_interval_ms", &[("peer_interval_ms = 100\n", "peer_interval_ms = 0\n")], &["tcp_reset.peer_interval_ms"]),
+    ("tcp_reset.peer_burst", &[("peer_burst = 10", "peer_burst = 3")], &["tcp_reset.peer_burst"]),
+    ("tcp_reset.peer_table_size", &[("peer_table_size = 2048", "peer_table_size = 1024")], &["tcp_reset.peer_table_size"]),
 ];
 
 fn edited(edits: &[(&str, &str)]) -> String {

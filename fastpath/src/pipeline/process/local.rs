@@ -8,7 +8,7 @@ use crate::pipeline::fanout::{Choice, HashOnDemand};
 use crate::pipeline::parse::{IpVersion, Parsed};
 use crate::pipeline::tables::PortAddrs;
 use crate::pipeline::verdict::{Instant, Verdict};
-use crate::pipeline::{echo, icmp_error, ndp, source};
+use crate::pipeline::{echo, icmp_error, ndp, source, tcp_reset};
 use crate::wire::icmpv6::Icmpv6Message;
 use crate::wire::IpProtocol;
 use std::net::{IpAddr, Ipv6Addr};
@@ -63,6 +63,10 @@ impl Pipeline {
             return Step::Done(v);
         }
         let v = self.service_socket(parsed, || pkt.rss_hash());
+        if v == Verdict::Drop(Outcome::NoService) && parsed.protocol == IpProtocol::TCP {
+            // RFC 9293 §3.10.7.1: a segment for a port nobody listens on gets a reset.
+            return Step::Done(self.tcp_closed(pkt, parsed, port, now));
+        }
         if v == Verdict::Drop(Outcome::NoService) && parsed.protocol == IpProtocol::UDP {
             // RFC 1122 §4.1.3.1: UDP to a port nobody listens on. (`no_service` spelled out, not
             // `v`: the compiler then knows it and does not assemble it per packet.)
@@ -98,6 +102,41 @@ impl Pipeline {
         }
         // The NIC's hash (a read of the mbuf's flags) only for a packet that has a service.
         self.fan_out(svc, p, nic_hash())
+    }
+
+    /// A TCP segment for a local port with no service: a reset if the limits allow one
+    /// ([`tcp_reset`]), decided before anything is summed or built.
+    #[inline(never)]
+    fn tcp_closed<B: PacketBuf>(&mut self, pkt: &mut B, p: &Parsed, port: u16, now: Instant) -> Verdict {
+        let no_service = Verdict::Drop(Outcome::NoService);
+        let Some(flags) = p.tcp_flags else {
+            return no_service;
+        };
+        let rng = &mut self.rng;
+        let fam = tcp_reset::family(p);
+        match self.tcp_reset.decide(now, &p.src, flags, || super::icmp::xorshift(rng)) {
+            tcp_reset::ResetDecision::Ineligible => no_service,
+            tcp_reset::ResetDecision::Suppressed(l) => {
+                self.reset_counters.limited[fam][l.index()].inc();
+                Verdict::Drop(Outcome::TcpResetSuppressed)
+            }
+            tcp_reset::ResetDecision::Send => {
+                if !tcp_reset::checksum_ok(pkt.data(), p, pkt.l4_checksum()) {
+                    self.tcp_reset.refund_peer();
+                    return Verdict::Drop(Outcome::TcpBadChecksum);
+                }
+                let Some(local) = self.tables.ports.get(port as usize) else {
+                    return no_service;
+                };
+                let mac = local.mac;
+                self.ident = self.ident.wrapping_add(1);
+                if !tcp_reset::build_in_place(pkt, p, mac, self.ident) {
+                    return Verdict::Drop(Outcome::Malformed);
+                }
+                self.reset_counters.sent[fam].inc();
+                Verdict::Transmit(Outcome::TcpReset)
+            }
+        }
     }
 
     /// [`Verdict::Deliver`] to socket `s`, recorded for [`Pipeline::delivered_to`].

@@ -22,7 +22,7 @@ use super::fanout::FanoutState;
 use super::parse::Parsed;
 use super::tables::{PortAddrs, Tables};
 use super::verdict::{Instant, Verdict};
-use super::{arp, flow_limit, icmp_error};
+use super::{arp, flow_limit, icmp_error, tcp_reset};
 use crate::buf::{NicChecksum, PacketBuf};
 use crate::outcome::Outcome;
 use crate::wire::{self, EtherType, EthernetAddress, EthernetFrame, Toeplitz};
@@ -82,6 +82,9 @@ fn link_layer_refusal_in(local: &PortAddrs, h: &[u8; 12]) -> Option<Verdict> {
     None
 }
 
+/// Mixed into the ICMP seed for the reset limiter's table: its own key, no shared collisions.
+const RESET_SEED: u64 = 0x5bd1_e995_7f4a_7c15;
+
 /// One lcore's pipeline: the current generation's shared tables plus the lcore's own mutable
 /// state, so nothing is shared for writing on the per-packet path.
 #[derive(Clone, Debug)]
@@ -93,6 +96,10 @@ pub struct Pipeline {
     /// This lcore's slot of the tables' ICMP counters (a detached set, counted by nobody, if
     /// the tables have no slot for it).
     pub(super) icmp_counters: Arc<icmp_error::IcmpLcoreCounters>,
+    /// Rate limits for the TCP resets this lcore sends.
+    pub(super) tcp_reset: tcp_reset::ResetLimiter,
+    /// This lcore's slot of the tables' reset counters.
+    pub(super) reset_counters: Arc<tcp_reset::ResetLcoreCounters>,
     /// This lcore's random numbers (ICMP credit draws).
     pub(super) rng: u64,
     /// Keys the per-destination ICMP table (unpredictable, per lcore).
@@ -124,11 +131,19 @@ impl Pipeline {
             .unwrap_or_else(|| tables.icmp.global_bucket(Instant(0)));
         let icmp = icmp_error::IcmpLimiter::new(&tables.icmp, global, icmp_seed);
         let icmp_counters = tables.icmp_counters.rx.get(slot).cloned().unwrap_or_default();
+        let reset_global = tables
+            .tcp_reset_global
+            .clone()
+            .unwrap_or_else(|| tables.tcp_reset.global_bucket(Instant(0)));
+        let tcp_reset = tcp_reset::ResetLimiter::new(&tables.tcp_reset, reset_global, icmp_seed ^ RESET_SEED);
+        let reset_counters = tables.tcp_reset_counters.rx.get(slot).cloned().unwrap_or_default();
         Pipeline {
             tables,
             fanout,
             icmp,
             icmp_counters,
+            tcp_reset,
+            reset_counters,
             rng: icmp_seed | 1,
             icmp_seed,
             gre_seq,
@@ -171,10 +186,17 @@ impl Pipeline {
             .clone()
             .unwrap_or_else(|| tables.icmp.global_bucket(Instant(0)));
         icmp.apply(&tables.icmp, global, self.icmp_seed);
+        let mut reset = self.tcp_reset.clone();
+        let reset_global = tables
+            .tcp_reset_global
+            .clone()
+            .unwrap_or_else(|| tables.tcp_reset.global_bucket(Instant(0)));
+        reset.apply(&tables.tcp_reset, reset_global, self.icmp_seed ^ RESET_SEED);
         let (rng, icmp_seed) = (self.rng, self.icmp_seed);
         *self = Pipeline::new(tables, slot);
         self.gre_seq = seq;
         self.icmp = icmp;
+        self.tcp_reset = reset;
         self.rng = rng;
         self.icmp_seed = icmp_seed;
         if keep.is_some() {

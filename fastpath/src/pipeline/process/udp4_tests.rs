@@ -302,7 +302,7 @@ fn the_draws_reach_every_verdict() {
         "NotForUs",
         "Malformed",
         "Reassembled",
-        "NoService",
+        "TcpBadChecksum",
     ] {
         assert!(seen.contains(want), "{want} never seen: {seen:?}");
     }
