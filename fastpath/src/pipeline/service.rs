@@ -137,6 +137,14 @@ impl ServiceTable {
         let svc = (self.udp[port as usize] as usize).checked_sub(1)?;
         self.services[svc].serves(|| IpAddr::V4(dst)).then_some(svc)
     }
+
+    /// Whether a UDP service with the `echo` action listens on `port` (on any address).
+    #[inline]
+    pub fn is_udp_echo_port(&self, port: u16) -> bool {
+        (self.udp[port as usize] as usize)
+            .checked_sub(1)
+            .is_some_and(|i| self.services[i].action == Action::Echo)
+    }
 }
 
 /// Hop limit / TTL of the datagrams the echo action sends.
@@ -150,8 +158,8 @@ pub const ECHO_TTL: u8 = 64;
 pub const ECHO_REFUSED_PORTS: [u16; 6] = [0, 7, 13, 17, 19, 37];
 
 /// How the echo action answers on one port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EchoPolicy {
+#[derive(Clone, Copy, Debug)]
+pub struct EchoPolicy<'a> {
     /// The port's MAC: every answer comes from it (never from the group address a request may
     /// have been sent to).
     pub mac: EthernetAddress,
@@ -160,6 +168,18 @@ pub struct EchoPolicy {
     /// Answer source ports 1 to 1023 (but never [`ECHO_REFUSED_PORTS`]); default false: a
     /// privileged port is a server's, not a client's, and servers answering servers loop.
     pub allow_low_ports: bool,
+    /// The services of the generation: a datagram from a port one of our own echo services
+    /// listens on is never answered (two instances of this config, or two echo services of
+    /// one, answering each other loop forever whatever the port number).
+    pub services: Option<&'a ServiceTable>,
+}
+
+impl EchoPolicy<'_> {
+    /// Whether a datagram from source port `sport` is answered.
+    #[inline]
+    pub fn answers(&self, sport: u16) -> bool {
+        echo_answers_port(sport, self.allow_low_ports) && !self.services.is_some_and(|t| t.is_udp_echo_port(sport))
+    }
 }
 
 /// What the echo action made of a datagram.
@@ -237,7 +257,7 @@ pub fn echo_in_place<B: PacketBuf>(pkt: &mut B, policy: &EchoPolicy) -> Echo {
         }
         _ => return Echo::Invalid,
     };
-    if !echo_answers_port(sport, policy.allow_low_ports) {
+    if !policy.answers(sport) {
         return Echo::Refused;
     }
     let new_l4 = match ty {
@@ -309,11 +329,12 @@ mod tests {
         echo_in_place(b, &policy(false)) == Echo::Answer
     }
 
-    fn policy(allow_low_ports: bool) -> EchoPolicy {
+    fn policy(allow_low_ports: bool) -> EchoPolicy<'static> {
         EchoPolicy {
             mac: crate::pipeline::tests::MAC,
             mtu: 1500,
             allow_low_ports,
+            services: None,
         }
     }
 
@@ -351,6 +372,54 @@ mod tests {
             if want == Echo::Refused {
                 assert_eq!(b.data(), &v[..], "unchanged");
             }
+        }
+    }
+
+    /// Two instances of one config (or two echo services of one box) must not answer each
+    /// other: a datagram from a port one of our echo services listens on is refused, whatever
+    /// its number; a port of a sink service, or of a TCP service, is answered.
+    #[test]
+    fn echo_refuses_the_ports_of_our_own_echo_services() {
+        let svc = |name: &str, protocol, action| Service {
+            name: name.into(),
+            protocol,
+            addresses: vec![],
+            group: Group {
+                sockets: vec![0],
+                mode: FanoutMode::Hash,
+                rollover: false,
+                huge_flows: false,
+            },
+            action,
+            cost_ns: 0,
+            echo_allow_low_ports: false,
+        };
+        let t = ServiceTable::new(vec![
+            (svc("echo", IpProtocol::UDP, Action::Echo), vec![5000, 6000]),
+            (svc("sink", IpProtocol::UDP, Action::Sink), vec![7000]),
+            (svc("tcp-echo", IpProtocol::TCP, Action::Echo), vec![8000]),
+        ]);
+        let p = EchoPolicy {
+            services: Some(&t),
+            ..policy(false)
+        };
+        for (sport, want) in [
+            (5000, Echo::Refused),
+            (6000, Echo::Refused),
+            (7000, Echo::Answer),
+            (8000, Echo::Answer),
+            (40000, Echo::Answer),
+        ] {
+            let v = with_checksum4(v4_frame(
+                THEM,
+                ME,
+                IpProtocol::UDP,
+                &[],
+                0,
+                &udp_bytes(sport, 5000, b"x"),
+            ));
+            let mut b = HeapBuf::new(&v);
+            assert_eq!(echo_in_place(&mut b, &p), want, "from port {sport}");
         }
     }
 

@@ -250,6 +250,7 @@ impl Out {
             mac: cx.tables.ports.get(port as usize).map(|p| p.mac).unwrap_or_default(),
             mtu: cx.tables.mtu(port),
             allow_low_ports: cx.work[wi].echo_allow_low_ports,
+            services: Some(&cx.tables.services),
         };
         match service::echo_in_place(&mut m, &policy) {
             service::Echo::Answer => {}
