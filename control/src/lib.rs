@@ -6,6 +6,9 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod http;
 #[doc(hidden)]
 pub mod locate;
+pub mod metrics;
+pub mod reload;
 pub mod tables;
