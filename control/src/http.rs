@@ -34,10 +34,13 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
+// tokio's clock: std's own, except on a runtime with paused time (the fuzz target's and the
+// corpus test's), where every deadline then runs on the same simulated clock as its timer.
+use tokio::time::Instant;
 
 /// A new connection's first request head must be complete within this of the accept.
 pub const FIRST_REQUEST: Duration = Duration::from_secs(10);
@@ -346,8 +349,41 @@ fn admit(stream: TcpStream, ep: &Rc<Endpoint>) {
     tokio::task::spawn_local(connection(stream, ep.clone(), conn));
 }
 
-/// Runs one connection until it ends, misses its deadline or is evicted.
-async fn connection(stream: TcpStream, ep: Rc<Endpoint>, conn: Rc<Conn>) {
+/// Serves one connection over `stream` (any byte stream, e.g. one end of
+/// `tokio::io::duplex`) with a connection slot of its own, exactly as an accepted socket is
+/// served, until it ends or misses a deadline. The seam the fuzz target and the corpus test
+/// drive the request parsing and answering through, with no socket; the daemon never calls it.
+#[doc(hidden)]
+pub async fn serve_stream<S>(stream: S, registry: Registry, sources: Arc<Sources>, limits: Limits)
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let ep = Rc::new(Endpoint {
+        registry,
+        sources,
+        limits,
+        cache: RefCell::new(None),
+        conns: RefCell::new(HashMap::new()),
+        next_id: Cell::new(0),
+    });
+    let conn = Rc::new(Conn {
+        id: 0,
+        phase: Cell::new(Phase::Waiting {
+            since: Instant::now(),
+            first: true,
+            head: None,
+        }),
+        changed: Notify::new(),
+        evict: Notify::new(),
+        answered: Cell::new(None),
+    });
+    ep.conns.borrow_mut().insert(0, conn.clone());
+    connection(stream, ep, conn).await;
+}
+
+/// Runs one connection until it ends, misses its deadline or is evicted. `stream` is the
+/// accepted socket, or any byte stream for [`serve_stream`].
+async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(stream: S, ep: Rc<Endpoint>, conn: Rc<Conn>) {
     let io = TokioIo::new(Watched {
         stream,
         conn: conn.clone(),
@@ -368,7 +404,7 @@ async fn connection(stream: TcpStream, ep: Rc<Endpoint>, conn: Rc<Conn>) {
             _ = served.as_mut() => break,
             _ = conn.changed.notified() => continue,
             _ = conn.evict.notified() => break,
-            _ = tokio::time::sleep_until(at.into()) => {
+            _ = tokio::time::sleep_until(at) => {
                 if conn.deadline().0 <= Instant::now() {
                     ep.stats().timed_out[which as usize].fetch_add(1, Relaxed);
                     break;
@@ -380,12 +416,12 @@ async fn connection(stream: TcpStream, ep: Rc<Endpoint>, conn: Rc<Conn>) {
 }
 
 /// The stream, noting the first byte of a request head for the head's deadline.
-struct Watched {
-    stream: TcpStream,
+struct Watched<S> {
+    stream: S,
     conn: Rc<Conn>,
 }
 
-impl AsyncRead for Watched {
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.stream).poll_read(cx, buf);
@@ -407,7 +443,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
@@ -494,7 +530,7 @@ async fn answer(
         .await
         .is_err();
     if let Some(last) = conn.answered.get() {
-        tokio::time::sleep_until((last + MIN_GAP).into()).await;
+        tokio::time::sleep_until(last + MIN_GAP).await;
     }
     conn.answered.set(Some(Instant::now()));
     let text = "text/plain; charset=utf-8";

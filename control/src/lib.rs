@@ -1,11 +1,17 @@
-//! The parts of `fastpathd` other code needs too: the config parser and the builder of a
-//! generation's runtime tables. The binary (`src/main.rs`) uses them from here; the capture
-//! corpus's in-process runner (`tests/corpus.rs`) builds the same tables from the same config
-//! without DPDK rings.
+//! The parts of `fastpathd` other code needs too: the config parser, the builder of a
+//! generation's runtime tables, and the metrics endpoint with its collector and the reload
+//! counters it reads (here so the fuzz targets in `fuzz/` reach them without a socket). The
+//! binary (`src/main.rs`) uses them from here; the capture corpus's in-process runner
+//! (`tests/corpus.rs`) builds the same tables from the same config without DPDK rings.
 
 #![forbid(unsafe_code)]
 
 pub mod config;
 #[doc(hidden)]
+pub mod fuzzing;
+pub mod http;
+#[doc(hidden)]
 pub mod locate;
+pub mod metrics;
+pub mod reload;
 pub mod tables;

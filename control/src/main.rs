@@ -4,14 +4,11 @@
 
 mod cli;
 mod daemon;
-mod http;
-mod metrics;
 mod placement;
-mod reload;
 mod signals;
 
-// Shared with the tests through the library target (src/lib.rs).
-use control::{config, tables};
+// Shared with the tests and the fuzz targets through the library target (src/lib.rs).
+use control::{config, http, metrics, reload, tables};
 
 use std::process::ExitCode;
 

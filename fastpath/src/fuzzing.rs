@@ -241,6 +241,510 @@ pub fn engine_frames(data: &[u8]) -> u64 {
     n
 }
 
+/// Reads `data` front to back; past its end every read is zero.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((b, rest)) => {
+                self.0 = rest;
+                *b
+            }
+            None => 0,
+        }
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_be_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
+    }
+    fn take(&mut self, n: usize) -> &[u8] {
+        let (a, b) = self.0.split_at(n.min(self.0.len()));
+        self.0 = b;
+        a
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// What [`reasm_sequence`] saw: fragments inserted and where they ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReasmRun {
+    /// Fragments given to the reassembler.
+    pub inserted: u64,
+    /// Datagrams completed.
+    pub completed: u64,
+    /// Fragments released as refused.
+    pub refused: u64,
+    /// Fragments released as timed out.
+    pub timed_out: u64,
+    /// Highest memory charge seen.
+    pub peak_memory: usize,
+}
+
+impl ReasmRun {
+    /// `<completed>done-<refused>refused-<timed out>expired`, the outcome part of a corpus
+    /// file's name.
+    pub fn name(&self) -> String {
+        format!(
+            "{}done-{}refused-{}expired",
+            self.completed, self.refused, self.timed_out
+        )
+    }
+}
+
+/// Records the reassembler's releases by fate; allocation never fails.
+#[derive(Default)]
+struct ReasmTally {
+    counted: u64,
+    refused: Vec<crate::pipeline::reasm::Reason>,
+    timed_out: u64,
+    reassembled: u64,
+    absorbed: u64,
+    random: u32,
+}
+
+impl crate::pipeline::reasm::ReasmIo<HeapBuf> for ReasmTally {
+    fn alloc(&mut self, len: usize) -> Option<HeapBuf> {
+        Some(HeapBuf::with_room(&[], 128, len))
+    }
+    fn release(&mut self, r: crate::pipeline::reasm::Released<HeapBuf>) {
+        use crate::pipeline::reasm::Fate;
+        self.counted += r.fate.counts_outcome() as u64;
+        match r.fate {
+            Fate::Refused(reason) => self.refused.push(reason),
+            Fate::TimedOut { .. } => self.timed_out += 1,
+            Fate::Reassembled => self.reassembled += 1,
+            Fate::Absorbed => self.absorbed += 1,
+            Fate::Drained => {}
+        }
+    }
+    fn random(&mut self) -> u32 {
+        self.random = self.random.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        self.random >> 8
+    }
+}
+
+const REASM_SRC4: [Ipv4Addr; 2] = [Ipv4Addr::new(198, 51, 100, 7), Ipv4Addr::new(203, 0, 113, 9)];
+const REASM_SRC6: [Ipv6Addr; 2] = [
+    Ipv6Addr::new(0x2001, 0xdb8, 7, 0, 0, 0, 0, 7),
+    Ipv6Addr::new(0x2001, 0xdb8, 9, 0, 0, 0, 0, 9),
+];
+
+/// One fragment frame: IPv4 (`v6` false) or IPv6 with a Fragment header, from source `src`
+/// (0 or 1) to [`port`], identification `ident`, at byte `offset`, `more` fragments flag, and
+/// `data`. An IPv6 fragment's next header is UDP, or Destination Options with `dst_opts` (so a
+/// short first fragment lacks the chain's end).
+pub fn fragment_frame(
+    v6: bool,
+    src: usize,
+    ident: u32,
+    offset: u16,
+    more: bool,
+    dst_opts: bool,
+    data: &[u8],
+) -> Vec<u8> {
+    use crate::wire::{ethernet, EtherType, IpProtocol, Ipv4Repr, Ipv6Repr};
+    let me = port();
+    let mut v = vec![0u8; 14];
+    let ty = if v6 { EtherType::IPV6 } else { EtherType::IPV4 };
+    ethernet::emit_header(&mut v, me.mac, EthernetAddress([2, 0, 0, 0, 0, 2]), ty);
+    let word = (offset & !7) | more as u16;
+    if v6 {
+        let mut h = [0u8; 48];
+        Ipv6Repr {
+            src: REASM_SRC6[src % 2],
+            dst: me.ipv6[0],
+            next_header: IpProtocol::IPV6_FRAG,
+            payload_len: (8 + data.len()).min(u16::MAX as usize) as u16,
+            hop_limit: 64,
+        }
+        .emit(&mut h);
+        h[40] = if dst_opts { 60 } else { 17 };
+        h[42..44].copy_from_slice(&word.to_be_bytes());
+        h[44..48].copy_from_slice(&ident.to_be_bytes());
+        v.extend_from_slice(&h);
+    } else {
+        let mut h = [0u8; 20];
+        Ipv4Repr {
+            src: REASM_SRC4[src % 2],
+            dst: me.ipv4[0],
+            protocol: IpProtocol::UDP,
+            payload_len: data.len().min(u16::MAX as usize - 20) as u16,
+            ttl: 64,
+            dscp_ecn: 0,
+            ident: ident as u16,
+            dont_frag: false,
+        }
+        .emit(&mut h);
+        let w = (offset / 8) | if more { 0x2000 } else { 0 };
+        h[6..8].copy_from_slice(&w.to_be_bytes());
+        h[10..12].copy_from_slice(&[0, 0]);
+        let c = crate::wire::checksum::checksum(&h);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        v.extend_from_slice(&h);
+    }
+    v.extend_from_slice(data);
+    v
+}
+
+/// `data` as a reassembly scenario, run straight against a [`Reassembler`]: the first two
+/// bytes pick small limits (1 to 4 slots, 2 to 8 fragments per datagram, 1 or 2 datagrams per
+/// source, a threshold of 1 to 16 buffers, pressure-scaled timeout or not), then each
+/// operation:
+/// - `0x00..=0xbf`: a fragment, IPv4 or IPv6 (bit 0) of source bit 1, identification bits
+///   2-3 (so few datagrams, which collide), M flag bit 4, IPv6 Destination Options bit 5; then
+///   its offset in 8-byte units, its length, and a fill byte (byte `i` of a datagram is `fill ^
+///   i`, so the same fill gives exact duplicates and another fill an overlap that differs);
+/// - `0xc0..=0xdf`: time moves on by 1 to 32 twentieths of the 1 s timeout;
+/// - `0xe0..=0xef`: expiry runs with a budget of 1 to 16 datagrams;
+/// - `0xf0..=0xff`: the next byte is a length, that many bytes a raw frame, inserted if it
+///   reads as a fragment at all.
+///
+/// After every operation: every fragment inserted is held, released with an outcome or in a
+/// completed datagram (exactly one of these), what [`Insert`](crate::pipeline::reasm::Insert)
+/// reports matches the releases, memory is the held buffers' charge and never above
+/// [`Reassembler::memory_limit`], and a completed datagram is a whole unfragmented IP
+/// packet. At the end time runs past every deadline: nothing is held and every fragment has
+/// its one outcome.
+///
+/// [`Reassembler`]: crate::pipeline::reasm::Reassembler
+/// [`Reassembler::memory_limit`]: crate::pipeline::reasm::Reassembler::memory_limit
+pub fn reasm_sequence(data: &[u8]) -> ReasmRun {
+    use crate::pipeline::reasm::{FragMeta, Insert, ReasmConfig, Reason, Reassembler};
+    let mut input = Bytes(data);
+    let (a, b) = (input.u8(), input.u8());
+    let truesize = 256;
+    let cfg = ReasmConfig {
+        max_datagrams: 1 + (a & 3) as usize,
+        max_fragments: 2 + 2 * ((a >> 2) & 3) as usize,
+        max_per_source: 1 + ((a >> 4) & 1) as usize,
+        high_thresh_bytes: (1 + (b & 15) as usize) * truesize,
+        timeout_ns: 1_000_000_000,
+        buffer_truesize: truesize,
+        pressure_scaled_timeout: b & 0x10 == 0,
+    };
+    let mut r: Reassembler<HeapBuf> = Reassembler::new(cfg);
+    let mut io = ReasmTally::default();
+    let mut run = ReasmRun::default();
+    let mut now = Instant(1_000_000_000);
+    let check = |r: &Reassembler<HeapBuf>, io: &ReasmTally, run: &mut ReasmRun| {
+        assert_eq!(
+            run.inserted,
+            io.counted + run.completed + r.held_fragments() as u64,
+            "every fragment held, released with an outcome, or in a datagram"
+        );
+        assert_eq!(r.memory(), r.held_fragments() * truesize, "memory is the held buffers");
+        assert!(r.memory() <= r.memory_limit(), "memory {} over its limit", r.memory());
+        run.peak_memory = run.peak_memory.max(r.memory());
+    };
+    while !input.is_empty() {
+        let op = input.u8();
+        let frame = match op {
+            0xc0..=0xdf => {
+                now = Instant(now.0 + (1 + (op & 0x1f) as u64) * 50_000_000);
+                continue;
+            }
+            0xe0..=0xef => {
+                let before = io.timed_out;
+                let n = r.expire(now, 1 + (op & 15) as usize, &mut io);
+                assert!(n <= 1 + (op & 15) as usize && (io.timed_out > before) <= (n > 0));
+                check(&r, &io, &mut run);
+                continue;
+            }
+            0xf0..=0xff => {
+                let n = input.u8() as usize;
+                input.take(n).to_vec()
+            }
+            _ => {
+                let (off, len, fill) = (input.u8() as u16 * 8, input.u8() as usize, input.u8());
+                let bytes: Vec<u8> = (0..len).map(|i| fill ^ (off as usize + i) as u8).collect();
+                let (v6, src, ident) = (op & 1 != 0, ((op >> 1) & 1) as usize, ((op >> 2) & 3) as u32);
+                fragment_frame(v6, src, ident, off, op & 0x10 != 0, op & 0x20 != 0, &bytes)
+            }
+        };
+        let Some(meta) = FragMeta::from_ethernet(&frame) else {
+            continue;
+        };
+        let (refused_before, reassembled_before, absorbed_before) = (io.refused.len(), io.reassembled, io.absorbed);
+        run.inserted += 1;
+        match r.insert(now, HeapBuf::new(&frame), &meta, &mut io) {
+            Insert::Held => {}
+            Insert::Complete { datagram, fragments } => {
+                run.completed += 1;
+                assert_eq!(io.absorbed - absorbed_before, 1, "one fragment absorbed");
+                assert_eq!(io.reassembled - reassembled_before, fragments as u64 - 1);
+                whole_datagram(datagram.data(), meta.l3_offset as usize);
+                let _ = black_box(Parsed::parse(datagram.data(), &Toeplitz::default(), None));
+            }
+            Insert::Dropped { reason, fragments } => {
+                let new = &io.refused[refused_before..];
+                if !matches!(reason, Reason::PerSource | Reason::TableFull) {
+                    let n = new.iter().filter(|&&x| x == reason).count();
+                    assert_eq!(n, fragments, "{reason:?}: {fragments} dropped, {n} released");
+                }
+            }
+        }
+        check(&r, &io, &mut run);
+    }
+    while let Some(d) = r.next_deadline() {
+        assert!(r.expire(d, usize::MAX, &mut io) > 0, "a deadline that expires nothing");
+    }
+    check(&r, &io, &mut run);
+    assert_eq!(
+        (r.held_fragments(), r.memory(), r.datagrams()),
+        (0, 0, 0),
+        "everything freed after the last timeout"
+    );
+    run.refused = io.refused.len() as u64;
+    run.timed_out = io.timed_out;
+    run
+}
+
+/// A reassembled datagram is one unfragmented IP packet exactly as long as its frame.
+fn whole_datagram(d: &[u8], l3: usize) {
+    let ip = &d[l3..];
+    match ip.first().map(|b| b >> 4) {
+        Some(4) => {
+            let p = Ipv4Packet::new_checked(ip).expect("a reassembled IPv4 header");
+            assert!(p.verify_checksum() && !p.is_fragment(), "reassembled IPv4 header");
+            assert_eq!(p.total_len(), ip.len(), "IPv4 total length");
+        }
+        Some(6) => {
+            let p = Ipv6Packet::new_checked(ip).expect("a reassembled IPv6 header");
+            assert_eq!(p.payload_len() + 40, ip.len(), "IPv6 payload length");
+        }
+        v => panic!("reassembled a datagram of IP version {v:?}"),
+    }
+}
+
+/// The tunnels of [`gre_frames`]: 0 and 1 from 198.51.100.9 to 192.0.2.1 (no key; key 7 with
+/// checksums required), 2 and 3 from 2001:db8::9 to 2001:db8::1 (key 9 with sequence numbers,
+/// at most 1000 ahead; no key). Each answers out of port 0.
+pub fn gre_tunnels() -> Vec<crate::pipeline::tunnel::Tunnel> {
+    use crate::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
+    let v4: (std::net::IpAddr, std::net::IpAddr) = (
+        Ipv4Addr::new(192, 0, 2, 1).into(),
+        Ipv4Addr::new(198, 51, 100, 9).into(),
+    );
+    let v6: (std::net::IpAddr, std::net::IpAddr) = (
+        port().ipv6[0].into(),
+        Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 9).into(),
+    );
+    let t = |name: &str, (local, remote), key, sequence, checksum| Tunnel {
+        name: name.into(),
+        local,
+        remote,
+        key,
+        sequence,
+        checksum,
+        ttl: 64,
+        out: TunnelOut::Port {
+            port: 0,
+            src_mac: port().mac,
+            dst_mac: EthernetAddress([2, 0, 0, 0, 0, 0xfe]),
+            mtu: 1500,
+        },
+        depth: 1,
+        owner: 0,
+        counters: std::sync::Arc::new(TunnelCounters::new(1, 1)),
+        handoff: None,
+        max_seq_jump: 1000,
+    };
+    vec![
+        t("plain4", v4, None, false, false),
+        t("keyed4", v4, Some(7), false, true),
+        t("seq6", v6, Some(9), true, false),
+        t("plain6", v6, None, false, false),
+    ]
+}
+
+/// One GRE frame of [`gre_frames`], decoded from its bytes, and whether every one of its layers
+/// is what its tunnel takes, on a tunnel without sequence numbers, around an echo request.
+fn gre_frame(input: &mut Bytes, tunnels: &[crate::pipeline::tunnel::Tunnel]) -> (Vec<u8>, bool, usize) {
+    use crate::wire::{ethernet, gre::GreRepr, EtherType, IpProtocol, Ipv4Repr, Ipv6Repr};
+    let h = input.u8();
+    let layers = 1 + (h & 3) as usize;
+    let inner_kind = (h >> 2) & 3;
+    let mut specs = Vec::new();
+    for _ in 0..layers {
+        specs.push((input.u8(), input.u32()));
+    }
+    let me = port();
+    let inner_src4 = Ipv4Addr::new(10, 0, 0, 2);
+    let inner_src6 = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2);
+    let ip = |v6: bool, src: std::net::IpAddr, dst: std::net::IpAddr, proto: IpProtocol, payload: &[u8]| {
+        let mut v = vec![0u8; if v6 { 40 } else { 20 }];
+        match (src, dst) {
+            (std::net::IpAddr::V6(src), std::net::IpAddr::V6(dst)) => Ipv6Repr {
+                src,
+                dst,
+                next_header: proto,
+                payload_len: payload.len().min(u16::MAX as usize) as u16,
+                hop_limit: 64,
+            }
+            .emit(&mut v),
+            (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) => Ipv4Repr {
+                src,
+                dst,
+                protocol: proto,
+                payload_len: payload.len().min(u16::MAX as usize - 20) as u16,
+                ttl: 64,
+                dscp_ecn: 0,
+                ident: 1,
+                dont_frag: false,
+            }
+            .emit(&mut v),
+            _ => unreachable!("one family per header"),
+        }
+        v.extend_from_slice(payload);
+        v
+    };
+    let (mut pkt, mut v6, mut valid) = match inner_kind {
+        0 => {
+            let mut m = vec![8u8, 0, 0, 0, 0x12, 0x34, 0, 1, b'g', b'r', b'e'];
+            let c = crate::wire::checksum::checksum(&m);
+            m[2..4].copy_from_slice(&c.to_be_bytes());
+            (
+                ip(false, inner_src4.into(), me.ipv4[0].into(), IpProtocol::ICMP, &m),
+                false,
+                true,
+            )
+        }
+        1 => {
+            use crate::wire::checksum::{finish, pseudo_v6, sum};
+            let mut m = vec![128u8, 0, 0, 0, 0x12, 0x34, 0, 1, b'g', b'r', b'e'];
+            let c = finish(sum(pseudo_v6(&inner_src6, &me.ipv6[0], 58, m.len() as u32), &m));
+            m[2..4].copy_from_slice(&c.to_be_bytes());
+            (
+                ip(true, inner_src6.into(), me.ipv6[0].into(), IpProtocol::ICMPV6, &m),
+                true,
+                true,
+            )
+        }
+        2 => {
+            let n = input.u8() as usize;
+            let body = input.take(n).to_vec();
+            (
+                ip(false, inner_src4.into(), me.ipv4[0].into(), IpProtocol::UDP, &body),
+                false,
+                false,
+            )
+        }
+        _ => {
+            let n = input.u8() as usize;
+            (input.take(n).to_vec(), false, false)
+        }
+    };
+    // Innermost layer last in `specs`: wrap from the inside out.
+    for &(f, seq) in specs.iter().rev() {
+        let t = &tunnels[(f & 3) as usize];
+        let (checksum, key_bit, seq_bit, bad_ck, wrong_key, teb) = (
+            f & 4 != 0,
+            f & 8 != 0,
+            f & 16 != 0,
+            f & 32 != 0,
+            f & 64 != 0,
+            f & 128 != 0,
+        );
+        let key = key_bit.then(|| t.key.unwrap_or(5).wrapping_add(wrong_key as u32));
+        let protocol = match (teb, v6) {
+            (true, _) => EtherType::from(0x6558),
+            (false, true) => EtherType::IPV6,
+            (false, false) => EtherType::IPV4,
+        };
+        let repr = GreRepr {
+            protocol,
+            checksum,
+            key,
+            sequence: seq_bit.then_some(seq),
+        };
+        let mut g = vec![0u8; repr.header_len()];
+        g.extend_from_slice(&pkt);
+        repr.emit(&mut g);
+        if bad_ck && checksum {
+            g[4] ^= 0x5a;
+        }
+        // The tunnel's key, its checksum if it requires one, a right checksum, IP inside, and no
+        // sequence numbers (whose window this oracle does not follow).
+        let ck_ok = if checksum { !bad_ck } else { !t.checksum };
+        valid &= key == t.key && ck_ok && !teb && !t.sequence;
+        v6 = t.local.is_ipv6();
+        pkt = ip(v6, t.remote, t.local, IpProtocol::GRE, &g);
+    }
+    let mut frame = vec![0u8; 14];
+    let ty = if v6 { EtherType::IPV6 } else { EtherType::IPV4 };
+    ethernet::emit_header(&mut frame, me.mac, EthernetAddress([2, 0, 0, 0, 0, 0xfe]), ty);
+    if h & 0x10 != 0 {
+        frame.splice(12..12, [0x81, 0x00, 0x00, 0x05]);
+    }
+    frame.extend_from_slice(&pkt);
+    if h & 0x20 != 0 {
+        let cut = input.u8() as usize;
+        frame.truncate(frame.len().saturating_sub(cut));
+        valid &= cut == 0;
+    }
+    if h & 0x40 != 0 {
+        let (at, x) = (input.u8() as usize, input.u8());
+        if let Some(b) = frame.get_mut(at) {
+            *b ^= x;
+            valid &= x == 0;
+        }
+    }
+    (frame, valid, layers)
+}
+
+/// `data` as a sequence of GRE frames through a [`Pipeline`] with the tunnels of
+/// [`gre_tunnels`] (the sequence state carries from one frame to the next). Each frame: a byte
+/// with the number of GRE layers (1 to 4, bits 0-1), the innermost packet (bits 2-3: an ICMPv4
+/// or ICMPv6 echo request to us, a UDP datagram, or raw bytes, these two with a length byte
+/// and the bytes), a VLAN tag (bit 4), a cut off tail (bit 5, a length byte) and a flipped
+/// byte (bit 6, a position and a mask); then per layer, outermost first, a byte (the tunnel in
+/// bits 0-1; checksum, key, sequence number present; checksum wrong; key off by one;
+/// Ethernet instead of IP inside) and a 4-byte sequence number. Returns each frame's outcome.
+///
+/// Never panics, every answer is one the views read, and a frame whose layers all match a
+/// tunnel without sequence numbers around an echo request is answered (an echo reply) when it
+/// has at most [`MAX_DEPTH`](crate::pipeline::tunnel::MAX_DEPTH) layers and dropped as too deep
+/// otherwise.
+pub fn gre_frames(data: &[u8]) -> Vec<Outcome> {
+    use crate::pipeline::tunnel::MAX_DEPTH;
+    use crate::pipeline::Tables;
+    let tables = std::sync::Arc::new(Tables {
+        generation: 1,
+        ports: vec![port()],
+        tunnels: gre_tunnels(),
+        ..Default::default()
+    });
+    let mut p = Pipeline::new(tables.clone(), 0);
+    let mut input = Bytes(data);
+    let mut out = Vec::new();
+    let mut now = Instant(1_000_000_000);
+    while !input.is_empty() && out.len() < 64 {
+        let (frame, valid, layers) = gre_frame(&mut input, &tables.tunnels);
+        let mut b = HeapBuf::new(&frame);
+        let outcome = p.process(0, &mut b, now).outcome();
+        views(b.data());
+        if valid {
+            let want = if layers <= MAX_DEPTH {
+                Outcome::EchoReply
+            } else {
+                Outcome::GreRecursion
+            };
+            assert_eq!(outcome, want, "{layers} valid GRE layers around an echo request");
+        }
+        out.push(outcome);
+        // Far apart, so no ICMP rate limit is in the way.
+        now = Instant(now.0 + 1_000_000_000);
+    }
+    out
+}
+
+/// The outcome part of a GRE corpus file's name: the frames' outcomes joined by `+`.
+pub fn gre_name(outcomes: &[Outcome]) -> String {
+    outcomes.iter().map(|o| o.name()).collect::<Vec<_>>().join("+")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -409,16 +913,200 @@ mod tests {
         }
     }
 
-    /// The committed corpus (`fuzz/corpus/parse`) is exactly what `corpus()` generates; run with
-    /// `FASTPATH_WRITE_CORPUS=1` to rewrite it after changing `corpus()`.
+    /// Inputs of the `reasm` target (see [`reasm_sequence`]), named `<run name>--<what>`.
+    pub(crate) fn reasm_corpus() -> Vec<(&'static str, Vec<u8>)> {
+        // Limits: 4 slots, 8 fragments, 2 per source; threshold 16 buffers, scaled timeout.
+        let roomy = [0x1f, 0x0f];
+        let with = |limits: [u8; 2], ops: &[&[u8]]| {
+            let mut v = limits.to_vec();
+            for op in ops {
+                v.extend_from_slice(op);
+            }
+            v
+        };
+        // Fragment op: kind (v6 bit 0, source bit 1, ident bits 2-3, M bit 4), offset/8, length, fill.
+        let later = [0xdf]; // 1.6 s: past the 1 s timeout
+        vec![
+            (
+                "1done-0refused-0expired--v4-in-order",
+                with(roomy, &[&[0x10, 0, 16, 1], &[0x10, 2, 16, 1], &[0x00, 4, 5, 1]]),
+            ),
+            (
+                "1done-0refused-0expired--v4-reverse",
+                with(roomy, &[&[0x00, 4, 5, 1], &[0x10, 2, 16, 1], &[0x10, 0, 16, 1]]),
+            ),
+            (
+                "1done-0refused-0expired--v6-mixed",
+                with(roomy, &[&[0x11, 2, 16, 3], &[0x01, 4, 9, 3], &[0x11, 0, 16, 3]]),
+            ),
+            (
+                "1done-1refused-0expired--v4-duplicate",
+                with(roomy, &[&[0x10, 0, 16, 1], &[0x10, 0, 16, 1], &[0x00, 2, 8, 1]]),
+            ),
+            (
+                "0done-2refused-0expired--v4-overlap-differs",
+                with(roomy, &[&[0x10, 0, 16, 1], &[0x00, 1, 16, 2]]),
+            ),
+            (
+                "0done-2refused-0expired--v6-same-range-other-bytes",
+                with(roomy, &[&[0x11, 0, 16, 1], &[0x11, 0, 16, 2]]),
+            ),
+            (
+                "0done-2refused-0expired--v4-inconsistent-ends",
+                with(roomy, &[&[0x00, 2, 8, 1], &[0x00, 3, 8, 1]]),
+            ),
+            ("0done-1refused-0expired--v4-tiny", with(roomy, &[&[0x10, 0, 5, 1]])),
+            (
+                "0done-0refused-2expired--v4-times-out",
+                with(roomy, &[&[0x10, 0, 16, 1], &[0x00, 4, 8, 1], &later, &[0xef]]),
+            ),
+            (
+                "0done-0refused-2expired--late-fragment-finds-expired",
+                with(roomy, &[&[0x10, 0, 16, 1], &later, &[0x00, 2, 8, 1]]),
+            ),
+            (
+                "2done-0refused-0expired--v4-and-v6-interleaved",
+                with(
+                    roomy,
+                    &[&[0x10, 0, 8, 1], &[0x11, 0, 8, 1], &[0x01, 1, 8, 1], &[0x00, 1, 3, 1]],
+                ),
+            ),
+            // 1 slot: a second datagram evicts the first.
+            (
+                "0done-1refused-1expired--table-full",
+                with([0x1c, 0x0f], &[&[0x10, 0, 8, 1], &[0x14, 0, 8, 1]]),
+            ),
+            // Threshold of 1 buffer: with 2 held, a new datagram is refused for memory.
+            (
+                "0done-1refused-2expired--memory",
+                with([0x1f, 0x00], &[&[0x10, 0, 8, 1], &[0x10, 1, 8, 1], &[0x12, 0, 8, 1]]),
+            ),
+            // 2 fragments at most: the third takes the datagram.
+            (
+                "0done-3refused-0expired--too-many-fragments",
+                with([0x13, 0x0f], &[&[0x10, 0, 8, 1], &[0x10, 1, 8, 1], &[0x10, 2, 8, 1]]),
+            ),
+            // IPv6 first fragment whose Destination Options header runs past its data.
+            (
+                "0done-1refused-0expired--v6-incomplete-chain",
+                with(roomy, &[&[0x31, 0, 8, 0x11]]),
+            ),
+            (
+                "0done-0refused-0expired--raw-not-a-fragment",
+                with(roomy, &[&[0xf0, 4, 1, 2, 3, 4]]),
+            ),
+        ]
+    }
+
+    /// Inputs of the `gre` target (see [`gre_frames`]), named `<outcomes joined by +>--<what>`.
+    pub(crate) fn gre_corpus() -> Vec<(&'static str, Vec<u8>)> {
+        // A frame: header byte, then per layer a flags byte (tunnel bits 0-1; C 4, K 8, S 16,
+        // bad checksum 32, wrong key 64, Ethernet inside 128) and 4 sequence bytes.
+        let frame = |h: u8, layers: &[(u8, u32)], tail: &[u8]| {
+            let mut v = vec![h];
+            for (f, seq) in layers {
+                v.push(*f);
+                v.extend_from_slice(&seq.to_be_bytes());
+            }
+            v.extend_from_slice(tail);
+            v
+        };
+        let seq6 = |s| (0x1a, s);
+        vec![
+            ("echo_reply--plain4", frame(0x00, &[(0x00, 0)], &[])),
+            ("echo_reply--plain4-vlan", frame(0x10, &[(0x00, 0)], &[])),
+            ("echo_reply--keyed4-checksum", frame(0x00, &[(0x0d, 0)], &[])),
+            (
+                "gre_bad_checksum--keyed4-checksum-missing",
+                frame(0x00, &[(0x09, 0)], &[]),
+            ),
+            (
+                "gre_bad_checksum--keyed4-checksum-wrong",
+                frame(0x00, &[(0x2d, 0)], &[]),
+            ),
+            ("gre_unknown_tunnel--keyed4-wrong-key", frame(0x00, &[(0x4d, 0)], &[])),
+            ("gre_unknown_tunnel--plain4-with-a-key", frame(0x00, &[(0x08, 0)], &[])),
+            ("echo_reply--plain6-echo6", frame(0x04, &[(0x03, 0)], &[])),
+            ("echo_reply--plain6-carries-ipv4", frame(0x00, &[(0x03, 0)], &[])),
+            ("echo_reply--nested-2", frame(0x01, &[(0x00, 0), (0x03, 0)], &[])),
+            (
+                "echo_reply--nested-3",
+                frame(0x02, &[(0x03, 0), (0x0d, 0), (0x00, 0)], &[]),
+            ),
+            ("gre_recursion--nested-4", frame(0x03, &[(0x00, 0); 4], &[])),
+            (
+                "echo_reply+echo_reply+gre_seq_dropped+gre_seq_dropped+echo_reply--seq6-replay-jump",
+                [
+                    frame(0x04, &[seq6(1)], &[]),
+                    frame(0x04, &[seq6(2)], &[]),
+                    frame(0x04, &[seq6(2)], &[]),
+                    frame(0x04, &[seq6(5000)], &[]),
+                    frame(0x04, &[seq6(900)], &[]),
+                ]
+                .concat(),
+            ),
+            ("gre_seq_dropped--seq6-without-number", frame(0x04, &[(0x0a, 0)], &[])),
+            ("malformed--plain4-truncated", frame(0x20, &[(0x00, 0)], &[20])),
+            (
+                "malformed--plain4-raw-inner",
+                frame(0x0c, &[(0x00, 0)], &[3, 0x45, 0, 0]),
+            ),
+            (
+                "icmp_error--plain4-udp-inner",
+                frame(0x08, &[(0x00, 0)], &[8, 0, 9, 0, 9, 0, 8, 0, 0]),
+            ),
+            ("unhandled--plain4-ethernet-inside", frame(0x00, &[(0x80, 0)], &[])),
+            ("malformed--plain4-version-bit", frame(0x40, &[(0x00, 0)], &[34 + 1, 1])),
+        ]
+    }
+
+    #[test]
+    fn reasm_and_gre_corpus_outcomes_are_the_names() {
+        for (name, input) in reasm_corpus() {
+            assert_eq!(
+                reasm_sequence(&input).name(),
+                name.split("--").next().unwrap(),
+                "{name}"
+            );
+        }
+        for (name, input) in gre_corpus() {
+            assert_eq!(
+                gre_name(&gre_frames(&input)),
+                name.split("--").next().unwrap(),
+                "{name}"
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        #[test]
+        fn arbitrary_reasm_and_gre_inputs_never_panic(data in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = reasm_sequence(&data);
+            let _ = gre_frames(&data);
+        }
+    }
+
+    /// The committed corpora (`fuzz/corpus/{parse,reasm,gre}`) are exactly what `corpus()`,
+    /// `reasm_corpus()` and `gre_corpus()` generate; run with `FASTPATH_WRITE_CORPUS=1` to
+    /// rewrite them after changing those.
     #[test]
     fn committed_corpus_is_current() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/parse");
+        for (sub, entries) in [("parse", corpus()), ("reasm", reasm_corpus()), ("gre", gre_corpus())] {
+            check_corpus(sub, entries);
+        }
+    }
+
+    fn check_corpus(sub: &str, entries: Vec<(&'static str, Vec<u8>)>) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fuzz/corpus")
+            .join(sub);
         let write = std::env::var_os("FASTPATH_WRITE_CORPUS").is_some();
         if write {
             std::fs::create_dir_all(&dir).unwrap();
         }
-        for (name, frame) in corpus() {
+        for (name, frame) in entries {
             let path = dir.join(name);
             if write {
                 std::fs::write(&path, &frame).unwrap();

@@ -69,11 +69,18 @@ pub(crate) struct Errs<'a> {
 }
 
 impl Errs<'_> {
+    /// The line where `path` (or its deepest written prefix) is written; line 1 for a key
+    /// whose top-level section is not written at all (as the TOML parser's own "missing
+    /// field" errors), so every problem has a line.
+    fn line(&self, path: &[Seg]) -> Option<usize> {
+        self.loc.line_of(path).or(Some(1))
+    }
+
     /// Records a problem with the key at `path`, on the line where `path` is written.
     pub(crate) fn add(&mut self, path: &[Seg], message: impl Into<String>) {
         self.list.push(ConfigError {
             key: key_of(path),
-            line: self.loc.line_of(path),
+            line: self.line(path),
             message: message.into(),
         });
     }
@@ -82,7 +89,7 @@ impl Errs<'_> {
     pub(crate) fn warn(&mut self, path: &[Seg], message: impl Into<String>) {
         self.warnings.push(ConfigError {
             key: key_of(path),
-            line: self.loc.line_of(path),
+            line: self.line(path),
             message: message.into(),
         });
     }

@@ -237,7 +237,8 @@ pub fn parse_checked(src: &str, file: &str) -> Result<Loaded, ConfigErrors> {
                 Some(loc.line_of_offset(s.start)),
                 loc.key_at(s.start).unwrap_or_default(),
             ),
-            None => (None, String::new()),
+            // Every error has a line: the start for one the TOML parser cannot place.
+            None => (Some(1), String::new()),
         };
         ConfigErrors {
             file: file.to_string(),
