@@ -294,6 +294,22 @@ fn daemon_run(e: &Entry) -> Option<String> {
         )
         .unwrap();
     }
+    // No amplification: bytes out never exceed bytes in, but for the headers an ICMP error puts
+    // around its quote and a tunnel's encapsulation (at most 48 bytes each: IPv6 + ICMPv6, or
+    // outer IPv4 + GRE with key, checksum and sequence number). Every capture is an attack class
+    // or a mix of them, so this holds for each.
+    let (rx_bytes, tx_bytes) = (
+        family_sum(&m, "fastpath_rx_bytes_total"),
+        family_sum(&m, "fastpath_tx_bytes_total"),
+    );
+    let headers = family_sum(&m, "fastpath_icmp_sent_total") + family_sum(&m, "fastpath_gre_encap_total");
+    if tx_bytes > rx_bytes + 48.0 * headers {
+        writeln!(
+            diff,
+            "  amplification: {tx_bytes} bytes sent for {rx_bytes} received ({headers} errors and encapsulations)"
+        )
+        .unwrap();
+    }
     if m.get("fastpath_mbufs_in_use").copied() != Some(0.0) {
         writeln!(diff, "  mbufs in use at exit: {:?}", m.get("fastpath_mbufs_in_use")).unwrap();
     }
@@ -306,7 +322,11 @@ fn daemon_run(e: &Entry) -> Option<String> {
         .filter(|(_, &n)| n > 0)
         .map(|(o, n)| format!("{o} {n}"))
         .collect();
-    eprintln!("corpus {}: {}", e.name, nonzero.join(", "));
+    eprintln!(
+        "corpus {}: {}; {rx_bytes} bytes in, {tx_bytes} out",
+        e.name,
+        nonzero.join(", ")
+    );
     diff_outcomes(&e.outcomes, &got, &mut diff);
 
     let mut series = String::new();
