@@ -1,5 +1,6 @@
 /* Out-of-line copies of DPDK's static inline fast-path functions: see shim.h. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include "shim.h"
@@ -59,6 +60,20 @@ uint64_t fp_rx_offload_udp_cksum(void) { return RTE_ETH_RX_OFFLOAD_UDP_CKSUM; }
 uint32_t fp_softrss(uint32_t *input_tuple, uint32_t input_len, const uint8_t *rss_key)
 {
 	return rte_softrss(input_tuple, input_len, rss_key);
+}
+
+int fp_pin_thread(int tid, const uint32_t *cpus, uint32_t n)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (uint32_t i = 0; i < n; i++) {
+        if (cpus[i] >= CPU_SETSIZE)
+            return EINVAL;
+        CPU_SET(cpus[i], &set);
+    }
+    if (CPU_COUNT(&set) == 0)
+        return EINVAL;
+    return sched_setaffinity((pid_t)tid, sizeof(set), &set) == 0 ? 0 : errno;
 }
 
 int fp_pin_current_thread(const uint32_t *cpus, uint32_t n)

@@ -70,5 +70,7 @@ uint32_t fp_softrss(uint32_t *input_tuple, uint32_t input_len, const uint8_t *rs
 /* Pins the calling thread to the `n` CPUs in `cpus` (pthread_setaffinity_np): how fastpathd
  * keeps its control and metrics threads off the CPUs of RX lcores. 0 or an errno value. */
 int fp_pin_current_thread(const uint32_t *cpus, uint32_t n);
+/* Pins thread `tid` of this process (a kernel thread id) to `cpus`: 0 or an errno. */
+int fp_pin_thread(int tid, const uint32_t *cpus, uint32_t n);
 
 #endif

@@ -136,6 +136,7 @@ fn start_and_serve(
     );
     let registry = metrics::registry(sources.clone());
     let pin = housekeeping_pin(allowed.as_deref(), &cfg);
+    pin_eal_threads(allowed.as_deref(), &cfg);
     let limits = crate::http::Limits {
         max_connections: cfg.metrics.max_connections,
         cache: cfg.metrics.cache,
@@ -532,6 +533,22 @@ fn housekeeping_pin(allowed: Option<&[u32]>, cfg: &Config) -> impl Fn(&str) + Cl
             if let Err(e) = fastpath::dpdk::eal::pin_current_thread(c) {
                 eprintln!("fastpathd: {what} thread stays on the main lcore's CPU: {e}");
             }
+        }
+    }
+}
+
+/// Moves the threads the EAL started for itself (interrupt thread, multi-process channel,
+/// telemetry) to the housekeeping CPUs: the EAL leaves them on the main lcore's CPU, which is an
+/// RX lcore's with `rx = [0]`, so a link interrupt or a `dpdk-proc-info` request would take
+/// cycles from reception.
+fn pin_eal_threads(allowed: Option<&[u32]>, cfg: &Config) {
+    let Some(allowed) = allowed else {
+        return;
+    };
+    let (cpus, _) = crate::placement::housekeeping_cpus(allowed, &cfg.lcores.rx, &cfg.lcores.workers);
+    for (tid, name) in crate::placement::eal_service_threads() {
+        if let Err(e) = fastpath::dpdk::eal::pin_thread(tid, &cpus) {
+            eprintln!("fastpathd: EAL thread {name} ({tid}) stays where the EAL put it: {e}");
         }
     }
 }

@@ -12,6 +12,32 @@
 //!
 //! fastpathd passes the EAL a plain `-l` list, so lcore N runs on CPU N.
 
+/// The threads of this process that the EAL started for itself and that are not lcores (its
+/// interrupt thread, the multi-process channel, telemetry), by kernel thread id and name:
+/// every thread but the main one (an lcore), the EAL's lcore threads (`rte-worker-N` in DPDK
+/// 22.11, `lcore-worker-N` in older releases) and
+/// ours (`fastpath-*`, pinned as they start). Read from `/proc/self/task`.
+pub fn eal_service_threads() -> Vec<(i32, String)> {
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for t in dir.flatten() {
+        let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let comm = comm.trim();
+        let lcore = comm.starts_with("rte-worker-") || comm.starts_with("lcore-worker-");
+        if tid != me && !lcore && !comm.starts_with("fastpath-") {
+            out.push((tid, comm.to_string()));
+        }
+    }
+    out.sort();
+    out
+}
+
 /// The CPUs this process may run on, from `/proc/self/status`; read it before the EAL starts
 /// (the EAL then narrows the main thread to one CPU). `None` if it cannot be read.
 pub fn allowed_cpus() -> Option<Vec<u32>> {

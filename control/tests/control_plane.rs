@@ -386,16 +386,23 @@ fn control_and_metrics_threads_stay_off_the_rx_lcore() {
             .iter()
             .all(|n| threads.iter().any(|(c, cpus)| c == n && cpus == "1"))
     });
-    // The receiving lcore is the main thread (EAL pins it to CPU 0); it shares with neither.
+    // The receiving lcore is the main thread (EAL pins it to CPU 0); it shares with neither,
+    // nor with the EAL's own threads (its interrupt thread among them), which are moved too.
     let main = threads.iter().find(|(c, _)| c == "fastpathd").expect("main thread");
     assert_eq!(main.1, "0", "{threads:?}");
+    assert!(threads.iter().any(|(c, _)| c == "eal-intr-thread"), "{threads:?}");
+    for (name, cpus) in &threads {
+        assert!(
+            name == "fastpathd" || cpus == "1",
+            "{name} may run on the RX lcore's CPU: {threads:?}"
+        );
+    }
     // Pinned where it is, the metrics thread serves, and the RX lcore counts traffic.
     wait_for(10, "traffic seen through a scrape", || {
         family_sum(&d.scrape(), "fastpath_rx_packets_total") > 0.0
     });
     // Connections get no thread of their own (which could land anywhere): with 20 open, the
-    // process has the threads it had, and none of ours runs on the RX lcore's CPU 0 (the EAL's
-    // interrupt thread is DPDK's choice).
+    // process has the threads it had, and none of ours runs on the RX lcore's CPU 0.
     let before = thread_cpus(d.child.id()).len();
     let addr = d.metrics.unwrap();
     let open: Vec<_> = (0..20)
@@ -417,6 +424,31 @@ fn control_and_metrics_threads_stay_off_the_rx_lcore() {
         );
     }
     drop(open);
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+/// With RX on lcore 1 and the worker on lcore 0 (the main lcore), the housekeeping CPU is the
+/// worker's, 0: the EAL's own threads go there, and the RX lcore's thread stays on CPU 1 (it is
+/// an lcore, never moved).
+#[test]
+fn eal_threads_move_but_lcores_stay() {
+    let s = Scratch::new("placement-rx1");
+    let cfg = s.write(
+        "c.toml",
+        &format!(
+            "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_null0\"\ntx_queues = 2\n\
+             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [1]\nworkers = [0]\n\n[[service]]\nname = \"s\"\n\
+             protocol = \"udp\"\nports = [9]\naction = \"sink\"\n{METRICS_ANY_PORT}",
+            eal_args("placement-rx1", &["--vdev=net_null0,size=64".to_string()])
+        ),
+    );
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let threads = thread_cpus(d.child.id());
+    let on = |n: &str| threads.iter().find(|(c, _)| c == n).map(|(_, cpus)| cpus.clone());
+    assert_eq!(on("rte-worker-1").as_deref(), Some("1"), "{threads:?}");
+    assert_eq!(on("eal-intr-thread").as_deref(), Some("0"), "{threads:?}");
+    assert_eq!(on("fastpathd").as_deref(), Some("0"), "{threads:?}");
     let (code, log) = d.stop();
     assert_eq!(code, Some(0), "{log}");
 }

@@ -127,6 +127,20 @@ pub fn pause() {
     core::hint::spin_loop()
 }
 
+/// Pins thread `tid` of this process (its kernel thread id, as in `/proc/self/task`) to `cpus`:
+/// for the threads the EAL starts itself (interrupt, multi-process), which it leaves on the main
+/// lcore's CPU.
+pub fn pin_thread(tid: i32, cpus: &[u32]) -> Result<()> {
+    let n = u32::try_from(cpus.len()).map_err(|_| Error::new("too many CPUs", libc::EINVAL))?;
+    // SAFETY: `cpus` is a valid slice of `n` u32 that the callee only reads; a `tid` that is not
+    // a thread of this process makes sched_setaffinity fail (ESRCH), nothing else.
+    let rc = unsafe { dpdk_sys::fp_pin_thread(tid, cpus.as_ptr(), n) };
+    if rc != 0 {
+        return Err(Error::new(format!("cannot pin thread {tid} to CPUs {cpus:?}"), rc));
+    }
+    Ok(())
+}
+
 /// Pins the calling thread to `cpus` (for threads that are not lcores: control, metrics).
 pub fn pin_current_thread(cpus: &[u32]) -> Result<()> {
     let n = u32::try_from(cpus.len()).map_err(|_| Error::new("too many CPUs", libc::EINVAL))?;
