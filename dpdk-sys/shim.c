@@ -62,30 +62,32 @@ uint32_t fp_softrss(uint32_t *input_tuple, uint32_t input_len, const uint8_t *rs
 	return rte_softrss(input_tuple, input_len, rss_key);
 }
 
-int fp_pin_thread(int tid, const uint32_t *cpus, uint32_t n)
+/* `set` = the `n` CPUs of `cpus`: 0, or EINVAL if one is out of range or there are none. */
+static int fp_cpu_set(cpu_set_t *set, const uint32_t *cpus, uint32_t n)
 {
-    cpu_set_t set;
-    CPU_ZERO(&set);
+    CPU_ZERO(set);
     for (uint32_t i = 0; i < n; i++) {
         if (cpus[i] >= CPU_SETSIZE)
             return EINVAL;
-        CPU_SET(cpus[i], &set);
+        CPU_SET(cpus[i], set);
     }
-    if (CPU_COUNT(&set) == 0)
-        return EINVAL;
+    return CPU_COUNT(set) == 0 ? EINVAL : 0;
+}
+
+int fp_pin_thread(int tid, const uint32_t *cpus, uint32_t n)
+{
+    cpu_set_t set;
+    int rc = fp_cpu_set(&set, cpus, n);
+    if (rc != 0)
+        return rc;
     return sched_setaffinity((pid_t)tid, sizeof(set), &set) == 0 ? 0 : errno;
 }
 
 int fp_pin_current_thread(const uint32_t *cpus, uint32_t n)
 {
     cpu_set_t set;
-    CPU_ZERO(&set);
-    for (uint32_t i = 0; i < n; i++) {
-        if (cpus[i] >= CPU_SETSIZE)
-            return EINVAL;
-        CPU_SET(cpus[i], &set);
-    }
-    if (CPU_COUNT(&set) == 0)
-        return EINVAL;
+    int rc = fp_cpu_set(&set, cpus, n);
+    if (rc != 0)
+        return rc;
     return pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }

@@ -78,6 +78,31 @@ fn every_semantic_error_is_reported_with_its_line() {
     );
 }
 
+/// `[tcp_reset]` values the limiter cannot take are refused with their key and line; a good
+/// section is read as written.
+#[test]
+fn tcp_reset_errors_name_key_and_line() {
+    let base = GOOD.lines().count() + 1;
+    for (text, key) in [
+        ("peer_table_size = 3", "tcp_reset.peer_table_size"),
+        ("peer_burst = 0", "tcp_reset.peer_burst"),
+        ("peer_interval_ms = 3600001", "tcp_reset.peer_interval_ms"),
+    ] {
+        let e = errors(&format!("{GOOD}\n[tcp_reset]\n{text}\n"));
+        assert_eq!(e.len(), 1, "{text}: {e:?}");
+        assert_eq!((e[0].key.as_str(), e[0].line), (key, Some(base + 2)), "{text}");
+    }
+    let c = parse(
+        &format!("{GOOD}\n[tcp_reset]\nenabled = false\nmsgs_per_sec = 7\npeer_burst = 2\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        (c.tcp_reset.enabled, c.tcp_reset.msgs_per_sec, c.tcp_reset.peer_burst),
+        (false, 7, 2)
+    );
+}
+
 #[test]
 fn too_few_tx_queues_for_lcores() {
     let e = errors(&GOOD.replace("tx_queues = 2", "tx_queues = 1"));

@@ -23,7 +23,7 @@
 //! sender, a fresh option-less IP header, a 20-byte TCP header with no options and no data.
 
 use super::icmp_error::limit::{GlobalBucket, PeerRate, PeerTable};
-use super::icmp_error::{family_index, Limit, MAX_PEER_BURST, MAX_PEER_INTERVAL_MS};
+use super::icmp_error::{family_index, validate_peer_limits, Limit};
 use super::parse::{IpVersion, Parsed};
 use super::verdict::Instant;
 use crate::buf::{NicChecksum, PacketBuf};
@@ -72,26 +72,12 @@ impl Default for TcpResetConfig {
 impl TcpResetConfig {
     /// Checks the values the limiter cannot work with; the error names the key.
     pub fn validate(&self) -> Result<(), String> {
-        let n = self.peer_table_size;
-        if !n.is_power_of_two() || n > super::icmp_error::limit::MAX_PEER_TABLE_SIZE {
-            return Err(format!(
-                "tcp_reset.peer_table_size: {n} is not a power of two between 1 and {}",
-                super::icmp_error::limit::MAX_PEER_TABLE_SIZE
-            ));
-        }
-        if self.peer_burst == 0 || self.peer_burst > MAX_PEER_BURST {
-            return Err(format!(
-                "tcp_reset.peer_burst: {} is not between 1 and {MAX_PEER_BURST}",
-                self.peer_burst
-            ));
-        }
-        if self.peer_interval_ms > MAX_PEER_INTERVAL_MS {
-            return Err(format!(
-                "tcp_reset.peer_interval_ms: {} is more than {MAX_PEER_INTERVAL_MS}",
-                self.peer_interval_ms
-            ));
-        }
-        Ok(())
+        validate_peer_limits(
+            "tcp_reset",
+            self.peer_table_size,
+            self.peer_burst,
+            self.peer_interval_ms,
+        )
     }
 
     /// A new global bucket for these settings, full, its clock starting at `now`.

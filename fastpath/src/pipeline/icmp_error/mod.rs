@@ -324,6 +324,29 @@ pub const MAX_PEER_BURST: u32 = 10_000;
 /// Largest `peer_interval_ms` accepted (an hour).
 pub const MAX_PEER_INTERVAL_MS: u32 = 3_600_000;
 
+/// Checks the per-destination settings of a limiter in config `section` (`icmp`,
+/// `tcp_reset`): the table size, the burst and the interval the [`PeerTable`] can work with.
+/// The error starts with the key, `section.key: ...`.
+pub fn validate_peer_limits(section: &str, table_size: usize, burst: u32, interval_ms: u32) -> Result<(), String> {
+    if !table_size.is_power_of_two() || table_size > limit::MAX_PEER_TABLE_SIZE {
+        return Err(format!(
+            "{section}.peer_table_size: {table_size} is not a power of two between 1 and {}",
+            limit::MAX_PEER_TABLE_SIZE
+        ));
+    }
+    if burst == 0 || burst > MAX_PEER_BURST {
+        return Err(format!(
+            "{section}.peer_burst: {burst} is not between 1 and {MAX_PEER_BURST}"
+        ));
+    }
+    if interval_ms > MAX_PEER_INTERVAL_MS {
+        return Err(format!(
+            "{section}.peer_interval_ms: {interval_ms} is more than {MAX_PEER_INTERVAL_MS}"
+        ));
+    }
+    Ok(())
+}
+
 /// The `[icmp]` settings (plain data; the config layer parses and validates them into this).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IcmpConfig {
@@ -370,26 +393,7 @@ impl Default for IcmpConfig {
 impl IcmpConfig {
     /// Checks the values the limiter cannot work with; the error names the key.
     pub fn validate(&self) -> Result<(), String> {
-        let n = self.peer_table_size;
-        if !n.is_power_of_two() || n > limit::MAX_PEER_TABLE_SIZE {
-            return Err(format!(
-                "icmp.peer_table_size: {n} is not a power of two between 1 and {}",
-                limit::MAX_PEER_TABLE_SIZE
-            ));
-        }
-        if self.peer_burst == 0 || self.peer_burst > MAX_PEER_BURST {
-            return Err(format!(
-                "icmp.peer_burst: {} is not between 1 and {MAX_PEER_BURST}",
-                self.peer_burst
-            ));
-        }
-        if self.peer_interval_ms > MAX_PEER_INTERVAL_MS {
-            return Err(format!(
-                "icmp.peer_interval_ms: {} is more than {MAX_PEER_INTERVAL_MS}",
-                self.peer_interval_ms
-            ));
-        }
-        Ok(())
+        validate_peer_limits("icmp", self.peer_table_size, self.peer_burst, self.peer_interval_ms)
     }
 
     /// A new global bucket for these settings, full, its clock starting at `now`.
