@@ -171,7 +171,8 @@ SCENARIOS = [
               "Destination Unreachable (port) until the limiter is saturated, then icmp_suppressed"),
     dict(name="fastpathd-tcp-no-service", kind="fastpathd:pipeline", capture=BENCH_TCP,
          what="full pipeline, a SYN flood (bench_tcp: 1024 flows) to 192.0.2.1:9 where no service listens: "
-              "parsed, looked up, dropped as no_service (no RST is sent)"),
+              "parsed, looked up, a reset (RFC 9293) until the [tcp_reset] limits are spent, then "
+              "tcp_reset_suppressed"),
     dict(name="fastpathd-storm-limit-on", kind="fastpathd:pipeline", capture=BENCH_STORM,
          extra=STORM_ECHO + "\n[flow_limit]\nenabled = true\n", figures="storm",
          what="seed 003's storm (bench_storm: one flow 20x the rate of 20 normal flows) to an `echo` service whose "
