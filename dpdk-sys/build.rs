@@ -63,6 +63,7 @@ fn main() {
         .allowlist_function("rte_lcore_(count|is_enabled|to_socket_id)")
         .allowlist_function("rte_get_(main_lcore|next_lcore|tsc_hz)")
         .allowlist_function("rte_socket_id")
+        .allowlist_function("rte_pdump_(init|uninit)")
         .allowlist_function("rte_strerror")
         .allowlist_function("rte_pktmbuf_pool_create(_by_ops)?")
         .allowlist_function("rte_mempool_free")

@@ -21,6 +21,7 @@
 #include <rte_cycles.h>
 #include <rte_pause.h>
 #include <rte_mempool.h>
+#include <rte_pdump.h>
 #include <rte_mbuf.h>
 #include <rte_ethdev.h>
 #include <rte_ring.h>

@@ -206,13 +206,22 @@ fn init_eal(cfg: &Config, opts: &Options) -> Result<Eal, String> {
         Err((i, why)) => return Err(format!("EAL argument {:?}: {why}", argv[i])),
     }
     remove_stale_vhost_sockets(&argv);
-    Eal::init(&argv).map_err(|e| {
+    let eal = Eal::init(&argv).map_err(|e| {
         format!(
             "{e}\n  EAL arguments: {}\n  Check [dpdk] eal_args: without hugepages use --no-huge -m 512; vdevs are \
              --vdev=net_pcap0,rx_pcap=IN,tx_pcap=OUT; the lcores in [lcores] must exist on this machine.",
             argv.join(" ")
         )
-    })
+    })?;
+    // Live capture with dpdk-dumpcap / dpdk-pdump. Without a shared runtime directory
+    // (--no-shconf, --in-memory: the tests' setting) no tool can attach, and that is said once.
+    if let Err(e) = eal.pdump_init() {
+        let shared = !argv.iter().any(|a| a == "--no-shconf" || a == "--in-memory");
+        if shared {
+            eprintln!("fastpathd: live capture (dpdk-dumpcap) unavailable: {e}");
+        }
+    }
+    Ok(eal)
 }
 
 /// Removes the socket file of every server-mode virtio-user vdev (`server=1,path=P`) that no

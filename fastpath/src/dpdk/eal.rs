@@ -35,11 +35,30 @@ impl Eal {
         Ok(Eal { _private: () })
     }
 
+    /// Initialises DPDK's packet-capture framework (librte_pdump), so `dpdk-dumpcap` and
+    /// `dpdk-pdump` can attach to this process as secondaries and capture its ports' RX and TX.
+    /// Nothing is installed on the packet path until a capture is enabled: the framework only
+    /// registers a multi-process handler; the tool's request adds the RX/TX callbacks, and
+    /// removes them when it stops. Fails (`ENOTSUP`) without a shared runtime directory
+    /// (`--no-shconf`, `--in-memory`), where no secondary process can attach anyway.
+    pub fn pdump_init(&self) -> Result<()> {
+        // SAFETY: called once after `rte_eal_init`, from the main thread.
+        let rc = unsafe { dpdk_sys::rte_pdump_init() };
+        if rc != 0 {
+            return Err(Error::from_rte_errno("rte_pdump_init"));
+        }
+        Ok(())
+    }
+
     /// Releases EAL resources. Call after every port is closed and every lcore has returned.
     pub fn cleanup(self) {
         // SAFETY: called once, from the main thread, after all lcores finished (caller's
         // contract, enforced by consuming the only Eal).
-        unsafe { dpdk_sys::rte_eal_cleanup() };
+        unsafe {
+            // Harmless when pdump was never initialised (it unregisters an absent handler).
+            dpdk_sys::rte_pdump_uninit();
+            dpdk_sys::rte_eal_cleanup()
+        };
     }
 
     /// The main lcore's id (the thread that called `init`).
