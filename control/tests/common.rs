@@ -74,7 +74,12 @@ pub fn run_to_idle(s: &Scratch, cfg: &Path, idle_ms: u32) -> BTreeMap<String, f6
         "--metrics-dump",
         dump.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(0), "fastpathd exit code");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "fastpathd exit code; its log:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     parse_metrics(&std::fs::read_to_string(&dump).unwrap())
 }
 
