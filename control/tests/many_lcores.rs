@@ -10,63 +10,15 @@ use common::*;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// The flow key RSS would hash for a frame: IPv4/IPv6 addresses, and the ports of a TCP/UDP
-/// datagram that is not a fragment (NICs hash fragments by addresses only); `None` for others.
-fn flow_key(f: &[u8]) -> Option<Vec<u8>> {
-    let ethertype = u16::from_be_bytes([*f.get(12)?, *f.get(13)?]);
-    match ethertype {
-        0x0800 => {
-            let ihl = (*f.get(14)? as usize & 0xf) * 4;
-            let frag = u16::from_be_bytes([*f.get(20)?, *f.get(21)?]) & 0x3fff != 0;
-            let proto = *f.get(23)?;
-            let mut k = f.get(26..34)?.to_vec();
-            if !frag && (proto == 6 || proto == 17) {
-                k.extend_from_slice(f.get(14 + ihl..18 + ihl)?);
-            }
-            Some(k)
-        }
-        0x86dd => {
-            let mut k = f.get(22..54)?.to_vec();
-            if matches!(f.get(20)?, 6 | 17) {
-                k.extend_from_slice(f.get(54..58)?);
-            }
-            Some(k)
-        }
-        _ => None,
-    }
-}
-
-/// Splits `capture` (a classic little-endian pcap) into `n` captures, one per RX queue: each
-/// frame to queue `hash(flow) % n`, frames without a flow key round robin. Returns the paths and
-/// how many frames each got.
+/// Splits `capture` (under configs/captures/) over `n` RX queues as RSS would
+/// ([`split_by_flow`]); returns the paths and how many frames each got.
 fn spread(s: &Scratch, capture: &str, n: usize) -> (Vec<PathBuf>, Vec<usize>) {
-    let data = std::fs::read(repo().join("configs/captures").join(capture)).unwrap();
-    assert_eq!(&data[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "{capture}: a little-endian pcap");
-    let mut out: Vec<Vec<u8>> = (0..n).map(|_| data[..24].to_vec()).collect();
-    let mut counts = vec![0; n];
-    let (mut off, mut i) = (24, 0usize);
-    while off + 16 <= data.len() {
-        let caplen = u32::from_le_bytes(data[off + 8..off + 12].try_into().unwrap()) as usize;
-        let rec = &data[off..off + 16 + caplen];
-        let q = match flow_key(&rec[16..]) {
-            // FNV-1a, its well-mixed high half mapped onto 0..n (its low bits mix poorly).
-            Some(k) => {
-                let h = k.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-                    (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-                });
-                (((h >> 32) * n as u64) >> 32) as usize
-            }
-            None => i % n,
-        };
-        out[q].extend_from_slice(rec);
-        counts[q] += 1;
-        off += 16 + caplen;
-        i += 1;
-    }
-    let paths = out
+    let parts = split_by_flow(&repo().join("configs/captures").join(capture), n);
+    let counts = parts.iter().map(|(_, c)| *c).collect();
+    let paths = parts
         .iter()
         .enumerate()
-        .map(|(q, bytes)| {
+        .map(|(q, (bytes, _))| {
             let p = s.path(&format!("q{q}-{capture}"));
             std::fs::write(&p, bytes).unwrap();
             p
