@@ -49,7 +49,8 @@ import macro_bench as mb  # noqa: E402
 
 DEFAULT = ["testpmd-io", "fastpathd-forward", "fastpathd-plain-drop", "fastpathd-closed-port", "fastpathd-build-first",
            "fastpathd-closed-port-v6", "fastpathd-tcp-no-service", "fastpathd-closed-port-many-sources",
-           "fastpathd-plain-drop-many-sources", "fastpathd-open-sink", "fastpathd-open-sink-many-sources"]
+           "fastpathd-plain-drop-many-sources", "fastpathd-open-sink", "fastpathd-open-sink-many-sources",
+           "fastpathd-open-sink-free-on-rx", "fastpathd-open-sink-free-on-rx-2-rx-lcores"]
 SINK_ACTION = 'action = "sink"'
 
 PACKETS = re.compile(r"stopped after [0-9.]+s: ([0-9]+) packets received")
@@ -163,7 +164,7 @@ def main():
         extra = sc.get("extra", "")
         if sc.get("scrape") or extra.count("[[service]]") != extra.count(SINK_ACTION):
             sys.exit(f"instructions: {name} has a scraper or a service that is not a sink: not measurable under valgrind")
-        if SINK_ACTION in extra:
+        if SINK_ACTION in extra and "free_on_rx" not in extra:
             known[name] = dict(sc, extra=extra.replace(SINK_ACTION, SINK_ACTION + "\nfree_on_rx = true"))
     seconds = mb.env_num("BENCH_SECONDS", 20.0)
     rows = []

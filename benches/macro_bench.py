@@ -198,6 +198,17 @@ SCENARIOS = [
               f"{SCRAPE_PERIOD} s on and off (on, off, off, on, ...) in the same run (issue 9); Mpps = received in the "
               "scraped windows; `paired ratio` = delivered to the service in scraped windows / in unscraped "
               "windows of the same run"),
+    dict(name="fastpathd-open-sink-free-on-rx", kind="fastpathd:pipeline", capture=BENCH_UDP,
+         extra=SINK + "free_on_rx = true   # benchmark only\n", mbufs=32767,
+         what="open-sink with the service's benchmark-only `free_on_rx` (the RX lcore frees what it would enqueue, "
+              "counted delivered; the worker on lcore 0 finds nothing and sleeps): one RX lcore's whole path on "
+              "CPU 1, the reference of the next row (both with a pool of 32767 mbufs: two RX lcores' descriptors "
+              "and socket queues need more than 16383)"),
+    dict(name="fastpathd-open-sink-free-on-rx-2-rx-lcores", kind="fastpathd:pipeline", capture=BENCH_UDP,
+         extra=SINK + "free_on_rx = true   # benchmark only\n", rx_lcores=2, mbufs=32767,
+         what="the same with 2 RX lcores (`rx_lcores = 2`: net_pcap0 replays bench_udp on 2 RX queues, lcore 1 on "
+              "CPU 1, lcore 2 on CPU 0 with the sleeping worker, the control thread and this script), sharing no "
+              "written line: Mpps of the port, both queues (issue 30)"),
     dict(name="fastpathd-closed-port-scraped", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=ICMP_DEFAULTS,
          workers="[]", scrape=True, paired=True, compare="rx", min_seconds=12 * SCRAPE_PERIOD,
          what="closed-port with no worker lcore, so CPU 0 runs no lcore: the control thread, the metrics "
@@ -221,6 +232,9 @@ GOALS = [
      "fastpathd-closed-port-many-sources", "fastpathd-open-sink-many-sources", 1.0),
     ("closed port ≥ 2 × build first, seed 000's traffic (issue 6 (a) ≥ 2 (d), 4096 sources)",
      "fastpathd-closed-port-many-sources", "fastpathd-build-first-many-sources", 2.0),
+    ("2 RX lcores ≥ 1.8 × 1 RX lcore, open-sink freed on RX (issue 30: per-lcore rate independent of the "
+     "lcore count; the second RX lcore shares CPU 0 with the control thread and this script)",
+     "fastpathd-open-sink-free-on-rx-2-rx-lcores", "fastpathd-open-sink-free-on-rx", 1.8),
     ("scraped every 10 ms ≥ 0.98 × not scraped, same run, RX lcore on a CPU of its own (issue 9)",
      "fastpathd-closed-port-scraped", "figure:paired_ratio", 0.98),
     ("scraped every 10 ms ≥ 0.98 × not scraped, same run, scraper on the worker's CPU (issue 9; 2-CPU machine)",
@@ -236,13 +250,14 @@ def env_num(name, default, cast=float):
         sys.exit(f"macro_bench: {name}={v!r} is not a number")
 
 
-def eal_args(prefix, capture):
-    """The EAL arguments every scenario shares, lcore list aside (fastpathd derives it)."""
+def eal_args(prefix, capture, rx_queues=1, tx_queues=2):
+    """The EAL arguments every scenario shares, lcore list aside (fastpathd derives it): net_pcap0
+    replays `capture` endlessly on each of its `rx_queues` RX queues."""
+    # `infinite_rx` once: given per queue, net_pcap replays each capture once and stops.
+    pcap = "net_pcap0" + f",rx_pcap={capture}" * rx_queues + ",infinite_rx=1" + ",tx_pcap=/dev/null" * tx_queues
     return [
         "--no-huge", "-m", "1024", "--no-pci", "--no-shconf", f"--file-prefix={prefix}",
-        "--no-telemetry", "--log-level=lib.eal:warning",
-        f"--vdev=net_pcap0,rx_pcap={capture},infinite_rx=1,tx_pcap=/dev/null,tx_pcap=/dev/null",
-        "--vdev=net_null0,no-rx=1",
+        "--no-telemetry", "--log-level=lib.eal:warning", f"--vdev={pcap}", "--vdev=net_null0,no-rx=1",
     ]
 
 
@@ -360,6 +375,8 @@ tx_desc = {desc}
 
 [[port]]
 device = "net_pcap0"
+rx_queues = {rx_queues}
+tx_queues = {tx_queues}
 ipv4 = {ipv4}
 ipv6 = ["2001:db8::1"]
 mac = "02:00:00:00:00:01"
@@ -369,9 +386,10 @@ mac = "02:00:00:00:00:01"
 device = "net_null0"
 
 [lcores]
-rx = [1]
+rx = {rx}
 workers = {workers}
 mode = "{mode}"
+{cpus}
 
 [metrics]
 listen = "127.0.0.1:{metrics_port}"
@@ -522,13 +540,20 @@ def fastpathd_binary():
 def write_config(sc, prefix, tmp):
     """Writes the fastpathd config of scenario `sc` into `tmp`; returns (path, metrics port)."""
     name, mode, capture = sc["name"], sc["kind"].split(":")[1], sc["capture"]
-    eal = "[" + ", ".join(f'"{a}"' for a in eal_args(prefix, capture)) + "]"
+    # RX lcores 1.. (one RX queue each), the worker on lcore 0. With several RX lcores on this
+    # 2-CPU machine they alternate between CPUs 1 and 0 (`rx_lcores = N`; lcore 0 stays on CPU 0).
+    n = sc.get("rx_lcores", 1)
+    rx = list(range(1, n + 1))
+    workers = sc.get("workers", "[0]")
+    tx_queues = n + len(eval(workers))
+    cpus = "" if n == 1 else 'cpus = "0@0,' + ",".join(f"{l}@{l % 2}" for l in rx) + '"'
+    eal = "[" + ", ".join(f'"{a}"' for a in eal_args(prefix, capture, n, tx_queues)) + "]"
     cfg = os.path.join(tmp, f"{name}.toml")
     mport = free_port()
     with open(cfg, "w") as f:
         f.write(FASTPATHD_CONFIG.format(
-            eal=eal, mbufs=MBUFS, cache=MBUF_CACHE, desc=DESC, mode=mode, metrics_port=mport,
-            workers=sc.get("workers", "[0]"),
+            eal=eal, mbufs=sc.get("mbufs", MBUFS), cache=MBUF_CACHE, desc=DESC, mode=mode, metrics_port=mport,
+            workers=workers, rx=rx, cpus=cpus, rx_queues=n, tx_queues=tx_queues,
             ipv4="[" + ", ".join(f'"{a}"' for a in sc.get("ipv4", ["192.0.2.1"])) + "]",
             extra=sc.get("extra", ""),
             forward_to='forward_to = "net_null0"' if mode == "forward" else ""))

@@ -222,7 +222,12 @@ fn flow_key(f: &[u8]) -> Option<Vec<u8>> {
 /// junk) round robin. Returns each pcap's bytes and how many frames it got.
 pub fn split_by_flow(path: &Path, n: usize) -> Vec<(Vec<u8>, usize)> {
     let data = std::fs::read(path).unwrap();
-    assert_eq!(&data[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "{}: a little-endian pcap", path.display());
+    assert_eq!(
+        &data[..4],
+        &[0xd4, 0xc3, 0xb2, 0xa1],
+        "{}: a little-endian pcap",
+        path.display()
+    );
     let mut out: Vec<(Vec<u8>, usize)> = (0..n).map(|_| (data[..24].to_vec(), 0)).collect();
     let (mut off, mut i) = (24, 0usize);
     while off + 16 <= data.len() {
@@ -231,9 +236,9 @@ pub fn split_by_flow(path: &Path, n: usize) -> Vec<(Vec<u8>, usize)> {
         let q = match flow_key(&rec[16..]) {
             // FNV-1a, its well-mixed high half mapped onto 0..n (its low bits mix poorly).
             Some(k) => {
-                let h = k
-                    .iter()
-                    .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+                let h = k.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+                    (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+                });
                 (((h >> 32) * n as u64) >> 32) as usize
             }
             None => i % n,

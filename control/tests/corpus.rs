@@ -605,7 +605,12 @@ fn in_process(cfg: &config::Config, queues: &[Vec<Frame>], idle_ms: u64) -> BTre
     let counts = |lcores: &[(RxEngine<HeapBuf, HeapIo>, Arc<LcoreStats>)]| -> [u64; Outcome::COUNT] {
         std::array::from_fn(|i| lcores.iter().map(|(_, st)| st.outcomes[i].get()).sum())
     };
-    let t0 = queues.iter().filter_map(|q| q.first()).map(|f| f.ts_ns).min().unwrap_or(0);
+    let t0 = queues
+        .iter()
+        .filter_map(|q| q.first())
+        .map(|f| f.ts_ns)
+        .min()
+        .unwrap_or(0);
     let at = |ts: u64| Instant(1_000_000_000 + ts.saturating_sub(t0));
     // FASTPATH_CORPUS_FRAMES=1 prints the outcomes counted while each frame was handled (a
     // fragment's come later, with the fragment that completes or refuses its datagram; answers
@@ -634,7 +639,11 @@ fn in_process(cfg: &config::Config, queues: &[Vec<Frame>], idle_ms: u64) -> BTre
                         .map(|o| o.name())
                         .collect();
                     let staged = if what.is_empty() { "staged for a socket" } else { "" };
-                    eprintln!("  lcore {slot} frame {}: {}{staged}", b * BURST + i + 1, what.join(", "));
+                    eprintln!(
+                        "  lcore {slot} frame {}: {}{staged}",
+                        b * BURST + i + 1,
+                        what.join(", ")
+                    );
                 }
             }
             let rx = &mut lcores[slot].0;
@@ -643,7 +652,12 @@ fn in_process(cfg: &config::Config, queues: &[Vec<Frame>], idle_ms: u64) -> BTre
         }
     }
     // Quiet time after the last packet, then the clean stop.
-    let last = queues.iter().filter_map(|q| q.last()).map(|f| f.ts_ns).max().unwrap_or(0);
+    let last = queues
+        .iter()
+        .filter_map(|q| q.last())
+        .map(|f| f.ts_ns)
+        .max()
+        .unwrap_or(0);
     let end = at(last).0 + idle_ms * 1_000_000;
     for (rx, _) in lcores.iter_mut() {
         while let Some(d) = rx.next_deadline().filter(|d| d.0 <= end) {
