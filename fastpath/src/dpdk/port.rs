@@ -205,7 +205,15 @@ impl Port {
 
         // SAFETY: id is a configured port with all queues set up.
         let rc = unsafe { dpdk_sys::rte_eth_dev_start(id) };
-        check(|| format!("rte_eth_dev_start({device})"), rc)?;
+        check(
+            || {
+                format!(
+                    "rte_eth_dev_start({device}): the port was found and set up but did not start \
+                     (is its peer there: a memif or vhost-user socket, the interface it sits on?)"
+                )
+            },
+            rc,
+        )?;
         if conf.promiscuous {
             // SAFETY: id is a started port. Failure is harmless (some vdevs do not support it):
             // the pipeline filters by destination MAC itself.
