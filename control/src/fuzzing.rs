@@ -49,6 +49,7 @@ pub fn http_sources() -> (prometheus::Registry, Arc<Sources>) {
         published: Arc::new(Published::new(Arc::new(Tables::default()))),
         reload: Arc::new(ReloadStats::default()),
         http: Arc::new(HttpStats::default()),
+        health: Arc::new(crate::health::Health::always_ok()),
     });
     (metrics::registry(sources.clone()), sources)
 }

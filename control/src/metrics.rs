@@ -37,6 +37,8 @@ pub struct Sources {
     pub reload: Arc<ReloadStats>,
     /// What the metrics endpoint did.
     pub http: Arc<crate::http::HttpStats>,
+    /// What `/healthz` answers, and each port's link as the control thread last read it.
+    pub health: Arc<crate::health::Health>,
 }
 
 /// How a port was set up: its driver and the offloads it got (`fastpath_port_info`).
@@ -206,6 +208,11 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         "fastpath_port_rx_nombuf_total",
         "RX mbuf allocation failures: the pool ran dry (rte_eth_stats rx_nombuf).",
         MetricType::COUNTER,
+    ),
+    (
+        "fastpath_port_link_up",
+        "1 while the port's link is up, 0 while down (a port over a kernel interface: that interface's carrier), read by the control thread every 50 ms.",
+        MetricType::GAUGE,
     ),
     (
         "fastpath_port_info",
@@ -559,6 +566,13 @@ fn port_families(s: &Sources) -> Named {
             ))
         })
         .collect();
+    let link = (0..s.port_names.len() as u16)
+        .filter(|&id| !s.port_names[id as usize].is_empty())
+        .filter_map(|id| {
+            let up = s.health.link_up(id)?;
+            Some((vec![("port", s.port(id))], if up { 1.0 } else { 0.0 }))
+        })
+        .collect();
     vec![
         ("fastpath_port_rx_packets_total", port_counter(s, |p| p.ipackets)),
         ("fastpath_port_rx_bytes_total", port_counter(s, |p| p.ibytes)),
@@ -569,6 +583,7 @@ fn port_families(s: &Sources) -> Named {
         ("fastpath_port_tx_errors_total", port_counter(s, |p| p.oerrors)),
         ("fastpath_port_rx_nombuf_total", port_counter(s, |p| p.rx_nombuf)),
         ("fastpath_port_info", info),
+        ("fastpath_port_link_up", link),
     ]
 }
 
@@ -1027,6 +1042,19 @@ mod tests {
             }))),
             reload: Arc::new(ReloadStats::default()),
             http: Default::default(),
+            health: {
+                let h = Arc::new(crate::health::Health::new(1));
+                let port = crate::health::WatchedPort {
+                    id: 0,
+                    name: "net_pcap0".into(),
+                    kernel_interface: None,
+                };
+                let mut w = crate::health::Watch::new(vec![port], &[], 0, 3, std::time::Instant::now());
+                w.tick(&[], 3, &h, std::time::Instant::now(), |_| {
+                    crate::health::LinkReading::Down(String::new())
+                });
+                h
+            },
         });
         let reg = registry(src);
         let text = render(&reg);
@@ -1060,6 +1088,7 @@ mod tests {
             ),
             "{text}"
         );
+        assert!(text.contains("fastpath_port_link_up{port=\"net_pcap0\"} 0"), "{text}");
         assert!(
             text.contains("fastpath_port_rx_missed_total{port=\"net_pcap0\"} 5"),
             "{text}"
