@@ -514,6 +514,7 @@ fn metric_sources(
         dpdk_version: dpdk::version(),
         start_time,
         tsc_hz,
+        mbufs_capacity: (pool.size() + big.size()) as u64,
         mbufs_in_use: Box::new(move || (pool_for_metrics.in_use() + big_for_metrics.in_use()) as u64),
         port_stats: {
             let last = final_port_stats.clone();

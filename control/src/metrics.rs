@@ -29,6 +29,8 @@ pub struct Sources {
     pub tsc_hz: u64,
     /// Mbufs currently allocated from the pool.
     pub mbufs_in_use: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// Mbufs the pools hold in all (what `mbufs_in_use` counts against).
+    pub mbufs_capacity: u64,
     /// The counters of a DPDK port by id (`None` if it has none to give).
     pub port_stats: Box<dyn Fn(u16) -> Option<PortStats> + Send + Sync>,
     /// The published config generation.
@@ -227,6 +229,11 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
     (
         "fastpath_mbufs_in_use",
         "Mbufs allocated from the packet pool right now.",
+        MetricType::GAUGE,
+    ),
+    (
+        "fastpath_mbufs_capacity",
+        "Mbufs the pools hold (dpdk.mbufs plus reassembly.buffers): fastpath_mbufs_in_use / fastpath_mbufs_capacity is how full they are.",
         MetricType::GAUGE,
     ),
     (
@@ -592,6 +599,7 @@ fn process_families(s: &Sources) -> Named {
     vec![
         ("fastpath_tsc_hz", vec![(vec![], s.tsc_hz as f64)]),
         ("fastpath_mbufs_in_use", vec![(vec![], (s.mbufs_in_use)() as f64)]),
+        ("fastpath_mbufs_capacity", vec![(vec![], s.mbufs_capacity as f64)]),
         (
             "fastpath_build_info",
             vec![(
@@ -1029,6 +1037,7 @@ mod tests {
             start_time: 1.0,
             tsc_hz: 2_000_000_000,
             mbufs_in_use: Box::new(|| 7),
+            mbufs_capacity: 8447,
             port_stats: Box::new(|id| {
                 (id == 0).then_some(PortStats {
                     ipackets: 11,
@@ -1077,6 +1086,7 @@ mod tests {
         );
         assert!(text.contains("# TYPE fastpath_packets_total counter"), "{text}");
         assert!(text.contains("fastpath_mbufs_in_use 7"), "{text}");
+        assert!(text.contains("fastpath_mbufs_capacity 8447"), "{text}");
         assert!(text.contains("fastpath_tsc_hz 2000000000"), "{text}");
         assert!(
             text.contains("fastpath_port_rx_packets_total{port=\"net_pcap0\"} 11"),
