@@ -979,6 +979,31 @@ mod tests {
             }
         }
         assert!(exprs >= 10);
+        // An instance variable, and every query filters on it.
+        let vars = dash["templating"]["list"].as_array().unwrap();
+        assert!(vars.iter().any(|v| v["name"] == "instance"), "{vars:?}");
+        let all: Vec<&str> = dash["panels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["targets"].as_array().unwrap())
+            .map(|t| t["expr"].as_str().unwrap())
+            .collect();
+        for e in &all {
+            let selectors = e.matches("fastpath_").count();
+            assert_eq!(e.matches("instance=~\"$instance\"").count(), selectors, "{e}");
+        }
+        // What an on-call engineer looks for first is charted.
+        for family in [
+            "fastpath_port_link_up",
+            "fastpath_port_rx_missed_total",
+            "fastpath_port_rx_nombuf_total",
+            "fastpath_port_rx_errors_total",
+            "fastpath_socket_full_total",
+            "outcome=~\"socket_full|flow_limited\"",
+        ] {
+            assert!(all.iter().any(|e| e.contains(family)), "no panel charts {family}");
+        }
     }
     use fastpath::stats::QueueCounters;
 
