@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 /// after it was published has not adopted it.
 pub const STALL: Duration = Duration::from_millis(500);
 
-/// A verdict older than this means the control thread itself stopped checking.
-const STALE: Duration = Duration::from_secs(2);
+/// A verdict older than this means the control thread itself stopped checking (it checks every
+/// 10 ms tick; only a reload of a very large config, seconds of parsing, holds it that long).
+const STALE: Duration = Duration::from_secs(5);
 
 /// How often links are read.
 const LINK_POLL: Duration = Duration::from_millis(50);
@@ -62,7 +63,7 @@ impl Health {
         let age = at.elapsed();
         if self.watched && age > STALE && problem.as_deref() != Some("stopping") {
             return Err(format!(
-                "health not checked for {:.1} s: the control thread is stuck",
+                "health not checked for {:.1} s: the control thread is stuck (or busy with a very large reload)",
                 age.as_secs_f64()
             ));
         }
@@ -119,12 +120,15 @@ pub fn read_link(p: &WatchedPort) -> LinkReading {
             return LinkReading::Down(format!("kernel interface {ifname} is gone"));
         };
         let oper = oper.trim();
-        // `carrier` cannot be read while the interface is administratively down.
+        // `carrier` cannot be read while the interface is administratively down. It is what
+        // changes first: the kernel updates `operstate` from it a little later (linkwatch).
         let carrier = std::fs::read_to_string(dir.join("carrier")).is_ok_and(|c| c.trim() == "1");
-        return if carrier && !matches!(oper, "down" | "lowerlayerdown" | "notpresent") {
-            LinkReading::Up(format!("kernel interface {ifname}"))
+        return if !carrier {
+            LinkReading::Down(format!("kernel interface {ifname}: no carrier, operstate {oper}"))
+        } else if matches!(oper, "down" | "lowerlayerdown" | "notpresent") {
+            LinkReading::Down(format!("kernel interface {ifname}: operstate {oper}"))
         } else {
-            LinkReading::Down(format!("kernel interface {ifname}: {oper}, no carrier"))
+            LinkReading::Up(format!("kernel interface {ifname}"))
         };
     }
     match fastpath::dpdk::port::link_of(p.id) {
@@ -284,7 +288,7 @@ mod tests {
         let mut w = Watch::new(vec![port()], &l, 1, 1, t0);
         l.iter().for_each(|l| l.set_generation(1));
         let up = |_: &WatchedPort| LinkReading::Up("kernel interface fpv0".into());
-        let down = |_: &WatchedPort| LinkReading::Down("kernel interface fpv0: lowerlayerdown, no carrier".into());
+        let down = |_: &WatchedPort| LinkReading::Down("kernel interface fpv0: no carrier, operstate down".into());
         assert!(w.tick(&l, 1, &h, t0, up).is_empty(), "up at start is not logged");
         assert_eq!(h.answer(), Ok(()));
         assert_eq!(h.link_up(0), Some(true));
@@ -296,7 +300,7 @@ mod tests {
             if i < 5 {
                 assert_eq!(
                     h.answer(),
-                    Err("port net_af_packet0 link down (kernel interface fpv0: lowerlayerdown, no carrier)".into()),
+                    Err("port net_af_packet0 link down (kernel interface fpv0: no carrier, operstate down)".into()),
                     "tick {i}"
                 );
                 assert_eq!(h.link_up(0), Some(false));
@@ -305,7 +309,7 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "port net_af_packet0: link down (kernel interface fpv0: lowerlayerdown, no carrier)",
+                "port net_af_packet0: link down (kernel interface fpv0: no carrier, operstate down)",
                 "port net_af_packet0: link up (kernel interface fpv0)"
             ]
         );
@@ -407,10 +411,10 @@ mod tests {
     fn a_verdict_nobody_renews_is_itself_a_problem_but_stopping_is_not() {
         let h = Health::new(0);
         h.publish(None);
-        *h.verdict.lock().unwrap() = (None, Instant::now() - Duration::from_secs(3));
+        *h.verdict.lock().unwrap() = (None, Instant::now() - Duration::from_secs(6));
         assert!(h.answer().unwrap_err().contains("control thread is stuck"));
         h.stopping();
-        *h.verdict.lock().unwrap() = (Some("stopping".into()), Instant::now() - Duration::from_secs(3));
+        *h.verdict.lock().unwrap() = (Some("stopping".into()), Instant::now() - Duration::from_secs(6));
         assert_eq!(h.answer(), Err("stopping".into()));
         assert_eq!(Health::always_ok().answer(), Ok(()));
     }
