@@ -205,7 +205,7 @@ pub fn sim_group(n: usize, capacity: usize, rollover: bool, huge_flows: bool) ->
 
 /// The simulated queue behind a socket made by [`sim_group`].
 pub fn sim_queue(s: &Socket) -> &SimQueue {
-    s.queue.sim().expect("a SimQueue socket")
+    s.queue(0).sim().expect("a SimQueue socket")
 }
 
 /// A flow hash that Hash fanout maps to position `pos` of `n` sockets.

@@ -65,6 +65,23 @@ pub fn run(opts: Options) -> u8 {
             return EXIT_CONFIG;
         }
     };
+    // The machine's side of the config (CPUs for the lcores): refused here, with key and line,
+    // rather than by the EAL with exit 3.
+    if let Some(allowed) = crate::placement::allowed_cpus() {
+        let file = opts.config.display().to_string();
+        let checked = config::read(&opts.config).and_then(|src| config::check_machine(&cfg, &src, &file, &allowed));
+        if let Err(e) = checked {
+            eprintln!("{e}");
+            eprintln!(
+                "fastpathd: {} does not fit this machine ({} problem(s) above); nothing was started",
+                e.file,
+                e.errors.len()
+            );
+            return EXIT_CONFIG;
+        }
+    } else {
+        eprintln!("fastpathd: cannot read the allowed CPUs: the lcores' CPUs are not checked");
+    }
     if opts.check_config {
         eprintln!("{}: ok", opts.config.display());
         return EXIT_OK;
@@ -565,7 +582,11 @@ fn watch_tick(watch: &mut Watch, src: &Sources) {
 fn housekeeping_pin(allowed: Option<&[u32]>, cfg: &Config) -> impl Fn(&str) + Clone + Send + 'static {
     let housekeeping = match allowed {
         Some(allowed) => {
-            let (cpus, why) = crate::placement::housekeeping_cpus(allowed, &cfg.lcores.rx, &cfg.lcores.workers);
+            let (cpus, why) = crate::placement::housekeeping_cpus(
+                allowed,
+                &cfg.lcores.cpus_of(&cfg.lcores.rx),
+                &cfg.lcores.cpus_of(&cfg.lcores.workers),
+            );
             eprintln!("fastpathd: control and metrics threads on CPUs {cpus:?} ({why})");
             Some(cpus)
         }
@@ -591,7 +612,11 @@ fn pin_eal_threads(allowed: Option<&[u32]>, cfg: &Config) {
     let Some(allowed) = allowed else {
         return;
     };
-    let (cpus, _) = crate::placement::housekeeping_cpus(allowed, &cfg.lcores.rx, &cfg.lcores.workers);
+    let (cpus, _) = crate::placement::housekeeping_cpus(
+        allowed,
+        &cfg.lcores.cpus_of(&cfg.lcores.rx),
+        &cfg.lcores.cpus_of(&cfg.lcores.workers),
+    );
     for (tid, name) in crate::placement::eal_service_threads() {
         if let Err(e) = fastpath::dpdk::eal::pin_thread(tid, &cpus) {
             eprintln!("fastpathd: EAL thread {name} ({tid}) stays where the EAL put it: {e}");

@@ -676,8 +676,8 @@ fn socket_families(tables: &Tables) -> Named {
     for sock in &tables.sockets {
         let lb = vec![("service", sock.service.clone()), ("socket", sock.index.to_string())];
         let c = &sock.counters;
-        depth.push((lb.clone(), sock.queue.len() as f64));
-        capacity.push((lb.clone(), sock.queue.capacity() as f64));
+        depth.push((lb.clone(), sock.len() as f64));
+        capacity.push((lb.clone(), sock.capacity() as f64));
         pressure.push((lb.clone(), sock.under_pressure() as u8 as f64));
         delivered.push((lb.clone(), c.sum(|x| &x.delivered) as f64));
         full.push((lb.clone(), c.sum(|x| &x.full) as f64));

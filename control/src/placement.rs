@@ -10,7 +10,8 @@
 //!    the sockets' depth absorbs, instead of reception, which nothing absorbs;
 //! 3. else every allowed CPU (every CPU receives: nothing better exists).
 //!
-//! fastpathd passes the EAL a plain `-l` list, so lcore N runs on CPU N.
+//! The lcores run where `[lcores] cpus` puts them (lcore N on CPU N by default); the choice
+//! above is made over their CPUs, not their numbers.
 
 /// The threads of this process that the EAL started for itself and that are not lcores (its
 /// interrupt thread, the multi-process channel, telemetry), by kernel thread id and name:

@@ -98,23 +98,24 @@ impl TableBuilder {
         }
     }
 
-    /// How a socket's queue is used: every RX lcore enqueues (one, or several at once); only
-    /// the socket's worker dequeues, for as long as the socket exists (a socket is reused across
-    /// reloads only with the same worker, and dropped only when no lcore holds it).
+    /// How a socket queue is used: a socket has one queue per RX lcore, which only that RX
+    /// lcore enqueues to; only the socket's worker dequeues, for as long as the socket exists (a
+    /// socket is reused across reloads only with the same worker, and dropped only when no
+    /// lcore holds it).
     pub fn socket_sync(&self) -> QueueSync {
         QueueSync {
-            single_producer: self.rx_lcores == 1,
+            single_producer: true,
             single_consumer: true,
             producer_reclaims: false,
         }
     }
 
     /// How the sockets of service `s` are used: [`TableBuilder::socket_sync`], and for a `sink`
-    /// fed by one RX lcore a ring whose RX lcore frees what the worker took (the worker only
-    /// counts: the packets and the ring's slots never leave the RX lcore's cache).
+    /// queues whose RX lcore frees what the worker took (the worker only counts: the packets
+    /// and the queue's slots never leave the RX lcore's cache).
     pub fn service_socket_sync(&self, s: &crate::config::ServiceConfig) -> QueueSync {
         let mut sync = self.socket_sync();
-        sync.producer_reclaims = sync.single_producer && matches!(s.action, Action::Sink);
+        sync.producer_reclaims = matches!(s.action, Action::Sink);
         sync
     }
 
@@ -214,7 +215,8 @@ impl TableBuilder {
             .sockets
             .get(&key)
             .filter(|old| {
-                old.queue.capacity() == s.socket_capacity
+                old.capacity() == s.socket_capacity
+                    && old.queues().len() == self.rx_lcores
                     && old.worker == worker
                     && old.free_on_rx == s.free_on_rx
                     && old.sync == sync
@@ -223,14 +225,16 @@ impl TableBuilder {
         if let Some(old) = reuse {
             return Ok(old);
         }
-        let ring =
-            (self.make_queue)(s.socket_capacity, sync).map_err(|e| format!("service {:?} socket {i}: {e}", s.name))?;
+        let queues = (0..self.rx_lcores.max(1))
+            .map(|_| (self.make_queue)(s.socket_capacity, sync))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("service {:?} socket {i}: {e}", s.name))?;
         let counters = self
             .counters
             .entry(key)
             .or_insert_with(|| Arc::new(SocketCounters::new(self.rx_lcores, self.workers)))
             .clone();
-        let mut socket = Socket::new(&s.name, i, ring, worker, counters);
+        let mut socket = Socket::with_queues(&s.name, i, queues, worker, counters);
         socket.sync = sync;
         socket.free_on_rx = s.free_on_rx;
         Ok(Arc::new(socket))
@@ -341,11 +345,11 @@ mod tests {
         assert!((0..8).all(|i| worker_for("x", i, 1) == 0));
     }
 
-    /// The sync modes each queue is made with: a socket is single-producer only with one RX
-    /// lcore (two RX lcores enqueueing into a single-producer ring would corrupt it) and always
-    /// single-consumer; a sequence tunnel's hand-off takes packets from any worker.
+    /// The queues each socket is made with: one per RX lcore, each single-producer (only its
+    /// RX lcore enqueues) and single-consumer (the socket's worker), a sink's reclaiming; a
+    /// sequence tunnel's hand-off takes packets from any worker.
     #[test]
-    fn sockets_are_single_producer_only_with_one_rx_lcore() {
+    fn sockets_have_one_single_producer_queue_per_rx_lcore() {
         let src = r#"
 [dpdk]
 eal_args = ["--no-huge"]
@@ -393,33 +397,28 @@ next_hop_mac = "02:00:00:00:00:fe"
                 mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
             };
             let mut b = TableBuilder::with_queues(vec![port], rx_lcores, 1, make);
-            b.build(&cfg, 1).expect("tables");
+            let t = b.build(&cfg, 1).expect("tables");
+            assert!(t.sockets.iter().all(|s| s.queues().len() == rx_lcores));
             let socket = QueueSync {
-                single_producer: rx_lcores == 1,
+                single_producer: true,
                 single_consumer: true,
                 producer_reclaims: false,
             };
-            // A sink's worker only counts: with one RX lcore, that lcore frees what it took.
+            // A sink's worker only counts: the RX lcore that filled a queue frees what it took.
             let sink = QueueSync {
-                producer_reclaims: rx_lcores == 1,
+                producer_reclaims: true,
                 ..socket
             };
             let cap = cfg.services[0].socket_capacity;
-            assert_eq!(
-                *made.lock().unwrap(),
-                vec![
-                    (cap, socket),
-                    (cap, socket),
-                    (cap, sink),
-                    (HANDOFF_CAPACITY, QueueSync::SHARED)
-                ],
-                "{rx_lcores} RX lcores"
-            );
+            let mut want = vec![(cap, socket); 2 * rx_lcores];
+            want.extend(vec![(cap, sink); rx_lcores]);
+            want.push((HANDOFF_CAPACITY, QueueSync::SHARED));
+            assert_eq!(*made.lock().unwrap(), want, "{rx_lcores} RX lcores");
             // A reload keeps every socket whose use is the same...
             made.lock().unwrap().clear();
             b.build(&cfg, 2).expect("tables");
             assert_eq!(*made.lock().unwrap(), vec![], "{rx_lcores} RX lcores");
-            // ...and makes a new queue where the sink became an echo (its worker now takes the
+            // ...and makes new queues where the sink became an echo (its worker now takes the
             // packets), and back.
             let echo = crate::config::parse(
                 &src.replace("rx = [1]", &format!("rx = {rx}"))
@@ -429,12 +428,9 @@ next_hop_mac = "02:00:00:00:00:fe"
             .expect("valid config");
             b.build(&echo, 3).expect("tables");
             b.build(&cfg, 4).expect("tables");
-            let expect = if rx_lcores == 1 {
-                vec![(cap, socket), (cap, sink)]
-            } else {
-                vec![]
-            };
-            assert_eq!(*made.lock().unwrap(), expect, "{rx_lcores} RX lcores");
+            let mut want = vec![(cap, socket); rx_lcores];
+            want.extend(vec![(cap, sink); rx_lcores]);
+            assert_eq!(*made.lock().unwrap(), want, "{rx_lcores} RX lcores");
         }
     }
 }

@@ -25,6 +25,11 @@ impl Scratch {
         std::fs::create_dir_all(&p).unwrap();
         Scratch(p)
     }
+    pub fn write_bytes(&self, f: &str, bytes: &[u8]) -> PathBuf {
+        let p = self.path(f);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
     pub fn path(&self, f: &str) -> PathBuf {
         self.0.join(f)
     }
@@ -74,7 +79,12 @@ pub fn run_to_idle(s: &Scratch, cfg: &Path, idle_ms: u32) -> BTreeMap<String, f6
         "--metrics-dump",
         dump.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(0), "fastpathd exit code");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "fastpathd exit code; its log:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     parse_metrics(&std::fs::read_to_string(&dump).unwrap())
 }
 
@@ -179,6 +189,61 @@ fn tshark(pcap: &Path, filter: &str, fields: &[&str], opts: &[&str]) -> Vec<Vec<
 /// Number of packets in a capture, by tshark.
 pub fn packet_count(pcap: &Path) -> usize {
     tshark_fields(pcap, "", &["frame.number"]).len()
+}
+
+/// The flow key RSS would hash for a frame: IPv4/IPv6 addresses, and the ports of a TCP/UDP
+/// datagram that is not a fragment (NICs hash fragments by addresses only); `None` for others.
+fn flow_key(f: &[u8]) -> Option<Vec<u8>> {
+    let ethertype = u16::from_be_bytes([*f.get(12)?, *f.get(13)?]);
+    match ethertype {
+        0x0800 => {
+            let ihl = (*f.get(14)? as usize & 0xf) * 4;
+            let frag = u16::from_be_bytes([*f.get(20)?, *f.get(21)?]) & 0x3fff != 0;
+            let proto = *f.get(23)?;
+            let mut k = f.get(26..34)?.to_vec();
+            if !frag && (proto == 6 || proto == 17) {
+                k.extend_from_slice(f.get(14 + ihl..18 + ihl)?);
+            }
+            Some(k)
+        }
+        0x86dd => {
+            let mut k = f.get(22..54)?.to_vec();
+            if matches!(f.get(20)?, 6 | 17) {
+                k.extend_from_slice(f.get(54..58)?);
+            }
+            Some(k)
+        }
+        _ => None,
+    }
+}
+
+/// Splits the classic little-endian pcap at `path` into `n` pcaps, one per RX queue, the way RSS
+/// spreads flows: each frame to the queue its flow hashes to, frames without a flow key (ARP,
+/// junk) round robin. Returns each pcap's bytes and how many frames it got.
+pub fn split_by_flow(path: &Path, n: usize) -> Vec<(Vec<u8>, usize)> {
+    let data = std::fs::read(path).unwrap();
+    assert_eq!(&data[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "{}: a little-endian pcap", path.display());
+    let mut out: Vec<(Vec<u8>, usize)> = (0..n).map(|_| (data[..24].to_vec(), 0)).collect();
+    let (mut off, mut i) = (24, 0usize);
+    while off + 16 <= data.len() {
+        let caplen = u32::from_le_bytes(data[off + 8..off + 12].try_into().unwrap()) as usize;
+        let rec = &data[off..off + 16 + caplen];
+        let q = match flow_key(&rec[16..]) {
+            // FNV-1a, its well-mixed high half mapped onto 0..n (its low bits mix poorly).
+            Some(k) => {
+                let h = k
+                    .iter()
+                    .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+                (((h >> 32) * n as u64) >> 32) as usize
+            }
+            None => i % n,
+        };
+        out[q].0.extend_from_slice(rec);
+        out[q].1 += 1;
+        off += 16 + caplen;
+        i += 1;
+    }
+    out
 }
 
 /// EAL arguments for tests: no hugepages, no PCI, a unique file prefix.

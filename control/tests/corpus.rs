@@ -151,9 +151,36 @@ fn entries() -> Vec<Entry> {
         .collect()
 }
 
-/// The entry's full daemon config: its `config` plus `[dpdk] eal_args` (net_pcap0 reading the
-/// capture, one `tx_pcap` per TX queue into `outputs`) and an ephemeral metrics port.
-fn full_config(e: &Entry, outputs: &dyn Fn(usize) -> PathBuf) -> (String, usize) {
+/// The entry's port's RX queues (`[[port]] rx_queues`, default 1).
+fn rx_queues(e: &Entry) -> usize {
+    let t: toml::Table = toml::from_str(&e.config).unwrap_or_else(|err| panic!("{}: config: {err}", e.name));
+    t.get("port")
+        .and_then(|p| p.as_array())
+        .and_then(|p| p.first())
+        .and_then(|p| p.get("rx_queues"))
+        .and_then(|q| q.as_integer())
+        .unwrap_or(1) as usize
+}
+
+/// The captures each RX queue replays: the entry's capture, or with several RX queues (and so
+/// several RX lcores) the capture split over them by flow as RSS would, written into `s`.
+fn inputs(e: &Entry, s: &Scratch) -> Vec<PathBuf> {
+    let n = rx_queues(e);
+    let whole = captures_dir().join(&e.pcap);
+    if n == 1 {
+        return vec![whole];
+    }
+    split_by_flow(&whole, n)
+        .into_iter()
+        .enumerate()
+        .map(|(q, (bytes, _))| s.write_bytes(&format!("in{q}.pcap"), &bytes))
+        .collect()
+}
+
+/// The entry's full daemon config: its `config` plus `[dpdk] eal_args` (net_pcap0 reading
+/// `inputs`, one per RX queue, and one `tx_pcap` per TX queue into `outputs`) and an ephemeral
+/// metrics port.
+fn full_config(e: &Entry, inputs: &[PathBuf], outputs: &dyn Fn(usize) -> PathBuf) -> (String, usize) {
     let mut t: toml::Table = toml::from_str(&e.config).unwrap_or_else(|err| panic!("{}: config: {err}", e.name));
     let tx_queues =
         t.get("port")
@@ -162,7 +189,10 @@ fn full_config(e: &Entry, outputs: &dyn Fn(usize) -> PathBuf) -> (String, usize)
             .and_then(|p| p[0].get("tx_queues"))
             .and_then(|q| q.as_integer())
             .unwrap_or_else(|| panic!("{}: config needs exactly one [[port]] with tx_queues", e.name)) as usize;
-    let mut vdev = format!("--vdev=net_pcap0,rx_pcap={}", captures_dir().join(&e.pcap).display());
+    let mut vdev = "--vdev=net_pcap0".to_string();
+    for i in inputs {
+        write!(vdev, ",rx_pcap={}", i.display()).unwrap();
+    }
     for q in 0..tx_queues {
         write!(vdev, ",tx_pcap={}", outputs(q).display()).unwrap();
     }
@@ -260,7 +290,7 @@ fn corpus_through_the_daemon() {
 fn daemon_run(e: &Entry) -> Option<String> {
     let s = Scratch::new(&format!("corpus-{}", e.name));
     let out = |q: usize| s.path(&format!("q{q}.pcap"));
-    let (cfg_text, tx_queues) = full_config(e, &out);
+    let (cfg_text, tx_queues) = full_config(e, &inputs(e, &s), &out);
     let cfg = s.write("c.toml", &cfg_text);
     let dump = s.path("metrics.prom");
     let run = fastpathd()
@@ -507,7 +537,9 @@ fn corpus_in_process() {
     let t = std::time::Instant::now();
     let mut failures = Vec::new();
     for e in entries() {
-        let (text, _) = full_config(&e, &|q| PathBuf::from(format!("/dev/null/q{q}")));
+        let s = Scratch::new(&format!("corpus-inproc-{}", e.name));
+        let queues = inputs(&e, &s);
+        let (text, _) = full_config(&e, &queues, &|q| PathBuf::from(format!("/dev/null/q{q}")));
         let cfg = match config::parse(&text, &format!("corpus.toml:{}", e.name)) {
             Ok(c) => c,
             Err(err) => {
@@ -515,12 +547,13 @@ fn corpus_in_process() {
                 continue;
             }
         };
-        let frames = read_pcap(&captures_dir().join(&e.pcap));
+        let frames: Vec<Vec<Frame>> = queues.iter().map(|q| read_pcap(q)).collect();
         let got = in_process(&cfg, &frames, e.idle_ms);
         let total: u64 = got.values().sum();
         let mut diff = String::new();
-        if total != frames.len() as u64 {
-            writeln!(diff, "  {} frames, {total} outcomes", frames.len()).unwrap();
+        let sent: usize = frames.iter().map(Vec::len).sum();
+        if total != sent as u64 {
+            writeln!(diff, "  {sent} frames, {total} outcomes").unwrap();
         }
         diff_outcomes(e.inproc_outcomes.as_ref().unwrap_or(&e.outcomes), &got, &mut diff);
         if !diff.is_empty() {
@@ -535,12 +568,14 @@ fn sim_queue(capacity: usize, _: QueueSync) -> Result<SocketQueue, String> {
     Ok(SimQueue::new(capacity).into())
 }
 
-/// One RX lcore (slot 0) over heap buffers: the daemon's own RX engine
-/// (`fastpath::rx::RxEngine`) in bursts of 32 with one `now` each, a TX queue that takes
-/// everything, then `idle_ms` of simulated quiet time and the clean stop. A frame larger than
-/// the daemon's mbuf data room arrives in several segments, as from the NIC. The clock is the
-/// capture's timestamps (from 1 s, never 0). Returns the outcome counts.
-fn in_process(cfg: &config::Config, frames: &[Frame], idle_ms: u64) -> BTreeMap<String, u64> {
+/// One RX engine per RX lcore (slot `i` replays `queues[i]`) over heap buffers, sharing one
+/// generation of tables as the daemon's lcores do: the daemon's own RX engine
+/// (`fastpath::rx::RxEngine`) in bursts of 32 with one `now` each, the lcores taking turns
+/// burst by burst, a TX queue that takes everything, then `idle_ms` of simulated quiet time and
+/// the clean stop. A frame larger than the daemon's mbuf data room arrives in several segments,
+/// as from the NIC. The clock is the capture's timestamps (from 1 s, never 0). Returns the
+/// outcome counts, summed over the lcores.
+fn in_process(cfg: &config::Config, queues: &[Vec<Frame>], idle_ms: u64) -> BTreeMap<String, u64> {
     const DATA_ROOM: usize = 2048; // the daemon's mbuf data room: larger frames are `oversize`
     let port = OpenedPort {
         id: 0,
@@ -553,52 +588,70 @@ fn in_process(cfg: &config::Config, frames: &[Frame], idle_ms: u64) -> BTreeMap<
         Box::new(sim_queue),
     );
     let tables = Arc::new(builder.build(cfg, 1).expect("tables"));
-    let stats = Arc::new(LcoreStats::new(
-        0,
-        vec![QueueCounters::new(0, 0)],
-        vec![QueueCounters::new(0, 0)],
-    ));
-    let mut tx = Collect::new(0);
-    tx.keep = false;
-    let mut rx = RxEngine::new(tables, 0, vec![tx], HeapIo::default(), stats.clone());
-    let counts = || -> [u64; Outcome::COUNT] { std::array::from_fn(|i| stats.outcomes[i].get()) };
-    let t0 = frames.first().map_or(0, |f| f.ts_ns);
+    assert_eq!(queues.len(), cfg.lcores.rx.len(), "one RX queue per RX lcore");
+    let mut lcores: Vec<(RxEngine<HeapBuf, HeapIo>, Arc<LcoreStats>)> = (0..queues.len())
+        .map(|slot| {
+            let stats = Arc::new(LcoreStats::new(
+                slot as u32,
+                vec![QueueCounters::new(0, 0)],
+                vec![QueueCounters::new(0, 0)],
+            ));
+            let mut tx = Collect::new(0);
+            tx.keep = false;
+            let rx = RxEngine::new(tables.clone(), slot, vec![tx], HeapIo::default(), stats.clone());
+            (rx, stats)
+        })
+        .collect();
+    let counts = |lcores: &[(RxEngine<HeapBuf, HeapIo>, Arc<LcoreStats>)]| -> [u64; Outcome::COUNT] {
+        std::array::from_fn(|i| lcores.iter().map(|(_, st)| st.outcomes[i].get()).sum())
+    };
+    let t0 = queues.iter().filter_map(|q| q.first()).map(|f| f.ts_ns).min().unwrap_or(0);
     let at = |ts: u64| Instant(1_000_000_000 + ts.saturating_sub(t0));
     // FASTPATH_CORPUS_FRAMES=1 prints the outcomes counted while each frame was handled (a
     // fragment's come later, with the fragment that completes or refuses its datagram; answers
     // are sent at once to show theirs).
     let show = std::env::var_os("FASTPATH_CORPUS_FRAMES").is_some();
-    for (b, burst) in frames.chunks(BURST).enumerate() {
-        let now = at(burst[0].ts_ns);
-        for (i, f) in burst.iter().enumerate() {
-            let before = counts();
-            let mut buf = HeapBuf::new(&f.data);
-            if f.data.len() > DATA_ROOM {
-                buf.set_segments(2);
+    let bursts = queues.iter().map(|q| q.len().div_ceil(BURST)).max().unwrap_or(0);
+    for b in 0..bursts {
+        for slot in 0..queues.len() {
+            let Some(burst) = queues[slot].chunks(BURST).nth(b) else {
+                continue;
+            };
+            let now = at(burst[0].ts_ns);
+            for (i, f) in burst.iter().enumerate() {
+                let before = counts(&lcores);
+                let mut buf = HeapBuf::new(&f.data);
+                if f.data.len() > DATA_ROOM {
+                    buf.set_segments(2);
+                }
+                lcores[slot].0.receive(0, buf, now);
+                if show {
+                    lcores[slot].0.flush_tx();
+                    let after = counts(&lcores);
+                    let what: Vec<&str> = Outcome::ALL
+                        .iter()
+                        .filter(|o| after[o.index()] != before[o.index()])
+                        .map(|o| o.name())
+                        .collect();
+                    let staged = if what.is_empty() { "staged for a socket" } else { "" };
+                    eprintln!("  lcore {slot} frame {}: {}{staged}", b * BURST + i + 1, what.join(", "));
+                }
             }
-            rx.receive(0, buf, now);
-            if show {
-                rx.flush_tx();
-                let after = counts();
-                let what: Vec<&str> = Outcome::ALL
-                    .iter()
-                    .filter(|o| after[o.index()] != before[o.index()])
-                    .map(|o| o.name())
-                    .collect();
-                let staged = if what.is_empty() { "staged for a socket" } else { "" };
-                eprintln!("  frame {}: {}{staged}", b * BURST + i + 1, what.join(", "));
-            }
+            let rx = &mut lcores[slot].0;
+            rx.end_burst();
+            rx.poll_done(now);
         }
-        rx.end_burst();
-        rx.poll_done(now);
     }
     // Quiet time after the last packet, then the clean stop.
-    let end = at(frames.last().map_or(0, |f| f.ts_ns)).0 + idle_ms * 1_000_000;
-    while let Some(d) = rx.next_deadline().filter(|d| d.0 <= end) {
-        rx.poll_done(d);
+    let last = queues.iter().filter_map(|q| q.last()).map(|f| f.ts_ns).max().unwrap_or(0);
+    let end = at(last).0 + idle_ms * 1_000_000;
+    for (rx, _) in lcores.iter_mut() {
+        while let Some(d) = rx.next_deadline().filter(|d| d.0 <= end) {
+            rx.poll_done(d);
+        }
+        rx.stop(Instant(end));
     }
-    rx.stop(Instant(end));
-    let c = counts();
+    let c = counts(&lcores);
     Outcome::ALL
         .iter()
         .map(|o| (o.name().to_string(), c[o.index()]))

@@ -36,16 +36,17 @@ pub trait RxIo<B: LcoreBuf> {
     fn alloc(&mut self, len: usize) -> Option<B>;
     /// An empty buffer with at least `len` bytes of tailroom, for a reassembled datagram.
     fn alloc_datagram(&mut self, len: usize) -> Option<B>;
-    /// Enqueues `pkts` to `socket`'s queue: what it takes leaves `pkts` from the front, the
-    /// refused stay. Returns how many it took.
-    fn enqueue(&mut self, socket: &Socket, pkts: &mut Vec<B>) -> usize;
+    /// Enqueues `pkts` to `socket`'s queue of RX lcore slot `slot` (this lcore's): what it
+    /// takes leaves `pkts` from the front, the refused stay. Returns how many it took.
+    fn enqueue(&mut self, socket: &Socket, slot: usize, pkts: &mut Vec<B>) -> usize;
     /// Hands `pkts` (answers, not yet encapsulated) to the owning worker of sequence tunnel
     /// `tunnel`: what its ring takes leaves `pkts` from the front, the refused stay. Returns how
     /// many it took.
     fn hand_off(&mut self, tunnel: &crate::pipeline::tunnel::Tunnel, pkts: &mut Vec<B>) -> usize;
-    /// A poll found nothing: time for work the sockets' queues may want done while idle.
-    fn idle(&mut self, tables: &Tables) {
-        let _ = tables;
+    /// A poll found nothing: time for work the sockets' queues of RX lcore slot `slot` (this
+    /// lcore's) may want done while idle.
+    fn idle(&mut self, tables: &Tables, slot: usize) {
+        let _ = (tables, slot);
     }
     /// Whether the sockets' idle work is due now although the lcore is busy (and clears it):
     /// a buffer allocation failed that it may cure.
@@ -251,7 +252,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                 B::free_bulk(pkts);
                 n as u64
             } else {
-                self.side.io.enqueue(socket, pkts) as u64
+                self.side.io.enqueue(socket, slot, pkts) as u64
             };
             let c = &socket.counters.rx[slot];
             c.delivered.add(n);
@@ -287,7 +288,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// A poll found nothing: the sockets' queues do their idle work ([`RxIo::idle`]).
     #[cold]
     pub fn idle(&mut self) {
-        self.side.io.idle(self.pipeline.tables());
+        self.side.io.idle(self.pipeline.tables(), self.pipeline.slot());
     }
 
     /// Sends every TX batch now, and hands sequence tunnels' answers to their owners.
@@ -627,8 +628,8 @@ impl RxIo<crate::buf::HeapBuf> for HeapIo {
             len + 256,
         ))
     }
-    fn enqueue(&mut self, socket: &Socket, pkts: &mut Vec<crate::buf::HeapBuf>) -> usize {
-        let Some(q) = socket.queue.sim() else {
+    fn enqueue(&mut self, socket: &Socket, slot: usize, pkts: &mut Vec<crate::buf::HeapBuf>) -> usize {
+        let Some(q) = socket.queue(slot).sim() else {
             return 0;
         };
         let took = q.push(pkts.len());

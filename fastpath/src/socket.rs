@@ -131,12 +131,13 @@ impl From<crate::dpdk::MbufRing> for SocketQueue {
 /// which waits for the line and for every store before it) and wrong with more than declared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueSync {
-    /// Only one lcore ever enqueues (a socket when there is one RX lcore).
+    /// Only one lcore ever enqueues (every socket queue: each RX lcore has its own).
     pub single_producer: bool,
     /// Only one lcore ever dequeues (a socket's one worker, a hand-off's owner).
     pub single_consumer: bool,
     /// The consumer only counts what it takes (a sink), and the producer frees it on its next
-    /// enqueue (honoured with one producer and one consumer: `MbufRing`'s reclaiming slots).
+    /// enqueue (honoured with one producer and one consumer: `MbufRing`'s reclaiming slots, so
+    /// for every socket queue of a sink).
     pub producer_reclaims: bool,
 }
 
@@ -236,7 +237,29 @@ struct History([AtomicU32; HISTORY_LEN]);
 #[repr(align(64))]
 struct Pressure(AtomicBool);
 
+/// Per RX lcore slot: how many packets the consumer left in that slot's queue at its last take,
+/// written only by the consumer, read by the producers (see [`Socket::producer_len`]).
+#[derive(Debug)]
+#[repr(align(128))]
+struct Depth(Box<[AtomicU32]>);
+
 /// One socket of a service.
+///
+/// Its queue is one single-producer, single-consumer queue per RX lcore (`queues[slot]`, filled
+/// only by the RX lcore in counter slot `slot`), drained round robin by the socket's one worker:
+/// no line is written by two producers, and the producer's enqueue is a plain store of its own
+/// index. The socket's occupancy, which the fanout rules of seed 002 and the flow limit of seed
+/// 003 are about, is the sum of its queues; `capacity` bounds that sum (each queue can hold the
+/// whole capacity, so one RX lcore alone can fill the socket, as with one shared queue).
+///
+/// An RX lcore knows its own queue's length without a read of another core's line (its own
+/// view, an upper bound). The other queues' lengths it takes from [`Depth`]: what the consumer
+/// left in each after its last take, on one line the consumer writes only when a count
+/// changes, so that the per-burst cost of the sum is one line whatever the number of RX
+/// lcores, instead of two lines per other queue. Those counts lag the truth by what the other
+/// RX lcores enqueued since the consumer's last poll (a lower bound of them); the hard bound
+/// of what a socket holds is therefore its queues' capacities, which the packet pool's budget
+/// charges.
 ///
 /// Read per burst by its RX lcores and per poll by its worker: 128-byte aligned, so that no
 /// heap object an lcore writes shares its lines (its own written fields are on lines of their
@@ -247,8 +270,8 @@ pub struct Socket {
     pub service: String,
     /// Index of the socket in its service.
     pub index: usize,
-    /// The queue.
-    pub queue: SocketQueue,
+    /// One queue per RX lcore slot.
+    queues: Box<[SocketQueue]>,
     /// The worker slot that drains it.
     pub worker: usize,
     /// Counters, shared with the socket's successor across reloads.
@@ -256,29 +279,31 @@ pub struct Socket {
     /// Benchmark only: the RX lcore frees what it would enqueue here, counted delivered (the
     /// service's `free_on_rx`).
     pub free_on_rx: bool,
-    /// How its queue was made (a reload keeps a socket only for the same use).
+    /// How its queues were made (a reload keeps a socket only for the same use).
     pub sync: QueueSync,
-    /// `queue.capacity()`, read per packet by fanout: a plain field, not a virtual call.
+    /// The queues' capacity, read per packet by fanout: a plain field, not a virtual call.
     capacity: usize,
     pressure: Pressure,
     history: History,
+    depth: Depth,
 }
 
 impl std::fmt::Debug for Socket {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         write!(
             f,
-            "Socket({}/{}, {}/{})",
+            "Socket({}/{}, {}/{} in {} queues)",
             self.service,
             self.index,
-            self.queue.len(),
-            self.queue.capacity()
+            self.len(),
+            self.capacity,
+            self.queues.len()
         )
     }
 }
 
 impl Socket {
-    /// A socket over `queue`, drained by worker slot `worker`.
+    /// A socket over one `queue` (one RX lcore), drained by worker slot `worker`.
     pub fn new(
         service: &str,
         index: usize,
@@ -286,14 +311,32 @@ impl Socket {
         worker: usize,
         counters: std::sync::Arc<SocketCounters>,
     ) -> Self {
-        let queue = queue.into();
+        Socket::with_queues(service, index, vec![queue.into()], worker, counters)
+    }
+
+    /// A socket over `queues`, one per RX lcore slot, all of the same capacity (at least one
+    /// queue), drained by worker slot `worker`.
+    pub fn with_queues(
+        service: &str,
+        index: usize,
+        queues: Vec<SocketQueue>,
+        worker: usize,
+        counters: std::sync::Arc<SocketCounters>,
+    ) -> Self {
+        assert!(!queues.is_empty(), "a socket has a queue per RX lcore");
+        let capacity = queues[0].capacity();
+        assert!(
+            queues.iter().all(|q| q.capacity() == capacity),
+            "a socket's queues have one capacity"
+        );
         Socket {
             service: service.to_string(),
             index,
             free_on_rx: false,
             sync: QueueSync::SHARED,
-            capacity: queue.capacity(),
-            queue,
+            capacity,
+            depth: Depth((0..queues.len()).map(|_| AtomicU32::new(0)).collect()),
+            queues: queues.into_boxed_slice(),
             worker,
             counters,
             pressure: Pressure::default(),
@@ -301,17 +344,81 @@ impl Socket {
         }
     }
 
-    /// How many packets the queue holds at most.
+    /// How many packets the socket holds at most (in all its queues; each queue too).
     #[inline]
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// The queue RX lcore slot `slot` fills.
+    #[inline(always)]
+    pub fn queue(&self, slot: usize) -> &SocketQueue {
+        &self.queues[slot]
+    }
+
+    /// Every queue, by RX lcore slot.
+    #[inline]
+    pub fn queues(&self) -> &[SocketQueue] {
+        &self.queues
+    }
+
+    /// Packets queued now in all queues (reads every queue's indices: for metrics and tests).
+    pub fn len(&self) -> usize {
+        self.queues.iter().map(SocketQueue::len).sum()
+    }
+
+    /// Whether nothing is queued in any queue.
+    pub fn is_empty(&self) -> bool {
+        self.queues.iter().all(SocketQueue::is_empty)
+    }
+
+    /// The socket's occupancy as RX lcore slot `slot` sees it, and whether that is exact: its
+    /// own queue's producer view ([`PacketQueue::producer_len`]; `fresh` asks for the true
+    /// length) plus the other queues' counts. With one queue that is the queue's own answer.
+    /// The other queues count what their consumer last left in them (a DPDK ring's socket, see
+    /// the type docs), or their length (any other queue: simulations and test doubles).
+    #[inline]
+    pub fn producer_len(&self, slot: usize, fresh: bool) -> (usize, bool) {
+        let (own, exact) = self.queues[slot].producer_len(fresh);
+        if self.queues.len() == 1 {
+            return (own, exact);
+        }
+        let mut others = 0;
+        for (j, q) in self.queues.iter().enumerate() {
+            if j != slot {
+                others += match q {
+                    #[cfg(feature = "dpdk")]
+                    SocketQueue::Ring(_) => self.depth.0[j].load(Relaxed) as usize,
+                    q => q.len(),
+                };
+            }
+        }
+        (own + others, exact)
+    }
+
+    /// The consumer, after taking from the queue of RX lcore slot `slot`: `left` packets stay
+    /// in it as far as it knows. Written only when the count changes.
+    #[inline]
+    pub fn publish_depth(&self, slot: usize, left: usize) {
+        let d = &self.depth.0[slot];
+        let left = left.min(u32::MAX as usize) as u32;
+        if d.load(Relaxed) != left {
+            d.store(left, Relaxed);
+        }
+    }
+
+    /// What the consumer last published for every queue, summed.
+    #[cfg(feature = "dpdk")]
+    #[inline]
+    fn published_depth(&self) -> usize {
+        self.depth.0.iter().map(|d| d.load(Relaxed) as usize).sum()
     }
 
     /// Room for one more packet, counting `staged` packets this lcore holds for it but has not
     /// enqueued yet (they are enqueued at the end of the burst).
     #[inline]
     pub fn room(&self, staged: usize) -> Room {
-        Room::after_one_more(self.queue.len() + staged, self.capacity)
+        Room::after_one_more(self.len() + staged, self.capacity)
     }
 
     /// Whether the socket is flagged under pressure.
@@ -330,9 +437,20 @@ impl Socket {
 
     /// Called by the socket's consumer after draining: clears the flag once occupancy is at most
     /// half the capacity (the seed review's threshold, not "empty"). Only the consumer clears.
+    /// Occupancy is the queues' lengths, or with several DPDK-ring queues what the consumer
+    /// published after taking from each (its own view, no read of the producers' lines).
     #[inline]
     pub fn consumer_update_pressure(&self) {
-        if self.pressure.0.load(Relaxed) && self.queue.len() * 2 <= self.queue.capacity() {
+        if !self.pressure.0.load(Relaxed) {
+            return;
+        }
+        let queued = match &*self.queues {
+            [q] => q.len(),
+            #[cfg(feature = "dpdk")]
+            [SocketQueue::Ring(_), ..] => self.published_depth(),
+            _ => self.len(),
+        };
+        if queued * 2 <= self.capacity {
             self.pressure.0.store(false, Relaxed);
         }
     }
@@ -435,9 +553,31 @@ mod tests {
         assert!(s.under_pressure());
         s.consumer_update_pressure();
         assert!(s.under_pressure(), "still above half");
-        s.queue.sim().unwrap().set_len(50);
+        s.queue(0).sim().unwrap().set_len(50);
         s.consumer_update_pressure();
         assert!(!s.under_pressure());
+    }
+
+    #[test]
+    fn several_queues_count_as_one_socket() {
+        let queues = (0..3).map(|_| SimQueue::new(100).into()).collect();
+        let s = Socket::with_queues("s", 0, queues, 0, Arc::new(SocketCounters::new(3, 1)));
+        assert_eq!((s.capacity(), s.queues().len()), (100, 3));
+        s.queue(0).sim().unwrap().set_len(10);
+        s.queue(1).sim().unwrap().set_len(20);
+        s.queue(2).sim().unwrap().set_len(30);
+        s.queue(0).sim().unwrap().set_producer_lag(5);
+        assert_eq!(s.len(), 60);
+        assert_eq!(s.producer_len(0, false), (65, false), "its own view plus the others");
+        assert_eq!(s.producer_len(0, true), (60, true));
+        assert_eq!(s.producer_len(2, false), (60, true));
+        // Pressure is cleared over the sum.
+        s.mark_pressure();
+        s.consumer_update_pressure();
+        assert!(s.under_pressure(), "60 of 100");
+        s.queue(2).sim().unwrap().set_len(20);
+        s.consumer_update_pressure();
+        assert!(!s.under_pressure(), "50 of 100");
     }
 
     #[test]

@@ -103,6 +103,14 @@ impl SpscRing {
         self.len() == 0
     }
 
+    /// Consumer only: the words queued as the consumer last saw them (its copy of the
+    /// producer's index, no read of the producer's line): at most the true length.
+    #[inline]
+    pub fn consumer_len(&self) -> usize {
+        let c = &self.consumer.0;
+        c.peer.load(Relaxed).wrapping_sub(c.next.load(Relaxed))
+    }
+
     /// Producer only: the length as the producer sees it without reading the consumer's line —
     /// at least the true length, since the consumer only takes — and `false`; with `fresh`, the
     /// true length now (the consumer's index read and kept) and `true`.

@@ -12,8 +12,11 @@
 //!   charged `truesize` ([`ReasmConfig::buffer_truesize`], 2304 bytes), so
 //!   `ceil(high_thresh_bytes / truesize) + max_fragments`, and never more than
 //!   `max_datagrams × max_fragments` (none in forward mode, which has no reassembly);
-//! - **socket rings**: every socket's capacity (rings are sized exactly), and a 4096-packet
-//!   hand-off ring per sequence tunnel ([`HANDOFF_CAPACITY`]);
+//! - **socket rings**: every socket's capacity once per RX lcore (a socket has a queue per RX
+//!   lcore, each sized exactly to the socket's capacity so that one RX lcore alone can fill it;
+//!   the fanout keeps their sum at the capacity, but only the queues' sizes are a hard bound —
+//!   see `fastpath::socket::Socket`), and a 4096-packet hand-off ring per sequence tunnel
+//!   ([`HANDOFF_CAPACITY`]);
 //! - **mempool caches**: every lcore's per-lcore cache, which DPDK fills up to 1.5 × `mbuf_cache`
 //!   before flushing (`RTE_MEMPOOL_CACHE_FLUSHTHRESH`), invisible to the other lcores;
 //! - **reserve**: a burst in flight per lcore (32) and [`RESERVE`] mbufs for refilling RX
@@ -72,6 +75,7 @@ impl Budget {
                 .iter()
                 .map(|s| (s.sockets * s.socket_capacity) as u64)
                 .sum::<u64>()
+                * cfg.lcores.rx.len().max(1) as u64
                 + sequence_tunnels * HANDOFF_CAPACITY as u64,
             caches: lcores * (cfg.dpdk.mbuf_cache as u64 * 3).div_ceil(2),
             reserve: lcores * BURST + RESERVE,
@@ -122,7 +126,7 @@ pub(super) fn check(cfg: &Config, errs: &mut Errs) {
              RX descriptors {} ({rx_queues} queues x dpdk.rx_desc {}) + \
              TX descriptors {} ({tx_queues} queues x dpdk.tx_desc {}) + \
              held fragments {} ({}) + \
-             socket rings {} (every [[service]] sockets x socket_capacity, 4096 per sequence tunnel) + \
+             socket rings {} (every [[service]] sockets x socket_capacity x {} RX lcores, 4096 per sequence tunnel) + \
              mempool caches {} ({lcores} lcores x 1.5 x dpdk.mbuf_cache {}) + \
              reserve {} ({lcores} lcores x {BURST} in flight + {RESERVE} for ARP/NDP/ICMP) \
              = {total} > dpdk.mbufs {}; raise dpdk.mbufs to at least {total} or lower a term",
@@ -133,6 +137,7 @@ pub(super) fn check(cfg: &Config, errs: &mut Errs) {
             b.fragments,
             fragments_why,
             b.sockets,
+            cfg.lcores.rx.len(),
             b.caches,
             cfg.dpdk.mbuf_cache,
             b.reserve,
@@ -176,7 +181,8 @@ mod tests {
         };
         assert_eq!(Budget::of(&c), want);
         assert_eq!(want.total(), 64 + 128 + 1885 + 96 + 320);
-        // Two RX lcores each hold their own fragments; sockets and hand-off rings add up.
+        // Two RX lcores each hold their own fragments and fill their own queue of every socket;
+        // hand-off rings add up.
         let services =
             "\n[[service]]\nname = \"a\"\nports = [7]\nsockets = 3\nsocket_capacity = 100\naction = \"echo\"\n\
                         \n[[service]]\nname = \"b\"\nports = [9]\nsocket_capacity = 7\naction = \"sink\"\n\
@@ -188,7 +194,7 @@ mod tests {
         let b = Budget::of(&parse(&two, "t.toml").unwrap());
         assert_eq!(
             (b.rx_desc, b.tx_desc, b.fragments, b.sockets, b.caches, b.reserve),
-            (128, 192, 2 * 1885, 300 + 7 + 4096, 3 * 48, 3 * 32 + 256)
+            (128, 192, 2 * 1885, 2 * (300 + 7) + 4096, 3 * 48, 3 * 32 + 256)
         );
         // Forward mode has no reassembly.
         let fwd = cfg(16383, "")

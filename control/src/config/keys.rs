@@ -121,6 +121,11 @@ pub static KEYS: &[KeySpec] = &[
     restart("lcores.rx", LCORES, Get::Top(|c| dbg(&c.lcores.rx))),
     restart("lcores.workers", LCORES, Get::Top(|c| dbg(&c.lcores.workers))),
     restart(
+        "lcores.cpus",
+        "the EAL places the lcores on their CPUs at start-up",
+        Get::Top(|c| opt(&c.lcores.cpus)),
+    ),
+    restart(
         "lcores.idle_sleep_us",
         "the lcores' idle policy is fixed when they are launched at start-up",
         Get::Top(|c| c.lcores.idle_sleep_us.to_string()),

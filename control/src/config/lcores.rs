@@ -4,7 +4,7 @@ use super::errors::Errs;
 use super::port::PortConfig;
 use crate::locate::Seg::{Index, Key};
 use serde::Deserialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Highest lcore id DPDK 22.11 is built for (RTE_MAX_LCORE).
 pub const MAX_LCORE: u32 = 128;
@@ -18,7 +18,11 @@ pub(super) struct LcoresSection {
     workers: Vec<u32>,
     idle_sleep_us: Option<u64>,
     mode: Option<String>,
+    cpus: Option<String>,
 }
+
+/// Highest CPU id accepted in `[lcores] cpus` (the kernel's default `CPU_SETSIZE` is 1024).
+pub const MAX_CPU: u32 = 1023;
 
 /// `[lcores]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,6 +36,10 @@ pub struct LcoreConfig {
     pub idle_sleep_us: u64,
     /// What RX lcores do with packets.
     pub mode: LcoreMode,
+    /// `[lcores] cpus` as written (DPDK's `--lcores` syntax), if given.
+    pub cpus: Option<String>,
+    /// Every lcore with a role and the CPUs it may run on: from `cpus`, else lcore N on CPU N.
+    pub placement: BTreeMap<u32, Vec<u32>>,
 }
 
 /// `[lcores] mode`.
@@ -52,6 +60,49 @@ impl LcoreConfig {
         v.sort_unstable();
         v.dedup();
         v
+    }
+
+    /// The CPUs `lcores` run on, ascending, without repeats.
+    pub fn cpus_of(&self, lcores: &[u32]) -> Vec<u32> {
+        let set: BTreeSet<u32> = lcores
+            .iter()
+            .flat_map(|l| self.placement.get(l).cloned().unwrap_or_else(|| vec![*l]))
+            .collect();
+        set.into_iter().collect()
+    }
+
+    /// The EAL's lcore argument: `-l` with the lcore list when every lcore runs on the CPU of
+    /// its number, else `--lcores` with each lcore's CPU set (`0@0,1@0,2@(2,3)`).
+    pub fn eal_lcore_args(&self) -> [String; 2] {
+        let all = self.all();
+        if self.cpus.is_none() {
+            let list = all.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(",");
+            return ["-l".to_string(), list];
+        }
+        let elems = all
+            .iter()
+            .map(|l| match self.placement.get(l).map(Vec::as_slice) {
+                Some([c]) => format!("{l}@{c}"),
+                Some(set) => format!(
+                    "{l}@({})",
+                    set.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+                ),
+                None => format!("{l}@{l}"),
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        ["--lcores".to_string(), elems]
+    }
+
+    /// Lcores that share a CPU with another lcore: (CPU, the lcores on it), ascending.
+    pub fn shared_cpus(&self) -> Vec<(u32, Vec<u32>)> {
+        let mut by_cpu: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for (&l, cpus) in &self.placement {
+            for &c in cpus {
+                by_cpu.entry(c).or_default().push(l);
+            }
+        }
+        by_cpu.into_iter().filter(|(_, ls)| ls.len() > 1).collect()
     }
 
     /// Lcores that own a TX queue on every port, in TX-queue order: RX lcores first, then
@@ -82,12 +133,24 @@ pub(super) fn validate(lc: LcoresSection, errs: &mut Errs) -> LcoreConfig {
             }
         }
     }
+    let placement = placement(lc.cpus.as_deref(), &seen, errs);
     let lcores = LcoreConfig {
         mode: mode(lc.mode.as_deref(), errs),
         rx: lc.rx,
         workers: lc.workers,
         idle_sleep_us: lc.idle_sleep_us.unwrap_or(50),
+        cpus: lc.cpus,
+        placement,
     };
+    for (cpu, ls) in lcores.shared_cpus() {
+        errs.warn(
+            &[Key("lcores"), Key(if lcores.cpus.is_some() { "cpus" } else { "rx" })],
+            format!(
+                "lcores {ls:?} share CPU {cpu}: fine for tests, but in production each lcore polls \
+                 a CPU of its own (a busy-polling lcore takes the whole CPU from the others)"
+            ),
+        );
+    }
     if lcores.idle_sleep_us > 100_000 {
         errs.add(
             &[Key("lcores"), Key("idle_sleep_us")],
@@ -95,6 +158,124 @@ pub(super) fn validate(lc: LcoresSection, errs: &mut Errs) -> LcoreConfig {
         );
     }
     lcores
+}
+
+/// Every lcore of `roles` and its CPUs: as `[lcores] cpus` maps it (DPDK's `--lcores` syntax:
+/// elements `LCORES[@CPUS]` separated by commas, each set a number, a range `a-b` or a group
+/// `(a,b-c)`; without `@` the lcores run on the CPUs of their own numbers), lcore N on CPU N
+/// for the lcores it does not name. An lcore it names must have a role, and only once.
+fn placement(text: Option<&str>, roles: &BTreeSet<u32>, errs: &mut Errs) -> BTreeMap<u32, Vec<u32>> {
+    let mut out: BTreeMap<u32, Vec<u32>> = roles.iter().map(|&l| (l, vec![l])).collect();
+    let Some(text) = text else {
+        return out;
+    };
+    let path = [Key("lcores"), Key("cpus")];
+    let elems = match parse_lcores_arg(text) {
+        Ok(e) => e,
+        Err(why) => {
+            errs.add(
+                &path,
+                format!("{text:?}: {why}; expected DPDK's --lcores syntax, e.g. \"0@0,1@1,(2,3)@(2-3)\""),
+            );
+            return out;
+        }
+    };
+    let mut named = BTreeSet::new();
+    for (lcores, cpus) in elems {
+        for l in lcores {
+            if !roles.contains(&l) {
+                errs.warn(
+                    &path,
+                    format!("lcore {l} has no role (not in lcores.rx or lcores.workers): its placement is ignored"),
+                );
+            } else if !named.insert(l) {
+                errs.add(&path, format!("lcore {l} is placed twice"));
+            } else if let Some(&c) = cpus.iter().find(|&&c| c > MAX_CPU) {
+                errs.add(&path, format!("CPU {c}: expected a CPU id up to {MAX_CPU}"));
+            } else {
+                out.insert(l, cpus.clone());
+            }
+        }
+    }
+    out
+}
+
+/// One element of DPDK's `--lcores` argument: a set of lcores and the CPUs they may run on.
+type Placed = (Vec<u32>, Vec<u32>);
+
+/// Splits DPDK's `--lcores` argument into its elements.
+fn parse_lcores_arg(text: &str) -> Result<Vec<Placed>, String> {
+    let mut out = Vec::new();
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err("empty".into());
+    }
+    while !rest.is_empty() {
+        let (lcores, after) = take_set(rest)?;
+        let (cpus, after) = match after.strip_prefix('@') {
+            Some(a) => take_set(a)?,
+            None => (lcores.clone(), after),
+        };
+        out.push((lcores, cpus));
+        rest = match after.strip_prefix(',') {
+            Some(a) if !a.is_empty() => a,
+            Some(_) => return Err("a trailing comma".into()),
+            None if after.is_empty() => after,
+            None => return Err(format!("unexpected {:?}", after)),
+        };
+    }
+    Ok(out)
+}
+
+/// One set at the start of `s`: `N`, `a-b` or `(items)`; the set (sorted, no repeats) and the
+/// rest of `s`.
+fn take_set(s: &str) -> Result<(Vec<u32>, &str), String> {
+    let (body, rest) = match s.strip_prefix('(') {
+        Some(inner) => {
+            let end = inner.find(')').ok_or("an unclosed '('")?;
+            (&inner[..end], &inner[end + 1..])
+        }
+        None => {
+            let end = s.find([',', '@']).unwrap_or(s.len());
+            (&s[..end], &s[end..])
+        }
+    };
+    let mut set = BTreeSet::new();
+    for item in body.split(',').map(str::trim) {
+        let num = |t: &str| t.trim().parse::<u32>().map_err(|_| format!("{t:?} is not a number"));
+        match item.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if a > b || b - a > MAX_CPU {
+                    return Err(format!("bad range {item:?}"));
+                }
+                set.extend(a..=b);
+            }
+            None => {
+                set.insert(num(item)?);
+            }
+        }
+    }
+    Ok((set.into_iter().collect(), rest))
+}
+
+/// Checks the lcores' CPUs against the CPUs this process may use (`allowed`): a CPU the
+/// machine lacks, or that the process may not run on, is refused (the EAL would fail to start).
+pub(super) fn check_machine(lcores: &LcoreConfig, allowed: &[u32], errs: &mut Errs) {
+    let key = if lcores.cpus.is_some() { "cpus" } else { "rx" };
+    for (&l, cpus) in &lcores.placement {
+        let missing: Vec<u32> = cpus.iter().copied().filter(|c| !allowed.contains(c)).collect();
+        if !missing.is_empty() {
+            errs.add(
+                &[Key("lcores"), Key(key)],
+                format!(
+                    "lcore {l} would run on CPU(s) {missing:?}, which this machine lacks or this process may not use \
+                     (allowed: {allowed:?}); map the lcores onto allowed CPUs with lcores.cpus, e.g. \"{l}@{}\"",
+                    allowed.first().copied().unwrap_or(0)
+                ),
+            );
+        }
+    }
 }
 
 fn mode(text: Option<&str>, errs: &mut Errs) -> LcoreMode {

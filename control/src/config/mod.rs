@@ -103,14 +103,8 @@ impl Config {
     /// The full EAL argument list: program name, the lcore list derived from `[lcores]`, the
     /// config's `eal_args`, then `extra` (from the command line after `--`).
     pub fn eal_argv(&self, extra: &[String]) -> Vec<String> {
-        let lcores = self
-            .lcores
-            .all()
-            .iter()
-            .map(|l| l.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut v = vec!["fastpathd".to_string(), "-l".to_string(), lcores];
+        let mut v = vec!["fastpathd".to_string()];
+        v.extend(self.lcores.eal_lcore_args());
         v.extend(self.dpdk.eal_args.iter().cloned());
         v.extend(extra.iter().cloned());
         v
@@ -221,6 +215,27 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 /// Reads and validates the config at `path`, keeping the warnings.
 pub fn load_checked(path: &Path) -> Result<Loaded, ConfigErrors> {
     parse_checked(&read(path)?, &path.display().to_string())
+}
+
+/// Checks `cfg`, read from `src` (named `file`), against this machine: the lcores' CPUs must be
+/// ones this process may use (`allowed`, see [`crate::placement::allowed_cpus`]). Every problem,
+/// with key and line.
+pub fn check_machine(cfg: &Config, src: &str, file: &str, allowed: &[u32]) -> Result<(), ConfigErrors> {
+    let loc = Locator::new(src);
+    let mut errs = Errs {
+        loc: &loc,
+        list: Vec::new(),
+        warnings: Vec::new(),
+    };
+    lcores::check_machine(&cfg.lcores, allowed, &mut errs);
+    if errs.list.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigErrors {
+            file: file.to_string(),
+            errors: errs.list,
+        })
+    }
 }
 
 /// Parses and validates config text; `file` names it in errors.

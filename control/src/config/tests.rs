@@ -489,3 +489,76 @@ fn held_fragments_are_charged_the_packet_buffers_real_size() {
     let c = parse(&GOOD.replace("rx_queues = 1", "rx_queues = 1\nmtu = 9000"), "t.toml").unwrap();
     assert_eq!(c.reassembly.buffer_truesize, 128 + 9000 + 26 + 128);
 }
+
+/// `[lcores] cpus`: DPDK's `--lcores` syntax places lcores on CPUs; several lcores on one CPU
+/// is a warning; a CPU the machine lacks is refused by the machine check.
+#[test]
+fn lcore_cpus_place_lcores_and_reach_the_eal() {
+    let four = GOOD
+        .replace("eal_args = [", "mbufs = 32767\neal_args = [")
+        .replace("rx_queues = 1", "rx_queues = 4")
+        .replace("tx_queues = 2", "tx_queues = 6")
+        .replace("rx = [0]", "rx = [0, 1, 2, 3]")
+        .replace("workers = [1]", "workers = [4, 5]\ncpus = \"(0,1)@0,2-3@1,4@(0-1),5\"");
+    let l = parse_checked(&four, "t.toml").expect("valid");
+    let c = &l.config;
+    let want: Vec<(u32, Vec<u32>)> = vec![
+        (0, vec![0]),
+        (1, vec![0]),
+        (2, vec![1]),
+        (3, vec![1]),
+        (4, vec![0, 1]),
+        (5, vec![5]),
+    ];
+    assert_eq!(c.lcores.placement.clone().into_iter().collect::<Vec<_>>(), want);
+    assert_eq!(&c.eal_argv(&[])[1..3], ["--lcores", "0@0,1@0,2@1,3@1,4@(0,1),5@5"]);
+    assert_eq!(c.lcores.cpus_of(&c.lcores.rx), vec![0, 1]);
+    assert_eq!(c.lcores.cpus_of(&c.lcores.workers), vec![0, 1, 5]);
+    let w = l.warnings.to_string();
+    assert!(w.contains("lcores [0, 1, 4] share CPU 0"), "{w}");
+    assert!(w.contains("lcores [2, 3, 4] share CPU 1"), "{w}");
+    assert!(
+        l.warnings
+            .errors
+            .iter()
+            .all(|e| e.key == "lcores.cpus" && e.line == Some(16)),
+        "{w}"
+    );
+    // On a machine with CPUs 0 and 1 only, lcore 5 cannot run.
+    let e = check_machine(c, &four, "t.toml", &[0, 1]).unwrap_err();
+    assert_eq!(e.errors.len(), 1, "{e}");
+    assert_eq!((e.errors[0].key.as_str(), e.errors[0].line), ("lcores.cpus", Some(16)));
+    assert!(e.errors[0].message.contains("lcore 5 would run on CPU(s) [5]"), "{e}");
+    assert!(check_machine(c, &four, "t.toml", &[0, 1, 5]).is_ok());
+    // Without `cpus`, lcore N runs on CPU N: the check names lcores.rx.
+    let plain = parse(&GOOD.replace("workers = [1]", "workers = [3]"), "t.toml").unwrap();
+    let src = GOOD.replace("workers = [1]", "workers = [3]");
+    let e = check_machine(&plain, &src, "t.toml", &[0, 1]).unwrap_err();
+    assert_eq!(e.errors[0].key, "lcores.rx", "{e}");
+    assert!(parse_checked(GOOD, "t.toml").unwrap().warnings.errors.is_empty());
+}
+
+#[test]
+fn bad_lcore_cpus_are_refused_with_key_and_line() {
+    for (cpus, why) in [
+        ("0@0,", "trailing comma"),
+        ("0@x", "\"x\" is not a number"),
+        ("(0,1@0", "unclosed"),
+        ("3-1@0", "bad range"),
+        ("0@0;1@1", "not a number"),
+        ("0@0,0@1", "placed twice"),
+        ("0@2000", "CPU 2000"),
+        ("", "empty"),
+    ] {
+        let src = GOOD.replace("workers = [1]", &format!("workers = [1]\ncpus = {cpus:?}"));
+        let e = errors(&src);
+        assert_eq!(e.len(), 1, "{cpus:?}: {e:?}");
+        assert_eq!((e[0].key.as_str(), e[0].line), ("lcores.cpus", Some(15)), "{cpus:?}");
+        assert!(e[0].message.contains(why), "{cpus:?}: {}", e[0].message);
+    }
+    // An lcore without a role: warned, ignored.
+    let src = GOOD.replace("workers = [1]", "workers = [1]\ncpus = \"0@0,1@1,7@1\"");
+    let l = parse_checked(&src, "t.toml").unwrap();
+    assert!(l.warnings.to_string().contains("lcore 7 has no role"), "{}", l.warnings);
+    assert_eq!(&l.config.eal_argv(&[])[1..3], ["--lcores", "0@0,1@1"]);
+}

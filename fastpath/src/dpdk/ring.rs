@@ -338,6 +338,18 @@ impl MbufRing {
     }
 }
 
+impl MbufRing {
+    /// Consumer only: packets queued as the consumer last saw them (an SPSC ring's own copy of
+    /// the producer's index: no read of the producer's line; a DPDK ring's count).
+    #[inline]
+    pub fn consumer_len(&self) -> usize {
+        match &self.slots {
+            Slots::Spsc(r) | Slots::Reclaiming(r) => r.consumer_len(),
+            Slots::Dpdk(_) => self.len(),
+        }
+    }
+}
+
 impl PacketQueue for MbufRing {
     #[inline]
     fn len(&self) -> usize {

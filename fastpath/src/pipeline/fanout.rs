@@ -206,7 +206,7 @@ impl FanoutState {
         let burst = self.burst;
         let v = &mut self.view[s];
         if v.snap_burst != burst {
-            let (len, exact) = socket.queue.producer_len(false);
+            let (len, exact) = socket.producer_len(self.slot, false);
             v.snap = len as u32;
             v.snap_exact = exact;
             v.snap_burst = burst;
@@ -218,7 +218,7 @@ impl FanoutState {
         if v.snap_exact || queued < first_rule(socket.capacity()) {
             return queued;
         }
-        v.snap = socket.queue.producer_len(true).0 as u32;
+        v.snap = socket.producer_len(self.slot, true).0 as u32;
         v.snap_exact = true;
         v.snap as usize + v.staged as usize
     }
@@ -455,7 +455,7 @@ mod tests {
     }
 
     pub(super) fn q(s: &Socket) -> &SimQueue {
-        s.queue.sim().unwrap()
+        s.queue(0).sim().unwrap()
     }
 
     /// A hash the Hash mode maps to position `pos` of `n`.
@@ -632,7 +632,7 @@ mod tests {
                     sock.consumer_update_pressure();
                 }
             }
-            let delivered: Vec<usize> = s.iter().map(|x| x.queue.len()).collect();
+            let delivered: Vec<usize> = s.iter().map(|x| x.len()).collect();
             if rollover {
                 assert_eq!(
                     dropped, 0,
@@ -705,7 +705,7 @@ mod ordering {
                 }
             }
             for (i, s) in sockets.iter().enumerate() {
-                s.queue.sim().unwrap().set_len(fifo[i].len());
+                s.queue(0).sim().unwrap().set_len(fifo[i].len());
             }
             st.burst_done();
             // Consumers: 8 packets per round each (32 in all, for 30 sent).
@@ -715,7 +715,7 @@ mod ordering {
                         consumed.push(p);
                     }
                 }
-                s.queue.sim().unwrap().set_len(fifo[i].len());
+                s.queue(0).sim().unwrap().set_len(fifo[i].len());
                 s.consumer_update_pressure();
             }
         }
@@ -967,6 +967,101 @@ mod snapshot_tests {
     }
 }
 
+/// Sockets fed by several RX lcores: one queue per RX lcore, the rules over their sum.
+#[cfg(test)]
+mod many_lcores_tests {
+    use super::*;
+    use crate::pipeline::flow_limit::FlowLimit;
+    use crate::socket::{SimQueue, SocketCounters};
+
+    /// `n` sockets of capacity `cap`, each with a queue for each of `lcores` RX lcores.
+    fn sockets(n: usize, cap: usize, lcores: usize) -> (Group, Vec<Arc<Socket>>) {
+        let s = (0..n)
+            .map(|i| {
+                let queues = (0..lcores).map(|_| SimQueue::new(cap).into()).collect();
+                Arc::new(Socket::with_queues(
+                    "svc",
+                    i,
+                    queues,
+                    0,
+                    Arc::new(SocketCounters::new(lcores, 1)),
+                ))
+            })
+            .collect();
+        let g = Group {
+            sockets: (0..n).collect(),
+            mode: FanoutMode::Hash,
+            rollover: true,
+            huge_flows: true,
+        };
+        (g, s)
+    }
+
+    fn fill(s: &Socket, slot: usize, n: usize) {
+        s.queue(slot).sim().unwrap().set_len(n);
+    }
+
+    #[test]
+    fn room_counts_every_rx_lcores_queue() {
+        // Capacity 100, NORMAL needs more than 25 free after the packet. Socket 0 holds 40 from
+        // lcore 1 and 33 from lcore 2: lcore 0, with nothing of its own, sees 73 and stays.
+        let (g, s) = sockets(2, 100, 3);
+        let first = super::tests::hash_for(0, 2);
+        fill(&s[0], 1, 40);
+        fill(&s[0], 2, 33);
+        let mut st = FanoutState::new(2, 0, 1);
+        assert_eq!(st.choose(&g, &s, first), Choice::Socket(0));
+        assert!(!s[0].under_pressure());
+        // One more in lcore 2's queue: LOW room, so the socket is flagged (the flow is not huge
+        // and stays); with lcore 1's queue one short of the capacity, NONE: it rolls over.
+        fill(&s[0], 2, 34);
+        let mut st = FanoutState::new(2, 0, 1);
+        assert_eq!(st.choose(&g, &s, first), Choice::Socket(0));
+        assert!(s[0].under_pressure(), "set by the producer that found LOW room");
+        fill(&s[0], 1, 65);
+        let mut st = FanoutState::new(2, 0, 1);
+        assert_eq!(st.choose(&g, &s, first), Choice::Socket(1));
+        assert_eq!(s[0].counters.rx[0].rollover.get(), 1, "counted on this lcore's slot");
+        assert_eq!(s[0].counters.rx[1].rollover.get(), 0);
+        // Full over the sum: nothing anywhere with NORMAL room and the sum at capacity.
+        let (g, s) = sockets(2, 100, 2);
+        for x in &s {
+            fill(x, 0, 30);
+            fill(x, 1, 70);
+        }
+        let mut st = FanoutState::new(2, 0, 1);
+        assert_eq!(st.choose(&g, &s, super::tests::hash_for(0, 2)), Choice::Full(0));
+    }
+
+    #[test]
+    fn the_flow_limit_looks_at_the_sum_from_any_lcore() {
+        // Capacity 100: the limit applies from 50 queued; 30 of them are the other lcore's.
+        let (mut g, s) = sockets(1, 100, 2);
+        g.rollover = false;
+        let mut st = FanoutState::new(1, 1, 1);
+        st.flow_limit = Some(FlowLimit::new(64));
+        let flow = 7u32;
+        fill(&s[0], 0, 30);
+        fill(&s[0], 1, 19);
+        // 49 queued: below half, the dominant flow passes and is not even recorded.
+        for _ in 0..300 {
+            assert_eq!(st.choose(&g, &s, flow), Choice::Socket(0));
+            st.burst_done();
+        }
+        fill(&s[0], 1, 20);
+        // At half of the sum it is recorded, and shed once it holds more than half the history.
+        let choices: Vec<Choice> = (0..300)
+            .map(|_| {
+                let c = st.choose(&g, &s, flow);
+                st.burst_done();
+                c
+            })
+            .collect();
+        assert!(choices[..128].iter().all(|&c| c == Choice::Socket(0)));
+        assert!(choices[128..].iter().all(|&c| c == Choice::FlowLimited(0)));
+    }
+}
+
 #[cfg(test)]
 mod fast_path_tests {
     use super::tests::group;
@@ -975,7 +1070,7 @@ mod fast_path_tests {
     use proptest::prelude::*;
 
     fn set_len(s: &Socket, n: usize) {
-        s.queue.sim().unwrap().set_len(n);
+        s.queue(0).sim().unwrap().set_len(n);
     }
 
     /// How `run` asks for each packet's socket.
@@ -1003,7 +1098,7 @@ mod fast_path_tests {
     ) -> (Vec<Choice>, Vec<[u64; 4]>, Vec<bool>) {
         let (mut g, socks) = group(n, cap, rollover);
         for s in &socks {
-            s.queue.sim().unwrap().set_producer_lag(lag);
+            s.queue(0).sim().unwrap().set_producer_lag(lag);
         }
         g.mode = mode;
         let mut st = FanoutState::new(n, 0, 11);

@@ -528,7 +528,7 @@ mod tests {
     }
 
     fn sim(p: &Pipeline, s: usize) -> &SimQueue {
-        p.tables().sockets[s].queue.sim().unwrap()
+        p.tables().sockets[s].queue(0).sim().unwrap()
     }
 
     #[test]

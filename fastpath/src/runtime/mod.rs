@@ -167,11 +167,11 @@ impl RunControl {
     }
 }
 
-/// The DPDK ring behind a socket (the daemon's table builder makes every socket's queue one;
-/// a queue of another kind takes and gives nothing).
+/// The DPDK ring behind a socket's queue of RX lcore slot `slot` (the daemon's table builder
+/// makes every socket queue one; a queue of another kind takes and gives nothing).
 #[inline(always)]
-pub(crate) fn ring(s: &Socket) -> Option<&MbufRing> {
-    s.queue.ring()
+pub(crate) fn ring(s: &Socket, slot: usize) -> Option<&MbufRing> {
+    s.queue(slot).ring()
 }
 
 /// Busy-waits `cycles` TSC cycles (a service's simulated per-packet cost; nothing for 0).

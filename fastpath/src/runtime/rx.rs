@@ -41,8 +41,8 @@ impl RxIo<Mbuf> for DpdkIo {
         std::mem::take(&mut self.reclaim_due)
     }
     #[inline(always)]
-    fn enqueue(&mut self, socket: &Socket, pkts: &mut Vec<Mbuf>) -> usize {
-        ring(socket).map_or(0, |r| r.enqueue(pkts))
+    fn enqueue(&mut self, socket: &Socket, slot: usize, pkts: &mut Vec<Mbuf>) -> usize {
+        ring(socket, slot).map_or(0, |r| r.enqueue(pkts))
     }
     fn hand_off(&mut self, tunnel: &crate::pipeline::tunnel::Tunnel, pkts: &mut Vec<Mbuf>) -> usize {
         match super::handoff_ring(tunnel) {
@@ -50,12 +50,11 @@ impl RxIo<Mbuf> for DpdkIo {
             None => 0,
         }
     }
-    /// Frees what the workers took from reclaiming sockets (a sink fed by this, the only, RX
-    /// lcore) since its last enqueue to them, which would otherwise stay held until the
-    /// socket's next packet.
-    fn idle(&mut self, tables: &Tables) {
+    /// Frees what the workers took from this lcore's reclaiming queues (a sink's) since its
+    /// last enqueue to them, which would otherwise stay held until the socket's next packet.
+    fn idle(&mut self, tables: &Tables, slot: usize) {
         for s in tables.sockets.iter() {
-            if let Some(r) = ring(s) {
+            if let Some(r) = ring(s, slot) {
                 r.reclaim();
             }
         }

@@ -130,6 +130,9 @@ struct Out {
     spare: Vec<Mbuf>,
     /// Identification for the fragments and outer headers this worker builds.
     ident: u16,
+    /// Advanced every poll: the RX lcore slot whose queue of each socket is drained first, so
+    /// that no RX lcore's queue is always served first (round robin over a socket's queues).
+    turn: usize,
 }
 
 impl Out {
@@ -195,15 +198,28 @@ impl Out {
         }
     }
 
-    /// Drains socket `wi` of the work list once (a burst) and runs its action on each packet.
-    /// Returns the packets taken.
+    /// Drains socket `wi` of the work list once (a burst from each of its queues, round robin)
+    /// and runs its action on each packet. Returns the packets taken.
     fn drain(&mut self, cx: &Ctx, wi: usize, buf: &mut Vec<Mbuf>, handoff: &mut [Vec<Mbuf>]) -> usize {
         let d = &cx.work[wi];
         if let Action::Sink = d.action {
             return self.sink(d);
         }
-        let n = ring(&d.socket).map_or(0, |r| r.dequeue(buf));
-        if n > 0 {
+        let queues = d.socket.queues().len();
+        let mut total = 0;
+        for k in 0..queues {
+            let j = if queues == 1 { 0 } else { (self.turn + k) % queues };
+            let Some(r) = ring(&d.socket, j) else {
+                continue;
+            };
+            let n = r.dequeue(buf);
+            if queues > 1 {
+                d.socket.publish_depth(j, r.consumer_len());
+            }
+            if n == 0 {
+                continue;
+            }
+            total += n;
             let c = &d.socket.counters.workers[self.slot];
             c.dequeued.add(n as u64);
             for m in buf.drain(..) {
@@ -221,23 +237,35 @@ impl Out {
             }
         }
         d.socket.consumer_update_pressure();
-        n
+        total
     }
 
-    /// `sink`: consumed unread, freed straight from the ring, or with one RX lcore left to it
-    /// to free (see `MbufRing`: the headers, and with one RX lcore the ring's slots, stay in the
-    /// RX lcore's cache).
+    /// `sink`: consumed unread, freed straight from the ring, or left to the RX lcore that
+    /// filled the queue to free (see `MbufRing`: the headers and the queue's slots stay in that
+    /// RX lcore's cache). A burst from each queue, round robin.
     #[inline]
     fn sink(&mut self, d: &Drained) -> usize {
-        let n = ring(&d.socket).map_or(0, |r| r.dequeue_and_free(BURST));
-        if n > 0 {
-            spin(d.cost_cycles.saturating_mul(n as u64));
+        let queues = d.socket.queues().len();
+        let mut total = 0;
+        for k in 0..queues {
+            let j = if queues == 1 { 0 } else { (self.turn + k) % queues };
+            let Some(r) = ring(&d.socket, j) else {
+                continue;
+            };
+            let n = r.dequeue_and_free(BURST);
+            if queues > 1 {
+                d.socket.publish_depth(j, r.consumer_len());
+            }
+            total += n;
+        }
+        if total > 0 {
+            spin(d.cost_cycles.saturating_mul(total as u64));
             let c = &d.socket.counters.workers[self.slot];
-            c.dequeued.add(n as u64);
-            c.sunk.add(n as u64);
+            c.dequeued.add(total as u64);
+            c.sunk.add(total as u64);
         }
         d.socket.consumer_update_pressure();
-        n
+        total
     }
 
     /// `echo`: the datagram back to its sender, from the port it came in on, or back through
@@ -527,12 +555,14 @@ impl WorkerTables {
     fn forget_retired(&mut self, control: &RunControl) {
         self.work.retain(|d| match d.retired_at {
             Some(g) => {
-                let gone = control.rx_all_reached(g) && d.socket.queue.is_empty();
+                let gone = control.rx_all_reached(g) && d.socket.is_empty();
                 if gone {
                     // No RX lcore enqueues to it again, so none frees what this worker took
                     // from a reclaiming ring: freed here.
-                    if let Some(r) = ring(&d.socket) {
-                        r.release_rest(false);
+                    for q in d.socket.queues() {
+                        if let Some(r) = q.ring() {
+                            r.release_rest(false);
+                        }
                     }
                 }
                 !gone
@@ -613,6 +643,7 @@ impl WorkerLcore {
             scratch: Vec::with_capacity(64),
             spare: Vec::with_capacity(64),
             ident: (self.slot as u16).wrapping_mul(0x9e37).wrapping_add(0x5555),
+            turn: 0,
         };
         let mut buf: Vec<Mbuf> = Vec::with_capacity(BURST);
         // Next sequence number of each owned sequence tunnel, by name (kept across reloads).
@@ -639,6 +670,7 @@ impl WorkerLcore {
                     got += out.number_and_send(&cx, ti, &mut buf, &mut next_seq);
                 }
                 out.flush_all(&cx);
+                out.turn = out.turn.wrapping_add(1);
             }
             Mbuf::free_bulk(&mut out.drops);
             w.forget_retired(control);
@@ -653,8 +685,10 @@ impl WorkerLcore {
         // Every RX lcore has exited: what this worker took from reclaiming rings is freed here
         // (before the exit's count of mbufs in use).
         for d in &w.work {
-            if let Some(r) = ring(&d.socket) {
-                r.release_rest(false);
+            for q in d.socket.queues() {
+                if let Some(r) = q.ring() {
+                    r.release_rest(false);
+                }
             }
         }
         polls.finish(&self.stats);

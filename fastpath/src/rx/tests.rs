@@ -154,7 +154,7 @@ fn every_packet_counts_once_and_answers_leave_on_the_tx_queue() {
     // The datagram reached a socket: counted on it, and in its queue.
     let t = e.pipeline().tables().clone();
     let on_sockets: u64 = t.sockets.iter().map(|s| s.counters.sum(|c| &c.delivered)).sum();
-    let queued: usize = t.sockets.iter().map(|s| s.queue.len()).sum();
+    let queued: usize = t.sockets.iter().map(|s| s.len()).sum();
     assert_eq!((on_sockets, queued, e.io().delivered.len()), (1, 1, 1));
 }
 
@@ -240,7 +240,7 @@ fn a_full_socket_refuses_what_does_not_fit_as_socket_full() {
     assert_eq!(delivered + full, 10);
     assert!(full >= 6 && delivered <= 4, "delivered {delivered}, full {full}");
     let s = &e.pipeline().tables().sockets[0];
-    assert_eq!(s.queue.len() as u64, delivered);
+    assert_eq!(s.len() as u64, delivered);
     assert_eq!(s.counters.sum(|c| &c.full), full);
 }
 

@@ -138,6 +138,7 @@ const EDITS: &[Edit] = &[
         &["lcores.rx", "flow_limit.lcores"],
     ),
     ("lcores.workers", &[("workers = [1]", "workers = [3]")], &["lcores.workers"]),
+    ("lcores.cpus", &[("cpus = \"0@0,1@0\"", "cpus = \"0@0,1@1\"")], &["lcores.cpus"]),
     ("lcores.idle_sleep_us", &[("idle_sleep_us = 50", "idle_sleep_us = 0")], &["lcores.idle_sleep_us"]),
     (
         "lcores.mode",

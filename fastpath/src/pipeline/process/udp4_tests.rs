@@ -208,7 +208,7 @@ fn run(
     let mut now = start;
     for (frames, lens) in bursts {
         for (s, &len) in p.tables().sockets.clone().iter().zip(lens) {
-            s.queue.sim().unwrap().set_len(len);
+            s.queue(0).sim().unwrap().set_len(len);
         }
         for d in frames {
             let mut b = frame(d);
@@ -284,7 +284,7 @@ fn the_draws_reach_every_verdict() {
     for (i, chunk) in draws.chunks(32).enumerate() {
         // Backlogs from none to nearly full, so the fanout rolls over and refuses.
         for s in p.tables().sockets.clone().iter() {
-            let q = s.queue.sim().unwrap();
+            let q = s.queue(0).sim().unwrap();
             q.set_len(i % (CAPACITY + 1));
         }
         for d in chunk {
