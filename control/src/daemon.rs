@@ -11,6 +11,7 @@ use crate::metrics::{self, Sources};
 use crate::reload::{ReloadStats, Reloader};
 use crate::signals::Signals;
 use crate::tables::{OpenedPort, TableBuilder};
+use control::health::{Health, Watch, WatchedPort};
 use fastpath::dpdk::{self, Eal, Mempool, Port, PortConf};
 use fastpath::generation::Published;
 use fastpath::outcome::Outcome;
@@ -143,14 +144,18 @@ fn start_and_serve(
     let kit = LcoreKit::new(&cfg, &eal, &ports, &published, (&pool, &big));
     let (roles, all_stats, run_control) = lcore_roles(&kit);
     let final_port_stats = FinalPortStats::default();
+    let health = Arc::new(Health::new(port_names.len()));
+    let mut watch = health_watch(&cfg, &ports, &all_stats, published.generation());
     let sources = metric_sources(
         (port_names, port_info),
         all_stats,
         (start_time, eal.tsc_hz()),
         (&pool, &big),
         &final_port_stats,
-        &published,
+        (&published, &health),
     );
+    // The first verdict (links read) before anything says `running`.
+    watch_tick(&mut watch, &sources);
     let registry = metrics::registry(sources.clone());
     let pin = housekeeping_pin(allowed.as_deref(), &cfg);
     pin_eal_threads(allowed.as_deref(), &cfg);
@@ -176,7 +181,7 @@ fn start_and_serve(
         published.clone(),
         sources.reload.clone(),
     );
-    let control = match spawn_control(opts, signals, &sources, &run_control, reloader, pin) {
+    let control = match spawn_control(opts, signals, &sources, &run_control, (reloader, watch), pin) {
         Ok(c) => c,
         Err(e) => {
             run_control.abort();
@@ -516,7 +521,7 @@ fn metric_sources(
     (start_time, tsc_hz): (f64, u64),
     (pool, big): (&Arc<Mempool>, &Arc<Mempool>),
     final_port_stats: &FinalPortStats,
-    published: &Arc<Published>,
+    (published, health): (&Arc<Published>, &Arc<Health>),
 ) -> Arc<Sources> {
     let (pool_for_metrics, big_for_metrics) = (pool.clone(), big.clone());
     Arc::new(Sources {
@@ -526,6 +531,7 @@ fn metric_sources(
         dpdk_version: dpdk::version(),
         start_time,
         tsc_hz,
+        mbufs_capacity: (pool.size() + big.size()) as u64,
         mbufs_in_use: Box::new(move || (pool_for_metrics.in_use() + big_for_metrics.in_use()) as u64),
         port_stats: {
             let last = final_port_stats.clone();
@@ -537,7 +543,38 @@ fn metric_sources(
         published: published.clone(),
         reload: Arc::new(ReloadStats::default()),
         http: Default::default(),
+        health: health.clone(),
     })
+}
+
+/// The health watch over every port (by its kernel interface where it has one) and every lcore
+/// (RX lcores first, as in `lcores`).
+fn health_watch(cfg: &Config, ports: &[Port], lcores: &[Arc<LcoreStats>], generation: u64) -> Watch {
+    let watched = cfg
+        .ports
+        .iter()
+        .zip(ports)
+        .map(|(p, port)| WatchedPort {
+            id: port.id(),
+            name: p.device.clone(),
+            kernel_interface: port.kernel_interface().map(String::from),
+        })
+        .collect();
+    Watch::new(watched, lcores, cfg.lcores.rx.len(), generation, Instant::now())
+}
+
+/// One health check: links, heartbeats, generations; logs each link change.
+fn watch_tick(watch: &mut Watch, src: &Sources) {
+    let published = src.published.generation();
+    for line in watch.tick(
+        &src.lcores,
+        published,
+        &src.health,
+        Instant::now(),
+        control::health::read_link,
+    ) {
+        eprintln!("fastpathd: {line}");
+    }
 }
 
 /// Pins the calling thread (named for the log) to the housekeeping CPUs: the control and
@@ -643,7 +680,7 @@ fn spawn_control(
     signals: &Signals,
     sources: &Arc<Sources>,
     run_control: &Arc<RunControl>,
-    mut reloader: Reloader,
+    (mut reloader, mut watch): (Reloader, Watch),
     pin: impl Fn(&str) + Send + 'static,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let stop = run_control.clone();
@@ -655,7 +692,14 @@ fn spawn_control(
         .name("fastpath-control".into())
         .spawn(move || {
             pin("control");
-            control_loop(&stop, &signals, &sources, &mut reloader, idle_exit, interval)
+            control_loop(
+                &stop,
+                &signals,
+                &sources,
+                (&mut reloader, &mut watch),
+                idle_exit,
+                interval,
+            )
         })
         .map_err(|e| format!("cannot start the control thread: {e}"))
 }
@@ -787,7 +831,7 @@ fn control_loop(
     stop: &RunControl,
     signals: &Signals,
     src: &Sources,
-    reloader: &mut Reloader,
+    (reloader, watch): (&mut Reloader, &mut Watch),
     exit_when_idle: Option<Duration>,
     interval: Option<Duration>,
 ) {
@@ -808,6 +852,7 @@ fn control_loop(
             reloader.reload("SIGHUP");
         }
         reloader.tick();
+        watch_tick(watch, src);
         recursion.tick(src);
         let rx = total_rx(src);
         if rx != last_rx {
@@ -831,6 +876,7 @@ fn control_loop(
             }
         }
     }
+    src.health.stopping();
     stop.request_stop();
 }
 

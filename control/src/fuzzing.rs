@@ -45,10 +45,12 @@ pub fn http_sources() -> (prometheus::Registry, Arc<Sources>) {
         start_time: 0.0,
         tsc_hz: 1,
         mbufs_in_use: Box::new(|| 0),
+        mbufs_capacity: 0,
         port_stats: Box::new(|_| None),
         published: Arc::new(Published::new(Arc::new(Tables::default()))),
         reload: Arc::new(ReloadStats::default()),
         http: Arc::new(HttpStats::default()),
+        health: Arc::new(crate::health::Health::always_ok()),
     });
     (metrics::registry(sources.clone()), sources)
 }

@@ -550,7 +550,15 @@ async fn answer(
             ep.body(),
             false,
         ),
-        (&Method::GET | &Method::HEAD, "/healthz") => (StatusCode::OK, text, Bytes::from_static(b"ok\n"), false),
+        (&Method::GET | &Method::HEAD, "/healthz") => match ep.sources.health.answer() {
+            Ok(()) => (StatusCode::OK, text, Bytes::from_static(b"ok\n"), false),
+            Err(why) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                text,
+                Bytes::from(format!("{why}\n")),
+                false,
+            ),
+        },
         (&Method::GET | &Method::HEAD, _) => (
             StatusCode::NOT_FOUND,
             text,

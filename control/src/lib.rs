@@ -9,6 +9,7 @@
 pub mod config;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod health;
 pub mod http;
 #[doc(hidden)]
 pub mod locate;

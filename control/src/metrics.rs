@@ -29,6 +29,8 @@ pub struct Sources {
     pub tsc_hz: u64,
     /// Mbufs currently allocated from the pool.
     pub mbufs_in_use: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// Mbufs the pools hold in all (what `mbufs_in_use` counts against).
+    pub mbufs_capacity: u64,
     /// The counters of a DPDK port by id (`None` if it has none to give).
     pub port_stats: Box<dyn Fn(u16) -> Option<PortStats> + Send + Sync>,
     /// The published config generation.
@@ -37,6 +39,8 @@ pub struct Sources {
     pub reload: Arc<ReloadStats>,
     /// What the metrics endpoint did.
     pub http: Arc<crate::http::HttpStats>,
+    /// What `/healthz` answers, and each port's link as the control thread last read it.
+    pub health: Arc<crate::health::Health>,
 }
 
 /// How a port was set up: its driver and the offloads it got (`fastpath_port_info`).
@@ -208,6 +212,11 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::COUNTER,
     ),
     (
+        "fastpath_port_link_up",
+        "1 while the port's link is up, 0 while down (a port over a kernel interface: that interface's carrier), read by the control thread every 50 ms.",
+        MetricType::GAUGE,
+    ),
+    (
         "fastpath_port_info",
         "How each port was set up: driver, RSS, RX checksum offloads (ipv4, udp); the value is always 1.",
         MetricType::GAUGE,
@@ -220,6 +229,11 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
     (
         "fastpath_mbufs_in_use",
         "Mbufs allocated from the packet pool right now.",
+        MetricType::GAUGE,
+    ),
+    (
+        "fastpath_mbufs_capacity",
+        "Mbufs the pools hold (dpdk.mbufs plus reassembly.buffers): fastpath_mbufs_in_use / fastpath_mbufs_capacity is how full they are.",
         MetricType::GAUGE,
     ),
     (
@@ -559,6 +573,13 @@ fn port_families(s: &Sources) -> Named {
             ))
         })
         .collect();
+    let link = (0..s.port_names.len() as u16)
+        .filter(|&id| !s.port_names[id as usize].is_empty())
+        .filter_map(|id| {
+            let up = s.health.link_up(id)?;
+            Some((vec![("port", s.port(id))], if up { 1.0 } else { 0.0 }))
+        })
+        .collect();
     vec![
         ("fastpath_port_rx_packets_total", port_counter(s, |p| p.ipackets)),
         ("fastpath_port_rx_bytes_total", port_counter(s, |p| p.ibytes)),
@@ -569,6 +590,7 @@ fn port_families(s: &Sources) -> Named {
         ("fastpath_port_tx_errors_total", port_counter(s, |p| p.oerrors)),
         ("fastpath_port_rx_nombuf_total", port_counter(s, |p| p.rx_nombuf)),
         ("fastpath_port_info", info),
+        ("fastpath_port_link_up", link),
     ]
 }
 
@@ -577,6 +599,7 @@ fn process_families(s: &Sources) -> Named {
     vec![
         ("fastpath_tsc_hz", vec![(vec![], s.tsc_hz as f64)]),
         ("fastpath_mbufs_in_use", vec![(vec![], (s.mbufs_in_use)() as f64)]),
+        ("fastpath_mbufs_capacity", vec![(vec![], s.mbufs_capacity as f64)]),
         (
             "fastpath_build_info",
             vec![(
@@ -956,6 +979,31 @@ mod tests {
             }
         }
         assert!(exprs >= 10);
+        // An instance variable, and every query filters on it.
+        let vars = dash["templating"]["list"].as_array().unwrap();
+        assert!(vars.iter().any(|v| v["name"] == "instance"), "{vars:?}");
+        let all: Vec<&str> = dash["panels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["targets"].as_array().unwrap())
+            .map(|t| t["expr"].as_str().unwrap())
+            .collect();
+        for e in &all {
+            let selectors = e.matches("fastpath_").count();
+            assert_eq!(e.matches("instance=~\"$instance\"").count(), selectors, "{e}");
+        }
+        // What an on-call engineer looks for first is charted.
+        for family in [
+            "fastpath_port_link_up",
+            "fastpath_port_rx_missed_total",
+            "fastpath_port_rx_nombuf_total",
+            "fastpath_port_rx_errors_total",
+            "fastpath_socket_full_total",
+            "outcome=~\"socket_full|flow_limited\"",
+        ] {
+            assert!(all.iter().any(|e| e.contains(family)), "no panel charts {family}");
+        }
     }
     use fastpath::stats::QueueCounters;
 
@@ -1014,6 +1062,7 @@ mod tests {
             start_time: 1.0,
             tsc_hz: 2_000_000_000,
             mbufs_in_use: Box::new(|| 7),
+            mbufs_capacity: 8447,
             port_stats: Box::new(|id| {
                 (id == 0).then_some(PortStats {
                     ipackets: 11,
@@ -1027,6 +1076,19 @@ mod tests {
             }))),
             reload: Arc::new(ReloadStats::default()),
             http: Default::default(),
+            health: {
+                let h = Arc::new(crate::health::Health::new(1));
+                let port = crate::health::WatchedPort {
+                    id: 0,
+                    name: "net_pcap0".into(),
+                    kernel_interface: None,
+                };
+                let mut w = crate::health::Watch::new(vec![port], &[], 0, 3, std::time::Instant::now());
+                w.tick(&[], 3, &h, std::time::Instant::now(), |_| {
+                    crate::health::LinkReading::Down(String::new())
+                });
+                h
+            },
         });
         let reg = registry(src);
         let text = render(&reg);
@@ -1049,6 +1111,7 @@ mod tests {
         );
         assert!(text.contains("# TYPE fastpath_packets_total counter"), "{text}");
         assert!(text.contains("fastpath_mbufs_in_use 7"), "{text}");
+        assert!(text.contains("fastpath_mbufs_capacity 8447"), "{text}");
         assert!(text.contains("fastpath_tsc_hz 2000000000"), "{text}");
         assert!(
             text.contains("fastpath_port_rx_packets_total{port=\"net_pcap0\"} 11"),
@@ -1060,6 +1123,7 @@ mod tests {
             ),
             "{text}"
         );
+        assert!(text.contains("fastpath_port_link_up{port=\"net_pcap0\"} 0"), "{text}");
         assert!(
             text.contains("fastpath_port_rx_missed_total{port=\"net_pcap0\"} 5"),
             "{text}"

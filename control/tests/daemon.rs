@@ -329,6 +329,29 @@ fn usage_and_dpdk_failures_have_their_exit_codes() {
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(err.contains("net_virtio_user0") && !err.contains("running"), "{err}");
 
+    // A port DPDK probes and sets up but cannot start (rte_eth_dev_start fails: a memif client
+    // with no server on its socket): exit 3, never `running`, and the message names the port.
+    let cfg = s.write(
+        "memif.toml",
+        &std::fs::read_to_string(s.path("c.toml"))
+            .unwrap()
+            .replace("device = \"net_null7\"", "device = \"net_memif0\"")
+            .replace(
+                "\"--no-pci\"",
+                &format!(
+                    "\"--no-pci\", \"--vdev=net_memif0,role=client,socket={}\"",
+                    s.path("nobody-memif.sock").display()
+                ),
+            ),
+    );
+    let out = run(&["--config", cfg.to_str().unwrap(), "--exit-when-idle", "100"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("rte_eth_dev_start(net_memif0)") && err.contains("did not start") && !err.contains("running"),
+        "{err}"
+    );
+
     // EAL itself refuses its arguments.
     let cfg = s.write(
         "eal.toml",

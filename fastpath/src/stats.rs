@@ -153,6 +153,16 @@ impl LcoreStats {
         self.outcomes[o.index()].add(n);
     }
 
+    /// The lcore's heartbeat: its poll iterations so far. Every lcore loop (RX, forward,
+    /// worker) counts each iteration in `idle_polls` or `busy_polls` (one relaxed store by the
+    /// lcore itself, once per poll, never per packet), so the heartbeat costs the data path
+    /// nothing of its own; the control thread reads it, and a value that stops moving is an
+    /// lcore that stopped polling (an empty loop sleeps at most `idle_sleep_us`, 100 ms, per
+    /// poll).
+    pub fn heartbeat(&self) -> u64 {
+        self.idle_polls.get().wrapping_add(self.busy_polls.get())
+    }
+
     /// Packets this lcore received.
     pub fn rx_packets(&self) -> u64 {
         self.rx.iter().map(|q| q.packets.get()).sum()

@@ -33,6 +33,7 @@ pub struct Port {
     mac: EthernetAddress,
     rss: bool,
     checksums: RxChecksums,
+    kernel_interface: Option<String>,
     rx_queues: u16,
     tx_queues: u16,
     started: bool,
@@ -205,7 +206,15 @@ impl Port {
 
         // SAFETY: id is a configured port with all queues set up.
         let rc = unsafe { dpdk_sys::rte_eth_dev_start(id) };
-        check(|| format!("rte_eth_dev_start({device})"), rc)?;
+        check(
+            || {
+                format!(
+                    "rte_eth_dev_start({device}): the port was found and set up but did not start \
+                     (is its peer there: a memif or vhost-user socket, the interface it sits on?)"
+                )
+            },
+            rc,
+        )?;
         if conf.promiscuous {
             // SAFETY: id is a started port. Failure is harmless (some vdevs do not support it):
             // the pipeline filters by destination MAC itself.
@@ -213,6 +222,7 @@ impl Port {
         }
         Ok(Port {
             id,
+            kernel_interface: kernel_interface(&driver, info.if_index),
             name: device.to_string(),
             driver,
             mac: EthernetAddress(addr.addr_bytes),
@@ -250,6 +260,14 @@ impl Port {
     /// The RX checksum offloads turned on (the ones the driver offers).
     pub fn rx_checksums(&self) -> RxChecksums {
         self.checksums
+    }
+
+    /// The kernel network interface this port sends and receives through, for the drivers whose
+    /// own link state says nothing about it (`net_af_packet`, `net_tap`, `net_pcap` on an
+    /// interface: DPDK 22.11's af_packet reports link up whatever its interface does), so its
+    /// carrier is what tells whether the link is up. `None` for every other port.
+    pub fn kernel_interface(&self) -> Option<&str> {
+        self.kernel_interface.as_deref()
     }
 
     /// The handle for RX queue `queue`. Each handle must be polled by one lcore only: that is
@@ -403,6 +421,51 @@ impl crate::tx::Transmit<Mbuf> for TxQueue {
     fn send(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
         TxQueue::send(self, pkts)
     }
+}
+
+/// The name of interface `if_index` for a driver that runs over a kernel interface.
+fn kernel_interface(driver: &str, if_index: u32) -> Option<String> {
+    if if_index == 0 || !matches!(driver, "net_af_packet" | "net_tap" | "net_pcap") {
+        return None;
+    }
+    let mut name = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: `name` has the IF_NAMESIZE bytes if_indextoname may write (the name and its NUL);
+    // it returns NULL (an unknown index) or a pointer into `name`, read only when not NULL.
+    let p = unsafe { libc::if_indextoname(if_index, name.as_mut_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: if_indextoname succeeded, so `name` holds a NUL-terminated string.
+    Some(unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned())
+}
+
+/// A port's link as its driver reports it (`rte_eth_link_get_nowait`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Link {
+    /// Link up.
+    pub up: bool,
+    /// Speed in Mbps (0 when the driver does not say).
+    pub speed_mbps: u32,
+    /// Full duplex.
+    pub full_duplex: bool,
+}
+
+/// The link of port `id` without waiting (`rte_eth_link_get_nowait`), from any thread (the
+/// control thread polls it). An unknown or closed port, or a driver that cannot tell, is an
+/// error.
+pub fn link_of(id: u16) -> Result<Link> {
+    let mut l = dpdk_sys::rte_eth_link::default();
+    let _not_closing = CLOSING.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: rte_eth_link_get_nowait validates `id` (-ENODEV for a port that does not exist or
+    // was released, which `CLOSING` keeps from happening meanwhile), asks the driver for its
+    // link without waiting and writes only through the out-pointer, a live rte_eth_link.
+    let rc = unsafe { dpdk_sys::rte_eth_link_get_nowait(id, &mut l) };
+    check(|| format!("rte_eth_link_get_nowait(port {id})"), rc)?;
+    Ok(Link {
+        up: l.link_status() != 0,
+        speed_mbps: l.link_speed,
+        full_duplex: l.link_duplex() != 0,
+    })
 }
 
 /// Held while a port is closed and while `stats_of` reads one: ethdev's control calls are not

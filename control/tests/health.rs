@@ -1,0 +1,299 @@
+//! `/healthz` means something: a port whose link goes down (a veth whose peer end is set down,
+//! read through its kernel interface because DPDK's af_packet always says up) and an lcore that
+//! stops polling each turn it into 503 with a one-line reason, and back to 200 once fixed;
+//! `fastpath_port_link_up` follows the link and each change is logged once.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A namespace `a` for fastpathd and `b` for the far end of a veth pair between them; both
+/// removed (and the pair with them) on drop, even when the test fails.
+struct Link {
+    ns_a: String,
+    ns_b: String,
+    if_a: String,
+    if_b: String,
+}
+
+impl Link {
+    fn new() -> Link {
+        let id = std::process::id() % 100_000;
+        let l = Link {
+            ns_a: format!("fph{id}a"),
+            ns_b: format!("fph{id}b"),
+            if_a: format!("fpha{id}"),
+            if_b: format!("fphb{id}"),
+        };
+        ip(&["netns", "add", &l.ns_a]);
+        ip(&["netns", "add", &l.ns_b]);
+        ip(&["link", "add", &l.if_a, "type", "veth", "peer", "name", &l.if_b]);
+        ip(&["link", "set", &l.if_a, "netns", &l.ns_a]);
+        ip(&["link", "set", &l.if_b, "netns", &l.ns_b]);
+        ip(&["-n", &l.ns_a, "link", "set", "lo", "up"]);
+        ip(&["-n", &l.ns_a, "link", "set", &l.if_a, "up"]);
+        ip(&["-n", &l.ns_b, "link", "set", &l.if_b, "up"]);
+        l
+    }
+
+    /// GET `path` from the daemon's endpoint in namespace a: (status code, body).
+    fn get(&self, port: u16, path: &str) -> (u16, String) {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns_a,
+                "curl",
+                "-s",
+                "-m",
+                "5",
+                "-w",
+                "\n%{http_code}",
+            ])
+            .arg(format!("http://127.0.0.1:{port}{path}"))
+            .output()
+            .expect("curl is needed (ci/setup installs it)");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (code.trim().parse().unwrap_or(0), body.to_string())
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.ns_a]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns_b]).status();
+    }
+}
+
+/// Polls `get` every 10 ms until `cond` holds on its answer, within `secs`; returns the answer
+/// and how long it took.
+fn until<T: std::fmt::Debug>(
+    secs: u64,
+    what: &str,
+    mut get: impl FnMut() -> T,
+    cond: impl Fn(&T) -> bool,
+) -> (T, Duration) {
+    let t = Instant::now();
+    loop {
+        let v = get();
+        if cond(&v) {
+            return (v, t.elapsed());
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "timed out waiting for {what}: last {v:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn link_metric(body: &str, port: &str) -> Option<f64> {
+    parse_metrics(body)
+        .get(&format!("fastpath_port_link_up{{port=\"{port}\"}}"))
+        .copied()
+}
+
+#[test]
+fn a_veth_whose_peer_goes_down_and_up_turns_healthz_503_and_back() {
+    let l = Link::new();
+    let s = Scratch::new("health-link");
+    let port = free_port();
+    let cfg = s.write(
+        "c.toml",
+        &format!(
+            "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\ntx_queues = 2\n\
+             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\nworkers = [1]\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\ncache_ms = 0\n\
+             [reassembly]\nbuffers = 32\n",
+            eal_args("health-link", &[format!("--vdev=net_af_packet0,iface={},qpairs=2", l.if_a)])
+        ),
+    );
+    let bin = env!("CARGO_BIN_EXE_fastpathd");
+    let d = Daemon::start_cmd(
+        &s,
+        Command::new("ip").args(["netns", "exec", &l.ns_a, bin, "--config", cfg.to_str().unwrap()]),
+    );
+    let (ok, _) = until(5, "healthy", || l.get(port, "/healthz"), |a| a.0 == 200);
+    assert_eq!(ok.1, "ok\n");
+    assert_eq!(link_metric(&l.get(port, "/metrics").1, "net_af_packet0"), Some(1.0));
+
+    // The far end goes down: our end loses its carrier (af_packet itself would still say up).
+    ip(&["-n", &l.ns_b, "link", "set", &l.if_b, "down"]);
+    let ((code, why), took) = until(5, "503", || l.get(port, "/healthz"), |a| a.0 == 503);
+    assert_eq!(code, 503);
+    // (The operstate that follows may still lag the carrier: it is given, not checked.)
+    let want = format!(
+        "port net_af_packet0 link down (kernel interface {}: no carrier, operstate ",
+        l.if_a
+    );
+    assert!(
+        why.starts_with(&want) && why.ends_with(")\n") && why.lines().count() == 1,
+        "{why}"
+    );
+    eprintln!("link down seen by /healthz after {took:?}");
+    assert_eq!(link_metric(&l.get(port, "/metrics").1, "net_af_packet0"), Some(0.0));
+    // Still down a while later: one log line, not one per check.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(l.get(port, "/healthz").0, 503);
+
+    ip(&["-n", &l.ns_b, "link", "set", &l.if_b, "up"]);
+    let ((_, body), took) = until(5, "200 again", || l.get(port, "/healthz"), |a| a.0 == 200);
+    assert_eq!(body, "ok\n");
+    eprintln!("link up seen by /healthz after {took:?}");
+    assert_eq!(link_metric(&l.get(port, "/metrics").1, "net_af_packet0"), Some(1.0));
+    std::thread::sleep(Duration::from_millis(200));
+
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0));
+    let downs: Vec<&str> = log.lines().filter(|x| x.contains("link down")).collect();
+    let ups: Vec<&str> = log.lines().filter(|x| x.contains("link up")).collect();
+    assert_eq!(downs.len(), 1, "{log}");
+    assert!(
+        downs[0].starts_with(&format!(
+            "fastpathd: port net_af_packet0: link down ({}",
+            &want["port net_af_packet0 link down (".len()..]
+        )),
+        "the log line gives the reason /healthz gave: {log}"
+    );
+    assert_eq!(
+        ups,
+        [format!("fastpathd: port net_af_packet0: link up (kernel interface {})", l.if_a).as_str()],
+        "{log}"
+    );
+}
+
+#[test]
+fn a_port_whose_driver_reports_link_down_at_start_runs_but_is_unhealthy() {
+    // A memif server nobody connects to: it starts (unlike a client without a server, exit 3)
+    // with its link down, which the driver itself reports.
+    let s = Scratch::new("health-memif");
+    let cfg = s.write(
+        "c.toml",
+        &format!(
+            "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_memif0\"\ntx_queues = 1\n\
+             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\n{METRICS_ANY_PORT}cache_ms = 0\n[reassembly]\nbuffers = 32\n",
+            eal_args(
+                "health-memif",
+                &[format!("--vdev=net_memif0,role=server,socket={}", s.path("memif.sock").display())]
+            )
+        ),
+    );
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    // The first check runs before `running` is printed: no `starting` window.
+    let (status, why) = d.get("/healthz");
+    assert!(status.contains("503"), "{status}");
+    assert_eq!(why, "port net_memif0 link down (the driver reports it down)\n");
+    let m = d.scrape();
+    assert_eq!(m.get("fastpath_port_link_up{port=\"net_memif0\"}"), Some(&0.0));
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        log.lines().filter(|l| l.contains("link down")).collect::<Vec<_>>(),
+        ["fastpathd: port net_memif0: link down at start (the driver reports it down)"]
+    );
+}
+
+/// Stops one thread, and only that one, while it lives (ptrace's seize and interrupt: a SIGSTOP
+/// would stop the whole process): the thread resumes when the child exits or is killed.
+struct StoppedThread(Child);
+
+impl StoppedThread {
+    fn new(tid: u32, secs: f64) -> StoppedThread {
+        const CODE: &str = "import ctypes, os, sys, time\n\
+            libc = ctypes.CDLL(None, use_errno=True)\n\
+            tid, secs = int(sys.argv[1]), float(sys.argv[2])\n\
+            if libc.ptrace(0x4206, tid, 0, 0) != 0: sys.exit('PTRACE_SEIZE: errno %d' % ctypes.get_errno())\n\
+            if libc.ptrace(0x4207, tid, 0, 0) != 0: sys.exit('PTRACE_INTERRUPT: errno %d' % ctypes.get_errno())\n\
+            os.waitpid(tid, 0x40000000)\n\
+            print('stopped', flush=True)\n\
+            time.sleep(secs)\n\
+            libc.ptrace(17, tid, 0, 0)\n";
+        let mut child = Command::new("/usr/bin/python3")
+            .args(["-c", CODE, &tid.to_string(), &secs.to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "stopped", "the thread {tid} could not be stopped");
+        StoppedThread(child)
+    }
+
+    fn wait(mut self) {
+        assert!(self.0.wait().unwrap().success());
+    }
+}
+
+impl Drop for StoppedThread {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The thread of process `pid` whose name is `comm`.
+fn thread_named(pid: u32, comm: &str) -> u32 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let mut seen = Vec::new();
+    for t in tasks.flatten() {
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if name.trim() == comm {
+            return t.file_name().to_string_lossy().parse().unwrap();
+        }
+        seen.push(name.trim().to_string());
+    }
+    panic!("no thread {comm} in {pid}: {seen:?}");
+}
+
+#[test]
+fn an_lcore_that_stops_polling_is_reported_within_a_second() {
+    let s = Scratch::new("health-stuck");
+    let pcap = repo().join("configs/captures/demo.pcap");
+    let cfg = s.write(
+        "c.toml",
+        &format!(
+            "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\nworkers = [1]\n{METRICS_ANY_PORT}\
+             [reassembly]\nbuffers = 32\n\n[[service]]\nname = \"sink\"\nports = [9]\naction = \"sink\"\n",
+            eal_args(
+                "health-stuck",
+                &[format!(
+                    "--vdev=net_pcap0,rx_pcap={},tx_pcap={},tx_pcap={}",
+                    pcap.display(),
+                    s.path("out0.pcap").display(),
+                    s.path("out1.pcap").display()
+                )]
+            )
+        ),
+    );
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let (ok, _) = until(5, "healthy", || d.get("/healthz"), |a| a.0.contains("200"));
+    assert_eq!(ok.1, "ok\n");
+
+    // Worker lcore 1 runs on an EAL thread of its own; stop it for 2 s.
+    let tid = thread_named(d.child.id(), "rte-worker-1");
+    let stopped = StoppedThread::new(tid, 2.0);
+    let ((status, why), took) = until(3, "503", || d.get("/healthz"), |a| a.0.contains("503"));
+    assert!(status.contains("503 Service Unavailable"), "{status}");
+    assert!(
+        why.starts_with("lcore 1 (worker) not polling for 0.") && why.ends_with(" s\n") && why.lines().count() == 1,
+        "{why}"
+    );
+    eprintln!("stuck lcore reported {took:?} after it stopped");
+    assert!(took < Duration::from_secs(1), "detected in {took:?}");
+    // Still reported while it stays stopped, with the time growing.
+    std::thread::sleep(Duration::from_millis(600));
+    let (_, later) = d.get("/healthz");
+    assert!(later.starts_with("lcore 1 (worker) not polling for 1."), "{later}");
+
+    stopped.wait();
+    let ((_, body), _) = until(3, "200 again", || d.get("/healthz"), |a| a.0.contains("200"));
+    assert_eq!(body, "ok\n");
+    let (code, _) = d.stop();
+    assert_eq!(code, Some(0));
+}
