@@ -1,7 +1,8 @@
 //! `/healthz` means something: a port whose link goes down (a veth whose peer end is set down,
-//! read through its kernel interface because DPDK's af_packet always says up) and an lcore that
-//! stops polling each turn it into 503 with a one-line reason, and back to 200 once fixed;
-//! `fastpath_port_link_up` follows the link and each change is logged once.
+//! read through its kernel interface because DPDK's af_packet always says up; a `net_tap` whose
+//! tap is set down) and an lcore that stops polling each turn it into 503 with a one-line
+//! reason, and back to 200 once fixed; `fastpath_port_link_up` follows the link and each change
+//! is logged once.
 
 mod common;
 
@@ -41,25 +42,21 @@ impl Link {
 
     /// GET `path` from the daemon's endpoint in namespace a: (status code, body).
     fn get(&self, port: u16, path: &str) -> (u16, String) {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns_a,
-                "curl",
-                "-s",
-                "-m",
-                "5",
-                "-w",
-                "\n%{http_code}",
-            ])
-            .arg(format!("http://127.0.0.1:{port}{path}"))
-            .output()
-            .expect("curl is needed (ci/setup installs it)");
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
-        (code.trim().parse().unwrap_or(0), body.to_string())
+        get_in(&self.ns_a, port, path)
     }
+}
+
+/// GET `path` from an endpoint on loopback port `port` inside namespace `ns`: (status code,
+/// body).
+fn get_in(ns: &str, port: u16, path: &str) -> (u16, String) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "curl", "-s", "-m", "5", "-w", "\n%{http_code}"])
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .expect("curl is needed (ci/setup installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
 impl Drop for Link {
@@ -161,6 +158,99 @@ fn a_veth_whose_peer_goes_down_and_up_turns_healthz_503_and_back() {
     assert_eq!(
         ups,
         [format!("fastpathd: port net_af_packet0: link up (kernel interface {})", l.if_a).as_str()],
+        "{log}"
+    );
+}
+
+/// A namespace for fastpathd on a DPDK `net_tap` port (the tap is created inside it when the
+/// port starts and goes with the process); removed on drop, even when the test fails.
+struct TapNs {
+    ns: String,
+    tap: String,
+}
+
+impl TapNs {
+    fn new() -> TapNs {
+        let id = std::process::id() % 100_000;
+        let t = TapNs {
+            ns: format!("fph{id}t"),
+            tap: format!("fphtap{id}"),
+        };
+        ip(&["netns", "add", &t.ns]);
+        ip(&["-n", &t.ns, "link", "set", "lo", "up"]);
+        t
+    }
+}
+
+impl Drop for TapNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
+#[test]
+fn a_tap_set_down_and_up_turns_healthz_503_and_back() {
+    let t = TapNs::new();
+    let s = Scratch::new("health-tap");
+    let port = free_port();
+    let cfg = s.write(
+        "c.toml",
+        &format!(
+            "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_tap0\"\ntx_queues = 1\n\
+             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\ncache_ms = 0\n\
+             [reassembly]\nbuffers = 32\n",
+            eal_args("health-tap", &[format!("--vdev=net_tap0,iface={}", t.tap)])
+        ),
+    );
+    let bin = env!("CARGO_BIN_EXE_fastpathd");
+    let d = Daemon::start_cmd(
+        &s,
+        Command::new("ip").args(["netns", "exec", &t.ns, bin, "--config", cfg.to_str().unwrap()]),
+    );
+    let get = |path: &str| get_in(&t.ns, port, path);
+    // DPDK brings the tap up when it starts the port.
+    let (ok, _) = until(5, "healthy", || get("/healthz"), |a| a.0 == 200);
+    assert_eq!(ok.1, "ok\n");
+    assert_eq!(link_metric(&get("/metrics").1, "net_tap0"), Some(1.0));
+
+    // The tap itself is set down (administratively: its carrier can no longer be read).
+    ip(&["-n", &t.ns, "link", "set", &t.tap, "down"]);
+    let ((_, why), took) = until(5, "503", || get("/healthz"), |a| a.0 == 503);
+    // (The operstate may still lag: it is given, not checked.)
+    let want = format!(
+        "port net_tap0 link down (kernel interface {}: no carrier, operstate ",
+        t.tap
+    );
+    assert!(
+        why.starts_with(&want) && why.ends_with(")\n") && why.lines().count() == 1,
+        "{why}"
+    );
+    eprintln!("tap down seen by /healthz after {took:?}");
+    assert_eq!(link_metric(&get("/metrics").1, "net_tap0"), Some(0.0));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(get("/healthz").0, 503);
+
+    ip(&["-n", &t.ns, "link", "set", &t.tap, "up"]);
+    let ((_, body), took) = until(5, "200 again", || get("/healthz"), |a| a.0 == 200);
+    assert_eq!(body, "ok\n");
+    eprintln!("tap up seen by /healthz after {took:?}");
+    assert_eq!(link_metric(&get("/metrics").1, "net_tap0"), Some(1.0));
+    std::thread::sleep(Duration::from_millis(200));
+
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0));
+    let downs: Vec<&str> = log.lines().filter(|x| x.contains("link down")).collect();
+    assert_eq!(downs.len(), 1, "{log}");
+    assert!(
+        downs[0].starts_with(&format!(
+            "fastpathd: port net_tap0: link down ({}",
+            &want["port net_tap0 link down (".len()..]
+        )),
+        "{log}"
+    );
+    assert_eq!(
+        log.lines().filter(|x| x.contains("link up")).collect::<Vec<_>>(),
+        [format!("fastpathd: port net_tap0: link up (kernel interface {})", t.tap).as_str()],
         "{log}"
     );
 }
