@@ -27,7 +27,10 @@ per-destination one); the closed
 port over IPv6 (bench_udp6) and a SYN flood to a port without a service (bench_tcp); the flow-limit
 storm on and off (issue 5: normal flows' answered fraction from packet and byte counters); the
 fragment mix with and without a table smaller than the flood (issue 7); GRE encapsulation through
-a tunnel service (issue 8); and open-sink with /metrics scraped every 10 ms (issue 9). fastpathd
+a tunnel service (issue 8); open-sink with /metrics scraped every 10 ms (issue 9); open-sink freed
+on RX with one and two RX lcores (issue 30), and on hugepages with the shared runtime directory,
+DPDK's capture framework initialised, before and after dpdk-dumpcap attached (issue 31; these two
+need HUGE_MB of hugepages, the others none). fastpathd
 runs RX on lcore 1 (the lcore testpmd forwards on) and its worker lcore 0 (the EAL main lcore,
 with the control thread, where testpmd keeps its command line): the same two lcores. The goals
 of issues 6, 9 and 11 are computed as per-round ratios and printed.
@@ -36,7 +39,7 @@ Environment: BENCH_SECONDS (measured window per run, default 6), BENCH_REPS (rou
 BENCH_WARMUP (seconds before the window, default 2), BENCH_OUT (directory for results.md and
 results.png, default benches/; when it is benches/, the table in benches/README.md is updated
 too), BENCH_SCENARIOS (comma-separated names to run a subset), FASTPATHD (the binary),
-TESTPMD (default dpdk-testpmd).
+TESTPMD (default dpdk-testpmd), DUMPCAP (default dpdk-dumpcap).
 """
 import datetime
 import os
@@ -64,6 +67,12 @@ DEMO = os.path.join(CAPTURES, "demo.pcap")
 
 MBUFS = 16383
 MBUF_CACHE = 250
+# Hugepage memory (MiB) the scenarios on hugepages reserve (`huge`: -m, instead of --no-huge -m 1024).
+HUGE_MB = 256
+# net_pcap's devargs as a secondary process gets them (ETH_PCAP_ARG_MAXLEN in DPDK 22.11), and the
+# name of the link to /dev/null that keeps them short.
+PCAP_ARGS_MAX = 64
+SHORT_NULL = "null"
 DESC = 1024
 BURST = 32  # testpmd's default and fastpath::runtime::BURST
 
@@ -204,6 +213,17 @@ SCENARIOS = [
               "counted delivered; the worker on lcore 0 finds nothing and sleeps): one RX lcore's whole path on "
               "CPU 1, the reference of the next row (both with a pool of 32767 mbufs: two RX lcores' descriptors "
               "and socket queues need more than 16383)"),
+    dict(name="fastpathd-open-sink-free-on-rx-pdump", kind="fastpathd:pipeline", capture=BENCH_UDP,
+         extra=SINK + "free_on_rx = true   # benchmark only\n", mbufs=32767, huge=True,
+         what=f"open-sink-free-on-rx on hugepages (-m {HUGE_MB}) with the shared runtime directory, as production "
+              "runs: DPDK's capture framework is initialised (`rte_pdump_init`), no capture attached; the row above "
+              "runs --no-huge --no-shconf, where it is not (issue 31: capturing costs nothing until a tool attaches)"),
+    dict(name="fastpathd-open-sink-free-on-rx-pdump-detached", kind="fastpathd:pipeline", capture=BENCH_UDP,
+         extra=SINK + "free_on_rx = true   # benchmark only\n", mbufs=32767, huge=True, dumpcap_once=True,
+         # benches/instructions.py reads the packets received at the detach from /metrics: as they are now.
+         metrics="cache_ms = 0",
+         what="the same once `dpdk-dumpcap -c 64` has attached, captured and exited (its RX/TX callbacks installed "
+              "and removed again) before the measured window"),
     dict(name="fastpathd-open-sink-free-on-rx-2-rx-lcores", kind="fastpathd:pipeline", capture=BENCH_UDP,
          extra=SINK + "free_on_rx = true   # benchmark only\n", rx_lcores=2, mbufs=32767,
          what="the same with 2 RX lcores (`rx_lcores = 2`: net_pcap0 replays bench_udp on 2 RX queues, lcore 1 on "
@@ -250,15 +270,75 @@ def env_num(name, default, cast=float):
         sys.exit(f"macro_bench: {name}={v!r} is not a number")
 
 
-def eal_args(prefix, capture, rx_queues=1, tx_queues=2):
+def eal_args(prefix, capture, rx_queues=1, tx_queues=2, huge=False):
     """The EAL arguments every scenario shares, lcore list aside (fastpathd derives it): net_pcap0
-    replays `capture` endlessly on each of its `rx_queues` RX queues."""
+    replays `capture` endlessly on each of its `rx_queues` RX queues. With `huge`, as production
+    runs: HUGE_MB of hugepages reserved up front and the shared runtime directory (no
+    --no-shconf), so fastpathd initialises DPDK's capture framework and dpdk-dumpcap can attach."""
     # `infinite_rx` once: given per queue, net_pcap replays each capture once and stops.
-    pcap = "net_pcap0" + f",rx_pcap={capture}" * rx_queues + ",infinite_rx=1" + ",tx_pcap=/dev/null" * tx_queues
+    rx, tx = (os.path.basename(capture), SHORT_NULL) if huge else (capture, "/dev/null")
+    args = ",".join([f"rx_pcap={rx}"] * rx_queues + ["infinite_rx=1"] + [f"tx_pcap={tx}"] * tx_queues)
+    # DPDK 22.11's net_pcap hands its arguments to secondary processes (dpdk-dumpcap) in 64 bytes,
+    # truncating longer ones (the secondary then fails to probe the port): on hugepages the run's
+    # directory (its working directory) holds short links to the capture and to /dev/null.
+    if huge and len(args) >= PCAP_ARGS_MAX:
+        sys.exit(f"macro_bench: net_pcap0 arguments {args!r} are {len(args)} bytes, a secondary process sees "
+                 f"only {PCAP_ARGS_MAX - 1}")
+    pcap = "net_pcap0," + args
+    memory = ["-m", str(HUGE_MB)] if huge else ["--no-huge", "-m", "1024"]
     return [
-        "--no-huge", "-m", "1024", "--no-pci", "--no-shconf", f"--file-prefix={prefix}",
+        *memory, "--no-pci", *([] if huge else ["--no-shconf"]), f"--file-prefix={prefix}",
         "--no-telemetry", "--log-level=lib.eal:warning", f"--vdev={pcap}", "--vdev=net_null0,no-rx=1",
     ]
+
+
+def hugepages_free_mb():
+    """Free hugepage memory in MiB, 0 when hugetlbfs is not mounted."""
+    with open("/proc/mounts") as f:
+        if not any(line.split()[2] == "hugetlbfs" for line in f if len(line.split()) > 2):
+            return 0
+    info = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            info[k] = int(v.split()[0]) if v.split() else 0
+    return info.get("HugePages_Free", 0) * info.get("Hugepagesize", 0) // 1024
+
+
+def cleanup_prefix(prefix):
+    """Removes what an EAL leaves under `prefix` after it exits (or was killed): its runtime
+    directory /var/run/dpdk/<prefix> (created even with --no-shconf) and, on hugepages, its
+    hugepage files."""
+    shutil.rmtree(f"/var/run/dpdk/{prefix}", ignore_errors=True)
+    with open("/proc/mounts") as f:
+        mounts = [line.split()[1] for line in f if len(line.split()) > 2 and line.split()[2] == "hugetlbfs"]
+    for m in mounts:
+        try:
+            names = os.listdir(m)
+        except OSError:
+            continue
+        for n in names:
+            # The EAL names them <prefix>map_<n> (so fpbench-1-1 never takes fpbench-1-10's).
+            if n.startswith(prefix + "map_"):
+                try:
+                    os.remove(os.path.join(m, n))
+                except OSError:
+                    pass
+
+
+def dumpcap_once(name, prefix, tmp, frames=64):
+    """Attaches dpdk-dumpcap to the fastpathd running under `prefix`, captures `frames` frames of
+    net_pcap0 (RX and TX) and lets it exit, which removes its RX/TX callbacks again."""
+    out = os.path.join(tmp, f"{name}.pcapng")
+    cmd = ["timeout", "120", os.environ.get("DUMPCAP", "dpdk-dumpcap"), f"--file-prefix={prefix}",
+           "-i", "net_pcap0", "-q", "-c", str(frames), "-w", out]
+    # In fastpathd's working directory: net_pcap's short relative names are opened again there.
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+    # A pcapng enhanced packet block is 32 bytes of header and options around each frame.
+    size = os.path.getsize(out) if os.path.exists(out) else 0
+    if r.returncode != 0 or size < frames * 64:
+        fail(name, f"dpdk-dumpcap exited {r.returncode}, wrote {size} bytes", r.stdout + r.stderr)
+    os.remove(out)
 
 
 class Reader:
@@ -354,6 +434,7 @@ def run_testpmd(name, mode, capture, prefix, warmup, seconds):
         p.wait(timeout=60)
     finally:
         reap(p)
+        cleanup_prefix(prefix)
     text = out.text()
     sections = re.findall(r"NIC statistics for port 0\s+#+(.*?)#{10,}", text, re.S)
     if len(sections) < 2:
@@ -393,6 +474,7 @@ mode = "{mode}"
 
 [metrics]
 listen = "127.0.0.1:{metrics_port}"
+{metrics}
 {extra}"""
 
 DELIVERED = re.compile(r"delivered ([\d.]+)(M|k|)pps")
@@ -547,17 +629,32 @@ def write_config(sc, prefix, tmp):
     workers = sc.get("workers", "[0]")
     tx_queues = n + len(eval(workers))
     cpus = "" if n == 1 else 'cpus = "0@0,' + ",".join(f"{l}@{l % 2}" for l in rx) + '"'
-    eal = "[" + ", ".join(f'"{a}"' for a in eal_args(prefix, capture, n, tx_queues)) + "]"
+    eal = "[" + ", ".join(f'"{a}"' for a in eal_args(prefix, capture, n, tx_queues, sc.get("huge", False))) + "]"
     cfg = os.path.join(tmp, f"{name}.toml")
+    if sc.get("huge"):
+        # The short names eal_args uses, relative to `tmp`, fastpathd's working directory.
+        for link, target in ((os.path.basename(capture), capture), (SHORT_NULL, "/dev/null")):
+            if not os.path.lexists(os.path.join(tmp, link)):
+                os.symlink(target, os.path.join(tmp, link))
     mport = free_port()
     with open(cfg, "w") as f:
         f.write(FASTPATHD_CONFIG.format(
             eal=eal, mbufs=sc.get("mbufs", MBUFS), cache=MBUF_CACHE, desc=DESC, mode=mode, metrics_port=mport,
             workers=workers, rx=rx, cpus=cpus, rx_queues=n, tx_queues=tx_queues,
             ipv4="[" + ", ".join(f'"{a}"' for a in sc.get("ipv4", ["192.0.2.1"])) + "]",
-            extra=sc.get("extra", ""),
+            extra=sc.get("extra", ""), metrics=sc.get("metrics", ""),
             forward_to='forward_to = "net_null0"' if mode == "forward" else ""))
     return cfg, mport
+
+
+CAPTURE_UNAVAILABLE = "live capture (dpdk-dumpcap) unavailable"
+
+
+def check_capture_ready(sc, log):
+    """A scenario on hugepages measures fastpathd with DPDK's capture framework initialised:
+    fastpathd says so when `rte_pdump_init` failed, and the run is then meaningless."""
+    if sc.get("huge") and CAPTURE_UNAVAILABLE in log:
+        fail(sc["name"], "rte_pdump_init failed on hugepages with the shared runtime directory", log)
 
 
 def run_fastpathd(sc, prefix, warmup, seconds, tmp):
@@ -571,18 +668,24 @@ def run_fastpathd(sc, prefix, warmup, seconds, tmp):
         os.remove(dump)
     cmd = [binary, "--config", cfg, "--stats-interval", "1", "--metrics-dump", dump]
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         preexec_fn=child_affinity)
+                         preexec_fn=child_affinity, cwd=tmp)
     err = Reader(p.stderr)
     scraper = None
+    # Stats lines printed before the warm-up starts (while a capture attaches and detaches).
+    skip = 0
     try:
         if not err.wait_for("fastpathd: running", 60, p):
             fail(name, "fastpathd did not start", err.text())
+        check_capture_ready(sc, err.text())
+        if sc.get("dumpcap_once"):
+            dumpcap_once(name, prefix, tmp)
+            skip = len(STATS_LINE.findall(err.text()))
         if sc.get("scrape"):
             scraper = Scraper(mport, period=SCRAPE_PERIOD if sc.get("paired") else None)
         # Lines come every second from here; the first `warmup` are the warm-up.
         deadline = time.monotonic() + warmup + seconds + 90
         while time.monotonic() < deadline:
-            if len(STATS_LINE.findall(err.text())) >= warmup + seconds or p.poll() is not None:
+            if len(STATS_LINE.findall(err.text())) >= skip + warmup + seconds or p.poll() is not None:
                 break
             time.sleep(0.5)
         if scraper:
@@ -593,10 +696,12 @@ def run_fastpathd(sc, prefix, warmup, seconds, tmp):
         if scraper:
             scraper.finish()
         reap(p)
+        cleanup_prefix(prefix)
     text = err.text()
     if p.returncode != 0:
         fail(name, f"fastpathd exited with {p.returncode}", text)
     lines = [(float(t), float(v) * {"M": 1e6, "k": 1e3, "": 1}[u]) for t, v, u in STATS_LINE.findall(text)]
+    lines = lines[skip:]
     window = lines[int(warmup) - 1 : int(warmup + seconds)] if warmup >= 1 else [(0.0, 0.0)] + lines
     if len(window) < 2:
         fail(name, "too few --stats-interval lines to measure a rate", text)
@@ -673,6 +778,14 @@ def run_fastpathd(sc, prefix, warmup, seconds, tmp):
         else:
             r["figures"]["paired_ratio"] = on_d / off_d if off_d > 0 else 0.0
     return r
+
+
+def check_hugepages(scenarios):
+    """Scenarios on hugepages need HUGE_MB of them free (ci/setup allocates and mounts 512 x 2 MiB)."""
+    huge = [sc["name"] for sc in scenarios if sc.get("huge")]
+    if huge and hugepages_free_mb() < HUGE_MB:
+        sys.exit(f"macro_bench: {', '.join(huge)} run on hugepages and need {HUGE_MB} MiB free "
+                 f"({hugepages_free_mb()} MiB free, or hugetlbfs not mounted): run ci/setup as root")
 
 
 def machine():
@@ -896,6 +1009,7 @@ def main():
     for sc in scenarios:
         if not os.path.exists(sc["capture"]):
             sys.exit(f"macro_bench: {sc['capture']} is missing: run /usr/bin/python3 configs/captures/gen_*.py")
+    check_hugepages(scenarios)
 
     # This script and its reader threads stay on CPU 0 (the main lcore's), so they never take
     # time from lcore 1, where the packets are handled; its children get every CPU back.

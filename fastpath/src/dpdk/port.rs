@@ -262,10 +262,10 @@ impl Port {
         self.checksums
     }
 
-    /// The kernel network interface this port sends and receives through, for the drivers whose
-    /// own link state says nothing about it (`net_af_packet`, `net_tap`, `net_pcap` on an
-    /// interface: DPDK 22.11's af_packet reports link up whatever its interface does), so its
-    /// carrier is what tells whether the link is up. `None` for every other port.
+    /// The kernel network interface this port sends and receives through (`net_af_packet`,
+    /// `net_tap`, `net_pcap` on an interface), whose carrier is what tells whether the link is
+    /// up: DPDK 22.11's af_packet reports link up whatever its interface does (its `net_tap`
+    /// does follow its tap, and is read the same way). `None` for every other port.
     pub fn kernel_interface(&self) -> Option<&str> {
         self.kernel_interface.as_deref()
     }
