@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
+#include <rte_log.h>
 #include "shim.h"
 
 uint16_t fp_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts, uint16_t nb_pkts)
@@ -90,4 +92,29 @@ int fp_pin_current_thread(const uint32_t *cpus, uint32_t n)
     if (rc != 0)
         return rc;
     return pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+static fp_log_cb fp_log_sink;
+
+static ssize_t fp_log_write(void *cookie, const char *buf, size_t len)
+{
+	(void)cookie;
+	int level = rte_log_cur_msg_loglevel();
+	if (fp_log_sink != NULL && len > 0)
+		fp_log_sink(level > 0 ? (uint32_t)level : RTE_LOG_INFO, buf, len);
+	return (ssize_t)len;
+}
+
+int fp_log_to(fp_log_cb cb, uint32_t global_level)
+{
+	cookie_io_functions_t io = { .read = NULL, .write = fp_log_write, .seek = NULL, .close = NULL };
+	FILE *f = fopencookie(NULL, "w", io);
+	if (f == NULL)
+		return -1;
+	/* Unbuffered: each message, written by one vfprintf and flushed, arrives in one write. */
+	setvbuf(f, NULL, _IONBF, 0);
+	fp_log_sink = cb;
+	rte_openlog_stream(f);
+	rte_log_set_global_level(global_level);
+	return 0;
 }

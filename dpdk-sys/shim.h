@@ -59,6 +59,15 @@ int fp_errno(void);
 uint64_t fp_rdtsc(void);
 void fp_pause(void);
 const char *fp_version(void);
+
+/*
+ * DPDK's log into a callback: makes an unbuffered fopencookie(3) stream whose writes call
+ * `cb(level, text, len)` with the current message's level (rte_log_cur_msg_loglevel), makes it
+ * DPDK's log stream (rte_openlog_stream) and sets the global level. 0 on success.
+ * fopencookie is a glibc extension the libc crate does not bind, hence here.
+ */
+typedef void (*fp_log_cb)(uint32_t level, const char *text, size_t len);
+int fp_log_to(fp_log_cb cb, uint32_t global_level);
 /* RTE_ETH_RSS_* are RTE_BIT64() macros bindgen cannot evaluate. */
 uint64_t fp_rss_hf_ip_udp_tcp(void);
 /* RTE_ETH_RX_OFFLOAD_IPV4_CKSUM, an RTE_BIT64() too. */

@@ -9,7 +9,7 @@ use crate::cli::Options;
 use crate::config::{self, Config, LcoreMode};
 use crate::metrics::{self, Sources};
 use crate::reload::{ReloadStats, Reloader};
-use crate::signals::Signals;
+use crate::signals::{ControlMsg, Messages, Signals};
 use crate::tables::{OpenedPort, TableBuilder};
 use control::health::{Health, Watch, WatchedPort};
 use fastpath::dpdk::{self, Eal, Mempool, Port, PortConf};
@@ -56,8 +56,8 @@ pub fn run(opts: Options) -> u8 {
             loaded.config
         }
         Err(e) => {
-            eprintln!("{e}");
-            eprintln!(
+            tracing::error!("{e}");
+            tracing::error!(
                 "fastpathd: {} is not a valid config ({} problem(s) above); nothing was started",
                 e.file,
                 e.errors.len()
@@ -65,22 +65,34 @@ pub fn run(opts: Options) -> u8 {
             return EXIT_CONFIG;
         }
     };
-    // The machine's side of the config (CPUs for the lcores): refused here, with key and line,
-    // rather than by the EAL with exit 3.
-    if let Some(allowed) = crate::placement::allowed_cpus() {
-        let file = opts.config.display().to_string();
-        let checked = config::read(&opts.config).and_then(|src| config::check_machine(&cfg, &src, &file, &allowed));
-        if let Err(e) = checked {
-            eprintln!("{e}");
-            eprintln!(
+    // The machine's side of the config (CPUs, hugepages, devices): refused here, with key and
+    // line, rather than by the EAL with exit 3.
+    let file = opts.config.display().to_string();
+    let checked = config::read(&opts.config).and_then(|src| {
+        config::check_machine(
+            &cfg,
+            &opts.extra_eal_args,
+            &src,
+            &file,
+            &config::Machine::this(crate::placement::allowed_cpus()),
+        )
+    });
+    match checked {
+        Err(e) => {
+            tracing::error!("{e}");
+            tracing::error!(
                 "fastpathd: {} does not fit this machine ({} problem(s) above); nothing was started",
                 e.file,
                 e.errors.len()
             );
             return EXIT_CONFIG;
         }
-    } else {
-        eprintln!("fastpathd: cannot read the allowed CPUs: the lcores' CPUs are not checked");
+        Ok(unchecked) if opts.check_config => {
+            for u in unchecked {
+                eprintln!("{file}: not checked: {u}");
+            }
+        }
+        Ok(_) => {}
     }
     if opts.check_config {
         eprintln!("{}: ok", opts.config.display());
@@ -90,7 +102,7 @@ pub fn run(opts: Options) -> u8 {
     let server = match cfg.metrics.listen.map(crate::http::Server::bind).transpose() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!(
+            tracing::error!(
                 "{}: metrics.listen: cannot listen on {}: {e}; pick another address or set [metrics] enabled = false",
                 opts.config.display(),
                 cfg.metrics.listen.map(|a| a.to_string()).unwrap_or_default()
@@ -101,14 +113,14 @@ pub fn run(opts: Options) -> u8 {
     let signals = match Signals::install() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("fastpathd: cannot install signal handlers: {e}");
+            tracing::error!("fastpathd: cannot install signal handlers: {e}");
             return EXIT_DPDK;
         }
     };
     match start_and_serve(cfg, &opts, &signals, server) {
         Ok(()) => EXIT_OK,
         Err(msg) => {
-            eprintln!("fastpathd: {msg}");
+            tracing::error!("fastpathd: {msg}");
             EXIT_DPDK
         }
     }
@@ -221,7 +233,7 @@ fn init_eal(cfg: &Config, opts: &Options) -> Result<Eal, String> {
     match config::virtio_user_memory(&argv) {
         Ok(None) => {}
         Ok(Some(flag)) => {
-            eprintln!("fastpathd: adding {flag} to the EAL arguments: a net_virtio_user port shares DPDK's memory over vhost-user, at most 8 regions");
+            tracing::info!("fastpathd: adding {flag} to the EAL arguments: a net_virtio_user port shares DPDK's memory over vhost-user, at most 8 regions");
             argv.push(flag.to_string());
         }
         // Only the command line's extra arguments can get here: the config's were refused at load.
@@ -240,7 +252,7 @@ fn init_eal(cfg: &Config, opts: &Options) -> Result<Eal, String> {
     if let Err(e) = eal.pdump_init() {
         let shared = !argv.iter().any(|a| a == "--no-shconf" || a == "--in-memory");
         if shared {
-            eprintln!("fastpathd: live capture (dpdk-dumpcap) unavailable: {e}");
+            tracing::warn!("fastpathd: live capture (dpdk-dumpcap) unavailable: {e}");
         }
     }
     Ok(eal)
@@ -268,8 +280,10 @@ fn remove_stale_vhost_sockets(argv: &[String]) {
                 .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
         {
             match std::fs::remove_file(path) {
-                Ok(()) => eprintln!("fastpathd: removed the stale vhost-user socket {path} (nothing listens on it)"),
-                Err(e) => eprintln!("fastpathd: cannot remove the stale vhost-user socket {path}: {e}"),
+                Ok(()) => {
+                    tracing::info!("fastpathd: removed the stale vhost-user socket {path} (nothing listens on it)")
+                }
+                Err(e) => tracing::warn!("fastpathd: cannot remove the stale vhost-user socket {path}: {e}"),
             }
         }
     }
@@ -317,7 +331,7 @@ fn open_ports(cfg: &Config, pool: &Arc<Mempool>) -> Result<Vec<Port>, String> {
                 p.device
             )
         })?;
-        eprintln!(
+        tracing::info!(
             "fastpathd: port {} ({}) id {} mac {} rx {} tx {} rss {} rx checksum offload {}",
             p.device,
             port.driver(),
@@ -427,9 +441,10 @@ fn forward_map(cfg: &Config, ports: &[Port]) -> Vec<u16> {
         let to = p.forward_to.unwrap_or(i);
         forward_to[port.id() as usize] = ports[to].id();
         if cfg.lcores.mode == LcoreMode::Forward {
-            eprintln!(
+            tracing::info!(
                 "fastpathd: forward mode, no stage runs: {} -> {}",
-                p.device, cfg.ports[to].device
+                p.device,
+                cfg.ports[to].device
             );
         }
     }
@@ -573,7 +588,11 @@ fn watch_tick(watch: &mut Watch, src: &Sources) {
         Instant::now(),
         control::health::read_link,
     ) {
-        eprintln!("fastpathd: {line}");
+        if line.contains(" down") {
+            tracing::warn!("fastpathd: {line}");
+        } else {
+            tracing::info!("fastpathd: {line}");
+        }
     }
 }
 
@@ -587,18 +606,20 @@ fn housekeeping_pin(allowed: Option<&[u32]>, cfg: &Config) -> impl Fn(&str) + Cl
                 &cfg.lcores.cpus_of(&cfg.lcores.rx),
                 &cfg.lcores.cpus_of(&cfg.lcores.workers),
             );
-            eprintln!("fastpathd: control and metrics threads on CPUs {cpus:?} ({why})");
+            tracing::info!("fastpathd: control and metrics threads on CPUs {cpus:?} ({why})");
             Some(cpus)
         }
         None => {
-            eprintln!("fastpathd: cannot read the allowed CPUs: control and metrics threads share the main lcore's");
+            tracing::warn!(
+                "fastpathd: cannot read the allowed CPUs: control and metrics threads share the main lcore's"
+            );
             None
         }
     };
     move |what: &str| {
         if let Some(c) = &housekeeping {
             if let Err(e) = fastpath::dpdk::eal::pin_current_thread(c) {
-                eprintln!("fastpathd: {what} thread stays on the main lcore's CPU: {e}");
+                tracing::warn!("fastpathd: {what} thread stays on the main lcore's CPU: {e}");
             }
         }
     }
@@ -619,7 +640,7 @@ fn pin_eal_threads(allowed: Option<&[u32]>, cfg: &Config) {
     );
     for (tid, name) in crate::placement::eal_service_threads() {
         if let Err(e) = fastpath::dpdk::eal::pin_thread(tid, &cpus) {
-            eprintln!("fastpathd: EAL thread {name} ({tid}) stays where the EAL put it: {e}");
+            tracing::warn!("fastpathd: EAL thread {name} ({tid}) stays where the EAL put it: {e}");
         }
     }
 }
@@ -632,7 +653,7 @@ fn start_http(
     pin: &(impl Fn(&str) + Clone + Send + 'static),
 ) -> Result<Option<crate::http::Running>, String> {
     let Some(server) = server else { return Ok(None) };
-    eprintln!("fastpathd: metrics on http://{}/metrics", server.local_addr());
+    tracing::info!("fastpathd: metrics on http://{}/metrics", server.local_addr());
     let pin = pin.clone();
     server
         .spawn(registry.clone(), sources.clone(), limits, move || pin("metrics"))
@@ -667,9 +688,10 @@ fn launch(
         }
         launched.push(lcore);
     }
-    eprintln!(
+    tracing::info!(
         "fastpathd: running: rx lcores {:?}, workers {:?}, main lcore {main_lcore}; SIGINT/SIGTERM to stop",
-        lcores.rx, lcores.workers
+        lcores.rx,
+        lcores.workers
     );
     Ok((main_role, launched))
 }
@@ -684,7 +706,7 @@ fn spawn_control(
     pin: impl Fn(&str) + Send + 'static,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let stop = run_control.clone();
-    let signals = signals.clone();
+    let signals = signals.messages();
     let sources = sources.clone();
     let idle_exit = opts.exit_when_idle;
     let interval = opts.stats_interval;
@@ -761,14 +783,14 @@ fn shutdown(d: Dataplane, opts: &Options, started: Instant, failed_lcores: Vec<u
     let text = metrics::render(&registry);
     if let Some(path) = &opts.metrics_dump {
         if let Err(e) = std::fs::write(path, &text) {
-            eprintln!("fastpathd: cannot write the metrics dump {}: {e}", path.display());
+            tracing::error!("fastpathd: cannot write the metrics dump {}: {e}", path.display());
         }
     }
     summary(&sources, started.elapsed());
     drop(ports);
     let leaked = pool.in_use() + big.in_use();
     if leaked != 0 {
-        eprintln!("fastpathd: {leaked} mbufs were not returned to the pool at exit");
+        tracing::error!("fastpathd: {leaked} mbufs were not returned to the pool at exit");
     }
     // Everything that holds DPDK objects goes before the EAL: the tables' socket rings (which
     // return any packet still queued to the pool), then the pool.
@@ -778,7 +800,7 @@ fn shutdown(d: Dataplane, opts: &Options, started: Instant, failed_lcores: Vec<u
     let last = Arc::strong_count(&published);
     drop(published);
     if last != 1 {
-        eprintln!(
+        tracing::error!(
             "fastpathd: BUG: {} references to the config tables outlive the lcores",
             last - 1
         );
@@ -829,7 +851,7 @@ fn outcome_totals(src: &Sources) -> Vec<(Outcome, u64)> {
 /// Watches signals, the idle timer and the stats interval; sets `stop` when it is time.
 fn control_loop(
     stop: &RunControl,
-    signals: &Signals,
+    signals: &Messages,
     src: &Sources,
     (reloader, watch): (&mut Reloader, &mut Watch),
     exit_when_idle: Option<Duration>,
@@ -842,15 +864,21 @@ fn control_loop(
     let mut prev = Snapshot::take(src);
     let mut recursion = RecursionLog::default();
     let started = Instant::now();
+    let mut next_tick = Instant::now() + tick;
     loop {
-        std::thread::sleep(tick);
-        if signals.stop_requested() {
-            eprintln!("fastpathd: stop requested by signal");
-            break;
+        // Messages (signals) are handled as they come; the periodic work runs every tick.
+        match signals.next(next_tick.saturating_duration_since(Instant::now())) {
+            Some(ControlMsg::Stop(sig)) => {
+                tracing::info!("fastpathd: stop requested by signal ({sig})");
+                break;
+            }
+            Some(ControlMsg::Reload(why)) => {
+                reloader.reload(why);
+                continue;
+            }
+            None => {}
         }
-        if signals.take_hangup() {
-            reloader.reload("SIGHUP");
-        }
+        next_tick = (next_tick + tick).max(Instant::now());
         reloader.tick();
         watch_tick(watch, src);
         recursion.tick(src);
@@ -860,7 +888,7 @@ fn control_loop(
             last_change = Instant::now();
         } else if let Some(idle) = exit_when_idle {
             if rx > 0 && last_change.elapsed() >= idle {
-                eprintln!(
+                tracing::info!(
                     "fastpathd: no packet for {} ms, stopping (--exit-when-idle)",
                     idle.as_millis()
                 );
@@ -870,7 +898,7 @@ fn control_loop(
         if let (Some(at), Some(every)) = (next_line, interval) {
             if Instant::now() >= at {
                 let now = Snapshot::take(src);
-                eprintln!("{}", stats_line(src, &prev, &now, started.elapsed()));
+                tracing::info!(target: "fastpathd::stats", "{}", stats_line(src, &prev, &now, started.elapsed()));
                 prev = now;
                 next_line = Some(at + every);
             }
@@ -902,7 +930,7 @@ impl RecursionLog {
     fn tick(&mut self, src: &Sources) {
         let nested = fastpath::stats::total_outcome(&src.lcores, Outcome::GreRecursion);
         if nested > self.logged && self.at.elapsed() >= Duration::from_secs(1) {
-            eprintln!(
+            tracing::warn!(
                 "fastpathd: dead loop? {} packets nested deeper than {} tunnel headers dropped so far",
                 nested,
                 fastpath::pipeline::tunnel::MAX_DEPTH
@@ -988,8 +1016,8 @@ fn summary(src: &Sources, up: Duration) {
     for (o, n) in totals.iter().filter(|(_, n)| *n > 0) {
         s.push_str(&format!(" {}={n}", o.name()));
     }
-    eprintln!("{s}");
+    tracing::info!("{s}");
     if counted != rx {
-        eprintln!("fastpathd: BUG: {rx} packets received but {counted} outcomes counted");
+        tracing::error!("fastpathd: BUG: {rx} packets received but {counted} outcomes counted");
     }
 }

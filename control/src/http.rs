@@ -179,7 +179,7 @@ impl Running {
     pub fn stop(self) {
         let _ = self.stop.send(());
         if self.thread.join().is_err() {
-            eprintln!("fastpathd: the metrics thread panicked");
+            tracing::error!("fastpathd: the metrics thread panicked");
         }
     }
 }
@@ -301,7 +301,7 @@ async fn accept_loop(listener: std::net::TcpListener, ep: Rc<Endpoint>, mut stop
     let listener = match tokio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("fastpathd: the metrics endpoint cannot serve: {e}");
+            tracing::error!("fastpathd: the metrics endpoint cannot serve: {e}");
             let _ = stopped.await;
             return;
         }

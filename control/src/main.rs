@@ -4,29 +4,33 @@
 
 mod cli;
 mod daemon;
+mod logging;
 mod placement;
 mod signals;
 
 // Shared with the tests and the fuzz targets through the library target (src/lib.rs).
 use control::{config, http, metrics, reload, tables};
 
+use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match cli::parse(&args) {
-        Ok(cli::Command::Help) => {
-            println!("{}", cli::USAGE);
-            ExitCode::SUCCESS
+    let write = |bytes: &[u8]| {
+        let _ = std::io::stdout().write_all(bytes);
+        ExitCode::SUCCESS
+    };
+    match cli::parse(std::env::args_os()) {
+        Ok(cli::Command::Version) => write(format!("{}\n", cli::version_text()).as_bytes()),
+        Ok(cli::Command::Man) => write(&cli::man_page()),
+        Ok(cli::Command::Completions(shell)) => write(&cli::completions(shell)),
+        Ok(cli::Command::Run(opts, level)) => {
+            logging::init(level);
+            ExitCode::from(daemon::run(opts))
         }
-        Ok(cli::Command::Version) => {
-            println!("fastpathd {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        Ok(cli::Command::Run(opts)) => ExitCode::from(daemon::run(opts)),
-        Err(msg) => {
-            eprintln!("fastpathd: {msg}\n\n{}", cli::USAGE);
-            ExitCode::from(daemon::EXIT_USAGE)
+        // --help (exit 0) or a usage error (exit 2, daemon::EXIT_USAGE), printed by clap.
+        Err(e) => {
+            let _ = e.print();
+            ExitCode::from(if e.use_stderr() { daemon::EXIT_USAGE } else { 0 })
         }
     }
 }

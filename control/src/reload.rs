@@ -8,7 +8,8 @@
 //! The file is watched by polling its metadata (device, inode, size, mtime) every control tick:
 //! that sees in-place writes and editors' write-to-temp-then-rename alike, works on any file
 //! system, and cannot miss an event. A change is applied once the file has been stable for
-//! [`DEBOUNCE`], so a half-written file is not read.
+//! `[control] debounce_ms` (200 ms by default), so a half-written file is not read and a tool
+//! that writes in steps causes one reload; `[control] watch = false` leaves reloads to SIGHUP.
 
 use crate::config::{self, Config};
 use crate::tables::TableBuilder;
@@ -17,10 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// How long the file must stay unchanged before a change is applied.
-pub const DEBOUNCE: Duration = Duration::from_millis(200);
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Reload counters, read by the metrics collector.
 #[derive(Default, Debug)]
@@ -106,13 +104,21 @@ impl Reloader {
     /// Called every control tick: applies a change of the file once it is stable, and frees
     /// generations no lcore runs any more.
     pub fn tick(&mut self) {
+        self.retired.collect();
+        // `[control] watch = false`: only SIGHUP reloads (a watch turned back on by a SIGHUP
+        // starts from the version that SIGHUP loaded).
+        if !self.running.control.watch {
+            self.changed_at = None;
+            self.seen_sig = self.loaded_sig;
+            return;
+        }
         let sig = signature(&self.path);
         if sig != self.seen_sig {
             self.seen_sig = sig;
             self.changed_at = Some(Instant::now());
         }
         if let Some(t) = self.changed_at {
-            if t.elapsed() >= DEBOUNCE {
+            if t.elapsed() >= self.running.control.debounce {
                 self.changed_at = None;
                 // A SIGHUP may already have loaded exactly this version.
                 if sig.is_some() && sig != self.loaded_sig {
@@ -120,7 +126,6 @@ impl Reloader {
                 }
             }
         }
-        self.retired.collect();
     }
 
     /// Reads, validates and applies the config file. Returns whether it was applied.
@@ -166,13 +171,13 @@ impl Reloader {
         } else {
             changes.join("; ")
         };
-        eprintln!("fastpathd: reload ({why}): generation {generation} published: {what}");
+        tracing::info!("fastpathd: reload ({why}): generation {generation} published: {what}");
         true
     }
 
     fn fail(&mut self, why: &str, msg: &str) -> bool {
         self.stats.failure.fetch_add(1, Ordering::Relaxed);
-        eprintln!(
+        tracing::error!(
             "fastpathd: reload ({why}) refused, generation {} keeps running: {msg}",
             self.published.generation()
         );

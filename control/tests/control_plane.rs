@@ -888,3 +888,47 @@ fn fifty_stops_with_scrapes_in_flight_exit_cleanly() {
         }
     }
 }
+
+/// `[control] watch = false`: saving the file reloads nothing, SIGHUP does; with the watch on, a
+/// tool writing the file in steps closer than `debounce_ms` causes one reload, of the last step.
+#[test]
+fn the_file_watch_can_be_turned_off_and_debounces_writes_in_steps() {
+    let s = Scratch::new("watch");
+    let base = std::fs::read_to_string(null_config(&s, "watch")).unwrap();
+    let path = s.write("c.toml", &format!("{base}\n[control]\nwatch = false\n"));
+    let d = Daemon::start(&s, &["--config", path.to_str().unwrap()]);
+    let reloads = |d: &Daemon| family_sum(&d.scrape(), "fastpath_config_reloads_total");
+    // An edit (a new address) with the watch off: nothing happens for well past the debounce.
+    std::fs::write(
+        &path,
+        format!("{base}\n[control]\nwatch = false\n").replace("\"192.0.2.1\"", "\"192.0.2.1\", \"192.0.2.9\""),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(reloads(&d), 0.0, "{}", d.log_text());
+    // SIGHUP always reloads; this one also turns the watch on, debounced by 600 ms.
+    let stepped = |step: usize| {
+        format!("{base}\n[control]\nwatch = true\ndebounce_ms = 600\n")
+            .replace("\"192.0.2.1\"", &format!("\"192.0.2.1\", \"192.0.2.{}\"", 10 + step))
+    };
+    std::fs::write(&path, stepped(0)).unwrap();
+    d.signal("HUP");
+    wait_for(10, "the SIGHUP reload", || reloads(&d) == 1.0);
+    // Five writes 150 ms apart (each sooner than the debounce), then quiet: one reload.
+    for step in 1..=5 {
+        std::thread::sleep(Duration::from_millis(150));
+        std::fs::write(&path, stepped(step)).unwrap();
+    }
+    wait_for(10, "the debounced reload", || reloads(&d) == 2.0);
+    std::thread::sleep(Duration::from_millis(1200));
+    let m = d.scrape();
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(m["fastpath_config_reloads_total{result=\"success\"}"], 2.0, "{log}");
+    assert_eq!(m["fastpath_config_generation"], 3.0, "{log}");
+    assert!(
+        log.contains("reload (SIGHUP)") && log.contains("reload (file changed)"),
+        "{log}"
+    );
+    assert!(log.contains("192.0.2.15"), "the last step is what was loaded: {log}");
+}

@@ -289,7 +289,20 @@ fn usage_and_dpdk_failures_have_their_exit_codes() {
     assert_eq!(out.status.code(), Some(2));
     let out = run(&["--bogus"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("usage:"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Usage:") && err.contains("unexpected argument '--bogus'"),
+        "{err}"
+    );
+    // Malformed, repeated or swallowed options are usage errors too.
+    for args in [
+        &["--config", "c.toml", "--check-config=no"][..],
+        &["--config", "--check-config"],
+        &["--config", "a.toml", "--config", "b.toml"],
+        &["--config", "c.toml", "--log-level", "loud"],
+    ] {
+        assert_eq!(run(args).status.code(), Some(2), "{args:?}");
+    }
 
     // A device that DPDK did not probe: the port cannot be found.
     let s = Scratch::new("nodev");
@@ -299,14 +312,16 @@ fn usage_and_dpdk_failures_have_their_exit_codes() {
             .unwrap()
             .replace("device = \"net_null0\"", "device = \"net_null7\""),
     );
+    // It is refused before the EAL starts, with key and line (exit 1), by --check-config too.
     let out = run(&["--config", cfg.to_str().unwrap(), "--exit-when-idle", "100"]);
-    assert_eq!(out.status.code(), Some(3));
     let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("net_null7") && err.contains("Check the device name"),
+        err.contains("port[0].device") && err.contains("no --vdev=net_null7"),
         "{err}"
     );
-
+    let check = run(&["--config", cfg.to_str().unwrap(), "--check-config"]);
+    assert_eq!(check.status.code(), Some(1));
     assert!(!err.contains("running"), "{err}");
 
     // A virtio-user port whose vhost-user peer is not there: it never comes up, so neither
@@ -357,6 +372,7 @@ fn usage_and_dpdk_failures_have_their_exit_codes() {
         "eal.toml",
         &std::fs::read_to_string(s.path("c.toml"))
             .unwrap()
+            .replace("net_null7", "net_null0")
             .replace("\"--no-pci\"", "\"--no-such-eal-flag\""),
     );
     let out = run(&["--config", cfg.to_str().unwrap()]);

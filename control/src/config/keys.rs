@@ -247,6 +247,11 @@ pub static KEYS: &[KeySpec] = &[
         "tcp_reset.peer_table_size",
         Get::Top(|c| c.tcp_reset.peer_table_size.to_string()),
     ),
+    live("control.watch", Get::Top(|c| c.control.watch.to_string())),
+    live(
+        "control.debounce_ms",
+        Get::Top(|c| c.control.debounce.as_millis().to_string()),
+    ),
 ];
 
 /// The entry of `key` (`port.forward_to`), if there is one.

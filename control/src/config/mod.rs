@@ -9,6 +9,8 @@
 
 mod budget;
 mod changes;
+mod control;
+pub use control::ControlConfig;
 mod dpdk;
 pub use dpdk::virtio_user_memory;
 mod errors;
@@ -16,6 +18,8 @@ mod flow_limit;
 mod icmp;
 mod keys;
 mod lcores;
+mod machine;
+pub use machine::{read_hugepages, Hugepages, Machine};
 mod metrics;
 mod port;
 mod reassembly;
@@ -41,7 +45,7 @@ pub use rss::RssConfig;
 pub use service::{ServiceConfig, MAX_SOCKETS, MAX_SOCKET_CAPACITY};
 pub use tunnel::{TunnelConfig, TunnelVia};
 
-use crate::locate::Locator;
+use crate::locate::{Locator, Seg};
 use errors::Errs;
 use serde::Deserialize;
 use std::path::Path;
@@ -68,6 +72,7 @@ struct FileConfig {
     reassembly: Option<reassembly::ReassemblySection>,
     icmp: Option<icmp::IcmpSection>,
     tcp_reset: Option<tcp_reset::TcpResetSection>,
+    control: Option<control::ControlSection>,
 }
 
 /// A validated config.
@@ -97,6 +102,8 @@ pub struct Config {
     pub icmp: fastpath::pipeline::icmp_error::IcmpConfig,
     /// `[tcp_reset]`.
     pub tcp_reset: fastpath::pipeline::tcp_reset::TcpResetConfig,
+    /// `[control]`: the file watch.
+    pub control: ControlConfig,
 }
 
 impl Config {
@@ -142,7 +149,7 @@ impl Loaded {
     /// Writes every warning to stderr, one line each, prefixed `warning:`.
     pub fn log_warnings(&self) {
         for w in self.warnings.to_string().lines() {
-            eprintln!("warning: {w}");
+            tracing::warn!("warning: {w}");
         }
     }
 }
@@ -217,20 +224,30 @@ pub fn load_checked(path: &Path) -> Result<Loaded, ConfigErrors> {
     parse_checked(&read(path)?, &path.display().to_string())
 }
 
-/// Checks `cfg`, read from `src` (named `file`), against this machine: the lcores' CPUs must be
-/// ones this process may use (`allowed`, see [`crate::placement::allowed_cpus`]). Every problem,
-/// with key and line.
-pub fn check_machine(cfg: &Config, src: &str, file: &str, allowed: &[u32]) -> Result<(), ConfigErrors> {
+/// Checks `cfg`, read from `src` (named `file`), against the machine `m`, with the command
+/// line's `extra` EAL arguments: the lcores' CPUs must be ones this process may use, hugepages
+/// must be there when the EAL arguments need them, and the ports' devices must exist (a
+/// `--vdev` for each virtual one, the kernel interfaces and captures they name, a PCI device
+/// bound to a driver DPDK can use). Every problem, with key and line; `Ok` lists what could not
+/// be checked.
+pub fn check_machine(
+    cfg: &Config,
+    extra: &[String],
+    src: &str,
+    file: &str,
+    m: &Machine,
+) -> Result<Vec<String>, ConfigErrors> {
     let loc = Locator::new(src);
     let mut errs = Errs {
         loc: &loc,
         list: Vec::new(),
         warnings: Vec::new(),
     };
-    lcores::check_machine(&cfg.lcores, allowed, &mut errs);
+    let unchecked = machine::check(cfg, extra, m, &mut errs);
     if errs.list.is_empty() {
-        Ok(())
+        Ok(unchecked)
     } else {
+        errs.list.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
         Err(ConfigErrors {
             file: file.to_string(),
             errors: errs.list,
@@ -244,9 +261,22 @@ pub fn parse(src: &str, file: &str) -> Result<Config, ConfigErrors> {
 }
 
 /// Parses and validates config text, keeping the warnings; `file` names it in errors.
+///
+/// Every problem is reported at once, each with key and line: a TOML syntax error stops the
+/// parse (nothing after it can be trusted), but type errors and unknown keys do not: each is
+/// recorded and its key set aside, and the rest is read again, so the meaning of what is left
+/// is still validated (problems that follow only from a key set aside are not repeated).
 pub fn parse_checked(src: &str, file: &str) -> Result<Loaded, ConfigErrors> {
     let loc = Locator::new(src);
-    let raw: FileConfig = toml::from_str(src).map_err(|e| {
+    let fail = |errors: Vec<ConfigError>| {
+        let mut errors = errors;
+        errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+        ConfigErrors {
+            file: file.to_string(),
+            errors,
+        }
+    };
+    let table: toml::Table = src.parse().map_err(|e: toml::de::Error| {
         let (line, key) = match e.span() {
             Some(s) => (
                 Some(loc.line_of_offset(s.start)),
@@ -255,40 +285,163 @@ pub fn parse_checked(src: &str, file: &str) -> Result<Loaded, ConfigErrors> {
             // Every error has a line: the start for one the TOML parser cannot place.
             None => (Some(1), String::new()),
         };
-        ConfigErrors {
-            file: file.to_string(),
-            errors: vec![ConfigError {
-                key,
-                line,
-                message: e.message().trim().to_string(),
-            }],
-        }
+        fail(vec![ConfigError {
+            key,
+            line,
+            message: e.message().trim().to_string(),
+        }])
     })?;
+    let (raw, shape_errors, set_aside) = deserialize_all(table, &loc);
     let mut errs = Errs {
         loc: &loc,
         list: Vec::new(),
         warnings: Vec::new(),
     };
+    let Some(raw) = raw else {
+        return Err(fail(shape_errors));
+    };
     let cfg = validate(raw, &mut errs);
-    if errs.list.is_empty() {
+    if errs.list.is_empty() && shape_errors.is_empty() {
         // Checked last, on a config otherwise valid, so its terms are the real values.
         budget::check(&cfg, &mut errs);
     }
-    if errs.list.is_empty() {
+    if errs.list.is_empty() && shape_errors.is_empty() {
         errs.warnings.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
-        Ok(Loaded {
+        return Ok(Loaded {
             config: cfg,
             warnings: ConfigErrors {
                 file: file.to_string(),
                 errors: errs.warnings,
             },
-        })
-    } else {
-        errs.list.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
-        Err(ConfigErrors {
-            file: file.to_string(),
-            errors: errs.list,
-        })
+        });
+    }
+    let follows = |e: &ConfigError| {
+        set_aside
+            .iter()
+            .any(|k| e.key == *k || e.key.starts_with(&format!("{k}.")) || e.key.starts_with(&format!("{k}[")))
+    };
+    let mut all = shape_errors;
+    all.extend(errs.list.into_iter().filter(|e| !follows(e)));
+    Err(fail(all))
+}
+
+/// At most this many type errors and unknown keys are collected from one file (each costs one
+/// more pass over the file); past it, the ones found are reported.
+const MAX_SHAPE_ERRORS: usize = 50;
+
+/// Deserializes the file's sections, recording each type error or unknown key with its line
+/// and setting that key aside, until what is left deserializes. Returns the sections (`None`
+/// when a required key is missing or a problem cannot be set aside), the problems, and the keys
+/// set aside (dotted, as errors name them).
+fn deserialize_all(mut table: toml::Table, loc: &Locator) -> (Option<FileConfig>, Vec<ConfigError>, Vec<String>) {
+    use serde_path_to_error::Segment;
+    let mut errors = Vec::new();
+    let mut set_aside = Vec::new();
+    loop {
+        let e = match serde_path_to_error::deserialize::<_, FileConfig>(toml::Value::Table(table.clone())) {
+            Ok(raw) => return (Some(raw), errors, set_aside),
+            Err(e) => e,
+        };
+        let message = e.inner().message().trim().to_string();
+        let mut segs: Vec<PathSeg> = Vec::new();
+        for seg in e.path().iter() {
+            match seg {
+                Segment::Map { key } => segs.push(PathSeg::Key(key.clone())),
+                Segment::Seq { index } => segs.push(PathSeg::Index(*index)),
+                Segment::Enum { .. } | Segment::Unknown => {}
+            }
+        }
+        // An unknown key: serde names it in the message, at its table's path.
+        let unknown = message
+            .strip_prefix("unknown field `")
+            .and_then(|m| m.split('`').next())
+            .map(str::to_string);
+        if let Some(k) = &unknown {
+            if !matches!(segs.last(), Some(PathSeg::Key(last)) if last == k) {
+                segs.push(PathSeg::Key(k.clone()));
+            }
+        }
+        let loc_path: Vec<Seg> = segs
+            .iter()
+            .map(|s| match s {
+                PathSeg::Key(k) => Seg::Key(k),
+                PathSeg::Index(i) => Seg::Index(*i),
+            })
+            .collect();
+        let key = errors::key_of(&loc_path);
+        let missing = message.starts_with("missing field `");
+        let message = match &unknown {
+            Some(_) => match message.split_once(", expected ") {
+                Some((head, expected)) => format!("{head}; known keys here: {expected}"),
+                None => message,
+            },
+            None => message,
+        };
+        errors.push(ConfigError {
+            key: key.clone(),
+            line: loc.line_of(&loc_path).or(Some(1)),
+            message,
+        });
+        // A bad element of an array sets the whole array aside.
+        while matches!(segs.last(), Some(PathSeg::Index(_))) && segs.len() > 1 {
+            segs.pop();
+        }
+        let aside = errors::key_of(
+            &segs
+                .iter()
+                .map(|s| match s {
+                    PathSeg::Key(k) => Seg::Key(k),
+                    PathSeg::Index(i) => Seg::Index(*i),
+                })
+                .collect::<Vec<_>>(),
+        );
+        // A missing key cannot be set aside; nor can a problem with no key, or too many.
+        if missing || segs.is_empty() || errors.len() >= MAX_SHAPE_ERRORS || !remove(&mut table, &segs) {
+            return (None, errors, set_aside);
+        }
+        set_aside.push(aside);
+    }
+}
+
+/// One step of a path into the file's tables, owned.
+enum PathSeg {
+    Key(String),
+    Index(usize),
+}
+
+/// Removes the value at `path` from `table`. False if there is nothing there (a path ending in
+/// an index is never asked for: its array is set aside whole).
+fn remove(table: &mut toml::Table, path: &[PathSeg]) -> bool {
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let mut cur: &mut toml::Value = match parents.first() {
+        Some(PathSeg::Key(k)) => match table.get_mut(k) {
+            Some(v) => v,
+            None => return false,
+        },
+        Some(PathSeg::Index(_)) => return false,
+        None => {
+            return match last {
+                PathSeg::Key(k) => table.remove(k).is_some(),
+                PathSeg::Index(_) => false,
+            }
+        }
+    };
+    for seg in &parents[1..] {
+        let next = match (seg, cur) {
+            (PathSeg::Key(k), toml::Value::Table(t)) => t.get_mut(k),
+            (PathSeg::Index(i), toml::Value::Array(a)) => a.get_mut(*i),
+            _ => None,
+        };
+        match next {
+            Some(v) => cur = v,
+            None => return false,
+        }
+    }
+    match (last, cur) {
+        (PathSeg::Key(k), toml::Value::Table(t)) => t.remove(k).is_some(),
+        _ => false,
     }
 }
 
@@ -312,6 +465,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
     reassembly.buffer_truesize = packet_buffer_truesize(max_mtu);
     let icmp = icmp::validate(raw.icmp, errs);
     let tcp_reset = tcp_reset::validate(raw.tcp_reset, errs);
+    let control = control::validate(raw.control, errs);
     Config {
         dpdk,
         ports,
@@ -325,6 +479,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         reassembly_buffers,
         icmp,
         tcp_reset,
+        control,
     }
 }
 

@@ -18,6 +18,18 @@ rx = [0]
 workers = [1]
 "#;
 
+/// A machine with these CPUs, plenty of hugepages, and no sysfs.
+fn cpus(list: &[u32]) -> Machine {
+    Machine {
+        cpus: Some(list.to_vec()),
+        hugepages: Some(Hugepages {
+            free_bytes: u64::MAX,
+            mounted: true,
+        }),
+        sys: std::path::PathBuf::from("/nonexistent"),
+    }
+}
+
 fn errors(src: &str) -> Vec<ConfigError> {
     parse(src, "t.toml").unwrap_err().errors
 }
@@ -42,6 +54,41 @@ fn unknown_key_names_key_and_line() {
     assert_eq!(e[0].line, Some(7));
     assert!(e[0].message.contains("unknown field `rx_queue`"), "{:?}", e[0]);
     assert!(e[0].key.starts_with("port[0]"), "{:?}", e[0]);
+}
+
+#[test]
+fn type_errors_unknown_keys_and_meaning_errors_are_all_reported_at_once() {
+    let bad = GOOD
+        .replace("rx_queues = 1", "rx_queue = 1\nrx_queues = 1")
+        .replace("tx_queues = 2", "tx_queues = \"two\"")
+        .replace("\"192.0.2.1\"", "\"192.0.2.300\"")
+        .replace("workers = [1]", "workers = [1]\nidle_sleep_us = -5\nmode = \"fast\"")
+        + "\n[icmp]\nburst = true\nbrust = 3\n";
+    let e = errors(&bad);
+    let got: Vec<(Option<usize>, &str)> = e.iter().map(|e| (e.line, e.key.as_str())).collect();
+    assert_eq!(
+        got,
+        vec![
+            (Some(7), "port[0].rx_queue"),
+            (Some(9), "port[0].tx_queues"),
+            (Some(10), "port[0].ipv4[0]"),
+            (Some(16), "lcores.idle_sleep_us"),
+            (Some(17), "lcores.mode"),
+            (Some(20), "icmp.burst"),
+            (Some(21), "icmp.brust"),
+        ],
+        "{e:#?}"
+    );
+    assert!(e[0].message.contains("unknown field `rx_queue`") && e[0].message.contains("known keys here"));
+    assert!(e[1].message.contains("invalid type"), "{:?}", e[1]);
+    // A missing required key ends the reading of the sections; what was found is still listed.
+    let e = errors(
+        &GOOD
+            .replace("device = \"net_null0\"", "")
+            .replace("tx_queues = 2", "tx_queues = \"two\""),
+    );
+    assert!(e.iter().any(|e| e.message.contains("missing field `device`")), "{e:#?}");
+    assert!(e.iter().any(|e| e.key == "port[0].tx_queues"), "{e:#?}");
 }
 
 #[test]
@@ -418,6 +465,8 @@ fn every_shipped_config_is_valid() {
         }
     }
     assert!(n >= 1, "no config in {}", dir.display());
+    // The package's /etc/fastpathd/fastpathd.toml.
+    load(&dir.join("../packaging/fastpathd.toml")).unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
@@ -525,15 +574,15 @@ fn lcore_cpus_place_lcores_and_reach_the_eal() {
         "{w}"
     );
     // On a machine with CPUs 0 and 1 only, lcore 5 cannot run.
-    let e = check_machine(c, &four, "t.toml", &[0, 1]).unwrap_err();
+    let e = check_machine(c, &[], &four, "t.toml", &cpus(&[0, 1])).unwrap_err();
     assert_eq!(e.errors.len(), 1, "{e}");
     assert_eq!((e.errors[0].key.as_str(), e.errors[0].line), ("lcores.cpus", Some(16)));
     assert!(e.errors[0].message.contains("lcore 5 would run on CPU(s) [5]"), "{e}");
-    assert!(check_machine(c, &four, "t.toml", &[0, 1, 5]).is_ok());
+    assert!(check_machine(c, &[], &four, "t.toml", &cpus(&[0, 1, 5])).is_ok());
     // Without `cpus`, lcore N runs on CPU N: the check names lcores.rx.
     let plain = parse(&GOOD.replace("workers = [1]", "workers = [3]"), "t.toml").unwrap();
     let src = GOOD.replace("workers = [1]", "workers = [3]");
-    let e = check_machine(&plain, &src, "t.toml", &[0, 1]).unwrap_err();
+    let e = check_machine(&plain, &[], &src, "t.toml", &cpus(&[0, 1])).unwrap_err();
     assert_eq!(e.errors[0].key, "lcores.rx", "{e}");
     assert!(parse_checked(GOOD, "t.toml").unwrap().warnings.errors.is_empty());
 }

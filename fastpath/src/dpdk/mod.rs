@@ -5,12 +5,14 @@
 //! - [`mbuf`]: [`Mbuf`], an owned mbuf that frees itself, implementing [`crate::buf::PacketBuf`];
 //! - [`port`]: ethdev ports (queues, RSS where the driver has it, start/stop/close, stats) and the
 //!   per-lcore [`RxQueue`]/[`TxQueue`] handles used for bursts;
+//! - [`log`]: DPDK's own log routed into the caller's sink, at the caller's level;
 //! - [`ring`]: [`MbufRing`], the bounded queue behind a service socket.
 //!
 //! Every `unsafe` block says why it is sound in a `// SAFETY:` comment. C return codes become
 //! [`Error`]s formatted with `rte_strerror`.
 
 pub mod eal;
+pub mod log;
 pub mod mbuf;
 pub mod mempool;
 pub mod port;

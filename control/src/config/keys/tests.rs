@@ -229,6 +229,8 @@ const EDITS: &[Edit] = &[
     ("tcp_reset.peer_interval_ms", &[("peer_interval_ms = 100\n", "peer_interval_ms = 0\n")], &["tcp_reset.peer_interval_ms"]),
     ("tcp_reset.peer_burst", &[("peer_burst = 10", "peer_burst = 3")], &["tcp_reset.peer_burst"]),
     ("tcp_reset.peer_table_size", &[("peer_table_size = 2048", "peer_table_size = 1024")], &["tcp_reset.peer_table_size"]),
+    ("control.watch", &[("watch = true", "watch = false")], &["control.watch"]),
+    ("control.debounce_ms", &[("debounce_ms = 250", "debounce_ms = 1000")], &["control.debounce_ms"]),
 ];
 
 fn edited(edits: &[(&str, &str)]) -> String {
