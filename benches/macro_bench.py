@@ -333,7 +333,9 @@ def dumpcap_once(name, prefix, tmp, frames=64):
     cmd = ["timeout", "120", os.environ.get("DUMPCAP", "dpdk-dumpcap"), f"--file-prefix={prefix}",
            "-i", "net_pcap0", "-q", "-c", str(frames), "-w", out]
     # In fastpathd's working directory: net_pcap's short relative names are opened again there.
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+    # Every CPU, as fastpathd's children get: pinned to this script's CPU 0 (fastpathd's worker
+    # and control threads') it took 80 s or more to capture its frames.
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, preexec_fn=child_affinity)
     # A pcapng enhanced packet block is 32 bytes of header and options around each frame.
     size = os.path.getsize(out) if os.path.exists(out) else 0
     if r.returncode != 0 or size < frames * 64:
