@@ -288,5 +288,8 @@ fn maglev_choice_agrees_across_nodes_and_a_drain_moves_only_its_flows() {
             others_moved += 1;
         }
     }
-    assert!(others_moved * 50 <= 600, "{others_moved} flows of the other backends moved");
+    assert!(
+        others_moved * 50 <= 600,
+        "{others_moved} flows of the other backends moved"
+    );
 }
