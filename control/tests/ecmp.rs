@@ -235,7 +235,6 @@ fn router_mac(i: usize) -> String {
 struct Node {
     i: usize,
     ns: String,
-    iface: String,
     s: Scratch,
     cfg: PathBuf,
     fastpathd: Option<Daemon>,
@@ -244,12 +243,29 @@ struct Node {
 }
 
 impl Node {
-    fn fastpathd_addr(&self) -> String {
-        format!("10.0.{}.3", self.i)
-    }
-
     fn bird_socket(&self) -> PathBuf {
         self.s.path("bird.ctl")
+    }
+
+    fn start_bird(&mut self, cfg: &str) {
+        let bird_cfg = self.s.write("bird.conf", cfg);
+        let ctl = self.bird_socket();
+        self.bird = Some(Proc::spawn(
+            &self.ns,
+            &[
+                "bird",
+                "-f",
+                "-c",
+                bird_cfg.to_str().unwrap(),
+                "-s",
+                ctl.to_str().unwrap(),
+                "-P",
+                self.s.path("bird.pid").to_str().unwrap(),
+            ],
+            self.s.path("bird.log"),
+        ));
+        wait_for(10, "BIRD's control socket", || self.vips_state() == "down");
+        self.helper = Some(start_helper(&self.ns, METRICS_PORT, &ctl, self.s.path("announce.log")));
     }
 
     fn start_fastpathd(&mut self) {
@@ -283,7 +299,7 @@ impl Node {
 
 /// The fastpathd config of node `i`: one service address, a `tunnel` service over three
 /// backends, the metrics endpoint on the namespace's own loopback (where the helper asks).
-fn node_config(i: usize, ns_iface: &str, metrics_port: u16) -> String {
+fn node_config(name: &str, i: usize, ns_iface: &str, metrics_port: u16) -> String {
     let tunnels: String = BACKENDS
         .iter()
         .enumerate()
@@ -302,27 +318,24 @@ fn node_config(i: usize, ns_iface: &str, metrics_port: u16) -> String {
          [reassembly]\nbuffers = 32\n\n\
          [[service]]\nname = \"vip\"\nports = [{SERVICE_PORT}]\naddresses = [\"{VIP}\"]\nsockets = 2\n\
          action = \"tunnel\"\ntunnels = [\"backend0\", \"backend1\", \"backend2\"]\n\n{tunnels}",
-        eal_args(
-            &format!("ecmp-n{i}"),
-            &[format!("--vdev=net_af_packet0,iface={ns_iface},qpairs=2")]
-        )
+        eal_args(name, &[format!("--vdev=net_af_packet0,iface={ns_iface},qpairs=2")])
     )
 }
 
-/// The shipped BIRD template with node `i`'s values; the second router line is dropped (one
-/// router here).
-fn bird_config(router_id: &str, router: &str, next_hop: &str) -> String {
+/// The shipped BIRD template with a node's values; the second router line is dropped (one
+/// router here), and the first too without a router.
+fn bird_config(router_id: &str, router: Option<&str>, next_hop: &str) -> String {
     let t = repo_file("configs/bird/fastpathd-bird.conf");
     let text: String = t
         .lines()
-        .filter(|l| !l.contains("@ROUTER2@"))
+        .filter(|l| !l.contains("@ROUTER2@") && (router.is_some() || !l.contains("@ROUTER1@")))
         .map(|l| format!("{l}\n"))
         .collect();
     let text = text
         .replace("@ROUTER_ID@", router_id)
         .replace("@LOCAL_AS@", &NODES_AS.to_string())
         .replace("@ROUTER_AS@", &ROUTER_AS.to_string())
-        .replace("@ROUTER1@", router)
+        .replace("@ROUTER1@", router.unwrap_or_default())
         .replace("@NEXT_HOP@", next_hop)
         .replace("@VIP@", VIP);
     let code_lines: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with('#')).collect();
@@ -426,11 +439,13 @@ impl Lab {
         let (rif, nif) = (format!("ecr{}n{i}", self.id), format!("ecn{}n{i}", self.id));
         ip(&["netns", "add", &ns]);
         let s = Scratch::new(&format!("ecmp-node{i}"));
-        let cfg = s.write("fastpathd.toml", &node_config(i, &nif, METRICS_PORT));
+        let cfg = s.write(
+            "fastpathd.toml",
+            &node_config(&format!("ecmp-n{i}"), i, &nif, METRICS_PORT),
+        );
         self.nodes.push(Node {
             i,
             ns: ns.clone(),
-            iface: nif.clone(),
             s,
             cfg,
             fastpathd: None,
@@ -465,27 +480,11 @@ impl Lab {
         let out = ns_exec(&self.router, &["ethtool", "-K", &rif, "tx", "off"]);
         assert!(out.status.success(), "ethtool (ci/setup installs it)");
         let n = self.nodes.last_mut().unwrap();
-        let bird_cfg = n.s.write(
-            "bird.conf",
-            &bird_config(&format!("10.0.{i}.2"), &format!("10.0.{i}.1"), &format!("10.0.{i}.3")),
-        );
-        let ctl = n.bird_socket();
-        n.bird = Some(Proc::spawn(
-            &ns,
-            &[
-                "bird",
-                "-f",
-                "-c",
-                bird_cfg.to_str().unwrap(),
-                "-s",
-                ctl.to_str().unwrap(),
-                "-P",
-                n.s.path("bird.pid").to_str().unwrap(),
-            ],
-            n.s.path("bird.log"),
+        n.start_bird(&bird_config(
+            &format!("10.0.{i}.2"),
+            Some(&format!("10.0.{i}.1")),
+            &format!("10.0.{i}.3"),
         ));
-        wait_for(10, "BIRD's control socket", || n.vips_state() == "down");
-        n.helper = Some(start_helper(&ns, METRICS_PORT, &ctl, n.s.path("announce.log")));
     }
 
     /// zebra and bgpd in the router namespace, from the shipped router config, with their
@@ -779,4 +778,161 @@ fn two_nodes_share_a_service_address_by_ecmp_and_a_failed_node_is_withdrawn() {
         assert!(took < Duration::from_secs(4), "withdrawn {took:?} after {what}");
     }
     eprintln!("the whole test took {:?}", t0.elapsed());
+}
+
+/// Stops one thread of a process, and only that one (ptrace's seize and interrupt, as
+/// health.rs does: a SIGSTOP would stop the whole process), for `secs`.
+struct StoppedThread(Child);
+
+impl StoppedThread {
+    fn new(tid: u32, secs: f64) -> StoppedThread {
+        const CODE: &str = "import ctypes, os, sys, time\n\
+            libc = ctypes.CDLL(None, use_errno=True)\n\
+            tid, secs = int(sys.argv[1]), float(sys.argv[2])\n\
+            if libc.ptrace(0x4206, tid, 0, 0) != 0: sys.exit('PTRACE_SEIZE: errno %d' % ctypes.get_errno())\n\
+            if libc.ptrace(0x4207, tid, 0, 0) != 0: sys.exit('PTRACE_INTERRUPT: errno %d' % ctypes.get_errno())\n\
+            os.waitpid(tid, 0x40000000)\n\
+            print('stopped', flush=True)\n\
+            time.sleep(secs)\n\
+            libc.ptrace(17, tid, 0, 0)\n";
+        let mut child = Command::new("/usr/bin/python3")
+            .args(["-c", CODE, &tid.to_string(), &secs.to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "stopped", "the thread {tid} could not be stopped");
+        StoppedThread(child)
+    }
+}
+
+impl Drop for StoppedThread {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn thread_named(pid: u32, comm: &str) -> u32 {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if name.trim() == comm {
+            return t.file_name().to_string_lossy().parse().unwrap();
+        }
+    }
+    panic!("no thread {comm} in {pid}");
+}
+
+/// One node without a router: the helper's decisions read from BIRD's protocol state, for the
+/// failures that cannot be made in the ECMP lab without also cutting its BGP session (a port
+/// down) and one more (an lcore stuck).
+struct Single {
+    node: Node,
+    peer: String,
+    peer_if: String,
+}
+
+impl Drop for Single {
+    fn drop(&mut self) {
+        drop(self.node.helper.take());
+        drop(self.node.fastpathd.take());
+        drop(self.node.bird.take());
+        for ns in [&self.node.ns, &self.peer] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Waits until BIRD's `fastpathd_vips` is `want`; returns how long it took.
+fn wait_state(n: &Node, want: &str, secs: u64, what: &str) -> Duration {
+    let t = Instant::now();
+    loop {
+        let got = n.vips_state();
+        if got == want {
+            return t.elapsed();
+        }
+        if t.elapsed() > Duration::from_secs(secs) {
+            let h = n.helper.as_ref().map(Proc::text).unwrap_or_default();
+            panic!("{what}: fastpathd_vips is {got}, not {want}; the helper's log:\n{h}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_helper_withdraws_on_a_port_down_and_a_stuck_lcore_and_announces_on_recovery() {
+    let id = format!("{}", std::process::id() % 100_000);
+    let (ns, peer) = (format!("eca{id}n"), format!("eca{id}p"));
+    let (nif, pif) = (format!("eca{id}n"), format!("eca{id}p"));
+    ip(&["netns", "add", &ns]);
+    let s = Scratch::new("ecmp-single");
+    let cfg = s.write("fastpathd.toml", &node_config("ecmp-single", 1, &nif, METRICS_PORT));
+    let mut one = Single {
+        node: Node {
+            i: 1,
+            ns: ns.clone(),
+            s,
+            cfg,
+            fastpathd: None,
+            helper: None,
+            bird: None,
+        },
+        peer: peer.clone(),
+        peer_if: pif.clone(),
+    };
+    ip(&["netns", "add", &peer]);
+    ip(&["-n", &ns, "link", "set", "lo", "up"]);
+    ip(&["link", "add", &nif, "type", "veth", "peer", "name", &pif]);
+    ip(&["link", "set", &nif, "netns", &ns]);
+    ip(&["link", "set", &pif, "netns", &peer]);
+    ip(&["-n", &ns, "link", "set", &nif, "up"]);
+    ip(&["-n", &peer, "link", "set", &pif, "up"]);
+    one.node.start_fastpathd();
+    one.node.start_bird(&bird_config("10.0.1.2", None, "10.0.1.3"));
+    let n = &one.node;
+    let took = wait_state(n, "up", 10, "announced at start");
+    eprintln!("announced {took:?} after the helper started (rise 3 at 1 s)");
+    assert!(
+        took >= Duration::from_millis(1900),
+        "not before 3 good answers: {took:?}"
+    );
+
+    // The port: the far end of the veth goes down, fastpathd's link with it.
+    ip(&["-n", &one.peer, "link", "set", &one.peer_if, "down"]);
+    let down = wait_state(n, "down", 5, "withdrawn on the port down");
+    ip(&["-n", &one.peer, "link", "set", &one.peer_if, "up"]);
+    let up = wait_state(n, "up", 10, "announced again with the port up");
+    eprintln!("port down: withdrawn after {down:?}; port up: announced after {up:?}");
+    assert!(down < Duration::from_secs(3), "{down:?}");
+
+    // An lcore stops polling (its thread stopped for 3 s): /healthz turns 503 after 500 ms.
+    let pid = n.fastpathd.as_ref().unwrap().child.id();
+    let stopped = StoppedThread::new(thread_named(pid, "rte-worker-1"), 3.0);
+    let stuck = wait_state(n, "down", 5, "withdrawn with an lcore stuck");
+    eprintln!("stuck lcore: withdrawn after {stuck:?}");
+    assert!(stuck < Duration::from_secs(3), "{stuck:?}");
+    drop(stopped);
+    let back = wait_state(n, "up", 10, "announced again once the lcore polls");
+    eprintln!("lcore polling again: announced after {back:?}");
+
+    // Stopping the helper withdraws (how a node is drained).
+    let mut h = one.node.helper.take().unwrap();
+    let _ = Command::new("kill").args(["-TERM", &h.child.id().to_string()]).status();
+    let st = h.child.wait().unwrap();
+    assert!(st.success(), "the helper exits 0 on SIGTERM: {}", h.text());
+    assert_eq!(one.node.vips_state(), "down", "{}", h.text());
+    let log = h.text();
+    for line in [
+        "fastpathd unhealthy: /healthz answered 503: port net_af_packet0 link down",
+        "lcore 1 (worker) not polling",
+        "stopping: withdrawn",
+    ] {
+        assert!(log.contains(line), "the helper logs `{line}`:\n{log}");
+    }
 }
