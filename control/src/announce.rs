@@ -198,8 +198,12 @@ impl Actuator {
                     Want::Announce => announce,
                     Want::Withdraw => withdraw,
                 };
+                // stdout is the helper's own (ExaBGP reads its process's stdout); stderr is
+                // kept for the log line of a failure.
                 let out = Command::new("/bin/sh")
                     .args(["-c", cmd])
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::inherit())
                     .output()
                     .map_err(|e| format!("/bin/sh: {e}"))?;
                 if out.status.success() {
@@ -213,6 +217,13 @@ impl Actuator {
                 }
             }
         }
+    }
+
+    /// Whether the wanted state is applied on every poll (BIRD: idempotent and cheap, and it
+    /// repairs a restarted BIRD) or only when it changes or the last try failed (commands: an
+    /// ExaBGP pipe would send an UPDATE each time).
+    pub fn reapply_each_poll(&self) -> bool {
+        matches!(self, Actuator::Bird(_))
     }
 
     /// For the log: what is switched.

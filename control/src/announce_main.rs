@@ -121,32 +121,42 @@ fn main() -> ExitCode {
     loop {
         let h = probe(a.healthz, timeout);
         let want = gate.observe(&h);
-        if last_health.as_ref() != Some(&h) {
+        // Logged when it changes, not per poll (a stuck lcore's `for 0.7 s` grows every time).
+        let shape = |h: &Health| match h {
+            Health::Good => String::new(),
+            Health::Bad(why) => why.chars().filter(|c| !c.is_ascii_digit()).collect(),
+        };
+        if last_health.as_ref().map(shape) != Some(shape(&h)) {
             match &h {
                 Health::Good => log("fastpathd healthy"),
                 Health::Bad(why) => log(&format!("fastpathd unhealthy: {why}")),
             }
             last_health = Some(h.clone());
         }
-        // Applied on every poll: idempotent in BIRD, and a restarted BIRD (whose config has the
-        // protocol disabled) gets the wanted state back within one interval.
-        match bird.apply(want) {
-            Ok(()) => {
-                if applied != Some(want) {
-                    match want {
-                        Want::Announce => log("announced"),
-                        Want::Withdraw => log("withdrawn"),
+        // BIRD's state is applied on every poll: idempotent there, and a restarted BIRD (whose
+        // config has the protocol disabled) gets the wanted state back within one interval.
+        // Commands run when the wanted state changes, and again after a failure.
+        if applied == Some(want) && !bird.reapply_each_poll() {
+            // Nothing to do until the wanted state changes.
+        } else {
+            match bird.apply(want) {
+                Ok(()) => {
+                    if applied != Some(want) {
+                        match want {
+                            Want::Announce => log("announced"),
+                            Want::Withdraw => log("withdrawn"),
+                        }
                     }
+                    applied = Some(want);
+                    last_error = None;
                 }
-                applied = Some(want);
-                last_error = None;
-            }
-            Err(e) => {
-                if last_error.as_ref() != Some(&e) {
-                    log(&format!("BIRD did not take it, retrying every poll: {e}"));
+                Err(e) => {
+                    if last_error.as_ref() != Some(&e) {
+                        log(&format!("not applied, retrying at the next poll: {e}"));
+                    }
+                    applied = None;
+                    last_error = Some(e);
                 }
-                applied = None;
-                last_error = Some(e);
             }
         }
         next += interval;
