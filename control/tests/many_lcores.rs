@@ -374,3 +374,77 @@ fn four_rx_lcores_serve_the_kernel_live_and_adopt_a_reload() {
     assert_conservation(&m);
     assert_eq!(outcome(&m, "socket_full") + outcome(&m, "tx_full"), 0);
 }
+
+/// net_tap with several queues: the kernel spreads the flows it sends into a multi-queue TAP by
+/// flow hash, so 2 RX lcores (2 queues each) both serve the kernel's 200 flows. fastpathd
+/// creates the TAP; the test moves it into a namespace it created, where the kernel is the
+/// client.
+#[test]
+fn two_rx_lcores_serve_a_multi_queue_tap() {
+    let id = std::process::id() % 100_000;
+    let (ns, tap) = (format!("fpt{id}"), format!("fptap{id}"));
+    struct Ns(String);
+    impl Drop for Ns {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", &self.0])
+                .status();
+        }
+    }
+    ip(&["netns", "add", &ns]);
+    let _ns = Ns(ns.clone());
+    let s = Scratch::new("many-tap");
+    let dump = s.path("metrics.prom");
+    let cfg = s.write(
+        "c.toml",
+        &format!(
+            "[dpdk]\neal_args = {}\nmbufs = 32767\nrx_desc = 256\ntx_desc = 256\n\n[[port]]\n\
+             device = \"net_tap0\"\nrx_queues = 4\ntx_queues = 4\nipv4 = [\"192.0.2.1\"]\n\
+             mac = \"02:00:00:00:00:01\"\n\n\
+             [lcores]\nrx = [0, 1]\nworkers = [2, 3]\ncpus = \"0@0,1@1,2@(0,1),3@(0,1)\"\n\
+             idle_sleep_us = 50\n{METRICS_ANY_PORT}\n\
+             [[service]]\nname = \"echo\"\nports = [5000]\nsockets = 2\nsocket_capacity = 512\naction = \"echo\"\n",
+            eal_args("many-tap", &[format!("--vdev=net_tap0,iface={tap}")])
+        ),
+    );
+    let d = Daemon::start(
+        &s,
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--metrics-dump",
+            dump.to_str().unwrap(),
+        ],
+    );
+    ip(&["link", "set", &tap, "netns", &ns]);
+    let _ = ns_exec(&ns, &["sysctl", "-qw", &format!("net.ipv6.conf.{tap}.disable_ipv6=1")]);
+    ip(&["-n", &ns, "addr", "add", "192.0.2.2/24", "dev", &tap]);
+    ip(&["-n", &ns, "link", "set", &tap, "up"]);
+    let _ = ns_exec(&ns, &["ethtool", "-K", &tap, "tx", "off"]);
+    let out = ns_exec(&ns, &["/usr/bin/python3", "-c", CLIENT]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let echoed: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let live = d.scrape();
+    let per_queue: Vec<f64> = (0..4)
+        .map(|q| live[&format!("fastpath_rx_packets_total{{port=\"net_tap0\",queue=\"{q}\"}}")])
+        .collect();
+    let per_lcore: Vec<f64> = (0..2)
+        .map(|l| live[&format!("fastpath_lcore_packets_total{{lcore=\"{l}\"}}")])
+        .collect();
+    eprintln!("TAP queues {per_queue:?}, RX lcores {per_lcore:?}, echoed {echoed}");
+    assert!(echoed >= 1980, "the kernel got {echoed} of 2000 echoes");
+    assert!(
+        per_lcore.iter().all(|&n| n > 100.0),
+        "the kernel's flows reach both RX lcores: {per_lcore:?}"
+    );
+    assert_eq!(
+        family_sum(&live, "fastpath_rx_packets_total"),
+        family_sum(&live, "fastpath_packets_total"),
+        "live: sum(rx) == sum(outcomes)"
+    );
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    assert_conservation(&m);
+}

@@ -196,6 +196,8 @@ pub static KEYS: &[KeySpec] = &[
     live("tunnel.port", Get::Tunnel(tunnel_port)),
     live("tunnel.via", Get::Tunnel(tunnel_via)),
     live("tunnel.next_hop_mac", Get::Tunnel(tunnel_next_hop)),
+    live("tunnel.weight", Get::Tunnel(|_, t| t.weight.to_string())),
+    live("tunnel.drain", Get::Tunnel(|_, t| t.drain.to_string())),
     live(
         "reassembly.high_thresh_bytes",
         Get::Top(|c| c.reassembly.high_thresh_bytes.to_string()),
@@ -297,7 +299,7 @@ fn hex(key: &[u8]) -> String {
 /// The tunnels a `tunnel` service sends into, by name.
 fn service_tunnels(c: &Config, s: &ServiceConfig) -> String {
     match &s.action {
-        Action::Tunnel(set) => list(&set.iter().map(|&i| &c.tunnels[i].name).collect::<Vec<_>>()),
+        Action::Tunnel(set) => list(&set.tunnels.iter().map(|&i| &c.tunnels[i].name).collect::<Vec<_>>()),
         _ => "[]".to_string(),
     }
 }

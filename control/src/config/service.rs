@@ -352,6 +352,14 @@ pub(super) fn resolve_tunnels(
                 ),
             }
         }
-        services[*si].action = Action::Tunnel(set);
+        let backends: Vec<fastpath::pipeline::maglev::Backend> = set
+            .iter()
+            .map(|&i| fastpath::pipeline::maglev::Backend {
+                name: tunnels[i].name.clone(),
+                weight: tunnels[i].weight,
+                drain: tunnels[i].drain,
+            })
+            .collect();
+        services[*si].action = Action::Tunnel(fastpath::pipeline::Backends::new(set, &backends));
     }
 }

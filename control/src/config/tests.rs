@@ -430,7 +430,10 @@ fn tunnel_actions_name_existing_tunnels() {
     );
     let svc = SERVICE.replace("action = \"echo\"", "action = \"tunnel\"\ntunnel = \"a\"");
     let c = parse(&format!("{GOOD}{}{svc}", tunnel("a", port)), "t.toml").unwrap();
-    assert_eq!(c.services[0].action, fastpath::pipeline::Action::Tunnel(vec![0]));
+    match &c.services[0].action {
+        fastpath::pipeline::Action::Tunnel(b) => assert_eq!(b.tunnels, vec![0]),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

@@ -28,6 +28,8 @@ pub(super) struct TunnelSection {
     port: Option<String>,
     via: Option<String>,
     next_hop_mac: Option<String>,
+    weight: Option<i64>,
+    drain: Option<bool>,
 }
 
 /// Where a tunnel's packets leave.
@@ -62,6 +64,10 @@ pub struct TunnelConfig {
     pub via: TunnelVia,
     /// Tunnel headers around a packet sent through it (1 = straight to a port).
     pub depth: usize,
+    /// Its share of a `tunnel` service's flows among the service's tunnels (Maglev weight).
+    pub weight: u32,
+    /// Drained: a `tunnel` service sends it no flows (it still decapsulates).
+    pub drain: bool,
 }
 
 /// Validates every `[[tunnel]]` and the depth of their `via` chains.
@@ -115,6 +121,14 @@ fn tunnel(
             format!("{who}: max_seq_jump {max_seq_jump}: expected 1 to 2147483647 (RFC 2890 serial numbers)"),
         );
     }
+    let weight = r.weight.unwrap_or(1);
+    let max_weight = fastpath::pipeline::maglev::MAX_WEIGHT as i64;
+    if !(0..=max_weight).contains(&weight) {
+        errs.add(
+            &at("weight"),
+            format!("{who}: weight {weight}: expected 0 to {max_weight}"),
+        );
+    }
     let (via, via_idx) = route(ti, r, &who, names, ports, errs);
     let tunnel = TunnelConfig {
         name: r.name.clone(),
@@ -127,6 +141,8 @@ fn tunnel(
         max_seq_jump: max_seq_jump.clamp(1, i32::MAX as i64) as u32,
         via,
         depth: 1,
+        weight: weight.clamp(0, max_weight) as u32,
+        drain: r.drain.unwrap_or(false),
     };
     (tunnel, via_idx)
 }

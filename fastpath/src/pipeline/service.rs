@@ -13,9 +13,36 @@ pub enum Action {
     Echo,
     /// Count and free.
     Sink,
-    /// Send each packet to a backend through one of these tunnels (indices into
-    /// [`super::Tables::tunnels`]), chosen by flow hash.
-    Tunnel(Vec<usize>),
+    /// Send each packet to a backend through one of these tunnels, chosen by the flow's hash
+    /// in their Maglev table.
+    Tunnel(Backends),
+}
+
+/// A `tunnel` service's backends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backends {
+    /// Its tunnels (indices into [`super::Tables::tunnels`]), in the config's order.
+    pub tunnels: Vec<usize>,
+    /// Which of them takes a flow: `lookup` gives a position in `tunnels`. Built on the
+    /// control thread, shared read-only by the workers.
+    pub table: std::sync::Arc<super::maglev::Maglev>,
+}
+
+impl Backends {
+    /// `tunnels` (indices), with the names, weights and drain flags of each as `backends`.
+    pub fn new(tunnels: Vec<usize>, backends: &[super::maglev::Backend]) -> Backends {
+        Backends {
+            tunnels,
+            table: std::sync::Arc::new(super::maglev::Maglev::build(backends)),
+        }
+    }
+
+    /// The tunnel (an index into [`super::Tables::tunnels`]) for a flow's hash; `None` when
+    /// every tunnel is drained or of weight 0.
+    #[inline]
+    pub fn pick(&self, hash: u32) -> Option<usize> {
+        self.table.lookup(hash).map(|k| self.tunnels[k])
+    }
 }
 
 impl Action {

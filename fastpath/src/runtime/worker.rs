@@ -11,7 +11,7 @@ use super::{handoff_ring, ring, spin, IdlePolicy, Polls, RunControl};
 use crate::buf::{PacketBuf, Tunnelled};
 use crate::dpdk::{Mbuf, Mempool, TxQueue};
 use crate::generation::Published;
-use crate::pipeline::{service, tunnel, Action, Tables};
+use crate::pipeline::{service, tunnel, Action, Backends, Tables};
 use crate::socket::{Socket, SocketLcoreCounters};
 use crate::stats::LcoreStats;
 use crate::tx::{fragment_into_tunnel, needs_fragmenting, queue_in_fragments, TxBatch, BURST};
@@ -332,7 +332,7 @@ impl Out {
     }
 
     /// `tunnel`: into the flow's tunnel of `set`; a sequence tunnel's packets go to its owner.
-    fn tunnel(&mut self, cx: &Ctx, set: &[usize], c: &SocketLcoreCounters, m: Mbuf, handoff: &mut [Vec<Mbuf>]) {
+    fn tunnel(&mut self, cx: &Ctx, set: &Backends, c: &SocketLcoreCounters, m: Mbuf, handoff: &mut [Vec<Mbuf>]) {
         // A packet that came through a tunnel keeps its record (through a hand-off too) until
         // it is encapsulated: an ICMP error about it goes back the way it came.
         let Some(ti) = pick_tunnel(set, cx.tables, &m) else {
@@ -520,12 +520,12 @@ impl Out {
 }
 
 /// The tunnel of `set` for this packet's flow (hash of the inner packet), if it is IP.
-fn pick_tunnel(set: &[usize], t: &Tables, m: &Mbuf) -> Option<usize> {
-    if set.is_empty() {
+fn pick_tunnel(set: &Backends, t: &Tables, m: &Mbuf) -> Option<usize> {
+    if set.tunnels.is_empty() || set.table.is_empty() {
         return None;
     }
     let p = crate::pipeline::Parsed::parse(m.data(), &t.hasher, m.rss_hash()).ok()?;
-    Some(set[((p.hash as u64 * set.len() as u64) >> 32) as usize])
+    set.pick(p.hash)
 }
 
 /// The sockets worker `slot` drains in `t`.

@@ -205,6 +205,8 @@ const EDITS: &[Edit] = &[
     ("tunnel.port", &[("port = \"net_null0\"", "port = \"net_null1\"")], &["tunnel[0].port"]),
     ("tunnel.via", &[("via = \"gre\"", "via = \"outer\"")], &["tunnel[1].via"]),
     ("tunnel.next_hop_mac", &[("00:00:fe\"", "00:00:fc\"")], &["tunnel[0].next_hop_mac"]),
+    ("tunnel.weight", &[("weight = 3", "weight = 5")], &["tunnel[0].weight"]),
+    ("tunnel.drain", &[("drain = false", "drain = true")], &["tunnel[0].drain"]),
     (
         "reassembly.high_thresh_bytes",
         &[("high_thresh_bytes = 4194304", "high_thresh_bytes = 8388608")],
