@@ -104,10 +104,10 @@ pub fn probe(addr: SocketAddr, timeout: Duration) -> Health {
 fn ask(addr: SocketAddr, timeout: Duration) -> std::io::Result<(u16, String)> {
     let deadline = Instant::now() + timeout;
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-    write!(
-        s,
-        "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nUser-Agent: fastpathd-announce\r\n\r\n"
-    )?;
+    // One write: the request arrives whole.
+    let req =
+        format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nUser-Agent: fastpathd-announce\r\n\r\n");
+    s.write_all(req.as_bytes())?;
     let mut resp = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -295,8 +295,15 @@ mod tests {
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
+            // The whole request head first, as a server reads it.
+            let mut got = Vec::new();
             let mut buf = [0u8; 1024];
-            let _ = s.read(&mut buf);
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
             match answer {
                 Some(a) => {
                     let _ = s.write_all(a.as_bytes());
