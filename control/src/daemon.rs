@@ -693,6 +693,7 @@ fn launch(
         lcores.rx,
         lcores.workers
     );
+    crate::notify::Notifier::from_env().ready();
     Ok((main_role, launched))
 }
 
@@ -865,7 +866,9 @@ fn control_loop(
     let mut recursion = RecursionLog::default();
     let started = Instant::now();
     let mut next_tick = Instant::now() + tick;
+    let mut notify = crate::notify::Notifier::from_env();
     loop {
+        notify.tick();
         // Messages (signals) are handled as they come; the periodic work runs every tick.
         match signals.next(next_tick.saturating_duration_since(Instant::now())) {
             Some(ControlMsg::Stop(sig)) => {
@@ -873,7 +876,13 @@ fn control_loop(
                 break;
             }
             Some(ControlMsg::Reload(why)) => {
-                reloader.reload(why);
+                notify.reloading();
+                let applied = reloader.reload(why);
+                notify.reloaded(if applied {
+                    "running; the last reload was applied"
+                } else {
+                    "running; the last reload was refused, the previous config runs"
+                });
                 continue;
             }
             None => {}
@@ -904,6 +913,7 @@ fn control_loop(
             }
         }
     }
+    notify.stopping();
     src.health.stopping();
     stop.request_stop();
 }

@@ -5,6 +5,7 @@
 mod cli;
 mod daemon;
 mod logging;
+mod notify;
 mod placement;
 mod signals;
 

@@ -932,3 +932,51 @@ fn the_file_watch_can_be_turned_off_and_debounces_writes_in_steps() {
     );
     assert!(log.contains("192.0.2.15"), "the last step is what was loaded: {log}");
 }
+
+/// systemd's notification protocol, as a `Type=notify` unit with `WatchdogSec=` sees it: READY=1
+/// once running, watchdog pings, RELOADING=1 then READY=1 around a SIGHUP reload, STOPPING=1.
+#[test]
+fn systemd_notifications_ready_reloading_watchdog_stopping() {
+    let s = Scratch::new("notify");
+    let sock_path = s.path("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let cfg = null_config(&s, "notify");
+    let mut cmd = fastpathd();
+    cmd.args(["--config", cfg.to_str().unwrap()])
+        .env("NOTIFY_SOCKET", &sock_path)
+        .env("WATCHDOG_USEC", "200000");
+    let d = Daemon::start_cmd(&s, &mut cmd);
+    let next = |what: &str| -> String {
+        let mut buf = [0u8; 512];
+        loop {
+            let n = sock
+                .recv(&mut buf)
+                .unwrap_or_else(|e| panic!("waiting for {what}: {e}"));
+            let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if msg.contains(what) {
+                return msg;
+            }
+        }
+    };
+    let ready = next("READY=1");
+    assert!(ready.contains(&format!("MAINPID={}", d.child.id())), "{ready}");
+    assert!(
+        d.log_text().contains("fastpathd: running"),
+        "READY=1 comes once running"
+    );
+    // Pings at half the watchdog period: several within a second.
+    let t = std::time::Instant::now();
+    for _ in 0..3 {
+        next("WATCHDOG=1");
+    }
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    d.signal("HUP");
+    next("RELOADING=1");
+    let after = next("READY=1");
+    assert!(after.contains("reload was applied"), "{after}");
+    d.signal("TERM");
+    next("STOPPING=1");
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+}

@@ -69,11 +69,7 @@ fn name_hash(bytes: &[u8], basis: u64) -> u64 {
         h ^= b as u64;
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
+    super::icmp_error::limit::mix(h)
 }
 
 impl Maglev {

@@ -267,9 +267,9 @@ fn fold(seed: [u64; 2], upper: u64) -> u64 {
     (upper ^ seed[0]).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed[1]
 }
 
-/// splitmix64's finaliser: a full-avalanche mix of 64 bits.
+/// splitmix64's finaliser: a full-avalanche mix of 64 bits (Maglev's name hash uses it too).
 #[inline]
-fn mix(mut h: u64) -> u64 {
+pub(crate) fn mix(mut h: u64) -> u64 {
     h ^= h >> 30;
     h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
     h ^= h >> 27;
