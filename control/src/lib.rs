@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod announce;
 pub mod config;
 #[doc(hidden)]
 pub mod fuzzing;

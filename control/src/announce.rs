@@ -1,0 +1,386 @@
+//! `fastpathd-announce`: health-gated route announcement through a routing daemon.
+//!
+//! fastpathd speaks no BGP. A node's service addresses are announced by the routing daemon
+//! already on the host (BIRD 2: a `protocol static` holding the service routes, exported to
+//! the BGP sessions with the routers), and this helper turns that protocol on and off from
+//! fastpathd's `/healthz`:
+//!
+//! - every `interval` it asks `GET /healthz` (connect and answer within `timeout`);
+//! - the first answer that is not `200 ok` (a 503 with its reason, a refused or timed-out
+//!   connection, garbage) withdraws: `birdc -s SOCKET disable PROTOCOL` (`fall` failures in a
+//!   row, 1 by default: a node that cannot forward is taken out at once);
+//! - `rise` good answers in a row (3 by default) announce again: `birdc ... enable PROTOCOL`,
+//!   so a node that flaps is not put back on every good second;
+//! - at start the routes are withdrawn until `rise` good answers (the BIRD config declares the
+//!   protocol `disabled`, so a BIRD that starts, or restarts, without the helper announces
+//!   nothing either); the wanted state is applied again on every poll, so a restarted BIRD
+//!   gets it back within one interval, and a failed `birdc` is retried;
+//! - SIGTERM or SIGINT withdraws, then exits (stopping the helper drains the node); `--withdraw`
+//!   withdraws once and exits (the systemd unit's `ExecStopPost`, which runs even after the
+//!   helper was killed).
+//!
+//! The pieces are here, in the library, so they are unit-tested: [`Gate`] (the hysteresis),
+//! [`probe`] (one health check) and [`Bird`] (the commands).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// What one health check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    Good,
+    /// Why not: the 503's reason, or what went wrong asking.
+    Bad(String),
+}
+
+/// Whether the routes should be announced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    Announce,
+    Withdraw,
+}
+
+/// The hysteresis: withdraw after `fall` bad answers in a row, announce after `rise` good ones.
+/// Starts withdrawn.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    rise: u32,
+    fall: u32,
+    good: u32,
+    bad: u32,
+    want: Want,
+}
+
+impl Gate {
+    pub fn new(rise: u32, fall: u32) -> Gate {
+        Gate {
+            rise: rise.max(1),
+            fall: fall.max(1),
+            good: 0,
+            bad: 0,
+            want: Want::Withdraw,
+        }
+    }
+
+    /// Takes one answer; returns what is wanted now.
+    pub fn observe(&mut self, h: &Health) -> Want {
+        match h {
+            Health::Good => {
+                self.bad = 0;
+                self.good = self.good.saturating_add(1);
+                if self.good >= self.rise {
+                    self.want = Want::Announce;
+                }
+            }
+            Health::Bad(_) => {
+                self.good = 0;
+                self.bad = self.bad.saturating_add(1);
+                if self.bad >= self.fall {
+                    self.want = Want::Withdraw;
+                }
+            }
+        }
+        self.want
+    }
+
+    pub fn want(&self) -> Want {
+        self.want
+    }
+}
+
+/// One `GET /healthz` to `addr`: good only for `200` with the body `ok`. `timeout` bounds the
+/// connect and the whole answer (a daemon that accepts and never answers is bad too).
+pub fn probe(addr: SocketAddr, timeout: Duration) -> Health {
+    match ask(addr, timeout) {
+        Ok((200, body)) if body.trim() == "ok" => Health::Good,
+        Ok((code, body)) => Health::Bad(format!("/healthz answered {code}: {}", body.trim())),
+        Err(e) => Health::Bad(format!("/healthz on {addr}: {e}")),
+    }
+}
+
+fn ask(addr: SocketAddr, timeout: Duration) -> std::io::Result<(u16, String)> {
+    let deadline = Instant::now() + timeout;
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    // One write: the request arrives whole.
+    let req =
+        format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nUser-Agent: fastpathd-announce\r\n\r\n");
+    s.write_all(req.as_bytes())?;
+    let mut resp = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time"));
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => resp.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time"))
+            }
+            Err(e) => return Err(e),
+        }
+        if resp.len() > 64 * 1024 {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&resp);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer"))?;
+    let code = head
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no HTTP status"))?;
+    Ok((code, body.to_string()))
+}
+
+/// BIRD's control socket and the protocol that carries the service routes.
+#[derive(Debug, Clone)]
+pub struct Bird {
+    pub birdc: PathBuf,
+    pub socket: PathBuf,
+    pub protocol: String,
+}
+
+impl Bird {
+    /// The `birdc` arguments that make the routes `w`.
+    pub fn args(&self, w: Want) -> Vec<String> {
+        let verb = match w {
+            Want::Announce => "enable",
+            Want::Withdraw => "disable",
+        };
+        vec![
+            "-s".into(),
+            self.socket.display().to_string(),
+            verb.into(),
+            self.protocol.clone(),
+        ]
+    }
+
+    /// Runs `birdc`; Ok once BIRD says the protocol is (or already was) in that state.
+    pub fn apply(&self, w: Want) -> Result<(), String> {
+        let out = Command::new(&self.birdc)
+            .args(self.args(w))
+            .output()
+            .map_err(|e| format!("{}: {e}", self.birdc.display()))?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        check_reply(&text, &self.protocol, w)
+            .map_err(|e| format!("birdc {}: {e} (exit {:?})", self.args(w).join(" "), out.status.code()))
+    }
+}
+
+/// What turns the announcement on and off: BIRD's protocol, or two shell commands of the
+/// operator's (for FRR, ExaBGP or anything else: exit 0 means done).
+#[derive(Debug, Clone)]
+pub enum Actuator {
+    Bird(Bird),
+    Commands { announce: String, withdraw: String },
+}
+
+impl Actuator {
+    pub fn apply(&self, w: Want) -> Result<(), String> {
+        match self {
+            Actuator::Bird(b) => b.apply(w),
+            Actuator::Commands { announce, withdraw } => {
+                let cmd = match w {
+                    Want::Announce => announce,
+                    Want::Withdraw => withdraw,
+                };
+                // stdout is the helper's own (ExaBGP reads its process's stdout); stderr is
+                // kept for the log line of a failure.
+                let out = Command::new("/bin/sh")
+                    .args(["-c", cmd])
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::inherit())
+                    .output()
+                    .map_err(|e| format!("/bin/sh: {e}"))?;
+                if out.status.success() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "`{cmd}` exited {:?}: {}",
+                        out.status.code(),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Whether the wanted state is applied on every poll (BIRD: idempotent and cheap, and it
+    /// repairs a restarted BIRD) or only when it changes or the last try failed (commands: an
+    /// ExaBGP pipe would send an UPDATE each time).
+    pub fn reapply_each_poll(&self) -> bool {
+        matches!(self, Actuator::Bird(_))
+    }
+
+    /// For the log: what is switched.
+    pub fn describe(&self) -> String {
+        match self {
+            Actuator::Bird(b) => format!("BIRD protocol {} on {}", b.protocol, b.socket.display()),
+            Actuator::Commands { .. } => "the announce and withdraw commands".into(),
+        }
+    }
+}
+
+/// BIRD 2 answers `NAME: enabled` / `NAME: already enabled` (and `disabled`); anything else
+/// (no such protocol, no BIRD on the socket) is a failure, retried at the next poll.
+pub fn check_reply(text: &str, protocol: &str, w: Want) -> Result<(), String> {
+    let state = match w {
+        Want::Announce => "enabled",
+        Want::Withdraw => "disabled",
+    };
+    let ok = text.lines().any(|l| {
+        l.trim()
+            .strip_prefix(protocol)
+            .and_then(|r| r.strip_prefix(':'))
+            .is_some_and(|r| matches!(r.trim(), s if s == state || s == format!("already {state}")))
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(text.trim().replace('\n', " / "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn gate_withdraws_on_the_first_failure_and_announces_after_rise_good_answers() {
+        let bad = Health::Bad("x".into());
+        let mut g = Gate::new(3, 1);
+        assert_eq!(g.want(), Want::Withdraw, "starts withdrawn");
+        assert_eq!(g.observe(&Health::Good), Want::Withdraw);
+        assert_eq!(g.observe(&Health::Good), Want::Withdraw);
+        assert_eq!(g.observe(&Health::Good), Want::Announce);
+        assert_eq!(g.observe(&bad), Want::Withdraw, "fall = 1");
+        assert_eq!(g.observe(&Health::Good), Want::Withdraw);
+        assert_eq!(g.observe(&Health::Good), Want::Withdraw);
+        assert_eq!(g.observe(&bad), Want::Withdraw, "a failure restarts the count");
+        for _ in 0..2 {
+            assert_eq!(g.observe(&Health::Good), Want::Withdraw);
+        }
+        assert_eq!(g.observe(&Health::Good), Want::Announce);
+    }
+
+    #[test]
+    fn gate_with_fall_two_rides_out_one_failure() {
+        let bad = Health::Bad("x".into());
+        let mut g = Gate::new(1, 2);
+        assert_eq!(g.observe(&Health::Good), Want::Announce);
+        assert_eq!(g.observe(&bad), Want::Announce);
+        assert_eq!(g.observe(&Health::Good), Want::Announce);
+        assert_eq!(g.observe(&bad), Want::Announce);
+        assert_eq!(g.observe(&bad), Want::Withdraw);
+    }
+
+    /// Serves one connection with `answer` (or holds it open without answering).
+    fn serve_once(answer: Option<&'static str>) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            // The whole request head first, as a server reads it.
+            let mut got = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            match answer {
+                Some(a) => {
+                    let _ = s.write_all(a.as_bytes());
+                }
+                None => std::thread::sleep(Duration::from_secs(3)),
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn probe_is_good_only_for_200_ok() {
+        let t = Duration::from_secs(2);
+        let ok = serve_once(Some("HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nok\n"));
+        assert_eq!(probe(ok, t), Health::Good);
+        let down = serve_once(Some(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 9\r\n\r\nstopping\n",
+        ));
+        assert_eq!(probe(down, t), Health::Bad("/healthz answered 503: stopping".into()));
+        let odd = serve_once(Some("HTTP/1.1 200 OK\r\n\r\nmaybe\n"));
+        assert!(matches!(probe(odd, t), Health::Bad(_)));
+        let junk = serve_once(Some("hello"));
+        assert!(matches!(probe(junk, t), Health::Bad(_)));
+        // Nobody listening: refused.
+        let gone = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let Health::Bad(why) = probe(gone, t) else {
+            panic!("a refused connection is bad")
+        };
+        assert!(why.contains("refused"), "{why}");
+    }
+
+    #[test]
+    fn probe_gives_up_on_a_daemon_that_accepts_and_never_answers() {
+        let mute = serve_once(None);
+        let t = Instant::now();
+        let h = probe(mute, Duration::from_millis(300));
+        assert!(
+            matches!(h, Health::Bad(ref w) if w.contains("no answer in time")),
+            "{h:?}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn birds_replies_are_read_exactly() {
+        let p = "fastpathd_vips";
+        let en = Want::Announce;
+        assert!(check_reply("BIRD 2.0.12 ready.\nfastpathd_vips: enabled\n", p, en).is_ok());
+        assert!(check_reply("BIRD 2.0.12 ready.\nfastpathd_vips: already enabled\n", p, en).is_ok());
+        assert!(check_reply("fastpathd_vips: disabled\n", p, en).is_err());
+        assert!(check_reply("fastpathd_vips: disabled\n", p, Want::Withdraw).is_ok());
+        assert!(check_reply("BIRD 2.0.12 ready.\nsyntax error, unexpected CF_SYM_UNDEFINED\n", p, en).is_err());
+        assert!(check_reply("Unable to connect to server control socket", p, en).is_err());
+        assert!(check_reply("fastpathd_vips2: enabled", p, en).is_err());
+        let b = Bird {
+            birdc: "birdc".into(),
+            socket: "/run/bird/bird.ctl".into(),
+            protocol: p.into(),
+        };
+        assert_eq!(b.args(Want::Withdraw), ["-s", "/run/bird/bird.ctl", "disable", p]);
+        // No BIRD on that socket: an error, not a success.
+        let nobody = Bird {
+            birdc: "birdc".into(),
+            socket: "/nonexistent/bird.ctl".into(),
+            protocol: p.into(),
+        };
+        assert!(nobody.apply(Want::Withdraw).is_err());
+    }
+
+    #[test]
+    fn commands_succeed_by_exit_status() {
+        let a = Actuator::Commands {
+            announce: "true".into(),
+            withdraw: "echo no >&2; exit 3".into(),
+        };
+        assert!(a.apply(Want::Announce).is_ok());
+        let e = a.apply(Want::Withdraw).unwrap_err();
+        assert!(e.contains("exited Some(3): no"), "{e}");
+    }
+}
