@@ -22,11 +22,10 @@
 //! The pieces are here, in the library, so they are unit-tested: [`Gate`] (the hysteresis),
 //! [`probe`] (one health check) and [`Bird`] (the commands).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What one health check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,45 +100,34 @@ pub fn probe(addr: SocketAddr, timeout: Duration) -> Health {
     }
 }
 
-fn ask(addr: SocketAddr, timeout: Duration) -> std::io::Result<(u16, String)> {
-    let deadline = Instant::now() + timeout;
-    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-    // One write: the request arrives whole.
-    let req =
-        format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nUser-Agent: fastpathd-announce\r\n\r\n");
-    s.write_all(req.as_bytes())?;
-    let mut resp = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time"));
+/// The status and body of `GET /healthz` (ureq: the HTTP client is not ours to write). The
+/// body is read up to 64 KiB; `timeout` bounds connect, request and answer together.
+fn ask(addr: SocketAddr, timeout: Duration) -> Result<(u16, String), String> {
+    use std::io::Read;
+    let agent = ureq::AgentBuilder::new()
+        .timeout(timeout)
+        .user_agent("fastpathd-announce")
+        .build();
+    let resp = match agent.get(&format!("http://{addr}/healthz")).call() {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(ureq::Error::Transport(t)) => {
+            return Err(match t.kind() {
+                ureq::ErrorKind::ConnectionFailed => {
+                    format!("connection refused or failed ({})", t.message().unwrap_or("no detail"))
+                }
+                _ if t.to_string().contains("timed out") => "no answer in time".to_string(),
+                _ => t.to_string(),
+            })
         }
-        s.set_read_timeout(Some(left))?;
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => resp.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time"))
-            }
-            Err(e) => return Err(e),
-        }
-        if resp.len() > 64 * 1024 {
-            break;
-        }
-    }
-    let text = String::from_utf8_lossy(&resp);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer"))?;
-    let code = head
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no HTTP status"))?;
-    Ok((code, body.to_string()))
+    };
+    let code = resp.status();
+    let mut body = String::new();
+    resp.into_reader()
+        .take(64 * 1024)
+        .read_to_string(&mut body)
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    Ok((code, body))
 }
 
 /// BIRD's control socket and the protocol that carries the service routes.
@@ -258,7 +246,9 @@ pub fn check_reply(text: &str, protocol: &str, w: Want) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
     use std::net::TcpListener;
+    use std::time::Instant;
 
     #[test]
     fn gate_withdraws_on_the_first_failure_and_announces_after_rise_good_answers() {
