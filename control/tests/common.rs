@@ -4,10 +4,10 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The repository root.
@@ -495,5 +495,76 @@ impl Drop for HugePrefix {
             }
         }
         let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{}", self.prefix));
+    }
+}
+
+/// Captures every frame on an interface into a pcap from the moment `start` returns until `stop`,
+/// with nothing lost at either end (dumpcap reports "Capturing" before its socket is bound and
+/// drops what it has not written when signalled): a packet socket bound to the interface, written
+/// and flushed frame by frame, drained on SIGTERM.
+pub const CAPTURE_PY: &str = r#"
+import select, signal, socket, struct, sys, time
+iface, path = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)   # protocol 0: no frame before bind
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+s.bind((iface, 3))                                       # ETH_P_ALL on this interface only
+f = open(path, 'wb')
+f.write(struct.pack('<IHHiIII', 0xa1b2c3d4, 2, 4, 0, 0, 65535, 1))
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+def take():
+    data = s.recv(65535)
+    t = time.time()
+    f.write(struct.pack('<IIII', int(t), int(t % 1 * 1e6), len(data), len(data)) + data)
+    f.flush()
+print('ready', flush=True)
+while not stop:
+    if select.select([s], [], [], 0.05)[0]:
+        take()
+s.setblocking(False)
+while True:
+    try:
+        take()
+    except BlockingIOError:
+        break
+f.close()
+"#;
+
+pub struct Capture {
+    child: Child,
+    pcap: PathBuf,
+}
+
+impl Capture {
+    pub fn start(ns: &str, iface: &str, pcap: PathBuf) -> Capture {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, "/usr/bin/python3", "-c", CAPTURE_PY, iface])
+            .arg(&pcap)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "the capture on {iface} did not start");
+        Capture { child, pcap }
+    }
+
+    /// Stops the capture (everything the interface saw so far is in it); the pcap's path.
+    pub fn finish(mut self) -> PathBuf {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "capture exited {st}");
+        self.pcap.clone()
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
