@@ -568,3 +568,43 @@ impl Drop for Capture {
         let _ = self.child.wait();
     }
 }
+
+/// Stops one thread, and only that one, while it lives (ptrace's seize and interrupt: a SIGSTOP
+/// would stop the whole process): the thread resumes when the child exits or is killed.
+pub struct StoppedThread(Child);
+
+impl StoppedThread {
+    pub fn new(tid: u32, secs: f64) -> StoppedThread {
+        const CODE: &str = "import ctypes, os, sys, time\n\
+            libc = ctypes.CDLL(None, use_errno=True)\n\
+            tid, secs = int(sys.argv[1]), float(sys.argv[2])\n\
+            if libc.ptrace(0x4206, tid, 0, 0) != 0: sys.exit('PTRACE_SEIZE: errno %d' % ctypes.get_errno())\n\
+            if libc.ptrace(0x4207, tid, 0, 0) != 0: sys.exit('PTRACE_INTERRUPT: errno %d' % ctypes.get_errno())\n\
+            os.waitpid(tid, 0x40000000)\n\
+            print('stopped', flush=True)\n\
+            time.sleep(secs)\n\
+            libc.ptrace(17, tid, 0, 0)\n";
+        let mut child = Command::new("/usr/bin/python3")
+            .args(["-c", CODE, &tid.to_string(), &secs.to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "stopped", "the thread {tid} could not be stopped");
+        StoppedThread(child)
+    }
+
+    pub fn wait(mut self) {
+        assert!(self.0.wait().unwrap().success());
+    }
+}
+
+impl Drop for StoppedThread {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

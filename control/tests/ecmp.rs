@@ -29,7 +29,6 @@ mod common;
 
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -718,42 +717,6 @@ fn two_nodes_share_a_service_address_by_ecmp_and_a_failed_node_is_withdrawn() {
         assert!(took < Duration::from_secs(4), "withdrawn {took:?} after {what}");
     }
     eprintln!("the whole test took {:?}", t0.elapsed());
-}
-
-/// Stops one thread of a process, and only that one (ptrace's seize and interrupt, as
-/// health.rs does: a SIGSTOP would stop the whole process), for `secs`.
-struct StoppedThread(Child);
-
-impl StoppedThread {
-    fn new(tid: u32, secs: f64) -> StoppedThread {
-        const CODE: &str = "import ctypes, os, sys, time\n\
-            libc = ctypes.CDLL(None, use_errno=True)\n\
-            tid, secs = int(sys.argv[1]), float(sys.argv[2])\n\
-            if libc.ptrace(0x4206, tid, 0, 0) != 0: sys.exit('PTRACE_SEIZE: errno %d' % ctypes.get_errno())\n\
-            if libc.ptrace(0x4207, tid, 0, 0) != 0: sys.exit('PTRACE_INTERRUPT: errno %d' % ctypes.get_errno())\n\
-            os.waitpid(tid, 0x40000000)\n\
-            print('stopped', flush=True)\n\
-            time.sleep(secs)\n\
-            libc.ptrace(17, tid, 0, 0)\n";
-        let mut child = Command::new("/usr/bin/python3")
-            .args(["-c", CODE, &tid.to_string(), &secs.to_string()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "stopped", "the thread {tid} could not be stopped");
-        StoppedThread(child)
-    }
-}
-
-impl Drop for StoppedThread {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn thread_named(pid: u32, comm: &str) -> u32 {

@@ -7,8 +7,7 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A namespace `a` for fastpathd and `b` for the far end of a veth pair between them; both
@@ -284,46 +283,6 @@ fn a_port_whose_driver_reports_link_down_at_start_runs_but_is_unhealthy() {
         log.lines().filter(|l| l.contains("link down")).collect::<Vec<_>>(),
         ["fastpathd: port net_memif0: link down at start (the driver reports it down)"]
     );
-}
-
-/// Stops one thread, and only that one, while it lives (ptrace's seize and interrupt: a SIGSTOP
-/// would stop the whole process): the thread resumes when the child exits or is killed.
-struct StoppedThread(Child);
-
-impl StoppedThread {
-    fn new(tid: u32, secs: f64) -> StoppedThread {
-        const CODE: &str = "import ctypes, os, sys, time\n\
-            libc = ctypes.CDLL(None, use_errno=True)\n\
-            tid, secs = int(sys.argv[1]), float(sys.argv[2])\n\
-            if libc.ptrace(0x4206, tid, 0, 0) != 0: sys.exit('PTRACE_SEIZE: errno %d' % ctypes.get_errno())\n\
-            if libc.ptrace(0x4207, tid, 0, 0) != 0: sys.exit('PTRACE_INTERRUPT: errno %d' % ctypes.get_errno())\n\
-            os.waitpid(tid, 0x40000000)\n\
-            print('stopped', flush=True)\n\
-            time.sleep(secs)\n\
-            libc.ptrace(17, tid, 0, 0)\n";
-        let mut child = Command::new("/usr/bin/python3")
-            .args(["-c", CODE, &tid.to_string(), &secs.to_string()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "stopped", "the thread {tid} could not be stopped");
-        StoppedThread(child)
-    }
-
-    fn wait(mut self) {
-        assert!(self.0.wait().unwrap().success());
-    }
-}
-
-impl Drop for StoppedThread {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// The thread of process `pid` whose name is `comm`.
