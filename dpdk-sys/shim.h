@@ -27,6 +27,7 @@
 #include <rte_ring.h>
 #include <rte_version.h>
 #include <rte_thash.h>
+#include <rte_dev.h>
 
 uint16_t fp_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts, uint16_t nb_pkts);
 uint16_t fp_eth_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts, uint16_t nb_pkts);

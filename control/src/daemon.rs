@@ -147,13 +147,14 @@ fn start_and_serve(
     let eal = init_eal(&cfg, opts)?;
     let (pool, big) = make_pools(&cfg)?;
     let ports = open_ports(&cfg, &pool)?;
-    let (opened, port_names, port_info) = describe_ports(&cfg, &ports);
+    let kernel_ports = control::kernel::open(&cfg, &ports, &pool)?;
+    let (opened, port_names, port_info) = describe_ports(&cfg, &ports, &kernel_ports);
     let mut builder = TableBuilder::new(opened, cfg.lcores.rx.len(), cfg.lcores.workers.len(), pool.clone());
     let first = builder
         .build(&cfg, 1)
         .map_err(|e| format!("{e}\n  Give EAL more memory (-m) for the socket rings."))?;
     let published = Arc::new(Published::new(Arc::new(first)));
-    let kit = LcoreKit::new(&cfg, &eal, &ports, &published, (&pool, &big));
+    let kit = LcoreKit::new(&cfg, &eal, (&ports, &kernel_ports), &published, (&pool, &big));
     let (roles, all_stats, run_control) = lcore_roles(&kit);
     let final_port_stats = FinalPortStats::default();
     let health = Arc::new(Health::new(port_names.len()));
@@ -214,6 +215,7 @@ fn start_and_serve(
             pool,
             big,
             ports,
+            kernel_ports: kernel_ports.into_iter().flatten().collect(),
             published,
             run_control,
             sources,
@@ -324,6 +326,7 @@ fn open_ports(cfg: &Config, pool: &Arc<Mempool>) -> Result<Vec<Port>, String> {
             mtu: p.mtu,
             promiscuous: true,
             rss_key: cfg.rss.key,
+            rss: true,
         };
         let port = Port::open(&p.device, &conf, pool.clone()).map_err(|e| {
             format!(
@@ -349,7 +352,11 @@ fn open_ports(cfg: &Config, pool: &Arc<Mempool>) -> Result<Vec<Port>, String> {
 
 /// The opened ports for the table builder, and their names and set-up by DPDK port id for the
 /// metrics.
-fn describe_ports(cfg: &Config, ports: &[Port]) -> (Vec<OpenedPort>, Vec<String>, Vec<Option<metrics::PortInfo>>) {
+fn describe_ports(
+    cfg: &Config,
+    ports: &[Port],
+    kernel_ports: &[Option<Port>],
+) -> (Vec<OpenedPort>, Vec<String>, Vec<Option<metrics::PortInfo>>) {
     let mut opened = Vec::new();
     let mut port_names = Vec::new();
     let mut port_info = Vec::new();
@@ -357,6 +364,7 @@ fn describe_ports(cfg: &Config, ports: &[Port]) -> (Vec<OpenedPort>, Vec<String>
         opened.push(OpenedPort {
             id: port.id(),
             mac: port.mac(),
+            kernel: None,
         });
         let id = port.id() as usize;
         if port_names.len() <= id {
@@ -370,6 +378,20 @@ fn describe_ports(cfg: &Config, ports: &[Port]) -> (Vec<OpenedPort>, Vec<String>
             rx_checksum_offload: port.rx_checksums().to_string(),
         });
     }
+    // A kernel interface's TX queues are counted under the interface's name; it is not a port
+    // (nothing it receives is an RX lcore's), so it has no port info and no port counters.
+    for ((o, p), k) in opened.iter_mut().zip(&cfg.ports).zip(kernel_ports) {
+        let (Some(k), Some(name)) = (k, &p.kernel_interface) else {
+            continue;
+        };
+        o.kernel = Some(k.id());
+        let id = k.id() as usize;
+        if port_names.len() <= id {
+            port_names.resize(id + 1, String::new());
+            port_info.resize(id + 1, None);
+        }
+        port_names[id] = name.clone();
+    }
     (opened, port_names, port_info)
 }
 
@@ -378,6 +400,8 @@ fn describe_ports(cfg: &Config, ports: &[Port]) -> (Vec<OpenedPort>, Vec<String>
 struct LcoreKit<'a> {
     cfg: &'a Config,
     ports: &'a [Port],
+    /// By port index: its kernel interface.
+    kernel_ports: &'a [Option<Port>],
     published: &'a Arc<Published>,
     pool: &'a Arc<Mempool>,
     big: &'a Arc<Mempool>,
@@ -391,13 +415,14 @@ impl<'a> LcoreKit<'a> {
     fn new(
         cfg: &'a Config,
         eal: &'a Eal,
-        ports: &'a [Port],
+        (ports, kernel_ports): (&'a [Port], &'a [Option<Port>]),
         published: &'a Arc<Published>,
         (pool, big): (&'a Arc<Mempool>, &'a Arc<Mempool>),
     ) -> Self {
         LcoreKit {
             cfg,
             ports,
+            kernel_ports,
             published,
             pool,
             big,
@@ -496,6 +521,7 @@ fn worker_roles(kit: &LcoreKit, roles: &mut Roles, all_stats: &mut Vec<Arc<Lcore
     let LcoreKit {
         cfg,
         ports,
+        kernel_ports,
         published,
         pool,
         idle,
@@ -505,7 +531,14 @@ fn worker_roles(kit: &LcoreKit, roles: &mut Roles, all_stats: &mut Vec<Arc<Lcore
     } = *kit;
     let nrx = cfg.lcores.rx.len();
     for (w, &lcore) in cfg.lcores.workers.iter().enumerate() {
-        let txqs: Vec<_> = ports.iter().filter_map(|p| p.tx_queue((nrx + w) as u16)).collect();
+        // Worker w also owns queue pair w of every kernel interface.
+        let kernel = kernel_ports.iter().flatten();
+        let txqs: Vec<_> = ports
+            .iter()
+            .filter_map(|p| p.tx_queue((nrx + w) as u16))
+            .chain(kernel.clone().filter_map(|k| k.tx_queue(w as u16)))
+            .collect();
+        let kernel_rx: Vec<_> = kernel.filter_map(|k| k.rx_queue(w as u16)).collect();
         let stats = Arc::new(LcoreStats::new(
             lcore,
             vec![],
@@ -514,15 +547,10 @@ fn worker_roles(kit: &LcoreKit, roles: &mut Roles, all_stats: &mut Vec<Arc<Lcore
         all_stats.push(stats.clone());
         roles.push((
             lcore,
-            Role::Worker(WorkerLcore::new(
-                w,
-                txqs,
-                published.clone(),
-                stats,
-                idle,
-                eal.tsc_hz(),
-                pool.clone(),
-            )),
+            Role::Worker(
+                WorkerLcore::new(w, txqs, published.clone(), stats, idle, eal.tsc_hz(), pool.clone())
+                    .with_kernel_rx(kernel_rx),
+            ),
         ));
     }
 }
@@ -759,6 +787,7 @@ struct Dataplane {
     pool: Arc<Mempool>,
     big: Arc<Mempool>,
     ports: Vec<Port>,
+    kernel_ports: Vec<Port>,
     published: Arc<Published>,
     run_control: Arc<RunControl>,
     sources: Arc<Sources>,
@@ -774,13 +803,20 @@ fn shutdown(d: Dataplane, opts: &Options, started: Instant, failed_lcores: Vec<u
         pool,
         big,
         mut ports,
+        mut kernel_ports,
         published,
         run_control,
         sources,
         registry,
         final_port_stats,
     } = d;
-    let close_errors = close_ports(&mut ports, &sources, &final_port_stats);
+    // The kernel interfaces first (closing one removes the interface), then the ports.
+    let mut close_errors: Vec<String> = kernel_ports
+        .iter_mut()
+        .filter_map(|k| k.close().err())
+        .map(|e| e.to_string())
+        .collect();
+    close_errors.extend(close_ports(&mut ports, &sources, &final_port_stats));
     let text = metrics::render(&registry);
     if let Some(path) = &opts.metrics_dump {
         if let Err(e) = std::fs::write(path, &text) {
@@ -789,6 +825,7 @@ fn shutdown(d: Dataplane, opts: &Options, started: Instant, failed_lcores: Vec<u
     }
     summary(&sources, started.elapsed());
     drop(ports);
+    drop(kernel_ports);
     let leaked = pool.in_use() + big.in_use();
     if leaked != 0 {
         tracing::error!("fastpathd: {leaked} mbufs were not returned to the pool at exit");

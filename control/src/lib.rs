@@ -12,6 +12,7 @@ pub mod config;
 pub mod fuzzing;
 pub mod health;
 pub mod http;
+pub mod kernel;
 #[doc(hidden)]
 pub mod locate;
 pub mod metrics;

@@ -408,7 +408,17 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
     ),
     (
         "fastpath_socket_processed_total",
-        "Packets workers took off each socket, by what the action did (echoed, sunk, tx_full, invalid, refused).",
+        "Packets workers took off each socket, by what the action did (echoed, sunk, kernel, tx_full, invalid, refused).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_kernel_packets_total",
+        "Packets through each port's kernel interface: written into it (to_kernel) and sent out of the port from it (from_kernel).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_kernel_dropped_total",
+        "Packets of the kernel path the workers dropped, by reason (interface_full, port_full, invalid); a full kernel queue is the outcome kernel_full.",
         MetricType::COUNTER,
     ),
 ];
@@ -416,7 +426,7 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
 /// One sample per port that has counters to give: `field` of its [`PortStats`].
 fn port_counter(s: &Sources, field: impl Fn(&PortStats) -> u64) -> Samples<'static> {
     (0..s.port_names.len() as u16)
-        .filter(|&id| !s.port_names[id as usize].is_empty())
+        .filter(|&id| s.port_info.get(id as usize).is_some_and(Option::is_some))
         .filter_map(|id| (s.port_stats)(id).map(|p| (vec![("port", s.port(id))], field(&p) as f64)))
         .collect()
 }
@@ -452,6 +462,7 @@ impl Collector for DataPlaneCollector {
         named.extend(reasm_families(s));
         named.extend(icmp_families(&tables));
         named.extend(tcp_reset_families(&tables));
+        named.extend(kernel_families(s, &tables));
         // Every family by name, so the order of FAMILIES and of the samples can never drift.
         let mut by_name: std::collections::HashMap<&str, Samples> = named.into_iter().collect();
         let out: Vec<MetricFamily> = FAMILIES
@@ -687,6 +698,7 @@ fn socket_families(tables: &Tables) -> Named {
         for (result, n) in [
             ("echoed", c.sum(|x| &x.echoed)),
             ("sunk", c.sum(|x| &x.sunk)),
+            ("kernel", c.sum(|x| &x.kernel)),
             ("tx_full", c.sum(|x| &x.tx_full)),
             ("invalid", c.sum(|x| &x.invalid)),
             ("refused", c.sum(|x| &x.refused)),
@@ -706,6 +718,40 @@ fn socket_families(tables: &Tables) -> Named {
         ("fastpath_rollover_huge_total", huge),
         ("fastpath_rollover_failed_total", failed),
         ("fastpath_socket_processed_total", processed),
+    ]
+}
+
+/// Each port's kernel path: packets each way, drops by reason.
+fn kernel_families(s: &Sources, tables: &Tables) -> Named {
+    let mut packets = Vec::new();
+    let mut dropped = Vec::new();
+    if let Some(k) = &tables.kernel {
+        for (id, interface) in k.interface_of.iter().enumerate() {
+            let (Some(_), Some(Some(i))) = (interface, k.index_of.get(id)) else {
+                continue;
+            };
+            let (c, i, port) = (&k.counters, *i as usize, s.port(id as u16));
+            for (direction, n) in [
+                ("to_kernel", c.sum(i, |x| &x.to_kernel)),
+                ("from_kernel", c.sum(i, |x| &x.from_kernel)),
+            ] {
+                packets.push((
+                    vec![("port", port.clone()), ("direction", direction.to_string())],
+                    n as f64,
+                ));
+            }
+            for (reason, n) in [
+                ("interface_full", c.sum(i, |x| &x.interface_full)),
+                ("port_full", c.sum(i, |x| &x.port_full)),
+                ("invalid", c.sum(i, |x| &x.invalid)),
+            ] {
+                dropped.push((vec![("port", port.clone()), ("reason", reason.to_string())], n as f64));
+            }
+        }
+    }
+    vec![
+        ("fastpath_kernel_packets_total", packets),
+        ("fastpath_kernel_dropped_total", dropped),
     ]
 }
 

@@ -163,6 +163,7 @@ impl Reloader {
         let old = self.published.publish(tables);
         self.retired.retire(old);
         let changes = self.running.describe_changes(&new);
+        crate::kernel::sync_addresses(&self.running, &new);
         self.running = new;
         self.stats.success.fetch_add(1, Ordering::Relaxed);
         self.stats.mark_success_now();

@@ -6,9 +6,10 @@
 //! counters. A socket that changes capacity gets a new ring but keeps its counters; a removed
 //! socket's ring is drained by its worker and freed once no lcore can reach it.
 
-use crate::config::{Config, ServiceConfig};
+use crate::config::{Config, ServiceConfig, KERNEL_SERVICE};
 use fastpath::dpdk::{MbufRing, Mempool};
 use fastpath::pipeline::icmp_error::{GlobalBucket, IcmpCounters};
+use fastpath::pipeline::kernel::{KernelCounters, KernelPath, PuntRules};
 use fastpath::pipeline::service::Action;
 use fastpath::pipeline::tcp_reset::ResetCounters;
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
@@ -26,6 +27,8 @@ pub struct OpenedPort {
     pub id: u16,
     /// The port's own MAC address.
     pub mac: EthernetAddress,
+    /// DPDK port id of its kernel interface (`[[port]] kernel_interface`), if it has one.
+    pub kernel: Option<u16>,
 }
 
 /// Builds generations, remembering the sockets of the last one.
@@ -42,6 +45,7 @@ pub struct TableBuilder {
     icmp_counters: Arc<IcmpCounters>,
     tcp_reset_global: Option<Arc<GlobalBucket>>,
     tcp_reset_counters: Arc<ResetCounters>,
+    kernel_counters: Arc<KernelCounters>,
     make_queue: MakeQueue,
 }
 
@@ -82,7 +86,9 @@ impl TableBuilder {
     /// Like [`TableBuilder::new`] with other queues than DPDK rings (e.g.
     /// [`fastpath::socket::SimQueue`] for the in-process capture replay, which has no EAL).
     pub fn with_queues(ports: Vec<OpenedPort>, rx_lcores: usize, workers: usize, make_queue: MakeQueue) -> Self {
+        let kernel_counters = Arc::new(KernelCounters::new(workers, ports.len()));
         TableBuilder {
+            kernel_counters,
             ports,
             rx_lcores,
             workers,
@@ -121,8 +127,9 @@ impl TableBuilder {
 
     /// The tables of `cfg` as generation `generation`. Fails only if a ring cannot be created.
     pub fn build(&mut self, cfg: &Config, generation: u64) -> Result<Tables, String> {
-        let (services, sockets) = self.services(cfg)?;
+        let (services, sockets, kernel_service) = self.services(cfg)?;
         let tunnels = self.tunnels(cfg)?;
+        let kernel = kernel_service.map(|service| self.kernel_path(cfg, service));
         Ok(Tables {
             generation,
             ports: self.port_addrs(cfg),
@@ -139,12 +146,66 @@ impl TableBuilder {
             tcp_reset: cfg.tcp_reset.clone(),
             tcp_reset_global: Some(self.tcp_reset_global(cfg)),
             tcp_reset_counters: self.tcp_reset_counters.clone(),
+            kernel,
         })
+    }
+
+    /// The kernel path: `[kernel] punt`, the internal service at index `service`, and which
+    /// port mirrors into which kernel interface.
+    fn kernel_path(&self, cfg: &Config, service: usize) -> KernelPath {
+        let mut k = KernelPath {
+            rules: PuntRules::new(cfg.kernel.unhandled, &cfg.kernel.ports),
+            service,
+            counters: self.kernel_counters.clone(),
+            ..Default::default()
+        };
+        let max = self
+            .ports
+            .iter()
+            .flat_map(|p| std::iter::once(p.id).chain(p.kernel))
+            .max()
+            .unwrap_or(0) as usize;
+        k.interface_of = vec![None; max + 1];
+        k.port_of = vec![None; max + 1];
+        k.index_of = vec![None; max + 1];
+        for (i, p) in self.ports.iter().enumerate() {
+            k.index_of[p.id as usize] = Some(i as u16);
+            if let Some(tap) = p.kernel {
+                k.interface_of[p.id as usize] = Some(tap);
+                k.port_of[tap as usize] = Some(p.id);
+                k.index_of[tap as usize] = Some(i as u16);
+            }
+        }
+        k
+    }
+
+    /// The internal service punted packets queue in: one socket per worker.
+    fn kernel_service(&self, cfg: &Config) -> ServiceConfig {
+        ServiceConfig {
+            name: KERNEL_SERVICE.to_string(),
+            protocol: fastpath::wire::IpProtocol::UDP,
+            ports: Vec::new(),
+            addresses: Vec::new(),
+            sockets: self.workers.max(1),
+            socket_capacity: cfg.kernel.socket_capacity,
+            fanout: fastpath::pipeline::FanoutMode::Hash,
+            rollover: true,
+            huge_flows: true,
+            action: Action::Kernel,
+            cost_ns: 0,
+            free_on_rx: false,
+            echo_allow_low_ports: false,
+        }
     }
 
     /// The largest DPDK port id, which sizes the tables indexed by port id.
     fn max_port_id(&self) -> usize {
-        self.ports.iter().map(|p| p.id as usize).max().unwrap_or(0)
+        self.ports
+            .iter()
+            .flat_map(|p| std::iter::once(p.id).chain(p.kernel))
+            .map(|id| id as usize)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Each port's MAC and local addresses, by DPDK port id.
@@ -155,6 +216,7 @@ impl TableBuilder {
                 mac: p.mac.unwrap_or(opened.mac),
                 ipv4: p.ipv4.clone(),
                 ipv6: p.ipv6.clone(),
+                kernel: opened.kernel.is_some(),
             };
         }
         addrs
@@ -165,17 +227,30 @@ impl TableBuilder {
         let mut v = vec![1500u16; self.max_port_id() + 1];
         for (p, opened) in cfg.ports.iter().zip(&self.ports) {
             v[opened.id as usize] = p.mtu.unwrap_or(1500);
+            if let Some(k) = opened.kernel {
+                // What is written into the kernel interface is cut to the port's MTU (the
+                // kernel reassembles it), as it is on the port.
+                v[k as usize] = p.mtu.unwrap_or(1500);
+            }
         }
         v
     }
 
     /// The services with their listening ports, and every socket of the generation (services'
     /// groups index into it), kept from the last generation where their use is the same.
-    fn services(&mut self, cfg: &Config) -> Result<(Vec<Listening>, Vec<Arc<Socket>>), String> {
+    /// With a kernel interface, the internal `kernel` service comes last; its index is returned.
+    #[allow(clippy::type_complexity)]
+    fn services(&mut self, cfg: &Config) -> Result<(Vec<Listening>, Vec<Arc<Socket>>, Option<usize>), String> {
         let mut sockets: Vec<Arc<Socket>> = Vec::new();
         let mut kept: HashMap<(String, usize), Arc<Socket>> = HashMap::new();
         let mut services = Vec::new();
-        for s in &cfg.services {
+        let internal = self
+            .ports
+            .iter()
+            .any(|p| p.kernel.is_some())
+            .then(|| self.kernel_service(cfg));
+        let kernel_service = internal.as_ref().map(|_| cfg.services.len());
+        for s in cfg.services.iter().chain(internal.iter()) {
             let mut group = Vec::new();
             for i in 0..s.sockets {
                 let socket = self.socket(s, i)?;
@@ -202,7 +277,7 @@ impl TableBuilder {
         // Only the new generation's sockets stay reachable from here; counters of removed
         // sockets are kept so a service that comes back continues its series.
         self.sockets = kept;
-        Ok((services, sockets))
+        Ok((services, sockets, kernel_service))
     }
 
     /// Socket `i` of service `s`: the last generation's if its capacity, worker and use are
@@ -219,6 +294,7 @@ impl TableBuilder {
                     && old.queues().len() == self.rx_lcores
                     && old.worker == worker
                     && old.free_on_rx == s.free_on_rx
+                    && old.kernel == matches!(s.action, Action::Kernel)
                     && old.sync == sync
             })
             .cloned();
@@ -237,6 +313,7 @@ impl TableBuilder {
         let mut socket = Socket::with_queues(&s.name, i, queues, worker, counters);
         socket.sync = sync;
         socket.free_on_rx = s.free_on_rx;
+        socket.kernel = matches!(s.action, Action::Kernel);
         Ok(Arc::new(socket))
     }
 
@@ -395,6 +472,7 @@ next_hop_mac = "02:00:00:00:00:fe"
             let port = OpenedPort {
                 id: 0,
                 mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+                kernel: None,
             };
             let mut b = TableBuilder::with_queues(vec![port], rx_lcores, 1, make);
             let t = b.build(&cfg, 1).expect("tables");

@@ -580,6 +580,7 @@ fn in_process(cfg: &config::Config, queues: &[Vec<Frame>], idle_ms: u64) -> BTre
     let port = OpenedPort {
         id: 0,
         mac: cfg.ports[0].mac.unwrap_or_default(),
+        kernel: None,
     };
     let mut builder = TableBuilder::with_queues(
         vec![port],

@@ -17,6 +17,7 @@ pub fn port() -> PortAddrs {
         mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
         ipv4: vec![Ipv4Addr::new(192, 0, 2, 1)],
         ipv6: vec![Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)],
+        kernel: false,
     }
 }
 

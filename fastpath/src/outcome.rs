@@ -82,11 +82,17 @@ pub enum Outcome {
     /// TCP to a closed port with a wrong checksum, once the limits would have let a reset go:
     /// discarded, not answered (RFC 9293 §3.1).
     TcpBadChecksum,
+    /// Handed to the kernel path (issue 33): queued for a port's kernel interface, by a
+    /// `[kernel] punt` rule, an `action = "kernel"` service, or a neighbour reply the kernel
+    /// asked for.
+    Kernel,
+    /// For the kernel path, but its queue was full: dropped (the RX lcore never waits).
+    KernelFull,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 32] = [
+    pub const ALL: [Outcome; 34] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -119,6 +125,8 @@ impl Outcome {
         Outcome::TcpReset,
         Outcome::TcpResetSuppressed,
         Outcome::TcpBadChecksum,
+        Outcome::Kernel,
+        Outcome::KernelFull,
     ];
     /// Number of outcomes.
     pub const COUNT: usize = Self::ALL.len();
@@ -164,6 +172,8 @@ impl Outcome {
             Outcome::TcpReset => "tcp_reset",
             Outcome::TcpResetSuppressed => "tcp_reset_suppressed",
             Outcome::TcpBadChecksum => "tcp_bad_checksum",
+            Outcome::Kernel => "kernel",
+            Outcome::KernelFull => "kernel_full",
         }
     }
 }

@@ -237,7 +237,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     }
 
     /// The burst's packets are all received: enqueues every socket's staged packets in one
-    /// burst each (`delivered` for what its queue took, `socket_full` for the rest) and frees
+    /// burst each (`delivered` for what its queue took, `socket_full` for the rest; `kernel` and
+    /// `kernel_full` for a socket of the kernel path) and frees
     /// the dropped ones.
     #[inline]
     pub fn end_burst(&mut self) {
@@ -256,11 +257,16 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             };
             let c = &socket.counters.rx[slot];
             c.delivered.add(n);
-            self.stats.outcomes[Outcome::Delivered.index()].add(n);
+            let (taken, full) = if socket.kernel {
+                (Outcome::Kernel, Outcome::KernelFull)
+            } else {
+                (Outcome::Delivered, Outcome::SocketFull)
+            };
+            self.stats.outcomes[taken.index()].add(n);
             let refused = pkts.len() as u64;
             if refused > 0 {
                 c.full.add(refused);
-                self.stats.outcomes[Outcome::SocketFull.index()].add(refused);
+                self.stats.outcomes[full.index()].add(refused);
                 self.drops.append(pkts);
             }
         }

@@ -203,6 +203,8 @@ pub struct SocketLcoreCounters {
     pub refused: Counter,
     /// Sink action: packets consumed.
     pub sunk: Counter,
+    /// Kernel action: packets written into a kernel interface.
+    pub kernel: Counter,
 }
 
 /// Counters of one socket, one slot per lcore. Kept across reloads for a socket that stays.
@@ -279,6 +281,9 @@ pub struct Socket {
     /// Benchmark only: the RX lcore frees what it would enqueue here, counted delivered (the
     /// service's `free_on_rx`).
     pub free_on_rx: bool,
+    /// A socket of the kernel path (an `action = "kernel"` service or the internal `kernel`
+    /// service): what it takes is counted `kernel`, what it refuses `kernel_full`.
+    pub kernel: bool,
     /// How its queues were made (a reload keeps a socket only for the same use).
     pub sync: QueueSync,
     /// The queues' capacity, read per packet by fanout: a plain field, not a virtual call.
@@ -333,6 +338,7 @@ impl Socket {
             service: service.to_string(),
             index,
             free_on_rx: false,
+            kernel: false,
             sync: QueueSync::SHARED,
             capacity,
             depth: Depth((0..queues.len()).map(|_| AtomicU32::new(0)).collect()),

@@ -120,7 +120,7 @@ impl LcoreStats {
     pub fn new(lcore: u32, rx: Vec<QueueCounters>, tx: Vec<QueueCounters>) -> Self {
         LcoreStats {
             lcore,
-            outcomes: Default::default(),
+            outcomes: std::array::from_fn(|_| Counter::default()),
             rx: rx.into_boxed_slice(),
             tx: tx.into_boxed_slice(),
             idle_polls: Counter::default(),

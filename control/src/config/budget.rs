@@ -16,7 +16,8 @@
 //!   lcore, each sized exactly to the socket's capacity so that one RX lcore alone can fill it;
 //!   the fanout keeps their sum at the capacity, but only the queues' sizes are a hard bound —
 //!   see `fastpath::socket::Socket`), and a 4096-packet hand-off ring per sequence tunnel
-//!   ([`HANDOFF_CAPACITY`]);
+//!   ([`HANDOFF_CAPACITY`]); with a kernel interface, the internal `kernel` service's sockets
+//!   (one per worker, `[kernel] socket_capacity`) likewise, and the interfaces' queues above;
 //! - **mempool caches**: every lcore's per-lcore cache, which DPDK fills up to 1.5 × `mbuf_cache`
 //!   before flushing (`RTE_MEMPOOL_CACHE_FLUSHTHRESH`), invisible to the other lcores;
 //! - **reserve**: a burst in flight per lcore (32) and [`RESERVE`] mbufs for refilling RX
@@ -57,8 +58,12 @@ pub struct Budget {
 impl Budget {
     /// What `cfg` may hold at once.
     pub fn of(cfg: &Config) -> Self {
-        let rx_queues: u64 = cfg.ports.iter().map(|p| p.rx_queues as u64).sum();
-        let tx_queues: u64 = cfg.ports.iter().map(|p| p.tx_queues as u64).sum();
+        let (rx_queues, tx_queues) = queues(cfg);
+        let kernel_sockets = if super::KernelConfig::enabled(&cfg.ports) {
+            (cfg.lcores.workers.len() * cfg.kernel.socket_capacity) as u64
+        } else {
+            0
+        };
         let lcores = cfg.lcores.all().len() as u64;
         let fragments_per_lcore = match cfg.lcores.mode {
             LcoreMode::Pipeline => held_fragments(&cfg.reassembly),
@@ -75,6 +80,7 @@ impl Budget {
                 .iter()
                 .map(|s| (s.sockets * s.socket_capacity) as u64)
                 .sum::<u64>()
+                .saturating_add(kernel_sockets)
                 * cfg.lcores.rx.len().max(1) as u64
                 + sequence_tunnels * HANDOFF_CAPACITY as u64,
             caches: lcores * (cfg.dpdk.mbuf_cache as u64 * 3).div_ceil(2),
@@ -86,6 +92,15 @@ impl Budget {
     pub fn total(&self) -> u64 {
         self.rx_desc + self.tx_desc + self.fragments + self.sockets + self.caches + self.reserve
     }
+}
+
+/// RX and TX queues of every port and every kernel interface (one queue pair per worker).
+fn queues(cfg: &Config) -> (u64, u64) {
+    let kernel = cfg.ports.iter().filter(|p| p.kernel_interface.is_some()).count() as u64
+        * cfg.lcores.workers.len().max(1) as u64;
+    let rx: u64 = cfg.ports.iter().map(|p| p.rx_queues as u64).sum();
+    let tx: u64 = cfg.ports.iter().map(|p| p.tx_queues as u64).sum();
+    (rx + kernel, tx + kernel)
 }
 
 /// The most buffers one reassembler can hold with `r` (see the module doc).
@@ -102,8 +117,7 @@ pub(super) fn check(cfg: &Config, errs: &mut Errs) {
     if total <= cfg.dpdk.mbufs as u64 {
         return;
     }
-    let rx_queues: u64 = cfg.ports.iter().map(|p| p.rx_queues as u64).sum();
-    let tx_queues: u64 = cfg.ports.iter().map(|p| p.tx_queues as u64).sum();
+    let (rx_queues, tx_queues) = queues(cfg);
     let lcores = cfg.lcores.all().len();
     let r = &cfg.reassembly;
     let fragments_why = match cfg.lcores.mode {
@@ -126,7 +140,7 @@ pub(super) fn check(cfg: &Config, errs: &mut Errs) {
              RX descriptors {} ({rx_queues} queues x dpdk.rx_desc {}) + \
              TX descriptors {} ({tx_queues} queues x dpdk.tx_desc {}) + \
              held fragments {} ({}) + \
-             socket rings {} (every [[service]] sockets x socket_capacity x {} RX lcores, 4096 per sequence tunnel) + \
+             socket rings {} (every [[service]] sockets x socket_capacity, and workers x kernel.socket_capacity, x {} RX lcores, 4096 per sequence tunnel) + \
              mempool caches {} ({lcores} lcores x 1.5 x dpdk.mbuf_cache {}) + \
              reserve {} ({lcores} lcores x {BURST} in flight + {RESERVE} for ARP/NDP/ICMP) \
              = {total} > dpdk.mbufs {}; raise dpdk.mbufs to at least {total} or lower a term",

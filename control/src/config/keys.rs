@@ -82,6 +82,15 @@ fn opt<T: Display>(v: &Option<T>) -> String {
     v.as_ref().map_or_else(|| "none".to_string(), T::to_string)
 }
 
+/// Addresses as written: `a/len` where a prefix length was given.
+fn prefixed<T: Display>(addrs: &[T], prefixes: &[u8], max: u8) -> String {
+    let one = |(a, &l): (&T, &u8)| if l == max { a.to_string() } else { format!("{a}/{l}") };
+    format!(
+        "[{}]",
+        addrs.iter().zip(prefixes).map(one).collect::<Vec<_>>().join(", ")
+    )
+}
+
 fn list<T: Display>(v: &[T]) -> String {
     format!("[{}]", v.iter().map(T::to_string).collect::<Vec<_>>().join(", "))
 }
@@ -105,9 +114,14 @@ pub static KEYS: &[KeySpec] = &[
     restart("port.device", PORTS, Get::Port(|_, p| dbg(&p.device))),
     restart("port.rx_queues", PORTS, Get::Port(|_, p| p.rx_queues.to_string())),
     restart("port.tx_queues", PORTS, Get::Port(|_, p| p.tx_queues.to_string())),
-    live("port.ipv4", Get::Port(|_, p| dbg(&p.ipv4))),
-    live("port.ipv6", Get::Port(|_, p| dbg(&p.ipv6))),
+    live("port.ipv4", Get::Port(|_, p| prefixed(&p.ipv4, &p.ipv4_prefix, 32))),
+    live("port.ipv6", Get::Port(|_, p| prefixed(&p.ipv6, &p.ipv6_prefix, 128))),
     live("port.mac", Get::Port(|_, p| opt(&p.mac))),
+    restart(
+        "port.kernel_interface",
+        "the kernel interface is created with the port at start-up",
+        Get::Port(|_, p| opt(&p.kernel_interface)),
+    ),
     restart(
         "port.mtu",
         "set on the port, and sizes the mbufs, at start-up",
@@ -253,6 +267,11 @@ pub static KEYS: &[KeySpec] = &[
     live(
         "control.debounce_ms",
         Get::Top(|c| c.control.debounce.as_millis().to_string()),
+    ),
+    live("kernel.punt", Get::Top(|c| dbg(&c.kernel.punt))),
+    live(
+        "kernel.socket_capacity",
+        Get::Top(|c| c.kernel.socket_capacity.to_string()),
     ),
 ];
 

@@ -16,6 +16,8 @@ pub use dpdk::virtio_user_memory;
 mod errors;
 mod flow_limit;
 mod icmp;
+mod kernel;
+pub use kernel::{KernelConfig, KERNEL_SERVICE};
 mod keys;
 mod lcores;
 mod machine;
@@ -73,6 +75,7 @@ struct FileConfig {
     icmp: Option<icmp::IcmpSection>,
     tcp_reset: Option<tcp_reset::TcpResetSection>,
     control: Option<control::ControlSection>,
+    kernel: Option<kernel::KernelSection>,
 }
 
 /// A validated config.
@@ -104,6 +107,8 @@ pub struct Config {
     pub tcp_reset: fastpath::pipeline::tcp_reset::TcpResetConfig,
     /// `[control]`: the file watch.
     pub control: ControlConfig,
+    /// `[kernel]`: the exception path (meaningful when a port has a kernel interface).
+    pub kernel: KernelConfig,
 }
 
 impl Config {
@@ -466,6 +471,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
     let icmp = icmp::validate(raw.icmp, errs);
     let tcp_reset = tcp_reset::validate(raw.tcp_reset, errs);
     let control = control::validate(raw.control, errs);
+    let kernel = kernel::validate(raw.kernel, &ports, &services, &lcores, errs);
     Config {
         dpdk,
         ports,
@@ -480,6 +486,7 @@ fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
         icmp,
         tcp_reset,
         control,
+        kernel,
     }
 }
 

@@ -26,6 +26,7 @@ pub(super) struct PortSection {
     mac: Option<String>,
     mtu: Option<u16>,
     forward_to: Option<String>,
+    kernel_interface: Option<String>,
 }
 
 /// One `[[port]]`.
@@ -41,6 +42,13 @@ pub struct PortConfig {
     pub ipv4: Vec<Ipv4Addr>,
     /// Local IPv6 addresses.
     pub ipv6: Vec<Ipv6Addr>,
+    /// The prefix length written after each IPv4 address (`"192.0.2.1/24"`; 32 if none): the
+    /// kernel interface gets the address with it, and so a route to the prefix.
+    pub ipv4_prefix: Vec<u8>,
+    /// The same for each IPv6 address (128 if none).
+    pub ipv6_prefix: Vec<u8>,
+    /// The Linux interface that mirrors the port (the exception path): created at start-up.
+    pub kernel_interface: Option<String>,
     /// MAC override; the port's own address otherwise.
     pub mac: Option<EthernetAddress>,
     /// MTU to set.
@@ -101,6 +109,23 @@ pub(super) fn validate(raw: Vec<PortSection>, lcores: &LcoreConfig, errs: &mut E
         ports.push(port(pi, p, transmitters, &mut devices, errs));
     }
     resolve_forward_to(&mut ports, forward_to, lcores.mode, errs);
+    let mut names = BTreeSet::new();
+    for (pi, p) in ports.iter().enumerate() {
+        if let Some(name) = &p.kernel_interface {
+            if !names.insert(name.clone()) {
+                errs.add(
+                    &[Key("port"), Index(pi), Key("kernel_interface")],
+                    format!("{name:?} is the kernel interface of two ports"),
+                );
+            }
+            if lcores.mode == LcoreMode::Forward {
+                errs.warn(
+                    &[Key("port"), Index(pi), Key("kernel_interface")],
+                    "created, but nothing reaches it with [lcores] mode = \"forward\" (nothing is local there)",
+                );
+            }
+        }
+    }
     ports
 }
 
@@ -116,22 +141,33 @@ fn port(pi: usize, p: PortSection, transmitters: usize, devices: &mut BTreeSet<S
         );
     }
     let (rx_queues, tx_queues) = queues(pi, &p, transmitters, errs);
-    let ipv4 = local_addrs(
+    let (ipv4, ipv4_prefix) = local_addrs(
         &p.ipv4,
         pi,
         "ipv4",
         "192.0.2.1",
+        32,
         |a: &Ipv4Addr| a.is_unspecified() || a.is_multicast() || a.is_broadcast(),
         errs,
     );
-    let ipv6 = local_addrs(
+    let (ipv6, ipv6_prefix) = local_addrs(
         &p.ipv6,
         pi,
         "ipv6",
         "2001:db8::1",
+        128,
         |a: &Ipv6Addr| a.is_unspecified() || a.is_multicast() || a.is_loopback(),
         errs,
     );
+    let kernel_interface = p.kernel_interface.clone();
+    if let Some(name) = &kernel_interface {
+        if !valid_interface_name(name) {
+            errs.add(
+                &at("kernel_interface"),
+                format!("{name:?}: expected a Linux interface name (1 to 15 letters, digits, '-', '_' or '.')"),
+            );
+        }
+    }
     let mac = mac(pi, p.mac.as_deref(), errs);
     if let Some(mtu) = p.mtu {
         if !(68..=9600).contains(&mtu) {
@@ -144,6 +180,9 @@ fn port(pi: usize, p: PortSection, transmitters: usize, devices: &mut BTreeSet<S
         tx_queues,
         ipv4,
         ipv6,
+        ipv4_prefix,
+        ipv6_prefix,
+        kernel_interface,
         mac,
         mtu: p.mtu,
         forward_to: None,
@@ -205,23 +244,54 @@ fn resolve_forward_to(ports: &mut [PortConfig], forward_to: Vec<Option<String>>,
     }
 }
 
-/// Parses `port[pi].<key>`: local unicast addresses, each once.
+/// Whether `name` can name a Linux network interface (`dev_valid_name`: at most 15 bytes, no
+/// '/', ':' or white space, not "." or ".."; here also only letters, digits, '-', '_', '.').
+fn valid_interface_name(name: &str) -> bool {
+    (1..=15).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Parses `port[pi].<key>`: local unicast addresses, each once, each with an optional prefix
+/// length (`/24`; `max_prefix` if none).
+#[allow(clippy::too_many_arguments)]
 fn local_addrs<A: std::str::FromStr + Eq + std::hash::Hash + Clone + fmt::Display>(
     list: &[String],
     pi: usize,
     key: &'static str,
     example: &str,
+    max_prefix: u8,
     not_unicast: impl Fn(&A) -> bool,
     errs: &mut Errs,
-) -> Vec<A> {
+) -> (Vec<A>, Vec<u8>) {
     let mut out: Vec<A> = Vec::new();
+    let mut prefixes = Vec::new();
     let mut seen: std::collections::HashSet<A> = std::collections::HashSet::with_capacity(list.len());
     for (i, s) in list.iter().enumerate() {
         let at = [Key("port"), Index(pi), Key(key), Index(i)];
-        match s.parse::<A>() {
+        let (text, prefix) = match s.split_once('/') {
+            Some((a, len)) => match len.parse::<u8>() {
+                Ok(l) if l <= max_prefix => (a, l),
+                _ => {
+                    errs.add(
+                        &at,
+                        format!("{s:?}: the prefix length after '/' must be 0 to {max_prefix}"),
+                    );
+                    continue;
+                }
+            },
+            None => (s.as_str(), max_prefix),
+        };
+        match text.parse::<A>() {
             Ok(a) if not_unicast(&a) => errs.add(&at, format!("{a} cannot be a local unicast address")),
             Ok(a) if !seen.insert(a.clone()) => errs.add(&at, format!("{a} is listed twice")),
-            Ok(a) => out.push(a),
+            Ok(a) => {
+                out.push(a);
+                prefixes.push(prefix);
+            }
             Err(_) => errs.add(
                 &at,
                 format!(
@@ -231,5 +301,5 @@ fn local_addrs<A: std::str::FromStr + Eq + std::hash::Hash + Clone + fmt::Displa
             ),
         }
     }
-    out
+    (out, prefixes)
 }

@@ -300,6 +300,7 @@ fn action(
         }
         "echo" => Action::Echo,
         "sink" => Action::Sink,
+        "kernel" => Action::Kernel,
         "tunnel" => {
             let names: Vec<String> = r
                 .tunnel
@@ -319,7 +320,7 @@ fn action(
         other => {
             errs.add(
                 &at,
-                format!("{who}: unknown action {other:?}: expected \"echo\" or \"sink\""),
+                format!("{who}: unknown action {other:?}: expected \"echo\", \"sink\", \"tunnel\" or \"kernel\""),
             );
             Action::Sink
         }

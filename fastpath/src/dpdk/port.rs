@@ -22,6 +22,9 @@ pub struct PortConf {
     pub promiscuous: bool,
     /// The 40-byte Toeplitz key for RSS (the software hash uses the same one).
     pub rss_key: [u8; 40],
+    /// Spread received packets over the RX queues by RSS where the driver can (off for a kernel
+    /// interface: the kernel picks the queue of a tap itself).
+    pub rss: bool,
 }
 
 /// A configured and started port. Stop and close it explicitly (capture files are complete only
@@ -91,6 +94,15 @@ fn check(what: impl FnOnce() -> String, rc: i32) -> Result<()> {
     }
 }
 
+/// Creates a device from DPDK device arguments after EAL start-up (hotplug), e.g.
+/// `net_tap_kernel0,iface=fp0,mac=02:00:00:00:00:01`; then [`Port::open`] finds it by name.
+pub fn probe(devargs: &str) -> Result<()> {
+    let c = CString::new(devargs).map_err(|_| Error::new("device arguments", libc::EINVAL))?;
+    // SAFETY: c is a valid NUL-terminated string for the duration of the call.
+    let rc = unsafe { dpdk_sys::rte_dev_probe(c.as_ptr()) };
+    check(|| format!("rte_dev_probe({devargs})"), rc)
+}
+
 impl Port {
     /// Finds the port DPDK probed under `device` (a vdev name such as `net_pcap0` or a PCI
     /// address), configures `conf.rx_queues`/`conf.tx_queues` queues with RSS over IP/UDP/TCP when
@@ -131,7 +143,7 @@ impl Port {
         // SAFETY: returns a constant.
         let wanted = unsafe { dpdk_sys::fp_rss_hf_ip_udp_tcp() };
         let rss_hf = wanted & info.flow_type_rss_offloads;
-        let rss = rss_hf != 0 && conf.rx_queues > 1;
+        let rss = conf.rss && rss_hf != 0 && conf.rx_queues > 1;
         let mut key = conf.rss_key;
         if rss {
             eth_conf.rxmode.mq_mode = dpdk_sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
@@ -219,6 +231,10 @@ impl Port {
             // SAFETY: id is a started port. Failure is harmless (some vdevs do not support it):
             // the pipeline filters by destination MAC itself.
             let _ = unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
+        } else {
+            // SAFETY: id is a started port. Failure is harmless: a port that cannot leave
+            // promiscuous mode only receives more.
+            let _ = unsafe { dpdk_sys::rte_eth_promiscuous_disable(id) };
         }
         Ok(Port {
             id,

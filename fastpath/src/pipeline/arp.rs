@@ -54,6 +54,19 @@ pub(super) fn answer<B: PacketBuf>(local: &PortAddrs, pkt: &mut B, l3: usize) ->
     Verdict::Transmit(Outcome::ArpReply)
 }
 
+/// The sender of the ARP reply in `frame` if it is a valid reply to one of the port's addresses
+/// (unicast to us, from a valid sender): the kernel path's test (`pipeline/kernel.rs`).
+pub(super) fn reply_for(local: &PortAddrs, frame: &[u8]) -> Option<std::net::Ipv4Addr> {
+    let l3 = wire::EthernetFrame::new_checked(frame).ok()?.header_len();
+    let arp = ArpPacket::new_checked(frame.get(l3..)?).ok()?;
+    let ours = arp.operation() == ArpOperation::Reply
+        && local.has_ipv4(arp.target_ip())
+        && arp.sender_hw().is_unicast()
+        && source::valid_v4_sender(local, arp.sender_ip())
+        && frame.first().is_some_and(|b| b & 1 == 0);
+    ours.then(|| arp.sender_ip())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::{pipeline, MAC, PEER};

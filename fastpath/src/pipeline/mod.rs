@@ -8,7 +8,7 @@
 //! - the vocabulary every stage speaks, which stages import directly: `verdict` ([`Instant`],
 //!   [`Verdict`]) and `tables` ([`PortAddrs`], [`Tables`]);
 //! - the stages, each knowing only the vocabulary and the stages it calls: `parse`, `arp`,
-//!   `echo`, `ndp`, `service`, `source`, `fanout`, `flow_limit`, `icmp_error`, `tunnel`, `reasm`;
+//!   `echo`, `ndp`, `service`, `source`, `fanout`, `flow_limit`, `icmp_error`, `tunnel`, `reasm`, `kernel`;
 //! - the orchestrator, `process`: one lcore's [`Pipeline`], which calls the stages in order.
 //!
 //! This file only declares them and re-exports the names used elsewhere.
@@ -21,6 +21,7 @@ pub(crate) mod echo;
 pub mod fanout;
 pub mod flow_limit;
 pub mod icmp_error;
+pub mod kernel;
 pub mod maglev;
 pub(crate) mod ndp;
 pub mod parse;

@@ -16,6 +16,9 @@ pub enum Action {
     /// Send each packet to a backend through one of these tunnels, chosen by the flow's hash
     /// in their Maglev table.
     Tunnel(Backends),
+    /// Into the kernel through the kernel interface of the port each packet came in on
+    /// ([`super::kernel`]): a Linux program listening there gets it.
+    Kernel,
 }
 
 /// A `tunnel` service's backends.
@@ -52,6 +55,7 @@ impl Action {
             Action::Echo => "echo",
             Action::Sink => "sink",
             Action::Tunnel(_) => "tunnel",
+            Action::Kernel => "kernel",
         }
     }
 }

@@ -18,6 +18,9 @@ pub struct PortAddrs {
     pub ipv4: Vec<Ipv4Addr>,
     /// Local IPv6 addresses.
     pub ipv6: Vec<Ipv6Addr>,
+    /// The port has a kernel interface ([`super::kernel`]): what `[kernel] punt` selects goes
+    /// there. Read where a packet would otherwise be answered or dropped.
+    pub kernel: bool,
 }
 
 impl PortAddrs {
@@ -98,6 +101,8 @@ pub struct Tables {
     pub tcp_reset_global: Option<Arc<icmp_error::GlobalBucket>>,
     /// Reset counters per RX lcore.
     pub tcp_reset_counters: Arc<tcp_reset::ResetCounters>,
+    /// The exception path into the kernel, if any port has a kernel interface.
+    pub kernel: Option<super::kernel::KernelPath>,
 }
 
 impl Tables {

@@ -9,7 +9,7 @@
 
 use super::{handoff_ring, ring, spin, IdlePolicy, Polls, RunControl};
 use crate::buf::{PacketBuf, Tunnelled};
-use crate::dpdk::{Mbuf, Mempool, TxQueue};
+use crate::dpdk::{Mbuf, Mempool, RxQueue, TxQueue};
 use crate::generation::Published;
 use crate::pipeline::{service, tunnel, Action, Backends, Tables};
 use crate::socket::{Socket, SocketLcoreCounters};
@@ -47,6 +47,19 @@ enum Tag {
     },
     /// A fragment of an answer other than the last, or an ICMP error: counts nothing.
     Piece,
+    /// A packet written into the kernel interface of `port` (DPDK id of the port it came in
+    /// on), taken off the socket at this index of the work list.
+    Kernel {
+        /// The socket's index in the work list.
+        socket: u32,
+        /// The mirrored port.
+        port: u16,
+    },
+    /// A packet from the kernel interface of `port`, sent out of that port.
+    FromKernel {
+        /// The mirrored port.
+        port: u16,
+    },
 }
 
 type Batch = TxBatch<TxQueue, Mbuf, Tag>;
@@ -58,6 +71,8 @@ pub struct WorkerLcore {
     /// Mbufs for the fragments of answers larger than the MTU.
     pool: Arc<Mempool>,
     tx: Vec<TxQueue>,
+    /// This worker's RX queue of each kernel interface (`pipeline/kernel.rs`).
+    kernel_rx: Vec<RxQueue>,
     published: Arc<Published>,
     stats: Arc<LcoreStats>,
     idle: IdlePolicy,
@@ -110,6 +125,30 @@ impl Ctx<'_> {
                 } else {
                     c.tx_full.inc();
                     t.tx_full.inc();
+                }
+            }
+            Tag::Kernel { socket, port } => {
+                let c = &self.work[socket as usize].socket.counters.workers[self.slot];
+                let k = self.tables.kernel.as_ref().and_then(|k| k.counters(self.slot, port));
+                if sent {
+                    c.kernel.inc();
+                    if let Some(k) = k {
+                        k.to_kernel.inc();
+                    }
+                } else {
+                    c.tx_full.inc();
+                    if let Some(k) = k {
+                        k.interface_full.inc();
+                    }
+                }
+            }
+            Tag::FromKernel { port } => {
+                if let Some(k) = self.tables.kernel.as_ref().and_then(|k| k.counters(self.slot, port)) {
+                    if sent {
+                        k.from_kernel.inc();
+                    } else {
+                        k.port_full.inc();
+                    }
                 }
             }
             Tag::Piece => {}
@@ -232,6 +271,7 @@ impl Out {
                     }
                     Action::Echo => self.echo(cx, wi, c, m, handoff),
                     Action::Tunnel(set) => self.tunnel(cx, set, c, m, handoff),
+                    Action::Kernel => self.kernel(cx, wi, c, m),
                 }
                 self.free_if_full();
             }
@@ -341,6 +381,52 @@ impl Out {
             return;
         };
         self.send_through(cx, m, ti, Tag::Tunnel(ti as u32), handoff);
+    }
+
+    /// `kernel`: into the kernel interface of the port the packet came in on, on this worker's
+    /// own TX queue of it, cut into fragments above the MTU (a reassembled datagram; the kernel
+    /// reassembles them). A packet from inside a tunnel has no such port: dropped.
+    fn kernel(&mut self, cx: &Ctx, wi: usize, c: &SocketLcoreCounters, m: Mbuf) {
+        let port = m.port();
+        let interface = cx.tables.kernel.as_ref().and_then(|k| k.interface(port));
+        let (Some(interface), None) = (interface, m.tunnelled()) else {
+            c.invalid.inc();
+            if let Some(k) = cx.tables.kernel.as_ref().and_then(|k| k.counters(self.slot, port)) {
+                k.invalid.inc();
+            }
+            self.drops.push(m);
+            return;
+        };
+        let tag = Tag::Kernel {
+            socket: wi as u32,
+            port,
+        };
+        if !self.send(cx, interface, m, tag) {
+            c.invalid.inc();
+            if let Some(k) = cx.tables.kernel.as_ref().and_then(|k| k.counters(self.slot, port)) {
+                k.invalid.inc();
+            }
+        }
+    }
+
+    /// What the kernel wrote on kernel interface queue `q`: out of the port it mirrors, on this
+    /// worker's own TX queue of that port. Returns the packets taken.
+    fn from_kernel(&mut self, cx: &Ctx, q: &mut RxQueue, buf: &mut Vec<Mbuf>) -> usize {
+        let n = q.recv(buf);
+        if n == 0 {
+            return 0;
+        }
+        let port = cx.tables.kernel.as_ref().and_then(|k| k.mirrored(q.port()));
+        for m in buf.drain(..) {
+            match port {
+                Some(port) => {
+                    self.send_whole(cx, port, m, Tag::FromKernel { port });
+                }
+                None => self.drops.push(m),
+            }
+            self.free_if_full();
+        }
+        n
     }
 
     /// Hands sequence-tunnel packets to their owners, one burst per tunnel.
@@ -589,6 +675,7 @@ impl WorkerLcore {
             tsc_hz,
             pool,
             tx,
+            kernel_rx: Vec::new(),
             published,
             stats,
             idle,
@@ -613,6 +700,13 @@ impl WorkerLcore {
             handoff,
             owned,
         }
+    }
+
+    /// Also polls these RX queues of kernel interfaces (one per interface), sending what the
+    /// kernel wrote out of the port each mirrors.
+    pub fn with_kernel_rx(mut self, queues: Vec<RxQueue>) -> Self {
+        self.kernel_rx = queues;
+        self
     }
 
     /// Adopts generation `t`: sockets it no longer has are kept until drained.
@@ -654,6 +748,7 @@ impl WorkerLcore {
             let finishing = control.stop_requested() && control.rx_all_exited();
             let t0 = polls.start(&self.stats);
             let mut got = 0usize;
+            let mut from_kernel = 0usize;
             {
                 // Borrowed, not cloned: an Arc clone is an atomic write to a line every lcore
                 // shares.
@@ -669,6 +764,10 @@ impl WorkerLcore {
                 for &ti in &w.owned {
                     got += out.number_and_send(&cx, ti, &mut buf, &mut next_seq);
                 }
+                // Not counted in `got`: a kernel that keeps writing does not hold up the stop.
+                for q in self.kernel_rx.iter_mut() {
+                    from_kernel += out.from_kernel(&cx, q, &mut buf);
+                }
                 out.flush_all(&cx);
                 out.turn = out.turn.wrapping_add(1);
             }
@@ -680,7 +779,7 @@ impl WorkerLcore {
             if got == 0 && finishing {
                 break;
             }
-            polls.end(t0, got, &self.stats, &self.idle);
+            polls.end(t0, got + from_kernel, &self.stats, &self.idle);
         }
         // Every RX lcore has exited: what this worker took from reclaiming rings is freed here
         // (before the exit's count of mbufs in use).

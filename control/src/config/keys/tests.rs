@@ -129,6 +129,7 @@ const EDITS: &[Edit] = &[
     ("port.tx_queues", &[("tx_queues = 4", "tx_queues = 3")], &["port[1].tx_queues"]),
     ("port.ipv4", &[("\"192.0.2.5\"]", "\"192.0.2.5\", \"192.0.2.6\"]")], &["port[0].ipv4"]),
     ("port.ipv6", &[("[\"2001:db8::1\"]", "[\"2001:db8::2\"]")], &["port[0].ipv6"]),
+    ("port.kernel_interface", &[("\"fpk0\"", "\"fpk1\"")], &["port[0].kernel_interface"]),
     ("port.mac", &[("\"02:00:00:00:00:01\"", "\"02:00:00:00:00:02\"")], &["port[0].mac"]),
     ("port.mtu", &[("mtu = 1500", "mtu = 9000")], &["port[0].mtu"]),
     ("port.forward_to", &[("forward_to = \"net_null1\"", "forward_to = \"net_null0\"")], &["port[0].forward_to"]),
@@ -233,6 +234,8 @@ const EDITS: &[Edit] = &[
     ("tcp_reset.peer_table_size", &[("peer_table_size = 2048", "peer_table_size = 1024")], &["tcp_reset.peer_table_size"]),
     ("control.watch", &[("watch = true", "watch = false")], &["control.watch"]),
     ("control.debounce_ms", &[("debounce_ms = 250", "debounce_ms = 1000")], &["control.debounce_ms"]),
+    ("kernel.punt", &[("\"tcp:22\"]", "\"tcp:22\", \"udp:53\"]")], &["kernel.punt"]),
+    ("kernel.socket_capacity", &[("socket_capacity = 512", "socket_capacity = 2048")], &["kernel.socket_capacity"]),
 ];
 
 fn edited(edits: &[(&str, &str)]) -> String {

@@ -8,7 +8,7 @@ use crate::pipeline::fanout::{Choice, HashOnDemand};
 use crate::pipeline::parse::{IpVersion, Parsed};
 use crate::pipeline::tables::PortAddrs;
 use crate::pipeline::verdict::{Instant, Verdict};
-use crate::pipeline::{echo, icmp_error, ndp, source, tcp_reset};
+use crate::pipeline::{arp, echo, icmp_error, ndp, source, tcp_reset};
 use crate::wire::icmpv6::Icmpv6Message;
 use crate::wire::IpProtocol;
 use std::net::{IpAddr, Ipv6Addr};
@@ -28,6 +28,7 @@ impl Pipeline {
         let Some(local) = self.tables.ports.get(port as usize) else {
             return Step::Done(Verdict::Drop(Outcome::Unhandled));
         };
+        let kernel = local.kernel && depth == 0;
         // Link-layer padding past the IP datagram is not part of it: drop it so every later
         // stage (and every answer built in place) sees the datagram only.
         let end = parsed.ip_end as usize;
@@ -48,9 +49,20 @@ impl Pipeline {
             return self.decapsulate(pkt, parsed, depth);
         }
         let v = local_delivery(local, parsed, pkt);
+        if kernel && v != Verdict::Drop(Outcome::NoService) {
+            // The kernel path (`pipeline/kernel.rs`): neighbour advertisements for the kernel's
+            // own solicitations; with `unhandled`, what no stage handles.
+            if let Some(k) = self.punt_other(port, parsed, pkt, v) {
+                return Step::Done(k);
+            }
+        }
         if v == Verdict::Drop(Outcome::Unhandled)
             && parsed.version == IpVersion::V4
-            && is_local(local, parsed.dst)
+            && self
+                .tables
+                .ports
+                .get(port as usize)
+                .is_some_and(|l| is_local(l, parsed.dst))
             && !matches!(
                 parsed.protocol,
                 IpProtocol::ICMP | IpProtocol::UDP | IpProtocol::TCP | IpProtocol::GRE
@@ -63,6 +75,13 @@ impl Pipeline {
             return Step::Done(v);
         }
         let v = self.service_socket(parsed, || pkt.rss_hash());
+        if v == Verdict::Drop(Outcome::NoService) && kernel {
+            // A port no service has: to the kernel if `[kernel] punt` lists it (or `unhandled`),
+            // instead of a reset or a Port Unreachable.
+            if let Some(k) = self.punt_port(parsed, pkt.rss_hash()) {
+                return Step::Done(k);
+            }
+        }
         if v == Verdict::Drop(Outcome::NoService) && parsed.protocol == IpProtocol::TCP {
             // RFC 9293 §3.10.7.1: a segment for a port nobody listens on gets a reset.
             return Step::Done(self.tcp_closed(pkt, parsed, port, now));
@@ -157,9 +176,76 @@ impl Pipeline {
             Choice::Socket(s) => self.deliver(s),
             Choice::Full(s) => {
                 t.sockets[s].counters.rx[self.fanout.slot].full.inc();
-                Verdict::Drop(Outcome::SocketFull)
+                if t.sockets[s].kernel {
+                    Verdict::Drop(Outcome::KernelFull)
+                } else {
+                    Verdict::Drop(Outcome::SocketFull)
+                }
             }
             Choice::FlowLimited(_) => Verdict::Drop(Outcome::FlowLimited),
+        }
+    }
+}
+
+impl Pipeline {
+    /// TCP or UDP to a local port without a service, on a port with a kernel interface: into the
+    /// kernel path if the rules take it ([`crate::pipeline::kernel::PuntRules::takes_port`]).
+    #[inline(never)]
+    fn punt_port(&mut self, p: &Parsed, nic_hash: Option<u32>) -> Option<Verdict> {
+        let k = self.tables.kernel.as_ref()?;
+        if !k.rules.takes_port(p) {
+            return None;
+        }
+        let svc = k.service;
+        Some(self.fan_out(svc, p, nic_hash))
+    }
+
+    /// A local packet local delivery did not take (verdict `v`), on a port with a kernel
+    /// interface: a neighbour advertisement to our MAC always goes to the kernel (it answers the
+    /// kernel's own solicitation; the fast path keeps no neighbour table); with `unhandled`, a
+    /// packet for one of our addresses that nothing here handles (another protocol, an ICMP or
+    /// ICMPv6 message the fast path does not answer).
+    #[inline(never)]
+    fn punt_other<B: PacketBuf>(&mut self, port: u16, p: &Parsed, pkt: &B, v: Verdict) -> Option<Verdict> {
+        let k = self.tables.kernel.as_ref()?;
+        let local = self.tables.ports.get(port as usize)?;
+        let unicast = pkt.data().first().is_some_and(|b| b & 1 == 0);
+        let take = match v {
+            Verdict::Drop(Outcome::NdpIgnored) => {
+                unicast
+                    && p.protocol == IpProtocol::ICMPV6
+                    && pkt.data().get(p.l4_offset as usize).copied() == Some(Icmpv6Message::NeighborAdvert.into())
+            }
+            Verdict::Drop(Outcome::Unhandled) => k.rules.unhandled() && unicast && is_local(local, p.dst),
+            _ => false,
+        };
+        if !take {
+            return None;
+        }
+        let svc = k.service;
+        Some(self.fan_out(svc, p, None))
+    }
+
+    /// An ARP reply to one of our addresses, on a port with a kernel interface: into the kernel
+    /// path (it answers the kernel's own request), hashed by its sender's address.
+    #[inline(never)]
+    pub(super) fn punt_arp_reply<B: PacketBuf>(&mut self, port: u16, pkt: &B) -> Option<Verdict> {
+        let k = self.tables.kernel.as_ref()?;
+        let local = self.tables.ports.get(port as usize)?;
+        let sender = arp::reply_for(local, pkt.data())?;
+        let svc = k.service;
+        let t = &*self.tables;
+        match self.fanout.choose_quick(
+            &t.services.services()[svc].group,
+            &t.sockets,
+            HashOnDemand::new(|| t.hasher.hash_v4(sender, sender, None)),
+        ) {
+            Choice::Socket(s) => Some(self.deliver(s)),
+            Choice::Full(s) => {
+                t.sockets[s].counters.rx[self.fanout.slot].full.inc();
+                Some(Verdict::Drop(Outcome::KernelFull))
+            }
+            Choice::FlowLimited(_) => Some(Verdict::Drop(Outcome::FlowLimited)),
         }
     }
 }

@@ -304,6 +304,11 @@ impl Pipeline {
         } else {
             match Self::parse_general(local, pkt, &mut parsed, depth) {
                 Ok(()) => {}
+                Err(Verdict::Drop(Outcome::ArpIgnored)) if local.kernel && depth == 0 => {
+                    // An ARP reply may answer the kernel's own request (`pipeline/kernel.rs`).
+                    let v = self.punt_arp_reply(port, pkt);
+                    return Step::Done(v.unwrap_or(Verdict::Drop(Outcome::ArpIgnored)));
+                }
                 Err(v) => return Step::Done(v),
             }
         }

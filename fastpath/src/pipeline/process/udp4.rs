@@ -69,6 +69,11 @@ impl Pipeline {
         }
         let t = &*self.tables;
         let Some(svc) = t.services.lookup_udp4(ports.1, dst) else {
+            if local.kernel {
+                // The kernel path may take it (`[kernel] punt`): the general path decides (the
+                // padding trimmed above is trimmed there too).
+                return None;
+            }
             // RFC 1122 §4.1.3.1: a port nobody listens on. `icmp_error`'s decision from the
             // addresses in registers: the parse result is written only for an error sent.
             let no_service = Verdict::Drop(Outcome::NoService);

@@ -1,0 +1,603 @@
+//! The exception path (issue 33) against real programs: fastpathd on one end of a veth pair
+//! (`net_af_packet`) in a namespace of its own, with its kernel interface there too; a client
+//! namespace on the other end. Behind the kernel interface run a real DNS server (dnsmasq), a
+//! kernel TCP server (Python's http.server) and an SSH-like banner server; the client uses kdig,
+//! curl and Python. The wire on the client's side is read with tshark.
+//!
+//! The fastpathd namespace's kernel must not see the veth end fastpathd owns (in production the
+//! NIC belongs to DPDK): it gets no IPv6, answers no ARP there and accepts nothing from it
+//! (strict reverse-path filter), so everything it receives comes through the kernel interface.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// fastpathd's namespace (`host`, the veth end `port` with no address, the kernel interface
+/// `kif`) and the client's (`client`, 192.0.2.2/24 and 2001:db8::2/64 on `peer`). Removed on
+/// drop with every program started in them.
+struct Host {
+    host: String,
+    client: String,
+    port: String,
+    peer: String,
+    kif: String,
+    programs: Vec<Child>,
+}
+
+impl Host {
+    fn new() -> Host {
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let id = format!("{}{n}", std::process::id() % 100_000);
+        let h = Host {
+            host: format!("fpk{id}h"),
+            client: format!("fpk{id}c"),
+            port: format!("fkp{id}"),
+            peer: format!("fkc{id}"),
+            kif: format!("fpk{id}"),
+            programs: Vec::new(),
+        };
+        ip(&["netns", "add", &h.host]);
+        ip(&["netns", "add", &h.client]);
+        ip(&["link", "add", "dev", &h.port, "type", "veth", "peer", "name", &h.peer]);
+        ip(&["link", "set", "dev", &h.port, "netns", &h.host]);
+        ip(&["link", "set", "dev", &h.peer, "netns", &h.client]);
+        ip(&["-n", &h.host, "link", "set", "lo", "up"]);
+        ip(&["-n", &h.host, "link", "set", "dev", &h.port, "up"]);
+        let quiet = [
+            format!("net.ipv6.conf.{}.disable_ipv6=1", h.port),
+            format!("net.ipv4.conf.{}.arp_ignore=8", h.port),
+            format!("net.ipv4.conf.{}.rp_filter=1", h.port),
+            "net.ipv4.conf.all.rp_filter=1".to_string(),
+        ];
+        for q in &quiet {
+            assert!(h.exec(&["sysctl", "-qw", q]).status.success(), "sysctl {q}");
+        }
+        ip(&["-n", &h.client, "link", "set", "lo", "up"]);
+        ip(&["-n", &h.client, "addr", "add", "192.0.2.2/24", "dev", &h.peer]);
+        ip(&[
+            "-n",
+            &h.client,
+            "addr",
+            "add",
+            "2001:db8::2/64",
+            "dev",
+            &h.peer,
+            "nodad",
+        ]);
+        ip(&["-n", &h.client, "link", "set", "dev", &h.peer, "up"]);
+        // Checksums on the wire, as a NIC would put them there (veth leaves them to nobody).
+        for (ns, dev) in [(&h.client, &h.peer), (&h.host, &h.port)] {
+            let out = ns_exec(ns, &["ethtool", "-K", dev, "tx", "off"]);
+            assert!(out.status.success(), "ethtool {dev}");
+        }
+        h
+    }
+
+    fn exec(&self, cmd: &[&str]) -> Output {
+        ns_exec(&self.host, cmd)
+    }
+
+    fn client(&self, cmd: &[&str]) -> Output {
+        ns_exec(&self.client, cmd)
+    }
+
+    fn client_python(&self, code: &str, args: &[&str]) -> Output {
+        let mut cmd = vec!["/usr/bin/python3", "-c", code];
+        cmd.extend_from_slice(args);
+        self.client(&cmd)
+    }
+
+    /// Starts a program in fastpathd's namespace, kept until the host is dropped.
+    fn spawn(&mut self, cmd: &[&str], log: &Path) {
+        let f = std::fs::File::create(log).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.host])
+            .args(cmd)
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.programs.push(child);
+    }
+
+    /// fastpathd in its namespace with the kernel interface and `extra` config.
+    fn start(&self, s: &Scratch, name: &str, extra: &str) -> Daemon {
+        let vdevs = vec![format!("--vdev=net_af_packet0,iface={},qpairs=2", self.port)];
+        let cfg = s.write(
+            "c.toml",
+            &format!(
+                "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\n\
+                 tx_queues = 2\nipv4 = [\"192.0.2.1/24\"]\nipv6 = [\"2001:db8::1/64\"]\nkernel_interface = \"{}\"\n\n\
+                 [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 50\n\n[metrics]\nlisten = \"127.0.0.1:9464\"\n\
+                 [reassembly]\nbuffers = 32\n{extra}",
+                eal_args(name, &vdevs),
+                self.kif
+            ),
+        );
+        let bin = env!("CARGO_BIN_EXE_fastpathd");
+        Daemon::start_cmd(
+            s,
+            Command::new("ip")
+                .args(["netns", "exec", &self.host, bin, "--config", cfg.to_str().unwrap()])
+                .args(["--metrics-dump", s.path("dump.prom").to_str().unwrap()]),
+        )
+    }
+
+    /// /metrics, asked from inside fastpathd's namespace.
+    fn scrape(&self) -> BTreeMap<String, f64> {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.host,
+                "curl",
+                "-s",
+                "-m",
+                "5",
+                "http://127.0.0.1:9464/metrics",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "scrape failed");
+        parse_metrics(&String::from_utf8_lossy(&out.stdout))
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        for c in &mut self.programs {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.host]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.client]).status();
+    }
+}
+
+/// The value of one sample, 0 if absent.
+fn sample(m: &BTreeMap<String, f64>, key: &str) -> f64 {
+    m.get(key).copied().unwrap_or(0.0)
+}
+
+/// Stops the daemon; asserts a clean exit, every mbuf back and every received packet in one
+/// outcome at exit (the metrics dump); returns the dump.
+fn stop_clean(d: Daemon, s: &Scratch) -> BTreeMap<String, f64> {
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "fastpathd exit:\n{log}");
+    assert!(!log.contains("not returned to the pool"), "an mbuf leaked:\n{log}");
+    let dump = parse_metrics(&std::fs::read_to_string(s.path("dump.prom")).unwrap());
+    assert_conservation(&dump);
+    dump
+}
+
+/// `sum(rx) == sum(outcomes)` on a live scrape (packets in flight between the two reads of a
+/// scrape are counted in both or neither: the lcore's counters are read in one pass).
+fn live_conservation(m: &BTreeMap<String, f64>) {
+    let rx = family_sum(m, "fastpath_rx_packets_total");
+    let outcomes = family_sum(m, "fastpath_packets_total");
+    assert!((rx - outcomes).abs() <= 64.0, "rx {rx} outcomes {outcomes}");
+}
+
+/// A TCP server that sends an SSH-style banner and echoes one line (what `ssh` needs from the
+/// kernel path: a TCP connection both ways).
+const BANNER_SERVER: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("::", int(sys.argv[1])))
+s.listen(8)
+while True:
+    c, _ = s.accept()
+    c.sendall(b"SSH-2.0-fastpathd_kernel_path\r\n")
+    line = c.makefile("rb").readline()
+    c.sendall(b"echo " + line)
+    c.close()
+"#;
+
+const BANNER_CLIENT: &str = r#"
+import socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+f = c.makefile("rb")
+banner = f.readline()
+c.sendall(b"hello kernel\n")
+print(banner.decode().strip(), "|", f.readline().decode().strip())
+"#;
+
+/// `connect()` to a port: prints "refused" or "connected".
+const CONNECT: &str = r#"
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
+    print("connected")
+except ConnectionRefusedError:
+    print("refused")
+except OSError as e:
+    print("error", e)
+"#;
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn wait_until_listening(h: &Host, what: &str, port: u16, proto: &str) {
+    let flag = if proto == "udp" { "-lun" } else { "-ltn" };
+    wait_for(10, what, || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &h.host, "ss", "-H", flag])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains(&format!(":{port} "))
+    });
+}
+
+/// dnsmasq answering fast.test (A and AAAA) on fastpathd's addresses.
+fn start_dnsmasq(h: &mut Host, s: &Scratch) {
+    let pid = s.path("dnsmasq.pid");
+    let args = [
+        "dnsmasq",
+        "--no-daemon",
+        "--no-resolv",
+        "--no-hosts",
+        "--bind-interfaces",
+        "--listen-address=192.0.2.1",
+        "--listen-address=2001:db8::1",
+        "--address=/fast.test/198.51.100.77",
+        "--address=/fast.test/2001:db8:77::1",
+        // Queries up to 4 KiB (dnsmasq 2.90 drops larger ones than its default 1232 unread).
+        "--edns-packet-max=4096",
+        "--user=root",
+    ];
+    let pid_arg = format!("--pid-file={}", pid.display());
+    let mut cmd: Vec<&str> = args.to_vec();
+    cmd.push(&pid_arg);
+    h.spawn(&cmd, &s.path("dnsmasq.log"));
+    wait_until_listening(h, "dnsmasq listening", 53, "udp");
+}
+
+fn kdig(h: &Host, args: &[&str]) -> String {
+    let mut cmd = vec!["kdig", "+short", "+time=2", "+retry=1"];
+    cmd.extend_from_slice(args);
+    stdout(&h.client(&cmd))
+}
+
+#[test]
+fn dns_http_and_ssh_reach_real_programs_through_the_kernel_interface() {
+    let mut h = Host::new();
+    let s = Scratch::new("kernel-programs");
+    let web = s.path("www");
+    std::fs::create_dir_all(&web).unwrap();
+    // 1.5 MB: many segments larger than any single frame, both ways through the kernel path.
+    let body: Vec<u8> = (0..1_500_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(web.join("big.bin"), &body).unwrap();
+    let d = h.start(
+        &s,
+        "kernel-programs",
+        "\n[[service]]\nname = \"dns\"\nports = [53]\nsockets = 2\nsocket_capacity = 256\naction = \"kernel\"\n\
+         \n[[service]]\nname = \"web\"\nprotocol = \"tcp\"\nports = [80]\nsockets = 2\nsocket_capacity = 256\n\
+         action = \"kernel\"\n\n[[service]]\nname = \"echo\"\nports = [7]\naction = \"echo\"\n\n\
+         [kernel]\npunt = [\"tcp:22\", \"tcp:53\"]\n",
+    );
+    // The interface exists with the port's addresses and is up.
+    let addr = stdout(&h.exec(&["ip", "-o", "addr", "show", "dev", &h.kif]));
+    assert!(
+        addr.contains("192.0.2.1/24") && addr.contains("2001:db8::1/64"),
+        "{addr}"
+    );
+    let link = stdout(&h.exec(&["ip", "-o", "link", "show", "dev", &h.kif]));
+    assert!(link.contains(",UP"), "{link}");
+    start_dnsmasq(&mut h, &s);
+    let www = web.to_str().unwrap().to_string();
+    h.spawn(
+        &[
+            "/usr/bin/python3",
+            "-m",
+            "http.server",
+            "80",
+            "--bind",
+            "::",
+            "--directory",
+            &www,
+        ],
+        &s.path("http.log"),
+    );
+    h.spawn(&["/usr/bin/python3", "-c", BANNER_SERVER, "22"], &s.path("banner.log"));
+    wait_until_listening(&h, "http.server listening", 80, "tcp");
+    wait_until_listening(&h, "banner server listening", 22, "tcp");
+    let cap = Capture::start(&h.client, &h.peer, s.path("wire.pcap"));
+
+    // DNS over UDP (the `dns` service, action kernel) and over TCP (punted tcp:53), v4 and v6.
+    assert_eq!(kdig(&h, &["@192.0.2.1", "fast.test", "A"]), "198.51.100.77");
+    assert_eq!(kdig(&h, &["@2001:db8::1", "fast.test", "AAAA"]), "2001:db8:77::1");
+    assert_eq!(kdig(&h, &["@192.0.2.1", "+tcp", "fast.test", "A"]), "198.51.100.77");
+    // A query larger than the MTU arrives in fragments: reassembled here, then written into
+    // the kernel interface in fragments again, which the kernel reassembles for dnsmasq. Over
+    // IPv6: `net_af_packet`'s fanout has the kernel defragment IPv4 before we see it (the
+    // datagram would arrive whole, as an oversize frame), not IPv6.
+    assert_eq!(
+        kdig(
+            &h,
+            &["@2001:db8::1", "+padding=3000", "+bufsize=4096", "fast.test", "A"]
+        ),
+        "198.51.100.77"
+    );
+    // HTTP: a file larger than the MTU, byte for byte, over IPv4 and IPv6.
+    for url in ["http://192.0.2.1/big.bin", "http://[2001:db8::1]/big.bin"] {
+        let got = s.path("got.bin");
+        let out = h.client(&[
+            "curl",
+            "-s",
+            "-m",
+            "20",
+            "-o",
+            got.to_str().unwrap(),
+            "-w",
+            "%{http_code}",
+            url,
+        ]);
+        assert_eq!(stdout(&out), "200", "{url}");
+        assert!(std::fs::read(&got).unwrap() == body, "{url}: the file differs");
+    }
+    // SSH-like: a punted port (tcp:22) talks both ways.
+    let banner = stdout(&h.client_python(BANNER_CLIENT, &["192.0.2.1", "22"]));
+    assert_eq!(banner, "SSH-2.0-fastpathd_kernel_path | echo hello kernel");
+    // Not punted and no service: the fast path's own reset, as before.
+    assert_eq!(stdout(&h.client_python(CONNECT, &["192.0.2.1", "23"])), "refused");
+    // The fast path still answers ping itself: one reply per request (the kernel never sees
+    // the request, so never answers as well).
+    let ping = stdout(&h.client(&["ping", "-c", "3", "-i", "0.2", "-W", "1", "192.0.2.1"]));
+    assert!(ping.contains("3 received") && !ping.contains("duplicates"), "{ping}");
+    let m = h.scrape();
+    let pcap = cap.finish();
+
+    // The wire: one ARP reply for each request for our address, all from the port's MAC; the
+    // kernel asked for the client itself (from the port's MAC) and learned it once.
+    let mac = stdout(&h.exec(&["cat", &format!("/sys/class/net/{}/address", h.kif)]));
+    let port_mac = stdout(&h.exec(&["cat", &format!("/sys/class/net/{}/address", h.port)]));
+    assert_eq!(mac, port_mac, "the kernel interface has the port's MAC");
+    let asked = tshark_fields(
+        &pcap,
+        "arp.opcode == 1 && arp.dst.proto_ipv4 == 192.0.2.1",
+        &["arp.src.hw_mac"],
+    );
+    let answered = tshark_fields(
+        &pcap,
+        "arp.opcode == 2 && arp.src.proto_ipv4 == 192.0.2.1",
+        &["arp.src.hw_mac"],
+    );
+    assert_eq!(answered.len(), asked.len(), "one ARP reply per request: {answered:?}");
+    assert!(answered.iter().all(|r| r[0] == mac), "{answered:?}");
+    let kernel_asks = tshark_fields(
+        &pcap,
+        "arp.opcode == 1 && arp.src.proto_ipv4 == 192.0.2.1 && eth.dst == ff:ff:ff:ff:ff:ff",
+        &["arp.src.hw_mac"],
+    );
+    assert!(
+        kernel_asks.len() <= 1,
+        "the kernel resolved the client more than once: {kernel_asks:?}"
+    );
+    // Every TCP segment and UDP datagram we sent carries a valid checksum and the port's MAC.
+    let ours = "(ip.src == 192.0.2.1 || ipv6.src == 2001:db8::1)";
+    let bad = tshark_checked(
+        &pcap,
+        &format!("{ours} && ((tcp && tcp.checksum.status != 1) || (udp && udp.checksum.status != 1))"),
+        &["frame.number"],
+    );
+    assert!(bad.is_empty(), "segments with a bad checksum: {bad:?}");
+    let dns = tshark_checked(
+        &pcap,
+        &format!("{ours} && dns.flags.response == 1"),
+        &["dns.a", "dns.aaaa"],
+    );
+    assert!(dns.len() >= 4, "dnsmasq's answers on the wire: {dns:?}");
+    let from_us = tshark_fields(&pcap, "ip.src == 192.0.2.1 && tcp", &["eth.src"]);
+    assert!(
+        from_us.len() > 1000 && from_us.iter().all(|r| r[0] == mac),
+        "{}",
+        from_us.len()
+    );
+
+    // Counters: everything the kernel got is an outcome `kernel`; both directions counted.
+    live_conservation(&m);
+    let kernel = outcome(&m, "kernel");
+    let to = sample(
+        &m,
+        "fastpath_kernel_packets_total{port=\"net_af_packet0\",direction=\"to_kernel\"}",
+    );
+    let from = sample(
+        &m,
+        "fastpath_kernel_packets_total{port=\"net_af_packet0\",direction=\"from_kernel\"}",
+    );
+    assert!(kernel > 500 && from > 1000.0, "kernel {kernel} from {from}\n{m:#?}");
+    // Written into the interface: every `kernel` packet so far, plus the fragments a datagram
+    // reassembled here became (the scrape may be a moment behind the workers).
+    assert!(to >= kernel as f64 - 10.0, "to_kernel {to} for {kernel} packets");
+    assert!(outcome(&m, "tcp_reset") >= 1, "port 23 was reset by the fast path");
+    assert_eq!(outcome(&m, "kernel_full"), 0);
+    for reason in ["interface_full", "port_full", "invalid"] {
+        let k = format!("fastpath_kernel_dropped_total{{port=\"net_af_packet0\",reason=\"{reason}\"}}");
+        assert_eq!(sample(&m, &k), 0.0, "{k}");
+    }
+    stop_clean(d, &s);
+    // Closing the port removed the interface.
+    let gone = h.exec(&["ip", "link", "show", "dev", &h.kif]);
+    assert!(!gone.status.success(), "{} still exists after exit", h.kif);
+}
+
+/// UDP datagrams from one source port to `addr:port` as fast as Python sends them, for
+/// `secs` seconds; prints how many.
+const STORM: &str = r#"
+import socket, sys, time
+addr, port, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 40000 + int(sys.argv[4])))
+# A query dnsmasq answers (fast.test A): the storm is as welcome to the server as the others.
+q = bytes.fromhex("abcd01000001000000000000") + b"\x04fast\x04test\x00\x00\x01\x00\x01"
+n, end = 0, time.time() + secs
+while time.time() < end:
+    for _ in range(64):
+        try:
+            s.sendto(q, (addr, port))
+            n += 1
+        except OSError:
+            pass
+print(n)
+"#;
+
+#[test]
+fn the_flow_limit_sheds_a_storm_on_a_kernel_service_while_other_clients_get_answers() {
+    let mut h = Host::new();
+    let s = Scratch::new("kernel-storm");
+    // A slow consumer (cost_ns: 40 us a packet, 25,000 packets/s) and small sockets, so the
+    // storm fills them and the flow limit has something to do.
+    let d = h.start(
+        &s,
+        "kernel-storm",
+        "\n[[service]]\nname = \"dns\"\nports = [53]\nsockets = 2\nsocket_capacity = 64\naction = \"kernel\"\n\
+         cost_ns = 40000\n\n[kernel]\npunt = []\n",
+    );
+    start_dnsmasq(&mut h, &s);
+    let storm = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &h.client,
+            "/usr/bin/python3",
+            "-c",
+            STORM,
+            "192.0.2.1",
+            "53",
+            "6",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // Normal clients, each query from a new source port, while the storm runs.
+    let t = Instant::now();
+    let mut answered = 0;
+    let total = 20;
+    for _ in 0..total {
+        if kdig(&h, &["@192.0.2.1", "fast.test", "A"]) == "198.51.100.77" {
+            answered += 1;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let during = t.elapsed();
+    let sent: u64 = stdout(&storm.wait_with_output().unwrap()).parse().unwrap_or(0);
+    let m = h.scrape();
+    live_conservation(&m);
+    let shed = outcome(&m, "flow_limited");
+    eprintln!(
+        "storm: {sent} sent, {shed} flow_limited, {} kernel, {} kernel_full; {answered}/{total} answered in {during:?}",
+        outcome(&m, "kernel"),
+        outcome(&m, "kernel_full")
+    );
+    assert!(during < Duration::from_secs(6), "the normal queries ran past the storm");
+    assert!(
+        answered >= total - 2,
+        "{answered}/{total} normal queries answered during the storm"
+    );
+    assert!(shed > sent / 4, "the storm was not shed: {shed} flow_limited of {sent}");
+    stop_clean(d, &s);
+}
+
+/// UDP to many closed ports (punted: `unhandled`) from one socket for `secs`; prints how many.
+const FLOOD: &str = r#"
+import socket, sys, time
+addr, secs = sys.argv[1], float(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+n, end = 0, time.time() + secs
+while time.time() < end:
+    for p in range(9000, 9064):
+        try:
+            s.sendto(b"x" * 18, (addr, p))
+            n += 1
+        except OSError:
+            pass
+print(n)
+"#;
+
+/// Echo requests to port 7, one every 2 ms; prints "answered sent".
+const ECHO_CLIENT: &str = r#"
+import socket, sys, time
+addr, count = sys.argv[1], int(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 45000))
+s.settimeout(1.0)
+got = set()
+for i in range(count):
+    s.sendto(b"echo %06d" % i, (addr, 7))
+    time.sleep(0.002)
+    s.setblocking(False)
+    try:
+        while True:
+            got.add(s.recv(64))
+    except BlockingIOError:
+        pass
+    s.settimeout(1.0)
+end = time.time() + 1
+while time.time() < end and len(got) < count:
+    try:
+        got.add(s.recv(64))
+    except socket.timeout:
+        break
+print(len(got), count)
+"#;
+
+#[test]
+fn a_flood_into_the_kernel_path_leaves_the_fast_paths_echo_service_alone() {
+    let h = Host::new();
+    let s = Scratch::new("kernel-flood");
+    let d = h.start(
+        &s,
+        "kernel-flood",
+        "\n[[service]]\nname = \"echo\"\nports = [7]\naction = \"echo\"\n\n[kernel]\npunt = [\"unhandled\"]\n\
+         socket_capacity = 32\n",
+    );
+    let flood = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &h.client,
+            "/usr/bin/python3",
+            "-c",
+            FLOOD,
+            "192.0.2.1",
+            "4",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let echo = stdout(&h.client_python(ECHO_CLIENT, &["192.0.2.1", "500"]));
+    let flooded: u64 = stdout(&flood.wait_with_output().unwrap()).parse().unwrap_or(0);
+    let m = h.scrape();
+    live_conservation(&m);
+    let (got, sent) = echo.split_once(' ').unwrap();
+    let got: u32 = got.parse().unwrap();
+    let kernel = outcome(&m, "kernel");
+    let bounded = outcome(&m, "kernel_full") + outcome(&m, "flow_limited");
+    eprintln!("flood: {flooded} sent, {kernel} to the kernel, {bounded} refused at its queue; echo {got}/{sent}");
+    assert!(got >= 495, "echo answered {got} of {sent} during the flood");
+    assert!(kernel > 1000, "the flood reached the kernel path: {kernel}");
+    // The kernel answered the closed ports itself (ICMP, under its own rate limit), through the
+    // kernel interface: nothing of the fast path's ICMP machinery ran for them.
+    assert_eq!(outcome(&m, "icmp_error") + outcome(&m, "icmp_suppressed"), 0);
+    let from = sample(
+        &m,
+        "fastpath_kernel_packets_total{port=\"net_af_packet0\",direction=\"from_kernel\"}",
+    );
+    assert!(from > 0.0, "the kernel's own Port Unreachables went out: {from}");
+    stop_clean(d, &s);
+}
