@@ -466,7 +466,7 @@ fn the_flow_limit_sheds_a_storm_on_a_kernel_service_while_other_clients_get_answ
          cost_ns = 40000\n\n[kernel]\npunt = []\n",
     );
     start_dnsmasq(&mut h, &s);
-    let storm = Command::new("ip")
+    let mut storm = Command::new("ip")
         .args([
             "netns",
             "exec",
@@ -476,7 +476,7 @@ fn the_flow_limit_sheds_a_storm_on_a_kernel_service_while_other_clients_get_answ
             STORM,
             "192.0.2.1",
             "53",
-            "6",
+            "10",
             "1",
         ])
         .stdout(Stdio::piped())
@@ -486,14 +486,14 @@ fn the_flow_limit_sheds_a_storm_on_a_kernel_service_while_other_clients_get_answ
     // Normal clients, each query from a new source port, while the storm runs.
     let t = Instant::now();
     let mut answered = 0;
-    let total = 20;
+    let total = 15;
     for _ in 0..total {
         if kdig(&h, &["@192.0.2.1", "fast.test", "A"]) == "198.51.100.77" {
             answered += 1;
         }
-        std::thread::sleep(Duration::from_millis(100));
     }
     let during = t.elapsed();
+    let storm_still_on = storm.try_wait().unwrap().is_none();
     let sent: u64 = stdout(&storm.wait_with_output().unwrap()).parse().unwrap_or(0);
     let m = h.scrape();
     live_conservation(&m);
@@ -503,7 +503,7 @@ fn the_flow_limit_sheds_a_storm_on_a_kernel_service_while_other_clients_get_answ
         outcome(&m, "kernel"),
         outcome(&m, "kernel_full")
     );
-    assert!(during < Duration::from_secs(6), "the normal queries ran past the storm");
+    assert!(storm_still_on, "the normal queries ran past the storm ({during:?})");
     assert!(
         answered >= total - 2,
         "{answered}/{total} normal queries answered during the storm"
