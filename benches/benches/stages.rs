@@ -257,6 +257,7 @@ fn pipeline_with_icmp(icmp: IcmpConfig) -> Pipeline {
             mac: ME_MAC,
             ipv4: vec![ME_IP],
             ipv6: vec![benches::ME_IP6],
+            kernel: false,
         }],
         icmp_global: Some(icmp.global_bucket(Instant(0))),
         icmp,

@@ -31,6 +31,7 @@ pub fn pipeline() -> Pipeline {
         mac: ME_MAC,
         ipv4: vec![ME_IP],
         ipv6: vec![ME_IP6],
+        kernel: false,
     }])
 }
 

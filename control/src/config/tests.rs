@@ -614,3 +614,85 @@ fn bad_lcore_cpus_are_refused_with_key_and_line() {
     assert!(l.warnings.to_string().contains("lcore 7 has no role"), "{}", l.warnings);
     assert_eq!(&l.config.eal_argv(&[])[1..3], ["--lcores", "0@0,1@1"]);
 }
+
+#[test]
+fn the_kernel_path_config_and_its_errors_with_keys_and_lines() {
+    let with = GOOD
+        .replace(
+            "ipv4 = [\"192.0.2.1\"]",
+            "ipv4 = [\"192.0.2.1/24\"]\nkernel_interface = \"fp0\"",
+        )
+        .replace("ipv6 = [\"2001:db8::1\"]", "ipv6 = [\"2001:db8::1/64\"]");
+    let c = parse(&with, "t.toml").unwrap();
+    assert_eq!(c.ports[0].kernel_interface.as_deref(), Some("fp0"));
+    assert_eq!(
+        (c.ports[0].ipv4_prefix.clone(), c.ports[0].ipv6_prefix.clone()),
+        (vec![24], vec![64])
+    );
+    assert_eq!(c.ports[0].ipv4, vec![Ipv4Addr::new(192, 0, 2, 1)]);
+    // Default: what no stage handles goes to the kernel.
+    assert!(c.kernel.unhandled && c.kernel.ports.is_empty());
+    assert_eq!(c.kernel.socket_capacity, 1024);
+    let c = parse(
+        &format!(
+            "{with}\n[[service]]\nname = \"dns\"\nports = [53]\naction = \"kernel\"\n\n[kernel]\n\
+             punt = [\"tcp:22\", \"udp:5353\"]\nsocket_capacity = 64\n"
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    assert!(!c.kernel.unhandled);
+    assert_eq!(
+        c.kernel.ports,
+        vec![
+            (fastpath::wire::IpProtocol::TCP, 22),
+            (fastpath::wire::IpProtocol::UDP, 5353)
+        ]
+    );
+    assert_eq!(c.services[0].action, fastpath::pipeline::Action::Kernel);
+
+    // Every problem, with its key and line.
+    let bad = format!(
+        "{}\n[[service]]\nname = \"kernel\"\nports = [53]\naction = \"sink\"\n\n[kernel]\n\
+         punt = [\"tcp:22\", \"udp:53\", \"tcp:0\", \"sctp:9\", \"tcp:22\"]\nsocket_capacity = 0\n",
+        with.replace("\"fp0\"", "\"a/b\"")
+    );
+    let e = errors(&bad);
+    let got: Vec<(&str, Option<usize>)> = e.iter().map(|e| (e.key.as_str(), e.line)).collect();
+    assert_eq!(
+        got,
+        vec![
+            ("port[0].kernel_interface", Some(10)),
+            ("service[0].name", Some(18)),
+            ("kernel.punt[1]", Some(23)),
+            ("kernel.punt[2]", Some(23)),
+            ("kernel.punt[3]", Some(23)),
+            ("kernel.punt[4]", Some(23)),
+            ("kernel.socket_capacity", Some(24)),
+        ],
+        "{e:#?}"
+    );
+    assert!(
+        e[2].message.contains("belongs to service \"kernel\""),
+        "{}",
+        e[2].message
+    );
+    // [kernel] with no kernel interface; a kernel service on a port without one; a kernel
+    // interface without workers.
+    let e = errors(&format!("{GOOD}\n[kernel]\npunt = [\"unhandled\"]\n"));
+    assert_eq!((e[0].key.as_str(), e[0].line), ("kernel", Some(16)));
+    let e = errors(&format!(
+        "{GOOD}\n[[service]]\nname = \"k\"\nports = [53]\naction = \"kernel\"\n"
+    ));
+    assert_eq!(e[0].key, "service[0].action");
+    assert!(e[0].message.contains("has no kernel_interface"), "{}", e[0].message);
+    let e = errors(&with.replace("workers = [1]", "workers = []"));
+    assert!(
+        e.iter()
+            .any(|e| e.key == "lcores.workers" && e.message.contains("kernel_interface")),
+        "{e:#?}"
+    );
+    // A prefix length out of range.
+    let e = errors(&GOOD.replace("\"192.0.2.1\"", "\"192.0.2.1/33\""));
+    assert_eq!((e[0].key.as_str(), e[0].line), ("port[0].ipv4[0]", Some(9)));
+}

@@ -13,6 +13,7 @@ pub(crate) fn port() -> PortAddrs {
         mac: MAC,
         ipv4: vec![Ipv4Addr::new(192, 0, 2, 1)],
         ipv6: vec!["2001:db8::1".parse().unwrap()],
+        kernel: false,
     }
 }
 

@@ -793,6 +793,7 @@ mod pipeline_tests {
                     mac: ME_MAC,
                     ipv4: vec![Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(10, 9, 0, 1)],
                     ipv6: vec![],
+                    kernel: false,
                 }],
                 tunnels: vec![ours],
                 ..Default::default()

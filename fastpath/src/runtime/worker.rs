@@ -411,7 +411,7 @@ impl Out {
 
     /// What the kernel wrote on kernel interface queue `q`: out of the port it mirrors, on this
     /// worker's own TX queue of that port. Returns the packets taken.
-    fn from_kernel(&mut self, cx: &Ctx, q: &mut RxQueue, buf: &mut Vec<Mbuf>) -> usize {
+    fn out_of_kernel(&mut self, cx: &Ctx, q: &mut RxQueue, buf: &mut Vec<Mbuf>) -> usize {
         let n = q.recv(buf);
         if n == 0 {
             return 0;
@@ -766,7 +766,7 @@ impl WorkerLcore {
                 }
                 // Not counted in `got`: a kernel that keeps writing does not hold up the stop.
                 for q in self.kernel_rx.iter_mut() {
-                    from_kernel += out.from_kernel(&cx, q, &mut buf);
+                    from_kernel += out.out_of_kernel(&cx, q, &mut buf);
                 }
                 out.flush_all(&cx);
                 out.turn = out.turn.wrapping_add(1);

@@ -520,3 +520,207 @@ fn an_inner_fragment_from_an_outer_reassembly_is_held_in_a_packet_buffer() {
     assert_eq!(total(&e), (outer.len() + rest.len()) as u64);
     assert_eq!(e.reassembly_memory(), 0);
 }
+
+/// The kernel path (`pipeline/kernel.rs`): tables with an echo service on port 7 (socket 0) and
+/// the internal `kernel` service (socket 1, `capacity` packets), port 0 mirrored into a kernel
+/// interface when `kernel_port`, `[kernel] punt` = `unhandled` (if asked) and `ports`.
+fn kernel_tables(kernel_port: bool, unhandled: bool, ports: &[(IpProtocol, u16)], capacity: usize) -> Arc<Tables> {
+    use crate::pipeline::kernel::{KernelCounters, KernelPath, PuntRules};
+    let socket = |name: &str, cap: usize, kernel: bool| {
+        let mut s = Socket::new(name, 0, SimQueue::new(cap), 0, Arc::new(SocketCounters::new(1, 1)));
+        s.kernel = kernel;
+        Arc::new(s)
+    };
+    let group = |s: usize| Group {
+        sockets: vec![s],
+        mode: FanoutMode::Hash,
+        rollover: false,
+        huge_flows: false,
+    };
+    let service = |name: &str, s: usize, action: Action| Service {
+        name: name.into(),
+        protocol: IpProtocol::UDP,
+        addresses: vec![],
+        group: group(s),
+        action,
+        cost_ns: 0,
+        echo_allow_low_ports: false,
+    };
+    let mut local = port();
+    local.kernel = kernel_port;
+    Arc::new(Tables {
+        generation: 1,
+        ports: vec![local],
+        hasher: Toeplitz::default(),
+        services: ServiceTable::new(vec![
+            (service("echo", 0, Action::Echo), vec![7]),
+            (service("kernel", 1, Action::Kernel), vec![]),
+        ]),
+        sockets: vec![socket("echo", 64, false), socket("kernel", capacity, true)],
+        kernel: Some(KernelPath {
+            rules: PuntRules::new(unhandled, ports),
+            service: 1,
+            interface_of: vec![kernel_port.then_some(1)],
+            port_of: vec![None, kernel_port.then_some(0)],
+            index_of: vec![Some(0), Some(0)],
+            counters: Arc::new(KernelCounters::new(1, 1)),
+        }),
+        ..Default::default()
+    })
+}
+
+fn tcp(dport: u16) -> Vec<u8> {
+    use crate::pipeline::parse::tests::tcp_bytes;
+    use crate::wire::TcpFlags;
+    let mut f = v4_frame(
+        THEM,
+        ME,
+        IpProtocol::TCP,
+        &[],
+        0,
+        &tcp_bytes(4000, dport, TcpFlags::SYN),
+    );
+    // A valid TCP checksum, so a reset is due where one would be sent.
+    let (src, dst) = (THEM.octets(), ME.octets());
+    let seg_len = f.len() - 34;
+    let mut pseudo = Vec::new();
+    pseudo.extend_from_slice(&src);
+    pseudo.extend_from_slice(&dst);
+    pseudo.extend_from_slice(&[0, 6]);
+    pseudo.extend_from_slice(&(seg_len as u16).to_be_bytes());
+    f[34 + 16..34 + 18].copy_from_slice(&[0, 0]);
+    pseudo.extend_from_slice(&f[34..]);
+    let c = checksum::checksum(&pseudo);
+    f[34 + 16..34 + 18].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+/// An ARP packet `op` (1 request, 2 reply) from THEM to ME, unicast to our MAC.
+fn arp(op: u16) -> Vec<u8> {
+    use crate::pipeline::tests::{MAC, PEER};
+    use crate::wire::{arp, ethernet, ArpOperation, EtherType};
+    let mut v = vec![0u8; 14 + arp::PACKET_LEN];
+    ethernet::emit_header(&mut v, MAC, PEER, EtherType::ARP);
+    let op = if op == 1 {
+        ArpOperation::Request
+    } else {
+        ArpOperation::Reply
+    };
+    arp::emit(&mut v[14..], op, PEER, THEM, MAC, ME);
+    v
+}
+
+/// A neighbour advertisement from 2001:db8::7 for itself, to 2001:db8::1 (unicast).
+fn neighbour_advert() -> Vec<u8> {
+    use crate::pipeline::parse::tests::v6_frame;
+    let them: std::net::Ipv6Addr = "2001:db8::7".parse().unwrap();
+    let me: std::net::Ipv6Addr = "2001:db8::1".parse().unwrap();
+    let mut na = vec![136, 0, 0, 0, 0x60, 0, 0, 0];
+    na.extend_from_slice(&them.octets());
+    v6_frame(them, me, IpProtocol::ICMPV6, &[], 255, &na)
+}
+
+fn one(e: &mut Engine, frame: Vec<u8>) {
+    run_burst(e, &[frame], T0);
+    e.end_burst();
+}
+
+#[test]
+fn punted_packets_go_to_the_kernel_sockets_and_count_as_kernel() {
+    // `unhandled`: closed UDP and TCP ports, another protocol, an ARP reply, an NA.
+    let mut e = engine_with(kernel_tables(true, true, &[], 64), Collect::new(0));
+    for f in [
+        udp(9, b"closed"),
+        tcp(23),
+        v4_frame(THEM, ME, IpProtocol(99), &[], 0, b"other protocol"),
+        arp(2),
+        neighbour_advert(),
+    ] {
+        one(&mut e, f);
+    }
+    assert_eq!(count(&e, Outcome::Kernel), 5);
+    assert_eq!(e.pipeline().tables().sockets[1].len(), 5);
+    // What the fast path answers itself stays there: echo service, ARP request, ping.
+    for f in [udp(7, b"echo me"), arp(1), ping(8)] {
+        one(&mut e, f);
+    }
+    assert_eq!(count(&e, Outcome::Kernel), 5);
+    assert_eq!(count(&e, Outcome::Delivered), 1);
+    assert_eq!(count(&e, Outcome::ArpReply), 1);
+    assert_eq!(count(&e, Outcome::EchoReply), 1);
+    assert_eq!(total(&e), 8);
+}
+
+#[test]
+fn only_listed_ports_are_punted_without_unhandled_and_the_rest_keeps_its_answers() {
+    let rules = [(IpProtocol::TCP, 22), (IpProtocol::UDP, 53)];
+    let mut e = engine_with(kernel_tables(true, false, &rules, 64), Collect::new(0));
+    for f in [tcp(22), udp(53, b"query")] {
+        one(&mut e, f);
+    }
+    assert_eq!(count(&e, Outcome::Kernel), 2);
+    // Not listed: a reset, a Port Unreachable, a Protocol Unreachable, as without a kernel path.
+    for f in [
+        tcp(23),
+        udp(54, b"closed"),
+        v4_frame(THEM, ME, IpProtocol(99), &[], 0, b"x"),
+    ] {
+        one(&mut e, f);
+    }
+    assert_eq!(count(&e, Outcome::TcpReset), 1);
+    assert_eq!(count(&e, Outcome::IcmpError), 2);
+    // The neighbour replies the kernel asked for go to it whatever the rules.
+    for f in [arp(2), neighbour_advert()] {
+        one(&mut e, f);
+    }
+    assert_eq!(count(&e, Outcome::Kernel), 4);
+}
+
+#[test]
+fn a_port_without_a_kernel_interface_keeps_todays_behaviour() {
+    let mut e = engine_with(
+        kernel_tables(false, true, &[(IpProtocol::TCP, 22)], 64),
+        Collect::new(0),
+    );
+    for f in [tcp(22), udp(9, b"closed"), arp(2), neighbour_advert()] {
+        one(&mut e, f);
+    }
+    assert_eq!(count(&e, Outcome::Kernel), 0);
+    assert_eq!(count(&e, Outcome::TcpReset), 1);
+    assert_eq!(count(&e, Outcome::IcmpError), 1);
+    assert_eq!(count(&e, Outcome::ArpIgnored), 1);
+    assert_eq!(count(&e, Outcome::NdpIgnored), 1);
+}
+
+#[test]
+fn a_full_kernel_queue_refuses_as_kernel_full_without_waiting() {
+    let mut e = engine_with(kernel_tables(true, true, &[], 4), Collect::new(0));
+    // One burst of 10 packets of one flow for a queue of 4: the RX lcore never waits.
+    let frames: Vec<Vec<u8>> = (0..10).map(|_| udp(9, b"flood")).collect();
+    run_burst(&mut e, &frames, T0);
+    e.end_burst();
+    let (kernel, full) = (count(&e, Outcome::Kernel), count(&e, Outcome::KernelFull));
+    assert_eq!(kernel + full, 10);
+    assert!(kernel <= 4 && full >= 6, "kernel {kernel}, full {full}");
+    assert_eq!(count(&e, Outcome::SocketFull) + count(&e, Outcome::Delivered), 0);
+}
+
+#[test]
+fn the_udp_fast_path_and_the_general_path_agree_on_a_kernel_port() {
+    use crate::pipeline::Pipeline;
+    for unhandled in [false, true] {
+        let t = kernel_tables(true, unhandled, &[(IpProtocol::UDP, 53)], 64);
+        for dport in [7u16, 9, 53] {
+            let f = udp(dport, b"same frame");
+            let mut a = Pipeline::new(t.clone(), 0);
+            let mut b = Pipeline::new(t.clone(), 0);
+            let (mut x, mut y) = (HeapBuf::new(&f), HeapBuf::new(&f));
+            let (va, vb) = (a.process(0, &mut x, T0), b.process_general(0, &mut y, T0));
+            assert_eq!(va, vb, "port {dport}, unhandled {unhandled}");
+            assert_eq!(x.data(), y.data());
+            if va == crate::pipeline::Verdict::Deliver {
+                assert_eq!(a.delivered_to(), b.delivered_to());
+            }
+        }
+    }
+}
