@@ -158,7 +158,7 @@ fn start_and_serve(
     let (roles, all_stats, run_control) = lcore_roles(&kit);
     let final_port_stats = FinalPortStats::default();
     let health = Arc::new(Health::new(port_names.len()));
-    let mut watch = health_watch(&cfg, &ports, &all_stats, published.generation());
+    let mut watch = health_watch(&cfg, (&ports, &kernel_ports), &all_stats, published.generation());
     let sources = metric_sources(
         (port_names, port_info),
         all_stats,
@@ -592,8 +592,13 @@ fn metric_sources(
 
 /// The health watch over every port (by its kernel interface where it has one) and every lcore
 /// (RX lcores first, as in `lcores`).
-fn health_watch(cfg: &Config, ports: &[Port], lcores: &[Arc<LcoreStats>], generation: u64) -> Watch {
-    let watched = cfg
+fn health_watch(
+    cfg: &Config,
+    (ports, kernel_ports): (&[Port], &[Option<Port>]),
+    lcores: &[Arc<LcoreStats>],
+    generation: u64,
+) -> Watch {
+    let mut watched: Vec<WatchedPort> = cfg
         .ports
         .iter()
         .zip(ports)
@@ -603,6 +608,16 @@ fn health_watch(cfg: &Config, ports: &[Port], lcores: &[Arc<LcoreStats>], genera
             kernel_interface: port.kernel_interface().map(String::from),
         })
         .collect();
+    // A kernel interface set down cuts the kernel path: unhealthy, named, like a port.
+    for (p, k) in cfg.ports.iter().zip(kernel_ports) {
+        if let (Some(k), Some(name)) = (k, &p.kernel_interface) {
+            watched.push(WatchedPort {
+                id: k.id(),
+                name: name.clone(),
+                kernel_interface: Some(name.clone()),
+            });
+        }
+    }
     Watch::new(watched, lcores, cfg.lcores.rx.len(), generation, Instant::now())
 }
 

@@ -116,7 +116,7 @@ impl Host {
             &format!(
                 "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\n\
                  tx_queues = 2\nipv4 = [\"192.0.2.1/24\"]\nipv6 = [\"2001:db8::1/64\"]\nkernel_interface = \"{}\"\n\n\
-                 [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 50\n\n[metrics]\nlisten = \"127.0.0.1:9464\"\n\
+                 [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 50\n\n[metrics]\nlisten = \"127.0.0.1:9464\"\ncache_ms = 0\n\
                  [reassembly]\nbuffers = 32\n{extra}",
                 eal_args(name, &vdevs),
                 self.kif
@@ -427,7 +427,58 @@ fn dns_http_and_ssh_reach_real_programs_through_the_kernel_interface() {
         let k = format!("fastpath_kernel_dropped_total{{port=\"net_af_packet0\",reason=\"{reason}\"}}");
         assert_eq!(sample(&m, &k), 0.0, "{k}");
     }
-    stop_clean(d, &s);
+
+    // A kernel interface set down is unhealthy, named; set up again, healthy.
+    let health = |h: &Host| {
+        stdout(&h.exec(&[
+            "curl",
+            "-s",
+            "-m",
+            "2",
+            "-w",
+            " %{http_code}",
+            "http://127.0.0.1:9464/healthz",
+        ]))
+    };
+    assert!(health(&h).ends_with(" 200"), "{}", health(&h));
+    ip(&["-n", &h.host, "link", "set", "dev", &h.kif, "down"]);
+    wait_for(5, "503 for the kernel interface", || {
+        let r = health(&h);
+        r.ends_with(" 503") && r.contains(&h.kif)
+    });
+    ip(&["-n", &h.host, "link", "set", "dev", &h.kif, "up"]);
+    wait_for(5, "200 again", || health(&h).ends_with(" 200"));
+
+    // A reload: a new address reaches the kernel interface; `tcp:23` is now the kernel's.
+    let cfg = s.path("c.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let text = text
+        .replace("[\"192.0.2.1/24\"]", "[\"192.0.2.1/24\", \"192.0.2.5/24\"]")
+        .replace(
+            "punt = [\"tcp:22\", \"tcp:53\"]",
+            "punt = [\"tcp:22\", \"tcp:53\", \"tcp:23\"]",
+        );
+    std::fs::write(&cfg, text).unwrap();
+    d.signal("HUP");
+    wait_for(5, "generation 2", || d.log_text().contains("generation 2 published"));
+    wait_for(5, "the new address on the kernel interface", || {
+        stdout(&h.exec(&["ip", "-o", "addr", "show", "dev", &h.kif])).contains("192.0.2.5/24")
+    });
+    let before = h.scrape();
+    // Nothing listens on 23 in the kernel either: its reset, through the kernel path.
+    assert_eq!(stdout(&h.client_python(CONNECT, &["192.0.2.1", "23"])), "refused");
+    let banner = stdout(&h.client_python(BANNER_CLIENT, &["192.0.2.5", "22"]));
+    assert!(banner.starts_with("SSH-2.0-"), "the new address: {banner}");
+    let after = h.scrape();
+    assert_eq!(
+        outcome(&after, "tcp_reset"),
+        outcome(&before, "tcp_reset"),
+        "23 went to the kernel"
+    );
+    assert!(outcome(&after, "kernel") > outcome(&before, "kernel"));
+
+    let dump = stop_clean(d, &s);
+    assert!(outcome(&dump, "kernel") >= outcome(&after, "kernel"));
     // Closing the port removed the interface.
     let gone = h.exec(&["ip", "link", "show", "dev", &h.kif]);
     assert!(!gone.status.success(), "{} still exists after exit", h.kif);
