@@ -374,6 +374,7 @@ fn dns_http_and_ssh_reach_real_programs_through_the_kernel_interface() {
         "arp.opcode == 2 && arp.src.proto_ipv4 == 192.0.2.1",
         &["arp.src.hw_mac"],
     );
+    assert!(!asked.is_empty(), "the client asked for our address");
     assert_eq!(answered.len(), asked.len(), "one ARP reply per request: {answered:?}");
     assert!(answered.iter().all(|r| r[0] == mac), "{answered:?}");
     let kernel_asks = tshark_fields(
@@ -384,6 +385,30 @@ fn dns_http_and_ssh_reach_real_programs_through_the_kernel_interface() {
     assert!(
         kernel_asks.len() <= 1,
         "the kernel resolved the client more than once: {kernel_asks:?}"
+    );
+    // The same for IPv6: one advertisement per solicitation for our address, from the port's
+    // MAC; the kernel solicited the client itself, once (multicast; NUD after that is unicast).
+    let solicited = tshark_fields(
+        &pcap,
+        "icmpv6.type == 135 && icmpv6.nd.ns.target_address == 2001:db8::1",
+        &["eth.src"],
+    );
+    let advertised = tshark_fields(
+        &pcap,
+        "icmpv6.type == 136 && icmpv6.nd.na.target_address == 2001:db8::1",
+        &["eth.src"],
+    );
+    assert!(!solicited.is_empty(), "the client solicited our IPv6 address");
+    assert_eq!(advertised.len(), solicited.len(), "one NA per NS: {advertised:?}");
+    assert!(advertised.iter().all(|r| r[0] == mac), "{advertised:?}");
+    let kernel_solicits = tshark_fields(
+        &pcap,
+        "icmpv6.type == 135 && icmpv6.nd.ns.target_address == 2001:db8::2 && ipv6.dst == ff02::1:ff00:2",
+        &["eth.src"],
+    );
+    assert!(
+        kernel_solicits.len() <= 1 && kernel_solicits.iter().all(|r| r[0] == mac),
+        "the kernel resolved the client's IPv6 address more than once: {kernel_solicits:?}"
     );
     // Every TCP segment and UDP datagram we sent carries a valid checksum and the port's MAC.
     let ours = "(ip.src == 192.0.2.1 || ipv6.src == 2001:db8::1)";
