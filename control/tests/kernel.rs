@@ -110,12 +110,17 @@ impl Host {
 
     /// fastpathd in its namespace with the kernel interface and `extra` config.
     fn start(&self, s: &Scratch, name: &str, extra: &str) -> Daemon {
+        self.start_with_port(s, name, "", extra)
+    }
+
+    /// Like [`Host::start`] with more `[[port]]` keys.
+    fn start_with_port(&self, s: &Scratch, name: &str, port_keys: &str, extra: &str) -> Daemon {
         let vdevs = vec![format!("--vdev=net_af_packet0,iface={},qpairs=2", self.port)];
         let cfg = s.write(
             "c.toml",
             &format!(
                 "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\n\
-                 tx_queues = 2\nipv4 = [\"192.0.2.1/24\"]\nipv6 = [\"2001:db8::1/64\"]\nkernel_interface = \"{}\"\n\n\
+                 tx_queues = 2\nipv4 = [\"192.0.2.1/24\"]\nipv6 = [\"2001:db8::1/64\"]\nkernel_interface = \"{}\"\n{port_keys}\n\
                  [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 50\n\n[metrics]\nlisten = \"127.0.0.1:9464\"\ncache_ms = 0\n\
                  [reassembly]\nbuffers = 32\n{extra}",
                 eal_args(name, &vdevs),
@@ -635,9 +640,10 @@ print(len(got), count)
 fn a_flood_into_the_kernel_path_leaves_the_fast_paths_echo_service_alone() {
     let h = Host::new();
     let s = Scratch::new("kernel-flood");
-    let d = h.start(
+    let d = h.start_with_port(
         &s,
         "kernel-flood",
+        "mtu = 1400\n",
         "\n[[service]]\nname = \"echo\"\nports = [7]\naction = \"echo\"\n\n[kernel]\npunt = [\"unhandled\"]\n\
          socket_capacity = 32\n",
     );
@@ -656,6 +662,9 @@ fn a_flood_into_the_kernel_path_leaves_the_fast_paths_echo_service_alone() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
+    // The kernel interface has the port's MTU.
+    let link = stdout(&h.exec(&["ip", "-o", "link", "show", "dev", &h.kif]));
+    assert!(link.contains("mtu 1400"), "{link}");
     let echo = stdout(&h.client_python(ECHO_CLIENT, &["192.0.2.1", "500"]));
     let flooded: u64 = stdout(&flood.wait_with_output().unwrap()).parse().unwrap_or(0);
     let m = h.scrape();
