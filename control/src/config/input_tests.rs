@@ -96,10 +96,18 @@ fn services(n: usize, bad: bool) -> String {
     s
 }
 
+/// The fastest of three parses of `src` (a machine busy with other work slows some runs, never
+/// speeds one up: the minimum is the parse's own time), and the result.
 fn time(src: &str) -> (Duration, Result<Config, ConfigErrors>) {
-    let t = Instant::now();
-    let r = parse(src, "t.toml");
-    (t.elapsed(), r)
+    let mut best = Duration::MAX;
+    let mut result = None;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let r = parse(src, "t.toml");
+        best = best.min(t.elapsed());
+        result = Some(r);
+    }
+    (best, result.expect("three runs"))
 }
 
 /// Validation time grows linearly with the file: ten times the services or errors take well under
