@@ -115,13 +115,26 @@ impl Host {
 
     /// Like [`Host::start`] with more `[[port]]` keys.
     fn start_with_port(&self, s: &Scratch, name: &str, port_keys: &str, extra: &str) -> Daemon {
-        let vdevs = vec![format!("--vdev=net_af_packet0,iface={},qpairs=2", self.port)];
+        self.start_with(s, name, (2, port_keys), "rx = [0]\nworkers = [1]", extra)
+    }
+
+    /// Like [`Host::start`] with `queues` af_packet queue pairs (at least one per lcore), more
+    /// `[[port]]` keys and `lcores` as the `[lcores]` keys.
+    fn start_with(
+        &self,
+        s: &Scratch,
+        name: &str,
+        (queues, port_keys): (u16, &str),
+        lcores: &str,
+        extra: &str,
+    ) -> Daemon {
+        let vdevs = vec![format!("--vdev=net_af_packet0,iface={},qpairs={queues}", self.port)];
         let cfg = s.write(
             "c.toml",
             &format!(
-                "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\n\
-                 tx_queues = 2\nipv4 = [\"192.0.2.1/24\"]\nipv6 = [\"2001:db8::1/64\"]\nkernel_interface = \"{}\"\n{port_keys}\n\
-                 [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 50\n\n[metrics]\nlisten = \"127.0.0.1:9464\"\ncache_ms = 0\n\
+                "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = {queues}\n\
+                 tx_queues = {queues}\nipv4 = [\"192.0.2.1/24\"]\nipv6 = [\"2001:db8::1/64\"]\nkernel_interface = \"{}\"\n\
+                 {port_keys}\n[lcores]\n{lcores}\nidle_sleep_us = 50\n\n[metrics]\nlisten = \"127.0.0.1:9464\"\ncache_ms = 0\n\
                  [reassembly]\nbuffers = 32\n{extra}",
                 eal_args(name, &vdevs),
                 self.kif
@@ -684,5 +697,99 @@ fn a_flood_into_the_kernel_path_leaves_the_fast_paths_echo_service_alone() {
         "fastpath_kernel_packets_total{port=\"net_af_packet0\",direction=\"from_kernel\"}",
     );
     assert!(from > 0.0, "the kernel's own Port Unreachables went out: {from}");
+    stop_clean(d, &s);
+}
+
+#[test]
+fn two_workers_each_carry_the_kernel_path_on_their_own_queue_pair() {
+    let mut h = Host::new();
+    let s = Scratch::new("kernel-workers");
+    let web = s.path("www");
+    std::fs::create_dir_all(&web).unwrap();
+    let body: Vec<u8> = (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2246822519) >> 11) as u8)
+        .collect();
+    std::fs::write(web.join("f.bin"), &body).unwrap();
+    // Three lcores on this machine's two CPUs (correctness, not speed).
+    let d = h.start_with(
+        &s,
+        "kernel-workers",
+        (3, ""),
+        "rx = [0]\nworkers = [1, 2]\ncpus = \"0@0,1@1,2@1\"",
+        "\n[kernel]\npunt = [\"tcp:80\"]\n",
+    );
+    let www = web.to_str().unwrap().to_string();
+    h.spawn(
+        &[
+            "/usr/bin/python3",
+            "-m",
+            "http.server",
+            "80",
+            "--bind",
+            "192.0.2.1",
+            "--directory",
+            &www,
+        ],
+        &s.path("http.log"),
+    );
+    wait_until_listening(&h, "http.server listening", 80, "tcp");
+    // 16 connections, 16 flows: the fanout spreads them over both workers' sockets, and the
+    // kernel spreads its answers over both queues of the interface.
+    for i in 0..16 {
+        let got = s.path(&format!("got{i}.bin"));
+        let out = h.client(&[
+            "curl",
+            "-s",
+            "-m",
+            "20",
+            "-o",
+            got.to_str().unwrap(),
+            "-w",
+            "%{http_code}",
+            "http://192.0.2.1/f.bin",
+        ]);
+        assert_eq!(stdout(&out), "200");
+        assert!(std::fs::read(&got).unwrap() == body, "request {i}: the file differs");
+    }
+    let m = h.scrape();
+    live_conservation(&m);
+    let into = |q: u32| {
+        sample(
+            &m,
+            &format!("fastpath_tx_packets_total{{port=\"{}\",queue=\"{q}\"}}", h.kif),
+        )
+    };
+    let out_of = |q: u32| {
+        sample(
+            &m,
+            &format!("fastpath_tx_packets_total{{port=\"net_af_packet0\",queue=\"{q}\"}}"),
+        )
+    };
+    let socket = |i: u32| {
+        sample(
+            &m,
+            &format!("fastpath_socket_processed_total{{service=\"kernel\",socket=\"{i}\",result=\"kernel\"}}"),
+        )
+    };
+    eprintln!(
+        "into the kernel by queue {} {}; out of the port by worker queue {} {}; kernel sockets {} {}",
+        into(0),
+        into(1),
+        out_of(1),
+        out_of(2),
+        socket(0),
+        socket(1)
+    );
+    assert!(
+        into(0) > 0.0 && into(1) > 0.0,
+        "both workers wrote into the kernel interface"
+    );
+    assert!(socket(0) > 0.0 && socket(1) > 0.0, "both kernel sockets carried flows");
+    // What the kernel sent left on the workers' own TX queues of the port (1 and 2; queue 0 is
+    // the RX lcore's), both of them.
+    assert!(
+        out_of(1) > 100.0 && out_of(2) > 100.0,
+        "both workers sent the kernel's segments"
+    );
     stop_clean(d, &s);
 }
