@@ -359,9 +359,12 @@ impl FanoutState {
         let s = &sockets[gi];
         let queued = self.queued(gi, s);
         // Flow limit first (seed 003): a dominant flow is shed, a merely large one may still
-        // roll over below.
+        // roll over below. Consulted while the socket has room, as Linux's enqueue_to_backlog
+        // does (`qlen <= max_backlog && !skb_flow_limit()`): a packet for a full socket is
+        // refused or rolled over without hashing it into the history, so a flood that keeps a
+        // socket full costs the RX lcore no hash per packet.
         if let Some(fl) = &mut self.flow_limit {
-            if queued * 2 >= s.capacity() && fl.over_limit(hash.get()) {
+            if queued * 2 >= s.capacity() && queued < s.capacity() && fl.over_limit(hash.get()) {
                 return Choice::FlowLimited(gi);
             }
         }
@@ -779,6 +782,35 @@ mod flow_limit_tests {
             0,
             "nothing recorded below half"
         );
+    }
+
+    #[test]
+    fn a_full_socket_refuses_without_recording_or_hashing_like_linux_backlog() {
+        // Linux's enqueue_to_backlog asks skb_flow_limit() only while qlen <= max_backlog.
+        let asked = std::cell::Cell::new(0);
+        let (g, s) = one_socket(100, 100);
+        let mut st = FanoutState::new(1, 0, 1);
+        st.flow_limit = Some(FlowLimit::new(4096));
+        for _ in 0..300 {
+            assert_eq!(st.choose_quick(&g, &s, counted(42, &asked)), Choice::Full(0));
+            st.burst_done();
+        }
+        assert_eq!(asked.get(), 0, "no hash for a packet the full socket refuses anyway");
+        assert_eq!(
+            st.flow_limit.as_ref().unwrap().bucket(42),
+            0,
+            "nothing recorded while full"
+        );
+        // One slot free again: the same dominant flow is recorded and, once dominant, shed.
+        s[0].queue(0).sim().unwrap().set_len(99);
+        let shed = (0..300)
+            .filter(|_| {
+                let c = st.choose_quick(&g, &s, counted(42, &asked));
+                st.burst_done();
+                c == Choice::FlowLimited(0)
+            })
+            .count();
+        assert!(shed > 0 && asked.get() > 0, "shed {shed}, hashed {}", asked.get());
     }
 
     /// Counts how often the fanout asked for the hash.

@@ -70,9 +70,21 @@ impl Pipeline {
         let t = &*self.tables;
         let Some(svc) = t.services.lookup_udp4(ports.1, dst) else {
             if local.kernel {
-                // The kernel path may take it (`[kernel] punt`): the general path decides (the
-                // padding trimmed above is trimmed there too).
-                return None;
+                if let Some(k) = t
+                    .kernel
+                    .as_ref()
+                    .filter(|k| k.rules.unhandled() || k.rules.listed(IpProtocol::UDP, ports.1))
+                {
+                    // `[kernel] punt` takes it (`punt_port`'s decision): into the kernel path's
+                    // sockets, as a service's packet. A flood aimed at the kernel path costs the
+                    // RX lcore no more than a closed-port flood answered by the ICMP limiter.
+                    let svc = k.service;
+                    if let Some(s) = self.fanout.choose_fast(&t.services.services()[svc].group) {
+                        return Some(self.deliver(s));
+                    }
+                    let p = Parsed::untagged_udp4(src, dst, ttl, ports, total);
+                    return Some(self.fan_out(svc, &p, pkt.rss_hash()));
+                }
             }
             // RFC 1122 §4.1.3.1: a port nobody listens on. `icmp_error`'s decision from the
             // addresses in registers: the parse result is written only for an error sent.
