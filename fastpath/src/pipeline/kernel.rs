@@ -89,10 +89,13 @@ impl PuntRules {
     /// Whether a TCP or UDP packet to a port without a service goes to the kernel.
     #[inline]
     pub fn takes_port(&self, p: &Parsed) -> bool {
-        match p.ports {
-            Some((_, dport)) => self.unhandled || self.listed(p.protocol, dport),
-            None => false,
-        }
+        p.ports.is_some_and(|(_, dport)| self.takes(p.protocol, dport))
+    }
+
+    /// Whether a packet of `protocol` to local port `dport` without a service is punted.
+    #[inline]
+    pub fn takes(&self, protocol: IpProtocol, dport: u16) -> bool {
+        self.unhandled || self.listed(protocol, dport)
     }
 }
 
