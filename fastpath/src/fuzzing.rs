@@ -412,7 +412,7 @@ pub fn fragment_frame(
 /// [`Reassembler`]: crate::pipeline::reasm::Reassembler
 /// [`Reassembler::memory_limit`]: crate::pipeline::reasm::Reassembler::memory_limit
 pub fn reasm_sequence(data: &[u8]) -> ReasmRun {
-    use crate::pipeline::reasm::{FragMeta, Insert, ReasmConfig, Reason, Reassembler};
+    use crate::pipeline::reasm::{FragMeta, Insert, Policy, ReasmConfig, Reason, Reassembler};
     let mut input = Bytes(data);
     let (a, b) = (input.u8(), input.u8());
     let truesize = 256;
@@ -424,6 +424,12 @@ pub fn reasm_sequence(data: &[u8]) -> ReasmRun {
         timeout_ns: 1_000_000_000,
         buffer_truesize: truesize,
         pressure_scaled_timeout: b & 0x10 == 0,
+        // Bit 0x20 picks the probation policy (seed 001's without: the corpus predates it).
+        policy: if b & 0x20 != 0 {
+            Policy::Probation
+        } else {
+            Policy::Linux
+        },
     };
     let mut r: Reassembler<HeapBuf> = Reassembler::new(cfg);
     let mut io = ReasmTally::default();
@@ -437,6 +443,10 @@ pub fn reasm_sequence(data: &[u8]) -> ReasmRun {
         );
         assert_eq!(r.memory(), r.held_fragments() * truesize, "memory is the held buffers");
         assert!(r.memory() <= r.memory_limit(), "memory {} over its limit", r.memory());
+        if r.config().policy == Policy::Probation {
+            let h = r.config().high_thresh_bytes;
+            assert!(r.memory() <= h, "probation: memory {} over high_thresh {h}", r.memory());
+        }
         run.peak_memory = run.peak_memory.max(r.memory());
     };
     while !input.is_empty() {
@@ -480,7 +490,7 @@ pub fn reasm_sequence(data: &[u8]) -> ReasmRun {
             }
             Insert::Dropped { reason, fragments } => {
                 let new = &io.refused[refused_before..];
-                if !matches!(reason, Reason::PerSource | Reason::TableFull) {
+                if !matches!(reason, Reason::PerSource | Reason::TableFull | Reason::Evicted) {
                     let n = new.iter().filter(|&&x| x == reason).count();
                     assert_eq!(n, fragments, "{reason:?}: {fragments} dropped, {n} released");
                 }
@@ -981,6 +991,11 @@ mod tests {
             (
                 "0done-1refused-2expired--memory",
                 with([0x1f, 0x00], &[&[0x10, 0, 8, 1], &[0x10, 1, 8, 1], &[0x12, 0, 8, 1]]),
+            ),
+            // Probation (bit 0x20), threshold of 2 buffers: a third datagram evicts the oldest.
+            (
+                "0done-1refused-2expired--probation-evicts",
+                with([0x1f, 0x21], &[&[0x10, 0, 8, 1], &[0x12, 0, 8, 1], &[0x16, 0, 8, 1]]),
             ),
             // 2 fragments at most: the third takes the datagram.
             (

@@ -75,7 +75,7 @@ impl QueueCounters {
 /// How many reasons a reassembler refuses fragments for: the length of
 /// [`ReasmCounters::refused`]'s rows. The reassembler asserts at compile time that its reasons
 /// number as many, so this block needs nothing of the pipeline.
-pub const REASM_REFUSAL_REASONS: usize = 11;
+pub const REASM_REFUSAL_REASONS: usize = 12;
 
 /// Reassembly counters of one RX lcore, copied from its reassembler after each use (the
 /// reassembler's statistics publish themselves here: `pipeline::reasm::ReasmStats::publish`).

@@ -213,6 +213,10 @@ pub static KEYS: &[KeySpec] = &[
     live("tunnel.weight", Get::Tunnel(|_, t| t.weight.to_string())),
     live("tunnel.drain", Get::Tunnel(|_, t| t.drain.to_string())),
     live(
+        "reassembly.policy",
+        Get::Top(|c| c.reassembly.policy.label().to_string()),
+    ),
+    live(
         "reassembly.high_thresh_bytes",
         Get::Top(|c| c.reassembly.high_thresh_bytes.to_string()),
     ),

@@ -2,13 +2,14 @@
 
 use super::errors::Errs;
 use crate::locate::Seg::Key;
-use fastpath::pipeline::reasm::ReasmConfig;
+use fastpath::pipeline::reasm::{Policy, ReasmConfig};
 use serde::Deserialize;
 
 /// `[reassembly]` as written.
 #[derive(Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ReassemblySection {
+    policy: Option<String>,
     high_thresh_bytes: Option<i64>,
     timeout_ms: Option<i64>,
     max_fragments: Option<i64>,
@@ -56,5 +57,17 @@ pub(super) fn validate(raw: Option<ReassemblySection>, errs: &mut Errs) -> (Reas
         reassembly.max_datagrams = v as usize;
     }
     let buffers = num("buffers", r.buffers, 16, 65536, "64 KiB buffers").unwrap_or(256) as u32;
+    if let Some(p) = r.policy {
+        match Policy::from_label(&p) {
+            Some(p) => reassembly.policy = p,
+            None => {
+                let all: Vec<_> = Policy::ALL.iter().map(|p| format!("\"{}\"", p.label())).collect();
+                errs.add(
+                    &[Key("reassembly"), Key("policy")],
+                    format!("\"{p}\": expected one of {}", all.join(", ")),
+                );
+            }
+        }
+    }
     (reassembly, buffers)
 }

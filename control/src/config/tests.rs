@@ -696,3 +696,20 @@ fn the_kernel_path_config_and_its_errors_with_keys_and_lines() {
     let e = errors(&GOOD.replace("\"192.0.2.1\"", "\"192.0.2.1/33\""));
     assert_eq!((e[0].key.as_str(), e[0].line), ("port[0].ipv4[0]", Some(9)));
 }
+
+#[test]
+fn reassembly_policy_defaults_to_probation_and_names_key_and_line() {
+    use fastpath::pipeline::reasm::Policy;
+    assert_eq!(parse(GOOD, "t.toml").unwrap().reassembly.policy, Policy::Probation);
+    let linux = format!("{GOOD}\n[reassembly]\npolicy = \"linux\"\n");
+    assert_eq!(parse(&linux, "t.toml").unwrap().reassembly.policy, Policy::Linux);
+    let bad = format!("{GOOD}\n[reassembly]\npolicy = \"lru\"\n");
+    let e = errors(&bad);
+    assert_eq!(e.len(), 1, "{e:?}");
+    let line = bad.lines().position(|l| l.starts_with("policy")).unwrap() + 1;
+    assert_eq!((e[0].key.as_str(), e[0].line), ("reassembly.policy", Some(line)));
+    assert!(
+        e[0].message.contains("expected one of \"probation\", \"linux\""),
+        "{e:?}"
+    );
+}

@@ -217,6 +217,7 @@ const EDITS: &[Edit] = &[
     ("reassembly.max_fragments", &[("max_fragments = 64", "max_fragments = 128")], &["reassembly.max_fragments"]),
     ("reassembly.max_per_source", &[("max_per_source = 16", "max_per_source = 8")], &["reassembly.max_per_source"]),
     ("reassembly.max_datagrams", &[("max_datagrams = 1024", "max_datagrams = 512")], &["reassembly.max_datagrams"]),
+    ("reassembly.policy", &[("policy = \"probation\"", "policy = \"linux\"")], &["reassembly.policy"]),
     ("reassembly.buffers", &[("buffers = 256", "buffers = 512")], &["reassembly.buffers"]),
     ("icmp.ratemask", &[("ratemask = 6168", "ratemask = 0")], &["icmp.ratemask"]),
     ("icmp.msgs_per_sec", &[("msgs_per_sec = 1000", "msgs_per_sec = 100")], &["icmp.msgs_per_sec"]),

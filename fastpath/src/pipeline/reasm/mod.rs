@@ -164,11 +164,13 @@ pub enum Reason {
     IncompleteChain,
     /// The completion buffer could not be allocated.
     NoBuffer,
+    /// Evicted by the `probation` policy to make room below `high_thresh` for a newer fragment.
+    Evicted,
 }
 
 impl Reason {
     /// Every reason, in counter order.
-    pub const ALL: [Reason; 11] = [
+    pub const ALL: [Reason; 12] = [
         Reason::Memory,
         Reason::PerSource,
         Reason::TableFull,
@@ -180,6 +182,7 @@ impl Reason {
         Reason::Tiny,
         Reason::IncompleteChain,
         Reason::NoBuffer,
+        Reason::Evicted,
     ];
     /// Number of reasons.
     pub const COUNT: usize = Self::ALL.len();
@@ -203,6 +206,7 @@ impl Reason {
             Reason::Tiny => "tiny",
             Reason::IncompleteChain => "incomplete_chain",
             Reason::NoBuffer => "no_buffer",
+            Reason::Evicted => "evicted",
         }
     }
 }
@@ -286,9 +290,39 @@ pub enum Insert<B> {
     },
 }
 
+/// How the table makes room under pressure (`[reassembly] policy`). See the module doc.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Policy {
+    /// New datagrams enter a probation FIFO; a second fragment promotes one to the main FIFO;
+    /// room below `high_thresh` is made by evicting the oldest datagram of probation (or of main
+    /// while probation holds less than its share); the timeout is fixed.
+    #[default]
+    Probation,
+    /// Seed 001's: refuse new datagrams above `high_thresh`, pressure-scaled timeout.
+    Linux,
+}
+
+impl Policy {
+    /// Both, in the order the benchmark lists them.
+    pub const ALL: [Policy; 2] = [Policy::Probation, Policy::Linux];
+    /// The config value and label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Policy::Probation => "probation",
+            Policy::Linux => "linux",
+        }
+    }
+    /// The policy a config value names.
+    pub fn from_label(s: &str) -> Option<Policy> {
+        Policy::ALL.into_iter().find(|p| p.label() == s)
+    }
+}
+
 /// Reassembly settings of one lcore.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReasmConfig {
+    /// How room is made under pressure.
+    pub policy: Policy,
     /// Above this usage new datagrams are refused; the timeout scales down towards it.
     pub high_thresh_bytes: usize,
     /// Lifetime of a datagram created with nothing in use, in nanoseconds.
@@ -301,14 +335,16 @@ pub struct ReasmConfig {
     pub max_datagrams: usize,
     /// Bytes charged per held buffer.
     pub buffer_truesize: usize,
-    /// Scale each new datagram's timeout by free memory (seed 001). `false` gives every datagram
-    /// the full timeout, as the kernel did before; kept for the comparison in the simulation.
+    /// Scale each new datagram's timeout by free memory (seed 001), under [`Policy::Linux`] only.
+    /// `false` gives every datagram the full timeout, as the kernel did before; kept for the
+    /// comparison in the simulation.
     pub pressure_scaled_timeout: bool,
 }
 
 impl Default for ReasmConfig {
     fn default() -> Self {
         ReasmConfig {
+            policy: Policy::default(),
             high_thresh_bytes: DEFAULT_HIGH_THRESH,
             timeout_ns: DEFAULT_TIMEOUT_NS,
             max_fragments: 64,
@@ -396,6 +432,40 @@ struct Slot<B> {
     /// Dropped for overlapping fragments: kept, empty, until its deadline so that the fragments
     /// "not yet received" are discarded too (RFC 5722 §4) instead of starting a new datagram.
     dead: bool,
+    /// When it entered its queue: its creation in probation, its second fragment in main.
+    since: u64,
+    /// The queue it is in, and its neighbours there (older, newer).
+    queue: Queue,
+    q_older: u32,
+    q_newer: u32,
+}
+
+/// The two FIFOs of the probation policy, oldest first (kept under both policies, so a reload may
+/// switch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Queue {
+    /// Not in use.
+    None,
+    /// One fragment so far.
+    Probation,
+    /// Two or more.
+    Main,
+}
+
+/// A FIFO threaded through the slots: oldest at `head`, newest at `tail`.
+#[derive(Clone, Copy, Debug)]
+struct Fifo {
+    head: u32,
+    tail: u32,
+    len: u32,
+}
+
+impl Fifo {
+    const EMPTY: Fifo = Fifo {
+        head: NIL,
+        tail: NIL,
+        len: 0,
+    };
 }
 
 /// A source's datagrams: how many, and the head of their list through the slots.
@@ -427,6 +497,8 @@ pub struct Reassembler<B> {
     index: Index<FragKey, u32>,
     sources: Index<IpAddr, SourceList>,
     heap: DeadlineHeap,
+    probation: Fifo,
+    main: Fifo,
     memory: usize,
     held: usize,
     stats: ReasmStats,
@@ -453,6 +525,10 @@ impl<B: PacketBuf> Reassembler<B> {
                 src_prev: NIL,
                 src_next: NIL,
                 dead: false,
+                since: 0,
+                queue: Queue::None,
+                q_older: NIL,
+                q_newer: NIL,
             })
             .collect();
         Reassembler {
@@ -462,6 +538,8 @@ impl<B: PacketBuf> Reassembler<B> {
             heap: DeadlineHeap::with_capacity(n),
             slots,
             cfg,
+            probation: Fifo::EMPTY,
+            main: Fifo::EMPTY,
             memory: 0,
             held: 0,
             stats: ReasmStats::default(),
@@ -527,7 +605,7 @@ impl<B: PacketBuf> Reassembler<B> {
 
     /// The lifetime a datagram created now gets (the seed's heuristic).
     pub fn current_timeout_ns(&self) -> u64 {
-        if !self.cfg.pressure_scaled_timeout {
+        if self.cfg.policy == Policy::Probation || !self.cfg.pressure_scaled_timeout {
             return self.cfg.timeout_ns;
         }
         let h = self.cfg.high_thresh_bytes as u128;
@@ -569,7 +647,7 @@ impl<B: PacketBuf> Reassembler<B> {
         };
         match slot {
             Some(s) if self.slots[s as usize].dead => self.refuse_one(frag.buf, fam, Reason::Overlap, io),
-            Some(s) => self.add_to(s, frag, fam, io),
+            Some(s) => self.add_to(now, s, frag, fam, io),
             None => self.create(now, frag, meta.key, io),
         }
     }
@@ -614,7 +692,7 @@ impl<B: PacketBuf> Reassembler<B> {
         }
     }
 
-    fn add_to(&mut self, s: u32, frag: Frag<B>, fam: Family, io: &mut impl ReasmIo<B>) -> Insert<B> {
+    fn add_to(&mut self, now: Instant, s: u32, frag: Frag<B>, fam: Family, io: &mut impl ReasmIo<B>) -> Insert<B> {
         let slot = &self.slots[s as usize];
         let frags = &slot.frags;
         let p = frags.partition_point(|f| f.off < frag.off);
@@ -642,7 +720,17 @@ impl<B: PacketBuf> Reassembler<B> {
         if frags.len() >= self.cfg.max_fragments {
             return self.drop_whole(s, frag, fam, Reason::TooManyFragments, io);
         }
-        if self.memory + self.cfg.buffer_truesize > self.memory_limit() {
+        // A second fragment is progress: out of probation, the newest of main.
+        if slot.queue == Queue::Probation {
+            self.q_unlink(s);
+            self.q_push(s, Queue::Main);
+            self.slots[s as usize].since = now.0;
+        }
+        let room = match self.cfg.policy {
+            Policy::Linux => self.memory + self.cfg.buffer_truesize <= self.memory_limit(),
+            Policy::Probation => self.make_room(now, Some(s), false, io),
+        };
+        if !room {
             return self.drop_whole(s, frag, fam, Reason::Memory, io);
         }
         self.hold(s, p, frag);
@@ -663,7 +751,7 @@ impl<B: PacketBuf> Reassembler<B> {
 
     fn create(&mut self, now: Instant, frag: Frag<B>, key: FragKey, io: &mut impl ReasmIo<B>) -> Insert<B> {
         let fam = key.family();
-        if self.memory > self.cfg.high_thresh_bytes {
+        if self.cfg.policy == Policy::Linux && self.memory > self.cfg.high_thresh_bytes {
             return self.refuse_one(frag.buf, fam, Reason::Memory, io);
         }
         let src = key.src();
@@ -677,9 +765,17 @@ impl<B: PacketBuf> Reassembler<B> {
                 self.evict(victim, Reason::PerSource, io);
             }
         }
-        if self.free.is_empty() {
-            let victim = self.heap.peek().expect("a full table has deadlines");
-            self.evict(victim, Reason::TableFull, io);
+        match self.cfg.policy {
+            Policy::Linux if self.free.is_empty() => {
+                let victim = self.heap.peek().expect("a full table has deadlines");
+                self.evict(victim, Reason::TableFull, io);
+            }
+            Policy::Linux => {}
+            Policy::Probation => {
+                if !self.make_room(now, None, true, io) {
+                    return self.refuse_one(frag.buf, fam, Reason::Memory, io);
+                }
+            }
         }
         // Usage is taken after any eviction: the memory this datagram will actually share.
         let lifetime = self.current_timeout_ns();
@@ -691,6 +787,8 @@ impl<B: PacketBuf> Reassembler<B> {
         slot.deadline = now.0.saturating_add(lifetime);
         slot.src_prev = NIL;
         slot.dead = false;
+        slot.since = now.0;
+        self.q_push(s, Queue::Probation);
         let inserted = self.index.insert(key, s);
         debug_assert!(inserted, "the index holds as many keys as there are slots");
         self.heap.push(&mut Slots(&mut self.slots), s);
@@ -710,6 +808,117 @@ impl<B: PacketBuf> Reassembler<B> {
         }
         self.hold(s, 0, frag);
         self.maybe_complete(s, 0, fam, io)
+    }
+
+    /// Most evictions one fragment may cause under [`Policy::Probation`]. One is enough but for
+    /// RFC 5722 tombstones (a slot, no buffer); past this many the fragment is refused, so the
+    /// work per packet stays bounded whatever the table holds.
+    const MAX_EVICTIONS: usize = 8;
+
+    /// How many times longer than probation's oldest a datagram may stay in main before it is
+    /// the one evicted (see [`Reassembler::make_room`]).
+    const MAIN_GRACE: u64 = 4;
+
+    /// [`Policy::Probation`]: evicts datagrams (never `keep`) until one more buffer fits under
+    /// `high_thresh` and, with `slot`, a slot is free. The victim is probation's oldest — one
+    /// fragment and nothing since — unless main's oldest has been there more than
+    /// [`Self::MAIN_GRACE`] times as long, then that one. A datagram's second fragment must
+    /// come within the time probation takes to turn over, and it must complete within four times
+    /// that: a flood of first fragments turns probation over and never touches a datagram in
+    /// progress; FragmentSmack's datagrams, which get fragment after fragment and never
+    /// complete, age out of main, however often they are fed (progress buys no time: a
+    /// legitimate sender's fragments arrive together and complete young). Returns whether the
+    /// room was made.
+    fn make_room(&mut self, now: Instant, keep: Option<u32>, slot: bool, io: &mut impl ReasmIo<B>) -> bool {
+        for _ in 0..Self::MAX_EVICTIONS {
+            let memory_short = self.memory + self.cfg.buffer_truesize > self.cfg.high_thresh_bytes;
+            let slot_short = slot && self.free.is_empty();
+            if !memory_short && !slot_short {
+                return true;
+            }
+            let p = self.probation.head;
+            let mut m = self.main.head;
+            if m != NIL && Some(m) == keep {
+                m = self.slots[m as usize].q_newer;
+            }
+            let waited = |x: u32| now.0.saturating_sub(self.slots[x as usize].since);
+            let victim = match (p, m) {
+                (NIL, NIL) => return false,
+                (p, NIL) => p,
+                (NIL, m) => m,
+                (p, m) if waited(m) > waited(p).saturating_mul(Self::MAIN_GRACE) => m,
+                (p, _) => p,
+            };
+            let reason = if memory_short {
+                Reason::Evicted
+            } else {
+                Reason::TableFull
+            };
+            if self.slots[victim as usize].dead {
+                self.release_slot(victim, |_, _| Fate::Drained, io);
+            } else {
+                self.evict(victim, reason, io);
+            }
+        }
+        let memory_ok = self.memory + self.cfg.buffer_truesize <= self.cfg.high_thresh_bytes;
+        memory_ok && !(slot && self.free.is_empty())
+    }
+
+    fn fifo(&mut self, q: Queue) -> &mut Fifo {
+        match q {
+            Queue::Probation => &mut self.probation,
+            _ => &mut self.main,
+        }
+    }
+
+    /// Appends slot `s` (in no FIFO) as the newest of `q`.
+    fn q_push(&mut self, s: u32, q: Queue) {
+        debug_assert_eq!(self.slots[s as usize].queue, Queue::None);
+        let f = *self.fifo(q);
+        {
+            let slot = &mut self.slots[s as usize];
+            slot.queue = q;
+            slot.q_older = f.tail;
+            slot.q_newer = NIL;
+        }
+        if f.tail != NIL {
+            self.slots[f.tail as usize].q_newer = s;
+        }
+        let f = self.fifo(q);
+        f.tail = s;
+        if f.head == NIL {
+            f.head = s;
+        }
+        f.len += 1;
+    }
+
+    /// Takes slot `s` out of its FIFO, if in one.
+    fn q_unlink(&mut self, s: u32) {
+        let (q, older, newer) = {
+            let slot = &mut self.slots[s as usize];
+            let r = (slot.queue, slot.q_older, slot.q_newer);
+            slot.queue = Queue::None;
+            slot.q_older = NIL;
+            slot.q_newer = NIL;
+            r
+        };
+        if q == Queue::None {
+            return;
+        }
+        if older != NIL {
+            self.slots[older as usize].q_newer = newer;
+        }
+        if newer != NIL {
+            self.slots[newer as usize].q_older = older;
+        }
+        let f = self.fifo(q);
+        if f.head == s {
+            f.head = newer;
+        }
+        if f.tail == s {
+            f.tail = older;
+        }
+        f.len -= 1;
     }
 
     fn evict(&mut self, s: u32, reason: Reason, io: &mut impl ReasmIo<B>) {
@@ -763,6 +972,7 @@ impl<B: PacketBuf> Reassembler<B> {
         };
         self.index.remove(&key);
         self.heap.remove(&mut Slots(&mut self.slots), s);
+        self.q_unlink(s);
         let src = key.src();
         let (prev, next) = (self.slots[s as usize].src_prev, self.slots[s as usize].src_next);
         if prev != NIL {
@@ -902,6 +1112,7 @@ impl<B: PacketBuf> Reassembler<B> {
         self.index.clear();
         self.sources.clear();
         self.heap.clear();
+        debug_assert_eq!((self.probation.len, self.main.len), (0, 0));
         n
     }
 }

@@ -25,7 +25,7 @@
 //! a few entries' worth of headroom, Poisson bursts reach the threshold and new datagrams,
 //! legitimate ones included, are refused; a larger table has more headroom in absolute terms.
 
-use super::{FragMeta, Insert, ReasmConfig, ReasmIo, ReasmStats, Reassembler, Released};
+use super::{FragMeta, Insert, Policy, ReasmConfig, ReasmIo, ReasmStats, Reassembler, Released};
 use crate::buf::{HeapBuf, PacketBuf};
 use crate::pipeline::verdict::Instant;
 use crate::wire::{ethernet, EtherType, EthernetAddress, IpProtocol, Ipv4Repr};
@@ -33,11 +33,35 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::Ipv4Addr;
 
+/// What the flood sends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FloodKind {
+    /// First fragments (MF set, 8 bytes of data) of datagrams that never complete.
+    FirstFragments,
+    /// FragmentSmack (CVE-2018-5391): 8-byte fragments of `datagrams` datagrams of `fragments`
+    /// fragments each, drawn at random, the last fragment never sent: every datagram makes
+    /// progress and none completes.
+    Smack {
+        /// Datagrams the flood keeps pending.
+        datagrams: u32,
+        /// Fragments per datagram, the missing last one included.
+        fragments: u16,
+    },
+}
+
 /// Parameters of one run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FloodParams {
-    /// The reassembler's settings (`pressure_scaled_timeout` picks the policy under test).
+    /// The reassembler's settings (`policy`, and under the `linux` policy
+    /// `pressure_scaled_timeout`, pick what is under test).
     pub config: ReasmConfig,
+    /// What the flood sends.
+    pub flood_kind: FloodKind,
+    /// Flood fragments per second; 0: `flood_multiplier` × capacity per timeout instead.
+    pub flood_pps: f64,
+    /// First fragments cycle through this many distinct datagrams, as a capture replayed in a
+    /// loop does (`FirstFragments` only); 0: every one a new datagram.
+    pub flood_distinct: u32,
     /// Simulated time.
     pub duration_ns: u64,
     /// Legitimate datagrams started before this are not measured (the table fills first).
@@ -64,14 +88,19 @@ impl FloodParams {
     /// The seed's scenario at a reduced scale that runs quickly even unoptimized: a 512 KiB
     /// threshold (227 datagrams), the 30 s timeout, a flood of `multiplier` × capacity per
     /// timeout from 65536 sources, 20 legitimate 3-fragment datagrams per second, 4 minutes.
+    /// Seed 001's `linux` policy; [`FloodParams::with_policy`] picks another.
     pub fn seed_scenario(multiplier: f64, pressure_scaled_timeout: bool) -> Self {
         FloodParams {
             config: ReasmConfig {
+                policy: Policy::Linux,
                 high_thresh_bytes: 512 << 10,
                 max_datagrams: 512,
                 pressure_scaled_timeout,
                 ..ReasmConfig::default()
             },
+            flood_kind: FloodKind::FirstFragments,
+            flood_pps: 0.0,
+            flood_distinct: 0,
             duration_ns: 240_000_000_000,
             warmup_ns: 60_000_000_000,
             flood_multiplier: multiplier,
@@ -89,11 +118,43 @@ impl FloodParams {
     pub fn default_scale(multiplier: f64, pressure_scaled_timeout: bool) -> Self {
         FloodParams {
             config: ReasmConfig {
+                policy: Policy::Linux,
                 pressure_scaled_timeout,
                 ..ReasmConfig::default()
             },
             ..Self::seed_scenario(multiplier, pressure_scaled_timeout)
         }
+    }
+
+    /// A flood at line rate, as `ci/bench` replays one: `pps` flood fragments a second for
+    /// 0.2 s (after 0.05 s of warm-up), 20,000 legitimate 3-fragment datagrams a second whose
+    /// fragments are 2 µs apart (a 10 Gb/s sender's 1500-byte fragments are 1.2 µs apart), a
+    /// 256 KiB threshold (113 datagrams), 30 s timeout, flood sources 65536.
+    pub fn line_rate(kind: FloodKind, pps: f64, distinct: u32) -> Self {
+        FloodParams {
+            config: ReasmConfig {
+                high_thresh_bytes: 256 << 10,
+                max_datagrams: 256,
+                ..ReasmConfig::default()
+            },
+            flood_kind: kind,
+            flood_pps: pps,
+            flood_distinct: distinct,
+            duration_ns: 250_000_000,
+            warmup_ns: 50_000_000,
+            flood_multiplier: 0.0,
+            legit_per_sec: 20_000.0,
+            fragment_gap_ns: 2_000,
+            legit_sources: 1024,
+            expire_budget: 4,
+            ..Self::seed_scenario(0.0, true)
+        }
+    }
+
+    /// These parameters under `policy`.
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.config.policy = policy;
+        self
     }
 
     /// Datagrams the memory threshold admits.
@@ -224,7 +285,12 @@ pub fn simulate_flood(p: &FloodParams) -> FloodResult {
         rng: Rng(p.seed.rotate_left(17) | 1),
         counted: 0,
     };
-    let flood_rate = p.flood_multiplier * p.capacity() as f64 / (p.config.timeout_ns as f64 / 1e9);
+    let flood_rate = if p.flood_pps > 0.0 {
+        p.flood_pps
+    } else {
+        p.flood_multiplier * p.capacity() as f64 / (p.config.timeout_ns as f64 / 1e9)
+    };
+    let mut flood_next = 0u32;
     let dst = Ipv4Addr::new(192, 0, 2, 1);
     let mut events = BinaryHeap::new();
     let mut seq_no = 0u64;
@@ -259,10 +325,24 @@ pub fn simulate_flood(p: &FloodParams) -> FloodResult {
             Event::Flood => {
                 let next = t + rng.exp_ns(flood_rate);
                 push(&mut events, next, Event::Flood);
-                let s = (rng.next() % p.flood_sources.max(1) as u64) as u32;
-                let src = Ipv4Addr::from(0x0a00_0000 | (s & 0x00ff_ffff));
                 res.flood_sent += 1;
-                v4_fragment(src, dst, rng.next() as u16, 0, true, &[0xf1; 8])
+                let sources = p.flood_sources.max(1);
+                let (d, offset) = match p.flood_kind {
+                    FloodKind::FirstFragments if p.flood_distinct > 0 => {
+                        flood_next = (flood_next + 1) % p.flood_distinct;
+                        (flood_next, 0)
+                    }
+                    FloodKind::FirstFragments => (rng.next() as u32, 0),
+                    FloodKind::Smack { datagrams, fragments } => {
+                        let d = (rng.next() % datagrams.max(1) as u64) as u32;
+                        let j = (rng.next() % fragments.saturating_sub(1).max(1) as u64) as u16;
+                        (d, j * 8)
+                    }
+                };
+                // A datagram's source and identification follow from its number, so a
+                // repeated number is the same datagram.
+                let src = Ipv4Addr::from(0x0a00_0000 | ((d % sources) & 0x00ff_ffff));
+                v4_fragment(src, dst, (d / sources) as u16 ^ (d as u16), offset, true, &[0xf1; 8])
             }
             Event::LegitStart => {
                 let next = t + rng.exp_ns(p.legit_per_sec);

@@ -54,6 +54,14 @@ fn cfg() -> ReasmConfig {
     }
 }
 
+/// Seed 001's policy, for the tests of its rules.
+fn linux() -> ReasmConfig {
+    ReasmConfig {
+        policy: Policy::Linux,
+        ..cfg()
+    }
+}
+
 fn put(r: &mut Reassembler<HeapBuf>, io: &mut Io, t: u64, frame: &[u8]) -> Insert<HeapBuf> {
     let meta = FragMeta::from_ethernet(frame).expect("a fragment");
     r.insert(Instant(t), HeapBuf::new(frame), &meta, io)
@@ -352,7 +360,7 @@ fn timeouts_scale_with_usage() {
     let c = ReasmConfig {
         high_thresh_bytes: 10 * TS,
         timeout_ns: 1_000_000,
-        ..cfg()
+        ..linux()
     };
     let mut r = Reassembler::new(c.clone());
     let mut io = Io::default();
@@ -390,7 +398,7 @@ fn new_datagrams_refused_above_the_threshold_and_memory_capped() {
     let c = ReasmConfig {
         high_thresh_bytes: 3 * TS + TS / 2,
         max_fragments: 4,
-        ..cfg()
+        ..linux()
     };
     let mut r = Reassembler::new(c);
     let mut io = Io::default();
@@ -464,7 +472,7 @@ fn per_source_cap_evicts_one_of_that_sources_datagrams_at_random() {
 fn full_table_evicts_the_earliest_deadline() {
     let c = ReasmConfig {
         max_datagrams: 4,
-        ..cfg()
+        ..linux()
     };
     let mut r = Reassembler::new(c);
     let mut io = Io::default();
@@ -797,8 +805,10 @@ proptest! {
     #[test]
     fn every_fragment_is_accounted_for(
         ops in proptest::collection::vec((0u16..6, 0u16..8, 0usize..4, any::<bool>(), 0u64..3000), 1..300),
+        policy in proptest::sample::select(Policy::ALL.to_vec()),
     ) {
         let c = ReasmConfig {
+            policy,
             high_thresh_bytes: 6 * TS,
             timeout_ns: 1000,
             max_fragments: 4,
@@ -826,6 +836,9 @@ proptest! {
             }
             prop_assert_eq!(inserted, io.counted() + completions + r.held_fragments());
             prop_assert!(r.memory() <= r.memory_limit());
+            if policy == Policy::Probation {
+                prop_assert!(r.memory() <= 6 * TS, "probation never passes high_thresh");
+            }
             prop_assert_eq!(r.memory(), r.held_fragments() * TS);
         }
         r.drain_all(&mut io);
@@ -840,6 +853,13 @@ proptest! {
 #[test]
 fn flood_simulation_pressure_scaled_keeps_legit_traffic_fixed_collapses() {
     for m in [5.0, 10.0] {
+        let probation = sim::simulate_flood(&sim::FloodParams::seed_scenario(m, true).with_policy(Policy::Probation));
+        assert_eq!(
+            probation.fragments_in, probation.outcomes,
+            "every fragment has one outcome"
+        );
+        assert!(probation.max_memory <= probation.high_thresh, "{m}: {probation:?}");
+        assert!(probation.completion_rate() >= 0.99, "probation at {m}x: {probation:?}");
         let scaled = sim::simulate_flood(&sim::FloodParams::seed_scenario(m, true));
         let fixed = sim::simulate_flood(&sim::FloodParams::seed_scenario(m, false));
         for r in [&scaled, &fixed] {
@@ -888,4 +908,177 @@ fn publish_copies_the_stats_into_the_lcore_block() {
     s.publish(0, &to);
     assert_eq!(to.completed[1].get(), 4);
     assert_eq!(to.memory.get(), 0);
+}
+
+// ---- the probation policy ----
+
+/// A probation table with room for `buffers` buffers.
+fn probation(buffers: usize) -> ReasmConfig {
+    ReasmConfig {
+        high_thresh_bytes: buffers * TS,
+        max_fragments: 8,
+        ..cfg()
+    }
+}
+
+#[test]
+fn probation_is_the_default_and_labels_round_trip() {
+    assert_eq!(ReasmConfig::default().policy, Policy::Probation);
+    for p in Policy::ALL {
+        assert_eq!(Policy::from_label(p.label()), Some(p));
+    }
+    assert_eq!(Policy::from_label("lru"), None);
+}
+
+#[test]
+fn probation_evicts_the_oldest_first_fragment_instead_of_refusing() {
+    let mut r = Reassembler::new(probation(4));
+    let mut io = Io::default();
+    for id in 0..4 {
+        held(put(&mut r, &mut io, id as u64, &three_v4(id)[0]));
+    }
+    assert_eq!(r.memory(), 4 * TS);
+    // Full: the fifth datagram evicts the oldest (id 0), with the reason `evicted`.
+    held(put(&mut r, &mut io, 10, &three_v4(4)[0]));
+    assert_eq!(io.fates(), [Fate::Refused(Reason::Evicted)]);
+    assert_eq!(&io.released[0].2[18..20], &0u16.to_be_bytes());
+    assert_eq!(r.memory(), 4 * TS, "never above high_thresh");
+    assert_eq!(r.stats().refused[0][Reason::Evicted.index()], 1);
+    // The fixed timeout: no pressure scaling under this policy.
+    assert_eq!(r.current_timeout_ns(), DEFAULT_TIMEOUT_NS);
+    // The newest completes.
+    held(put(&mut r, &mut io, 11, &three_v4(4)[1]));
+    assert_eq!(complete(put(&mut r, &mut io, 12, &three_v4(4)[2])).len(), 58);
+}
+
+#[test]
+fn a_datagram_in_progress_outlives_a_flood_of_first_fragments() {
+    // Datagram 0 has two fragments (main); then a flood of first fragments twice the table turns
+    // probation over: main's datagram is younger than four times probation's oldest, so it stays.
+    let mut r = Reassembler::new(probation(6));
+    let mut io = Io::default();
+    held(put(&mut r, &mut io, 100, &three_v4(0)[0]));
+    held(put(&mut r, &mut io, 100, &three_v4(0)[1]));
+    for (i, id) in (100..112).enumerate() {
+        held(put(&mut r, &mut io, 101 + i as u64, &three_v4(id)[0]));
+        assert!(r.memory() <= 6 * TS);
+    }
+    assert!(io.fates().iter().all(|f| *f == Fate::Refused(Reason::Evicted)));
+    assert_eq!(io.released.len(), 12 + 2 - 6);
+    assert!(
+        io.released.iter().all(|r| r.2[18..20] != 0u16.to_be_bytes()),
+        "datagram 0 kept"
+    );
+    assert_eq!(complete(put(&mut r, &mut io, 113, &three_v4(0)[2])).len(), 58);
+}
+
+#[test]
+fn a_datagram_that_stays_in_main_too_long_is_evicted_before_newcomers() {
+    // FragmentSmack's shape: datagram 0 keeps getting fragments and never completes. Once it
+    // has been in main more than four times as long as probation's oldest has waited, it is the
+    // victim, whatever it was fed meanwhile.
+    let mut r = Reassembler::new(probation(4));
+    let mut io = Io::default();
+    held(put(&mut r, &mut io, 0, &v4_fragment(A, ME, 0, 0, true, &[0; 8])));
+    held(put(&mut r, &mut io, 0, &v4_fragment(A, ME, 0, 8, true, &[0; 8])));
+    held(put(&mut r, &mut io, 50, &v4_fragment(A, ME, 0, 16, true, &[0; 8])));
+    held(put(&mut r, &mut io, 90, &three_v4(1)[0]));
+    // Full. At 100 probation's oldest (id 1) has waited 10, main's (id 0) 100 > 4 x 10.
+    held(put(&mut r, &mut io, 100, &three_v4(2)[0]));
+    assert_eq!(io.fates(), [Fate::Refused(Reason::Evicted); 3], "datagram 0, all three");
+    assert!(io.released.iter().all(|r| r.2[18..20] == 0u16.to_be_bytes()));
+    assert_eq!(r.datagrams(), 2);
+    // Now probation's oldest is the victim: main is empty.
+    held(put(&mut r, &mut io, 101, &three_v4(3)[0]));
+    held(put(&mut r, &mut io, 102, &three_v4(4)[0]));
+    held(put(&mut r, &mut io, 103, &three_v4(5)[0]));
+    assert_eq!(
+        &io.released[3].2[18..20],
+        &1u16.to_be_bytes(),
+        "then the oldest newcomer"
+    );
+    assert!(r.memory() <= 4 * TS);
+}
+
+#[test]
+fn probation_makes_room_for_a_growing_datagram_and_never_passes_the_threshold() {
+    let mut r = Reassembler::new(probation(3));
+    let mut io = Io::default();
+    held(put(&mut r, &mut io, 0, &three_v4(1)[0]));
+    held(put(&mut r, &mut io, 1, &three_v4(0)[0]));
+    held(put(&mut r, &mut io, 2, &three_v4(2)[0]));
+    // Datagram 0's second fragment needs a buffer: probation's oldest (id 1) goes.
+    held(put(&mut r, &mut io, 3, &three_v4(0)[1]));
+    assert_eq!(io.fates(), [Fate::Refused(Reason::Evicted)]);
+    assert_eq!(&io.released[0].2[18..20], &1u16.to_be_bytes());
+    assert_eq!(complete(put(&mut r, &mut io, 4, &three_v4(0)[2])).len(), 58);
+    // A datagram alone in a table too small for it is dropped whole, as `memory`.
+    let mut r = Reassembler::new(probation(2));
+    let mut io = Io::default();
+    held(put(&mut r, &mut io, 0, &three_v4(0)[0]));
+    held(put(&mut r, &mut io, 0, &three_v4(0)[1]));
+    assert_eq!(dropped(put(&mut r, &mut io, 0, &three_v4(0)[2])), (Reason::Memory, 3));
+    assert_eq!(r.memory(), 0);
+}
+
+#[test]
+fn probation_reuses_slots_and_clears_tombstones() {
+    // Slots bind before memory: a full table evicts probation's oldest as `table_full`.
+    let c = ReasmConfig {
+        max_datagrams: 2,
+        ..probation(100)
+    };
+    let mut r = Reassembler::new(c);
+    let mut io = Io::default();
+    held(put(&mut r, &mut io, 0, &three_v4(0)[0]));
+    // Datagram 1 dies of an overlap: a tombstone (no buffer, a slot) until its deadline.
+    held(put(&mut r, &mut io, 1, &three_v4(1)[0]));
+    let (reason, _) = dropped(put(&mut r, &mut io, 1, &v4_fragment(A, ME, 1, 0, true, &[9; 8])));
+    assert_eq!(reason, Reason::Overlap);
+    let before = io.counted();
+    held(put(&mut r, &mut io, 2, &three_v4(2)[0]));
+    held(put(&mut r, &mut io, 3, &three_v4(3)[0]));
+    assert_eq!(r.datagrams(), 2);
+    assert_eq!(
+        io.counted() - before,
+        1,
+        "the tombstone ends quietly, datagram 0 counts one"
+    );
+    assert_eq!(r.stats().refused[0][Reason::TableFull.index()], 1);
+}
+
+#[test]
+fn line_rate_floods_keep_legitimate_datagrams_completing_under_probation_only() {
+    use sim::{FloodKind, FloodParams};
+    let cap = FloodParams::line_rate(FloodKind::FirstFragments, 1.0, 0).capacity() as u32;
+    let smack = FloodKind::Smack {
+        datagrams: 600,
+        fragments: 8,
+    };
+    for (name, mut p) in [
+        ("9x", FloodParams::line_rate(FloodKind::FirstFragments, 10e6, 9 * cap)),
+        (
+            "100x",
+            FloodParams::line_rate(FloodKind::FirstFragments, 10e6, 100 * cap),
+        ),
+        ("FragmentSmack", FloodParams::line_rate(smack, 10e6, 0)),
+    ] {
+        // A tenth of the benchmark's simulated time keeps the test quick unoptimized.
+        p.duration_ns /= 10;
+        p.warmup_ns /= 10;
+        p.legit_per_sec *= 10.0;
+        let pr = sim::simulate_flood(&p.clone().with_policy(Policy::Probation));
+        let lx = sim::simulate_flood(&p.with_policy(Policy::Linux));
+        for r in [&pr, &lx] {
+            assert!(r.legit_measured > 1000, "{name}: {r:?}");
+            assert_eq!(r.fragments_in, r.outcomes, "{name}: every fragment has one outcome");
+        }
+        assert!(pr.max_memory <= pr.high_thresh, "{name}: {pr:?}");
+        assert!(
+            pr.completion_rate() >= 0.9,
+            "{name} probation: {:.3}",
+            pr.completion_rate()
+        );
+        assert!(lx.completion_rate() < 0.1, "{name} linux: {:.3}", lx.completion_rate());
+    }
 }
