@@ -60,6 +60,8 @@ CAPTURES = os.path.join(REPO, "configs", "captures")
 BENCH_UDP = os.path.join(CAPTURES, "bench_udp.pcap")
 BENCH_STORM = os.path.join(CAPTURES, "bench_storm.pcap")
 BENCH_FRAGS = os.path.join(CAPTURES, "bench_frags.pcap")
+BENCH_FRAGS_100X = os.path.join(CAPTURES, "bench_frags_100x.pcap")
+BENCH_FRAGS_SMACK = os.path.join(CAPTURES, "bench_frags_smack.pcap")
 BENCH_UDP6 = os.path.join(CAPTURES, "bench_udp6.pcap")
 BENCH_TCP = os.path.join(CAPTURES, "bench_tcp.pcap")
 BENCH_UDP_MANY = os.path.join(CAPTURES, "bench_udp_many.pcap")
@@ -78,8 +80,12 @@ BURST = 32  # testpmd's default and fastpath::runtime::BURST
 
 # bench_storm.pcap: 1600 storm frames of 60 bytes, 80 normal frames of 124 (gen_bench_storm.py).
 STORM_LEN, NORMAL_LEN = 60, 124
-# bench_frags.pcap: 64 legitimate 3-fragment datagrams among 1216 frames (gen_bench_frags.py).
-FRAGS_FRAMES, FRAGS_LEGIT = 1216, 64
+# Legitimate datagrams per loop of each fragment capture, and its frames (gen_bench_frags*.py):
+# 64 legitimate 3-fragment datagrams in each.
+FRAGS_FRAMES = {"bench_frags.pcap": 1216, "bench_frags_100x.pcap": 3008, "bench_frags_smack.pcap": 4392}
+FRAGS_LEGIT = 64
+LINUX_POLICY = "\n[reassembly]\npolicy = \"linux\"\n"
+
 
 # Seconds the paired scrape scenario scrapes, then pauses, in turn (each window holds at least
 # one whole 1-s stats line whatever the phase), in the order ABBA repeats.
@@ -197,7 +203,27 @@ SCENARIOS = [
          extra=FRAGS_SINK + "\n[reassembly]\nhigh_thresh_bytes = 262144   # 113 datagrams: the flood is 9x that\n",
          figures="frags",
          what="the same mix with high_thresh_bytes = 256 KiB (113 datagrams): the flood's 1024 pending datagrams "
-              "are 9x the capacity, replayed at line rate"),
+              "are 9x the capacity, replayed at line rate; the default `probation` policy"),
+    dict(name="fastpathd-frags-flood-linux", kind="fastpathd:pipeline", capture=BENCH_FRAGS,
+         extra=FRAGS_SINK + "\n[reassembly]\nhigh_thresh_bytes = 262144\npolicy = \"linux\"\n", figures="frags",
+         what="fastpathd-frags-flood under seed 001's `linux` policy (refusal above high_thresh)"),
+    dict(name="fastpathd-frags-100x", kind="fastpathd:pipeline", capture=BENCH_FRAGS_100X,
+         extra=FRAGS_SINK + "\n[reassembly]\nhigh_thresh_bytes = 65536   # 28 datagrams: the flood is 100x that\n",
+         figures="frags",
+         what="bench_frags_100x (2816 never-completing first fragments, 64 legitimate 3-fragment datagrams whose "
+              "fragments are 4 flood frames apart) with high_thresh_bytes = 64 KiB (28 datagrams): 100x the "
+              "capacity at line rate; `probation`"),
+    dict(name="fastpathd-frags-100x-linux", kind="fastpathd:pipeline", capture=BENCH_FRAGS_100X,
+         extra=FRAGS_SINK + "\n[reassembly]\nhigh_thresh_bytes = 65536\npolicy = \"linux\"\n", figures="frags",
+         what="fastpathd-frags-100x under the `linux` policy"),
+    dict(name="fastpathd-frags-smack", kind="fastpathd:pipeline", capture=BENCH_FRAGS_SMACK, extra=FRAGS_SINK,
+         figures="frags",
+         what="FragmentSmack (bench_frags_smack: shuffled 8-byte fragments of 600 datagrams that never complete, "
+              "4200 buffers = 2.3x the default 4 MiB table, 64 legitimate 3-fragment datagrams among them), default "
+              "[reassembly]: `probation`"),
+    dict(name="fastpathd-frags-smack-linux", kind="fastpathd:pipeline", capture=BENCH_FRAGS_SMACK,
+         extra=FRAGS_SINK + LINUX_POLICY, figures="frags",
+         what="fastpathd-frags-smack under the `linux` policy"),
     dict(name="fastpathd-gre-encap", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=GRE, figures="gre",
          what="bench_udp to a service on port 9 with `action = \"tunnel\"`: the worker (lcore 0) wraps every "
               "packet in GRE and sends it out of net_null0"),
@@ -255,6 +281,14 @@ GOALS = [
     ("2 RX lcores ≥ 1.8 × 1 RX lcore, open-sink freed on RX (issue 30: per-lcore rate independent of the "
      "lcore count; the second RX lcore shares CPU 0 with the control thread and this script)",
      "fastpathd-open-sink-free-on-rx-2-rx-lcores", "fastpathd-open-sink-free-on-rx", 1.8),
+    ("legitimate datagrams reassembled ≥ 0.9, flood 9x the table at line rate (issue 35)",
+     "fastpathd-frags-flood", "figure:legit_reassembled", 0.9),
+    ("legitimate datagrams reassembled ≥ 0.9, flood 100x the table at line rate (issue 35)",
+     "fastpathd-frags-100x", "figure:legit_reassembled", 0.9),
+    ("legitimate datagrams reassembled ≥ 0.9, FragmentSmack at line rate (issue 35)",
+     "fastpathd-frags-smack", "figure:legit_reassembled", 0.9),
+    ("legitimate datagrams reassembled ≥ 0.9, in order with the flood fitting the table (issue 35: no loss)",
+     "fastpathd-frags", "figure:legit_reassembled", 0.9),
     ("scraped every 10 ms ≥ 0.98 × not scraped, same run, RX lcore on a CPU of its own (issue 9)",
      "fastpathd-closed-port-scraped", "figure:paired_ratio", 0.98),
     ("scraped every 10 ms ≥ 0.98 × not scraped, same run, scraper on the worker's CPU (issue 9; 2-CPU machine)",
@@ -607,7 +641,7 @@ def scenario_figures(sc, metrics, mpps):
         out["answered_mpps"] = mpps * tx_p / rx
         out["flow_limited"] = total("fastpath_flow_limit_dropped_total") / rx
     elif kind == "frags" and rx > 0:
-        legit = rx * FRAGS_LEGIT / FRAGS_FRAMES
+        legit = rx * FRAGS_LEGIT / FRAGS_FRAMES[os.path.basename(sc["capture"])]
         done = total("fastpath_reasm_completed_total")
         out["legit_reassembled"] = done / legit if legit > 0 else None
         out["datagrams_mpps"] = mpps * done / rx

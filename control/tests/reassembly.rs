@@ -176,3 +176,100 @@ fn reassembly_keeps_completing_into_echo() {
 fn reassembly_keeps_completing_into_a_tunnel() {
     completions_keep_rising("tunnel")
 }
+
+/// Issue 35: a line-rate flood of datagrams that never complete, replayed in a loop, first under
+/// seed 001's `linux` policy, then reloaded live to the default `probation` policy. Per window,
+/// the share of the legitimate datagrams received that were reassembled: collapsed under
+/// `linux`, at least 90% under `probation`, with memory never above `high_thresh_bytes`.
+/// `free_on_rx` takes the worker out of the measurement (a worker starved of CPU runs the
+/// 64 KiB buffer pool dry, `no_buffer`, whatever the policy).
+fn flood_then_probation(capture: &str, frames: f64, high_thresh: u64) {
+    let s = Scratch::new(&format!("reasm-{capture}"));
+    let vdev = format!(
+        "--vdev=net_pcap0,rx_pcap={},infinite_rx=1,tx_pcap=/dev/null,tx_pcap=/dev/null",
+        repo().join("configs/captures").join(capture).display()
+    );
+    let config = |policy: &str| {
+        format!(
+            "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+             ipv4 = [\"192.0.2.1\"]\nmac = \"02:00:00:00:00:01\"\n\n\
+             [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 50\n{METRICS_ANY_PORT}\n\
+             [reassembly]\npolicy = \"{policy}\"\nhigh_thresh_bytes = {high_thresh}\n\n\
+             [[service]]\nname = \"frags\"\nports = [7]\nsockets = 1\nsocket_capacity = 1024\n\
+             action = \"sink\"\nfree_on_rx = true\n",
+            eal_args(&format!("reasm-{capture}"), std::slice::from_ref(&vdev))
+        )
+    };
+    let cfg = s.write("c.toml", &config("linux"));
+    let dump = s.path("metrics.prom");
+    let d = Daemon::start(
+        &s,
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--metrics-dump",
+            dump.to_str().unwrap(),
+        ],
+    );
+    let get = |m: &std::collections::BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
+    let completed = |m: &_| get(m, "fastpath_reasm_completed_total{family=\"ipv4\"}");
+    let evicted = |m: &_| get(m, "fastpath_reasm_refused_total{family=\"ipv4\",reason=\"evicted\"}");
+    let rx = |m: &_| family_sum(m, "fastpath_rx_packets_total");
+    // The share of one window, and the highest memory sampled in it (every 100 ms).
+    let window = |d: &Daemon| {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let a = d.scrape();
+        let mut peak: f64 = 0.0;
+        for _ in 0..20 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            peak = peak.max(get(&d.scrape(), "fastpath_reasm_memory_bytes{lcore=\"0\"}"));
+        }
+        let b = d.scrape();
+        let legit = (rx(&b) - rx(&a)) * 64.0 / frames;
+        assert!(legit > 1000.0, "{capture}: only {legit} legitimate datagrams received");
+        ((completed(&b) - completed(&a)) / legit, peak, b)
+    };
+    let (linux, linux_peak, m) = window(&d);
+    assert_eq!(evicted(&m), 0.0, "{capture}: linux never evicts for memory");
+
+    std::fs::write(&cfg, config("probation")).unwrap();
+    d.signal("HUP");
+    wait_for(10, "the reload to probation", || {
+        d.scrape()["fastpath_config_generation"] == 2.0
+    });
+    let (probation, probation_peak, m) = window(&d);
+    eprintln!(
+        "{capture}: legitimate datagrams reassembled: linux {linux:.3} (peak memory {linux_peak}), \
+         probation {probation:.3} (peak {probation_peak}); evicted {}",
+        evicted(&m)
+    );
+    assert!(linux < 0.2, "{capture}: linux {linux:.3}: the flood should win");
+    assert!(probation >= 0.9, "{capture}: probation {probation:.3} < 0.9");
+    assert!(
+        probation_peak <= high_thresh as f64,
+        "{capture}: memory {probation_peak} > {high_thresh}"
+    );
+    assert!(evicted(&m) > 0.0);
+
+    let (code, _) = d.stop();
+    assert_eq!(code, Some(0));
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    assert_conservation(&m);
+    assert_eq!(
+        get(&m, "fastpath_reasm_memory_bytes{lcore=\"0\"}"),
+        0.0,
+        "nothing held after the stop"
+    );
+}
+
+#[test]
+fn probation_survives_a_first_fragment_flood_100_times_the_table() {
+    // 64 KiB: 28 buffers of 2304 bytes; 2816 pending flood datagrams.
+    flood_then_probation("bench_frags_100x.pcap", 3008.0, 65536)
+}
+
+#[test]
+fn probation_survives_fragmentsmack() {
+    // The default 4 MiB table; 4200 buffers of FragmentSmack.
+    flood_then_probation("bench_frags_smack.pcap", 4392.0, 4 << 20)
+}
