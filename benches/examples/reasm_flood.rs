@@ -104,5 +104,20 @@ fn line_rate_scenarios() -> Vec<(String, FloodParams)> {
                 0,
             ),
         ),
+        (
+            "first fragments, every one new; legitimate fragments 20 µs apart".into(),
+            FloodParams {
+                fragment_gap_ns: 20_000,
+                ..FloodParams::line_rate(FloodKind::FirstFragments, 10e6, 0)
+            },
+        ),
+        (
+            "the same with the default 4 MiB table (1820 datagrams)".into(),
+            FloodParams {
+                fragment_gap_ns: 20_000,
+                config: fastpath::pipeline::reasm::ReasmConfig::default(),
+                ..FloodParams::line_rate(FloodKind::FirstFragments, 10e6, 0)
+            },
+        ),
     ]
 }

@@ -19,7 +19,37 @@
 //! 1500-byte fragments; charging frame length would undercount it 25 times. The slot table
 //! itself is preallocated and not charged.
 //!
-//! # The seed's rule (001, review of "ip: re-introduce fragments cache worker")
+//! # Policies
+//! [`Policy::Probation`] (the default) and [`Policy::Linux`] (seed 001's), chosen by
+//! `[reassembly] policy` and switchable by a reload (both keep the same queues).
+//!
+//! # The probation policy (issue 35)
+//! Seed 001's rule keeps up with a flood spread over the timeout, not with one at line rate: once
+//! the flood fills `high_thresh` every new datagram is refused until something times out, so a
+//! flood of first fragments a few times the table, replayed at line rate, or FragmentSmack
+//! (CVE-2018-5391), starves every legitimate datagram (0.000 reassembled in the simulation and in
+//! `ci/bench`; Linux and DPDK's `rte_ip_frag` behave the same way). The probation policy never
+//! refuses a new datagram for memory; it makes room, in the way S3-FIFO (Yang et al., SOSP 2023)
+//! treats one-hit wonders:
+//! - a new datagram enters a **probation** FIFO; its second fragment moves it to the tail of the
+//!   **main** FIFO;
+//! - before any fragment is held, datagrams are evicted (reason `evicted`; `table_full` when
+//!   only a slot is short) until one more buffer fits under `high_thresh`: probation's oldest,
+//!   unless main's oldest has been in main more than four times as long as probation's oldest
+//!   has waited (`make_room`);
+//! - the timeout is fixed (`timeout_ms`): eviction, not shorter lifetimes, answers pressure.
+//!
+//! So memory never passes `high_thresh`, and a datagram completes if its second fragment
+//! follows its first within the time the table takes to turn over under the flood, and it
+//! completes within four times that. A legitimate sender emits its fragments together (a 10 Gb/s
+//! sender's 1500-byte fragments are 1.2 µs apart), so that holds unless the flood is faster than
+//! the table is deep: a first-fragment flood at R per second gives `high_thresh / truesize / R`
+//! (1820 buffers at 10 Mpps: 182 µs). A flood of first fragments only churns probation and never
+//! touches a datagram in progress; an attacker must send two fragments per datagram to churn
+//! main. Progress buys no time in main: FragmentSmack's datagrams get fragment after fragment and
+//! never complete, so they age out however often they are fed.
+//!
+//! # The seed's rule (001, review of "ip: re-introduce fragments cache worker"): `linux`
 //! No garbage-collection worker: a **new** datagram is refused while usage is above
 //! `high_thresh` (reason `memory`), and each new datagram's lifetime is
 //! `timeout × (high_thresh − usage) / high_thresh`, usage taken when it is created, so under
@@ -60,14 +90,17 @@
 //!      another end, a held fragment beyond it, or a later fragment ending at or past it drops
 //!      the whole datagram;
 //!    - `too_many_fragments`: one fragment more than `max_fragments` drops the whole datagram;
-//!    - `memory`: over the hard limit, see above (whole datagram).
+//!    - `memory`: over the hard limit, see above (whole datagram); under `probation`, when no
+//!      other datagram can be evicted to make room below `high_thresh`.
 //! 5. For a new datagram:
-//!    - `memory`: usage above `high_thresh`: the fragment is refused;
+//!    - `memory`: usage above `high_thresh`: the fragment is refused (`linux`; `probation`
+//!      evicts instead, see above, and refuses only if eight evictions did not make room);
 //!    - `per_source`: its source already has `max_per_source` datagrams: one of **that source's**
 //!      datagrams, chosen at random with the caller's generator, is evicted to make room (a
 //!      source over its share only ever displaces itself);
-//!    - `table_full`: no free slot: the datagram with the earliest deadline is evicted (the one
-//!      that would die first anyway; under pressure that is the youngest-dying flood entry).
+//!    - `table_full`: no free slot: under `linux` the datagram with the earliest deadline is
+//!      evicted (the one that would die first anyway; under pressure that is the youngest-dying
+//!      flood entry), under `probation` the victim above.
 //!      With the defaults memory binds first (4 MiB / 2304 = 1820 datagrams < 2048 slots); size
 //!      `max_datagrams` above `high_thresh / buffer_truesize` to keep it that way.
 //! 6. At completion: `too_big` (IPv4, above) or `no_buffer` when `alloc` fails; whole datagram.
