@@ -266,8 +266,8 @@ def anchor_scenarios(scenarios):
         out.append(dict(sc, name=ANCHOR_PREFIX + sc["name"].removeprefix("fastpathd-"), kind="anchor:ip_frag",
                         anchor_of=sc["name"], high_thresh=high, extra="",
                         what=f"DPDK's own reassembly (librte_ip_frag, benches/examples/ip_frag_anchor.rs) on "
-                             f"`{sc['name']}`'s capture, a table of {high} / 2304 = {high // 2304} datagrams "
-                             "(fastpathd's memory), 30 s timeout; completed datagrams and non-fragments freed "
+                             f"`{sc['name']}`'s capture, a table of {high} B / 2304 B datagrams (fastpathd's memory; "
+                             "entries in the table below), 30 s timeout; completed datagrams and non-fragments freed "
                              "on lcore 1 (fastpathd delivers them to a service)"))
     return out
 
@@ -1077,7 +1077,8 @@ def plot(rows, path):
     med = [r["median"] for r in rows]
     lo = [r["median"] - r["min"] for r in rows]
     hi = [r["max"] - r["median"] for r in rows]
-    colors = ["#9e9e9e" if n.startswith("testpmd") else "#1f77b4" for n in names]
+    colors = ["#9e9e9e" if n.startswith("testpmd") else "#ff7f0e" if n.startswith(ANCHOR_PREFIX) else "#1f77b4"
+              for n in names]
     fig, ax = plt.subplots(figsize=(max(9, 0.85 * len(rows) + 2), 5.4), dpi=100)
     bars = ax.bar(range(len(names)), med, yerr=[lo, hi], capsize=5, color=colors)
     ref = next((r["median"] for r in rows if r["name"] == "testpmd-io"), None)
