@@ -39,7 +39,12 @@ Environment: BENCH_SECONDS (measured window per run, default 6), BENCH_REPS (rou
 BENCH_WARMUP (seconds before the window, default 2), BENCH_OUT (directory for results.md and
 results.png, default benches/; when it is benches/, the table in benches/README.md is updated
 too), BENCH_SCENARIOS (comma-separated names to run a subset), FASTPATHD (the binary),
-TESTPMD (default dpdk-testpmd), DUMPCAP (default dpdk-dumpcap).
+TESTPMD (default dpdk-testpmd), DUMPCAP (default dpdk-dumpcap), IP_FRAG_ANCHOR (benches/examples/ip_frag_anchor.rs
+built, default target/release/examples/ip_frag_anchor).
+
+Every `figures="frags"` scenario gets an anchor, `dpdk-ip-frag-<name>` (kind anchor:ip_frag): DPDK's own
+reassembly (librte_ip_frag) on the same port, capture, lcore and table memory, reported beside it
+(anchor_report: legitimate datagrams reassembled by each, and the Mpps ratio per round).
 """
 import datetime
 import os
@@ -263,6 +268,49 @@ SCENARIOS = [
               "ratio` = received in scraped windows / in unscraped windows of the same run (every received "
               "packet is handled on lcore 1, nothing waits in a socket)"),
 ]
+
+# DPDK's own reassembly as the anchor of every `figures="frags"` scenario (issue 35 item 2): the
+# harness benches/examples/ip_frag_anchor.rs runs librte_ip_frag (DPDK's table, as its
+# examples/ip_reassembly drives it) on lcore 1 over the same net_pcap port and capture, with a table
+# of the same memory: max_entries = high_thresh_bytes / 2304 (fastpathd's charge per held fragment;
+# the harness divides, from fastpath's ReasmConfig), 30 s timeout. One anchor per frags scenario,
+# made here so frags scenarios added above get theirs; reported beside it by anchor_report().
+ANCHOR_PREFIX = "dpdk-ip-frag-"
+# fastpath::pipeline::reasm::DEFAULT_HIGH_THRESH, what a frags scenario without [reassembly]
+# high_thresh_bytes runs with.
+DEFAULT_HIGH_THRESH = 4 << 20
+
+
+def anchor_memory(sc):
+    """The `high_thresh_bytes` a fastpathd frags scenario runs with."""
+    m = re.search(r"^\s*high_thresh_bytes\s*=\s*(\d+)", sc.get("extra", ""), re.M)
+    return int(m.group(1)) if m else DEFAULT_HIGH_THRESH
+
+
+def anchor_scenarios(scenarios):
+    """One anchor per capture and table memory: the policies of one flood (`fastpathd-frags-flood`,
+    `fastpathd-frags-flood-linux`) share theirs (`anchor_of` names the first; `anchor_report` puts
+    every fastpathd scenario of that capture and memory beside it)."""
+    out, seen = [], set()
+    for sc in scenarios:
+        if sc.get("figures") != "frags" or not sc["kind"].startswith("fastpathd"):
+            continue
+        high = anchor_memory(sc)
+        if (sc["capture"], high) in seen:
+            continue
+        seen.add((sc["capture"], high))
+        # Everything of the fastpathd scenario the figures may read (capture, figures, ...) is kept.
+        out.append(dict(sc, name=ANCHOR_PREFIX + sc["name"].removeprefix("fastpathd-"), kind="anchor:ip_frag",
+                        anchor_of=sc["name"], high_thresh=high, extra="",
+                        what=f"DPDK's own reassembly (librte_ip_frag, benches/examples/ip_frag_anchor.rs) on "
+                             f"`{sc['name']}`'s capture, a table of {high} B / 2304 B datagrams (fastpathd's memory; "
+                             "entries in the table below), 30 s timeout; completed datagrams and non-fragments freed "
+                             "on lcore 1 (fastpathd delivers them to a service)"))
+    return out
+
+
+SCENARIOS += anchor_scenarios(SCENARIOS)
+
 SCENARIO_NAMES = [sc["name"] for sc in SCENARIOS]
 # Goals (issues 6, 9, 11): (label, scenario, reference, least ratio of per-round medians).
 GOALS = [
@@ -816,6 +864,77 @@ def run_fastpathd(sc, prefix, warmup, seconds, tmp):
     return r
 
 
+def ip_frag_anchor_binary():
+    return os.environ.get("IP_FRAG_ANCHOR") or os.path.join(REPO, "target", "release", "examples", "ip_frag_anchor")
+
+
+ANCHOR_LINE = re.compile(r"^ip_frag_anchor: (.*)$", re.M)
+
+
+def run_ip_frag_anchor(sc, prefix, warmup, seconds):
+    """One run of the DPDK reassembly anchor: its own measured window (TSC on the RX lcore, after
+    `warmup` s), counts over the whole run, as fastpathd's exit dump gives them."""
+    name, binary = sc["name"], ip_frag_anchor_binary()
+    if not os.path.exists(binary):
+        sys.exit(f"macro_bench: {binary} missing: cargo build --release -p benches --example ip_frag_anchor")
+    cmd = [binary, "--warmup", str(warmup), "--seconds", str(seconds), "--high-thresh-bytes", str(sc["high_thresh"]),
+           "--mbufs", str(sc.get("mbufs", MBUFS)), "--mbuf-cache", str(MBUF_CACHE), "--desc", str(DESC),
+           "--", "-l", "0,1", *eal_args(prefix, sc["capture"], 1, 1)]
+    try:
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=warmup + seconds + 90, preexec_fn=child_affinity)
+    except subprocess.TimeoutExpired as e:
+        fail(name, "ip_frag_anchor did not finish", (e.stdout or b"").decode() + (e.stderr or b"").decode())
+    finally:
+        cleanup_prefix(prefix)
+    text = p.stdout + p.stderr
+    m = ANCHOR_LINE.search(p.stdout)
+    if p.returncode != 0 or not m:
+        fail(name, f"ip_frag_anchor exited with {p.returncode}", text)
+    v = {k: float(x) for k, x in (kv.split("=", 1) for kv in m.group(1).split())}
+    # What fastpathd's exit dump is checked for: every mbuf back, and counts that add up.
+    if v["mbufs_in_use"] != 0 or not v["completed"] <= v["fragments"] <= v["rx"] or v["rx"] <= 0:
+        fail(name, f"invariant broken: {m.group(1)}", text)
+    # The figures as fastpathd's are computed (scenario_figures), from the anchor's counts.
+    metrics = {'fastpath_rx_packets_total{port="net_pcap0"}': v["rx"],
+               'fastpath_reasm_completed_total{family="all"}': v["completed"]}
+    figures = scenario_figures(sc, metrics, v["mpps"])
+    figures["table_dropped"] = v["dropped"] / v["rx"]
+    return {"mpps": v["mpps"], "figures": figures, "table_entries": int(v["max_entries"])}
+
+
+def anchor_report(results, scenarios):
+    """Markdown lines putting each anchor beside its fastpathd scenario: legitimate datagrams
+    reassembled (fastpathd's / DPDK's) and Mpps (per-round ratio, median)."""
+    anchors = [sc for sc in scenarios if sc.get("anchor_of") and results.get(sc["name"])]
+    pairs = [(fp["name"], an["name"]) for an in anchors for fp in scenarios
+             if fp["name"] in results and results[fp["name"]] and fp.get("figures") == "frags"
+             and fp["kind"].startswith("fastpathd") and fp["capture"] == an["capture"]
+             and anchor_memory(fp) == an["high_thresh"]]
+    if not pairs:
+        return ""
+
+    def med(name, key):
+        vals = [r.get("figures", {}).get(key) for r in results[name]]
+        vals = [x for x in vals if x is not None]
+        return statistics.median(vals) if vals else None
+
+    pct = lambda x: "–" if x is None else f"{x:.1%}"  # noqa: E731
+    lines = ["", "DPDK's own reassembly beside fastpathd's (issue 35; same capture, port, lcore and table memory, "
+             "same run; medians over rounds; Mpps ratio: fastpathd / DPDK within each round, median):", "",
+             "| fastpathd scenario | DPDK anchor | DPDK table entries | legit reassembled, fastpathd | legit "
+             "reassembled, DPDK | legit ratio (fastpathd / DPDK) | Mpps fastpathd | Mpps DPDK | Mpps ratio |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for fp, an in pairs:
+        lf, la = med(fp, "legit_reassembled"), med(an, "legit_reassembled")
+        ratio = f"{lf / la:.2f}" if lf is not None and la else "–"
+        mf = statistics.median(r["mpps"] for r in results[fp])
+        ma = statistics.median(r["mpps"] for r in results[an])
+        lines.append(f"| {fp} | {an} | {results[an][-1]['table_entries']} | {pct(lf)} | {pct(la)} | {ratio} "
+                     f"| {mf:.2f} | {ma:.2f} | {fmt_ratio(per_round_ratio(results, fp, an))} |")
+    return "\n".join(lines) + "\n"
+
+
 def check_hugepages(scenarios):
     """Scenarios on hugepages need HUGE_MB of them free (ci/setup allocates and mounts 512 x 2 MiB)."""
     huge = [sc["name"] for sc in scenarios if sc.get("huge")]
@@ -937,6 +1056,7 @@ FIGURE_TEXT = {
     "answered_mpps": ("answered", "{:.2f} Mpps"),
     "flow_limited": ("flow_limited", "{:.1%} of rx"),
     "legit_reassembled": ("legitimate datagrams reassembled", "{:.1%}"),
+    "table_dropped": ("dropped by DPDK's table", "{:.1%} of rx"),
     "datagrams_mpps": ("datagrams completed", "{:.3f} M/s"),
     "encap_mpps": ("encapsulated", "{:.2f} Mpps"),
     "encap_share": ("encapsulated", "{:.1%} of rx"),
@@ -1005,7 +1125,8 @@ def plot(rows, path):
     med = [r["median"] for r in rows]
     lo = [r["median"] - r["min"] for r in rows]
     hi = [r["max"] - r["median"] for r in rows]
-    colors = ["#9e9e9e" if n.startswith("testpmd") else "#1f77b4" for n in names]
+    colors = ["#9e9e9e" if n.startswith("testpmd") else "#ff7f0e" if n.startswith(ANCHOR_PREFIX) else "#1f77b4"
+              for n in names]
     fig, ax = plt.subplots(figsize=(max(9, 0.85 * len(rows) + 2), 5.4), dpi=100)
     bars = ax.bar(range(len(names)), med, yerr=[lo, hi], capsize=5, color=colors)
     ref = next((r["median"] for r in rows if r["name"] == "testpmd-io"), None)
@@ -1063,6 +1184,8 @@ def main():
                 tool, mode = sc["kind"].split(":")
                 if tool == "testpmd":
                     r = run_testpmd(sc["name"], mode, sc["capture"], prefix, warmup, seconds)
+                elif tool == "anchor":
+                    r = run_ip_frag_anchor(sc, prefix, warmup, seconds)
                 else:
                     r = run_fastpathd(sc, prefix, warmup, seconds, tmp)
                 results[sc["name"]].append(r)
@@ -1081,6 +1204,8 @@ def main():
             "this script. EAL: `-l 0,1 " + " ".join(eal_args("PREFIX", "CAPTURE")) + "`; burst 32, "
             f"{DESC} descriptors, {MBUFS} mbufs, cache {MBUF_CACHE}.")
     table = markdown(rows, goals, seconds, reps, warmup, started, note)
+    anchor_text = anchor_report(results, scenarios)
+    table += anchor_text
     os.makedirs(out_dir, exist_ok=True)
     md_path = os.path.join(out_dir, "results.md")
     with open(md_path, "w") as f:
@@ -1112,6 +1237,7 @@ def main():
         ci_text = f", 90% interval {ci[0]:.3f}-{ci[1]:.3f}" if ci else ""
         print(f"goal {g['label']}: {fmt_ratio(g['ratio'])}{rounds}{ci_text} -> "
               f"{'met' if g['met'] else 'MISSED'} by the median; by the interval: {g['verdict']}")
+    print(anchor_text, end="")
     print(f"\nwrote {md_path} and {png_path}")
 
 

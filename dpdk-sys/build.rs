@@ -72,6 +72,11 @@ fn main() {
         .allowlist_function("rte_ring_(create|free)")
         .allowlist_function("rte_dev_probe")
         .allowlist_function("rte_eth_promiscuous_disable")
+        // librte_ip_frag (in libdpdk.pc's libraries): DPDK's reassembly, the benchmark's anchor.
+        .allowlist_function("rte_ip_frag_(table_create|table_destroy|free_death_row)")
+        .allowlist_function("rte_ipv(4|6)_frag_reassemble_packet")
+        .allowlist_type("rte_ip_frag_death_row")
+        .allowlist_var("RTE_IP_FRAG_.*")
         .allowlist_var("RTE_ETH_.*")
         .allowlist_var("RTE_MBUF_.*")
         .allowlist_var("RTE_PKTMBUF_.*")

@@ -118,3 +118,16 @@ int fp_log_to(fp_log_cb cb, uint32_t global_level)
 	rte_log_set_global_level(global_level);
 	return 0;
 }
+
+int fp_ipv4_frag_pkt_is_fragmented(const struct rte_ipv4_hdr *hdr) { return rte_ipv4_frag_pkt_is_fragmented(hdr); }
+struct rte_ipv6_fragment_ext *fp_ipv6_frag_get_ipv6_fragment_header(struct rte_ipv6_hdr *hdr)
+{
+	return rte_ipv6_frag_get_ipv6_fragment_header(hdr);
+}
+void fp_mbuf_set_l2_l3_len(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len)
+{
+	m->l2_len = l2_len;
+	m->l3_len = l3_len;
+}
+uint32_t fp_ip_frag_death_row_mbuf_len(void) { return RTE_IP_FRAG_DEATH_ROW_MBUF_LEN; }
+uint32_t fp_ip_frag_max_frag(void) { return RTE_LIBRTE_IP_FRAG_MAX_FRAG; }

@@ -28,6 +28,8 @@
 #include <rte_version.h>
 #include <rte_thash.h>
 #include <rte_dev.h>
+#include <rte_ip.h>
+#include <rte_ip_frag.h>
 
 uint16_t fp_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts, uint16_t nb_pkts);
 uint16_t fp_eth_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts, uint16_t nb_pkts);
@@ -83,5 +85,20 @@ uint32_t fp_softrss(uint32_t *input_tuple, uint32_t input_len, const uint8_t *rs
 int fp_pin_current_thread(const uint32_t *cpus, uint32_t n);
 /* Pins thread `tid` of this process (a kernel thread id) to `cpus`: 0 or an errno. */
 int fp_pin_thread(int tid, const uint32_t *cpus, uint32_t n);
+
+/*
+ * DPDK's own IP reassembly (librte_ip_frag), the benchmark's anchor beside fastpathd's
+ * reassembly (benches/examples/ip_frag_anchor.rs): the two `static inline` helpers of
+ * rte_ip_frag.h, and the mbuf fields reassembly reads. rte_ipv4_frag_reassemble_packet and
+ * rte_ipv6_frag_reassemble_packet require l2_len and l3_len set (rte_ip_frag.h); they are
+ * bit-fields inside an anonymous union of struct rte_mbuf, which bindgen exposes only through
+ * generated accessors, so they are set here.
+ */
+int fp_ipv4_frag_pkt_is_fragmented(const struct rte_ipv4_hdr *hdr);
+struct rte_ipv6_fragment_ext *fp_ipv6_frag_get_ipv6_fragment_header(struct rte_ipv6_hdr *hdr);
+void fp_mbuf_set_l2_l3_len(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len);
+/* RTE_IP_FRAG_DEATH_ROW_MBUF_LEN and RTE_LIBRTE_IP_FRAG_MAX_FRAG, macros of expressions. */
+uint32_t fp_ip_frag_death_row_mbuf_len(void);
+uint32_t fp_ip_frag_max_frag(void);
 
 #endif

@@ -31,6 +31,20 @@ impl Mbuf {
         Mbuf(m)
     }
 
+    /// Gives up ownership: the caller (a DPDK function that takes the mbuf) frees it.
+    #[inline(always)]
+    pub(crate) fn into_raw(self) -> NonNull<dpdk_sys::rte_mbuf> {
+        let m = self.0;
+        std::mem::forget(self);
+        m
+    }
+
+    /// A pointer to the mbuf, which stays ours.
+    #[inline(always)]
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut dpdk_sys::rte_mbuf {
+        self.0.as_ptr()
+    }
+
     #[inline(always)]
     pub(crate) fn raw(&self) -> &dpdk_sys::rte_mbuf {
         // SAFETY: we own a valid mbuf for as long as self lives.

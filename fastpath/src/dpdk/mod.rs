@@ -6,12 +6,14 @@
 //! - [`port`]: ethdev ports (queues, RSS where the driver has it, start/stop/close, stats) and the
 //!   per-lcore [`RxQueue`]/[`TxQueue`] handles used for bursts;
 //! - [`log`]: DPDK's own log routed into the caller's sink, at the caller's level;
-//! - [`ring`]: [`MbufRing`], the bounded queue behind a service socket.
+//! - [`ring`]: [`MbufRing`], the bounded queue behind a service socket;
+//! - [`ip_frag`]: DPDK's own reassembly (librte_ip_frag), for the benchmark's anchor only.
 //!
 //! Every `unsafe` block says why it is sound in a `// SAFETY:` comment. C return codes become
 //! [`Error`]s formatted with `rte_strerror`.
 
 pub mod eal;
+pub mod ip_frag;
 pub mod log;
 pub mod mbuf;
 pub mod mempool;
