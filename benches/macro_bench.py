@@ -352,7 +352,7 @@ def env_num(name, default, cast=float):
         sys.exit(f"macro_bench: {name}={v!r} is not a number")
 
 
-def eal_args(prefix, capture, rx_queues=1, tx_queues=2, huge=False):
+def eal_args(prefix, capture, rx_queues=1, tx_queues=2, huge=False, memory_mb=1024):
     """The EAL arguments every scenario shares, lcore list aside (fastpathd derives it): net_pcap0
     replays `capture` endlessly on each of its `rx_queues` RX queues. With `huge`, as production
     runs: HUGE_MB of hugepages reserved up front and the shared runtime directory (no
@@ -367,7 +367,9 @@ def eal_args(prefix, capture, rx_queues=1, tx_queues=2, huge=False):
         sys.exit(f"macro_bench: net_pcap0 arguments {args!r} are {len(args)} bytes, a secondary process sees "
                  f"only {PCAP_ARGS_MAX - 1}")
     pcap = "net_pcap0," + args
-    memory = ["-m", str(HUGE_MB)] if huge else ["--no-huge", "-m", "1024"]
+    # (net_pcap's infinite_rx keeps the whole capture in mbufs of the pool: a large capture
+    # needs a larger pool and `memory_mb`, benches/curves.py's 1M-flow points.)
+    memory = ["-m", str(HUGE_MB)] if huge else ["--no-huge", "-m", str(memory_mb)]
     return [
         *memory, "--no-pci", *([] if huge else ["--no-shconf"]), f"--file-prefix={prefix}",
         "--no-telemetry", "--log-level=lib.eal:warning", f"--vdev={pcap}", "--vdev=net_null0,no-rx=1",
@@ -491,11 +493,11 @@ def fail(name, why, output):
     sys.exit(f"macro_bench: {name}: {why}\n--- last output:\n{tail}")
 
 
-def run_testpmd(name, mode, capture, prefix, warmup, seconds):
+def run_testpmd(name, mode, capture, prefix, warmup, seconds, mbufs=MBUFS, memory_mb=1024):
     testpmd = os.environ.get("TESTPMD", "dpdk-testpmd")
-    cmd = [testpmd, "-l", "0,1", *eal_args(prefix, capture), "--",
+    cmd = [testpmd, "-l", "0,1", *eal_args(prefix, capture, memory_mb=memory_mb), "--",
            "-i", f"--forward-mode={mode}", f"--burst={BURST}", f"--rxd={DESC}", f"--txd={DESC}",
-           "--nb-cores=1", f"--total-num-mbufs={MBUFS}", f"--mbcache={MBUF_CACHE}"]
+           "--nb-cores=1", f"--total-num-mbufs={mbufs}", f"--mbcache={MBUF_CACHE}"]
     p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          preexec_fn=child_affinity)
     out = Reader(p.stdout)
@@ -713,7 +715,8 @@ def write_config(sc, prefix, tmp):
     workers = sc.get("workers", "[0]")
     tx_queues = n + len(eval(workers))
     cpus = "" if n == 1 else 'cpus = "0@0,' + ",".join(f"{l}@{l % 2}" for l in rx) + '"'
-    eal = "[" + ", ".join(f'"{a}"' for a in eal_args(prefix, capture, n, tx_queues, sc.get("huge", False))) + "]"
+    eal = "[" + ", ".join(f'"{a}"' for a in eal_args(prefix, capture, n, tx_queues, sc.get("huge", False),
+                                                       sc.get("memory_mb", 1024))) + "]"
     cfg = os.path.join(tmp, f"{name}.toml")
     if sc.get("huge"):
         # The short names eal_args uses, relative to `tmp`, fastpathd's working directory.
