@@ -1082,3 +1082,28 @@ fn line_rate_floods_keep_legitimate_datagrams_completing_under_probation_only() 
         assert!(lx.completion_rate() < 0.1, "{name} linux: {:.3}", lx.completion_rate());
     }
 }
+
+#[test]
+fn probation_treats_ipv6_like_ipv4_and_shares_the_table() {
+    // Three IPv6 first fragments and one IPv4 datagram in progress fill a 4-buffer table; the
+    // next IPv6 datagram evicts the oldest IPv6 first fragment (probation), never the IPv4
+    // datagram in main, and the golden IPv6 datagram still completes.
+    let mut r = Reassembler::new(probation(4));
+    let mut io = Io::default();
+    held(put(&mut r, &mut io, 0, &three_v4(7)[0]));
+    held(put(&mut r, &mut io, 1, &three_v4(7)[1]));
+    held(put(&mut r, &mut io, 2, &v6_frag(1, 0, true, &[1; 8])));
+    held(put(&mut r, &mut io, 3, &v6_frag(2, 0, true, &[2; 8])));
+    let d: Vec<u8> = (0xa0..0xb0).collect();
+    held(put(&mut r, &mut io, 4, &v6_frag(0x1234_5678, 0, true, &d[..8])));
+    assert_eq!(io.released.len(), 1);
+    assert_eq!(io.released[0].0, Fate::Refused(Reason::Evicted));
+    assert_eq!(io.released[0].1, Family::V6);
+    assert_eq!(r.stats().refused[1][Reason::Evicted.index()], 1);
+    // Completing the golden datagram needs a buffer: the next oldest first fragment goes.
+    let out = complete(put(&mut r, &mut io, 5, &v6_frag(0x1234_5678, 8, false, &d[8..])));
+    assert_eq!(out, GOLDEN_V6);
+    assert_eq!(io.released[1].0, Fate::Refused(Reason::Evicted));
+    assert_eq!(complete(put(&mut r, &mut io, 6, &three_v4(7)[2])).len(), 58);
+    assert!(r.memory() <= 4 * TS);
+}
