@@ -726,6 +726,28 @@ impl IcmpLimiter {
         self.limits(now, IpVersion::V4, type_code, &IpAddr::V4(src), draw)
     }
 
+    /// [`IcmpLimiter::decide`] for a Port Unreachable about an IPv6 UDP packet with no extension
+    /// header (the pipeline's IPv6/UDP fast path): RFC 4443 §2.4(e)'s checks as [`eligible`]
+    /// makes them (e.3 to e.6: not to a multicast address, not in a link-layer group frame,
+    /// from a source that is one node), then the limits, without a parse result.
+    #[inline(always)]
+    pub fn decide_udp6_port_unreachable(
+        &mut self,
+        now: Instant,
+        src: &Ipv6Addr,
+        dst: &Ipv6Addr,
+        group_frame: bool,
+        draw: impl FnOnce() -> u32,
+    ) -> Decision {
+        if group_frame || dst.is_multicast() || !v6_source_is_one_node(src) {
+            return Decision::Ineligible;
+        }
+        let Some(type_code) = ErrorKind::PortUnreachable.type_code(IpVersion::V6) else {
+            return Decision::Ineligible;
+        };
+        self.limits(now, IpVersion::V6, type_code, &IpAddr::V6(*src), draw)
+    }
+
     /// Steps (a) to (e) for an error of `type_code` in `version` to `src`.
     #[inline(always)]
     fn limits(
