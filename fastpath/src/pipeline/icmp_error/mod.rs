@@ -727,21 +727,18 @@ impl IcmpLimiter {
     }
 
     /// [`IcmpLimiter::decide`] for a Port Unreachable about an IPv6 UDP packet with no extension
-    /// header (the pipeline's IPv6/UDP fast path): RFC 4443 §2.4(e)'s checks as [`eligible`]
-    /// makes them (e.3 to e.6: not to a multicast address, not in a link-layer group frame,
-    /// from a source that is one node), then the limits, without a parse result.
+    /// header to a unicast address, which the source rule admitted (the pipeline's IPv6/UDP
+    /// fast path): RFC 4443 §2.4(e.3-e.6) hold already ([`crate::pipeline::source::valid_v6`]
+    /// refuses a group frame to a unicast address and every source that is not one node), so
+    /// the limits alone decide, without a parse result.
     #[inline(always)]
     pub fn decide_udp6_port_unreachable(
         &mut self,
         now: Instant,
         src: &Ipv6Addr,
-        dst: &Ipv6Addr,
-        group_frame: bool,
         draw: impl FnOnce() -> u32,
     ) -> Decision {
-        if group_frame || dst.is_multicast() || !v6_source_is_one_node(src) {
-            return Decision::Ineligible;
-        }
+        debug_assert!(v6_source_is_one_node(src));
         let Some(type_code) = ErrorKind::PortUnreachable.type_code(IpVersion::V6) else {
             return Decision::Ineligible;
         };

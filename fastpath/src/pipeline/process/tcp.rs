@@ -78,7 +78,7 @@ impl Pipeline {
             return Some(
                 match self
                     .tcp_reset
-                    .decide(now, &IpAddr::V4(src), TcpFlags(flags), || xorshift(rng))
+                    .decide_with(now, TcpFlags(flags), || IpAddr::V4(src), || xorshift(rng))
                 {
                     tcp_reset::ResetDecision::Ineligible => Verdict::Drop(Outcome::NoService),
                     tcp_reset::ResetDecision::Suppressed(l) => {
@@ -129,7 +129,7 @@ impl Pipeline {
             return Some(Verdict::Drop(Outcome::NotLocal));
         }
         let group_frame = pkt.data().first().is_some_and(|b| b & 1 != 0);
-        if !source::valid_v6(local, group_frame, &src, &dst, false) {
+        if !source::valid_v6_to_unicast(local, group_frame, &src) {
             return Some(Verdict::Drop(Outcome::Martian));
         }
         let t = &*self.tables;
@@ -149,7 +149,7 @@ impl Pipeline {
             return Some(
                 match self
                     .tcp_reset
-                    .decide(now, &IpAddr::V6(src), TcpFlags(flags), || xorshift(rng))
+                    .decide_with(now, TcpFlags(flags), || IpAddr::V6(src), || xorshift(rng))
                 {
                     tcp_reset::ResetDecision::Ineligible => Verdict::Drop(Outcome::NoService),
                     tcp_reset::ResetDecision::Suppressed(l) => {

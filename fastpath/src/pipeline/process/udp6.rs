@@ -66,7 +66,7 @@ impl Pipeline {
         // The source-validation rule (`pipeline/source.rs`), for a service's traffic and a
         // closed port's alike; not a Neighbor Solicitation, so `::` is martian too.
         let group_frame = pkt.data().first().is_some_and(|b| b & 1 != 0);
-        if !source::valid_v6(local, group_frame, &src, &dst, false) {
+        if !source::valid_v6_to_unicast(local, group_frame, &src) {
             return Some(Verdict::Drop(Outcome::Martian));
         }
         let t = &*self.tables;
@@ -90,12 +90,10 @@ impl Pipeline {
                 let p = Parsed::untagged_v6(IpProtocol::UDP, src, dst, hop_limit, ports, None, payload);
                 return Some(self.icmp_error(pkt, &p, port, kind, no_service, now));
             }
-            // A group frame to a unicast address is martian, refused above.
-            let group_frame = false;
+            // RFC 4443 §2.4(e.3-e.6) hold: the destination is unicast, and the source rule
+            // refused a group frame and every source that is not one node.
             let rng = &mut self.rng;
-            let decision = self
-                .icmp
-                .decide_udp6_port_unreachable(now, &src, &dst, group_frame, || xorshift(rng));
+            let decision = self.icmp.decide_udp6_port_unreachable(now, &src, || xorshift(rng));
             return Some(match decision {
                 icmp_error::Decision::Ineligible => no_service,
                 icmp_error::Decision::Suppressed(l) => {
