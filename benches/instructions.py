@@ -43,7 +43,8 @@ count's uncertainty. No split by object there: after a zeroing callgrind charges
 on the stack with everything.
 
 Usage: benches/instructions.py [scenario ...]   (default: testpmd io, forward, plain drop,
-closed port, build first, closed port over IPv6, TCP to no service, open-sink, seed 000's
+closed port, build first, closed port over IPv6, TCP to no service over IPv4 and IPv6, open-sink
+over IPv6, open-sink, seed 000's
 traffic's closed port, plain drop and open-sink, open-sink freed on RX with 1 and 2 RX lcores,
 and freed on RX on hugepages with capture initialised, before and after a capture).
 """
@@ -60,7 +61,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import macro_bench as mb  # noqa: E402
 
 DEFAULT = ["testpmd-io", "fastpathd-forward", "fastpathd-plain-drop", "fastpathd-closed-port", "fastpathd-build-first",
-           "fastpathd-closed-port-v6", "fastpathd-tcp-no-service", "fastpathd-closed-port-many-sources",
+           "fastpathd-closed-port-v6", "fastpathd-tcp-no-service", "fastpathd-tcp-no-service-v6",
+           "fastpathd-open-sink-v6", "fastpathd-closed-port-many-sources",
            "fastpathd-plain-drop-many-sources", "fastpathd-open-sink", "fastpathd-open-sink-many-sources",
            "fastpathd-open-sink-free-on-rx", "fastpathd-open-sink-free-on-rx-2-rx-lcores",
            "fastpathd-open-sink-free-on-rx-pdump", "fastpathd-open-sink-free-on-rx-pdump-detached"]

@@ -24,7 +24,8 @@ plain drop (not_local), and with `[icmp] build_first = true` (issue 6's cases a-
 port, open port, plain drop and build-first on seed 000's traffic, sources spread over
 198.18.0.0/15 (bench_udp_many: the global limit saturated where bench_udp saturates the
 per-destination one); the closed
-port over IPv6 (bench_udp6) and a SYN flood to a port without a service (bench_tcp); the flow-limit
+port over IPv6 (bench_udp6) and a SYN flood to a port without a service (bench_tcp), and over IPv6 the
+open-sink (bench_udp6) and the SYN flood (bench_tcp6); the flow-limit
 storm on and off (issue 5: normal flows' answered fraction from packet and byte counters); the
 fragment mix with and without a table smaller than the flood (issue 7); GRE encapsulation through
 a tunnel service (issue 8); open-sink with /metrics scraped every 10 ms (issue 9); open-sink freed
@@ -69,6 +70,7 @@ BENCH_FRAGS_100X = os.path.join(CAPTURES, "bench_frags_100x.pcap")
 BENCH_FRAGS_SMACK = os.path.join(CAPTURES, "bench_frags_smack.pcap")
 BENCH_UDP6 = os.path.join(CAPTURES, "bench_udp6.pcap")
 BENCH_TCP = os.path.join(CAPTURES, "bench_tcp.pcap")
+BENCH_TCP6 = os.path.join(CAPTURES, "bench_tcp6.pcap")
 BENCH_UDP_MANY = os.path.join(CAPTURES, "bench_udp_many.pcap")
 DEMO = os.path.join(CAPTURES, "demo.pcap")
 
@@ -193,6 +195,11 @@ SCENARIOS = [
          what="full pipeline, a SYN flood (bench_tcp: 1024 flows) to 192.0.2.1:9 where no service listens: "
               "parsed, looked up, a reset (RFC 9293) until the [tcp_reset] limits are spent, then "
               "tcp_reset_suppressed"),
+    dict(name="fastpathd-open-sink-v6", kind="fastpathd:pipeline", capture=BENCH_UDP6, extra=SINK,
+         what="open-sink over IPv6: bench_udp6 to [2001:db8::1]:9 with the `sink` service on port 9 (issue 35)"),
+    dict(name="fastpathd-tcp-no-service-v6", kind="fastpathd:pipeline", capture=BENCH_TCP6,
+         what="tcp-no-service over IPv6: bench_tcp6's SYN flood (1024 flows) to [2001:db8::1]:9 where no service "
+              "listens: a reset until the [tcp_reset] limits are spent, then tcp_reset_suppressed (issue 35)"),
     dict(name="fastpathd-storm-limit-on", kind="fastpathd:pipeline", capture=BENCH_STORM,
          extra=STORM_ECHO + "\n[flow_limit]\nenabled = true\n", figures="storm",
          what="seed 003's storm (bench_storm: one flow 20x the rate of 20 normal flows) to an `echo` service whose "
@@ -322,6 +329,13 @@ GOALS = [
     ("closed port ≥ 0.85 × plain drop (issue 6 (a) ≥ 0.85 (c)), 4096 sources: the global limit saturated "
      "(seed 000's traffic)", "fastpathd-closed-port-many-sources", "fastpathd-plain-drop-many-sources", 0.85),
     ("closed port ≥ 2 × build first (issue 6 (a) ≥ 2 (d))", "fastpathd-closed-port", "fastpathd-build-first", 2.0),
+    ("closed port over IPv6 ≥ 0.9 × closed port over IPv4 (issue 35)", "fastpathd-closed-port-v6",
+     "fastpathd-closed-port", 0.9),
+    ("open-sink over IPv6 ≥ 0.9 × open-sink over IPv4 (issue 35)", "fastpathd-open-sink-v6", "fastpathd-open-sink", 0.9),
+    ("TCP to a port without a service ≥ 0.95 × plain drop (issue 35)", "fastpathd-tcp-no-service",
+     "fastpathd-plain-drop", 0.95),
+    ("TCP over IPv6 to a port without a service ≥ 0.95 × plain drop (issue 35)", "fastpathd-tcp-no-service-v6",
+     "fastpathd-plain-drop", 0.95),
     ("closed port ≥ open port, seed 000's traffic (issue 6 (a) ≥ (b), 4096 sources)",
      "fastpathd-closed-port-many-sources", "fastpathd-open-sink-many-sources", 1.0),
     ("closed port ≥ 2 × build first, seed 000's traffic (issue 6 (a) ≥ 2 (d), 4096 sources)",
@@ -1201,7 +1215,8 @@ def main():
             "of 64 bytes from 1024 flows to 192.0.2.1:9), bench_storm.pcap (1600 storm + 80 normal frames to port 7), "
             "bench_frags.pcap (1024 never-completing first fragments + 64 legitimate 3-fragment datagrams), "
             "bench_udp6.pcap (bench_udp's flows over IPv6 to [2001:db8::1]:9, 66-byte frames), bench_tcp.pcap "
-            "(1024 TCP SYNs of 60 bytes to 192.0.2.1:9), bench_udp_many.pcap (4096 UDP frames of 64 bytes to "
+            "(1024 TCP SYNs of 60 bytes to 192.0.2.1:9), bench_tcp6.pcap (bench_tcp's flows over IPv6 to [2001:db8::1]:9, "
+            "74-byte frames), bench_udp_many.pcap (4096 UDP frames of 64 bytes to "
             "192.0.2.1:9, each from its own source in 198.18.0.0/15). fastpathd: "
             "RX on lcore 1, the worker (services) on lcore 0, the EAL main lcore, with the control thread and "
             "this script. EAL: `-l 0,1 " + " ".join(eal_args("PREFIX", "CAPTURE")) + "`; burst 32, "

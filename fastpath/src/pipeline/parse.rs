@@ -16,7 +16,7 @@ use crate::buf::NicChecksum;
 use crate::wire::{
     self, EtherType, EthernetFrame, IpProtocol, Ipv4Packet, Ipv6Packet, TcpFlags, TcpPacket, Toeplitz, UdpPacket,
 };
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// IP version of a parsed packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,6 +131,52 @@ impl Parsed {
             hop_limit: ttl,
             ports: Some(ports),
             tcp_flags: None,
+            fragment: None,
+            hash: 0,
+            nic_hash_ok: true,
+        }
+    }
+
+    /// What the parsers make of an untagged IPv4 datagram with a 20-byte header, not a
+    /// fragment, of TCP (RFC 9293's data offset checked by the caller): [`Parsed::untagged_udp4`]
+    /// for the TCP fast path, with the segment's control bits.
+    #[inline(always)]
+    pub fn untagged_tcp4(src: Ipv4Addr, dst: Ipv4Addr, ttl: u8, ports: (u16, u16), flags: u8, total: u16) -> Parsed {
+        Parsed {
+            protocol: IpProtocol::TCP,
+            tcp_flags: Some(TcpFlags(flags)),
+            ..Self::untagged_udp4(src, dst, ttl, ports, total)
+        }
+    }
+
+    /// What the parsers make of an untagged IPv6 packet with no extension header whose next
+    /// header is UDP or TCP (`protocol`; the upper layer's lengths checked by the caller): the
+    /// fields the IPv6 fast paths read in place. `payload` is the IPv6 payload length, `flags`
+    /// the TCP control bits (`None` for UDP).
+    #[inline(always)]
+    pub fn untagged_v6(
+        protocol: IpProtocol,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        hop_limit: u8,
+        ports: (u16, u16),
+        flags: Option<u8>,
+        payload: u16,
+    ) -> Parsed {
+        Parsed {
+            l3_offset: 14,
+            l4_offset: 14 + 40,
+            ip_end: 14 + 40 + payload,
+            vlan_id: None,
+            vlan_tags: 0,
+            ethertype: EtherType::IPV6,
+            version: IpVersion::V6,
+            src: IpAddr::V6(src),
+            dst: IpAddr::V6(dst),
+            protocol,
+            hop_limit,
+            ports: Some(ports),
+            tcp_flags: flags.map(TcpFlags),
             fragment: None,
             hash: 0,
             nic_hash_ok: true,

@@ -3,7 +3,7 @@
 use super::fanout::Group;
 use crate::buf::PacketBuf;
 use crate::wire::{EthernetAddress, EthernetFrame, IpProtocol, Ipv4Packet, Ipv6Packet, UdpPacket};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// What a service's workers do with each packet.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,6 +167,27 @@ impl ServiceTable {
     pub fn lookup_udp4(&self, port: u16, dst: Ipv4Addr) -> Option<usize> {
         let svc = (self.udp[port as usize] as usize).checked_sub(1)?;
         self.services[svc].serves(|| IpAddr::V4(dst)).then_some(svc)
+    }
+
+    /// [`ServiceTable::lookup`] for UDP to an IPv6 address (the IPv6 fast path).
+    #[inline(always)]
+    pub fn lookup_udp6(&self, port: u16, dst: &Ipv6Addr) -> Option<usize> {
+        let svc = (self.udp[port as usize] as usize).checked_sub(1)?;
+        self.services[svc].serves(|| IpAddr::V6(*dst)).then_some(svc)
+    }
+
+    /// [`ServiceTable::lookup`] for TCP to an IPv4 address (the TCP fast path).
+    #[inline(always)]
+    pub fn lookup_tcp4(&self, port: u16, dst: Ipv4Addr) -> Option<usize> {
+        let svc = (self.tcp[port as usize] as usize).checked_sub(1)?;
+        self.services[svc].serves(|| IpAddr::V4(dst)).then_some(svc)
+    }
+
+    /// [`ServiceTable::lookup`] for TCP to an IPv6 address (the TCP fast path).
+    #[inline(always)]
+    pub fn lookup_tcp6(&self, port: u16, dst: &Ipv6Addr) -> Option<usize> {
+        let svc = (self.tcp[port as usize] as usize).checked_sub(1)?;
+        self.services[svc].serves(|| IpAddr::V6(*dst)).then_some(svc)
     }
 
     /// Whether a UDP service with the `echo` action listens on `port` (on any address).

@@ -59,6 +59,16 @@ pub fn valid_v6(local: &PortAddrs, group_frame: bool, src: &Ipv6Addr, dst: &Ipv6
     !(src.is_loopback() || src.is_multicast() || local.has_ipv6(src))
 }
 
+/// [`valid_v6`] for a packet to a unicast address that is not a Neighbor Solicitation (the
+/// IPv6 fast paths' UDP and TCP): not in a group frame, from neither `::`, `::1`, ff00::/8 nor
+/// one of the port's addresses, the address read as one number.
+#[inline(always)]
+pub fn valid_v6_to_unicast(local: &PortAddrs, group_frame: bool, src: &Ipv6Addr) -> bool {
+    let s = src.to_bits();
+    // 0 is `::`, 1 is `::1`; the top byte 0xff is multicast.
+    !group_frame && s > 1 && s >> 120 != 0xff && !local.has_ipv6(src)
+}
+
 /// IPv4 option types that source route (RFC 791 §3.1): Loose and Strict Source and Record Route.
 const LSRR: u8 = 0x83;
 const SSRR: u8 = 0x89;
@@ -149,6 +159,43 @@ pub fn v6_chain(frame: &[u8], l3: usize, l4: usize) -> V6Chain {
 mod tests {
     use super::*;
     use crate::pipeline::tests::port;
+
+    /// The fast paths' form decides as the rule for a unicast destination, over the addresses
+    /// it singles out and their neighbours, with one and with two local addresses.
+    #[test]
+    fn v6_to_unicast_is_the_rule_for_a_unicast_destination() {
+        let mut local = port();
+        let dst = local.ipv6[0];
+        let mut srcs: Vec<Ipv6Addr> = [
+            "::",
+            "::1",
+            "::2",
+            "ff02::1",
+            "ff00::",
+            "feff::1",
+            "fe80::1",
+            "2001:db8::7",
+        ]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+        srcs.push(dst);
+        srcs.push("2001:db8::3".parse().unwrap());
+        for two in [false, true] {
+            if two {
+                local.ipv6.push("2001:db8::3".parse().unwrap());
+            }
+            for src in &srcs {
+                for group_frame in [false, true] {
+                    assert_eq!(
+                        valid_v6_to_unicast(&local, group_frame, src),
+                        valid_v6(&local, group_frame, src, &dst, false),
+                        "{src} group frame {group_frame}, two addresses {two}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn v4_rule() {

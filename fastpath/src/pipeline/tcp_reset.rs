@@ -177,12 +177,33 @@ impl ResetLimiter {
     /// fresh word of the lcore's generator (0 to 2 global credits are taken, as for ICMP).
     #[inline]
     pub fn decide(&mut self, now: Instant, src: &IpAddr, flags: TcpFlags, draw: impl FnOnce() -> u32) -> ResetDecision {
+        self.decide_with(now, flags, || *src, draw)
+    }
+
+    /// [`ResetLimiter::decide`] with the source made only once the global budget has credit:
+    /// under a flood the budget is spent and the decision is its peek, inline, with the address
+    /// still in registers (the TCP fast paths); the per-destination bucket is a call.
+    #[inline(always)]
+    pub fn decide_with(
+        &mut self,
+        now: Instant,
+        flags: TcpFlags,
+        src: impl FnOnce() -> IpAddr,
+        draw: impl FnOnce() -> u32,
+    ) -> ResetDecision {
         if !self.enabled || flags.contains(TcpFlags::RST) {
             return ResetDecision::Ineligible;
         }
         if !self.global.peek(now) {
             return ResetDecision::Suppressed(Limit::Global);
         }
+        self.decide_peer(now, &src(), draw)
+    }
+
+    /// The rest of [`ResetLimiter::decide`] once the global budget has credit: the
+    /// per-destination bucket, then the global credit.
+    #[inline(never)]
+    fn decide_peer(&mut self, now: Instant, src: &IpAddr, draw: impl FnOnce() -> u32) -> ResetDecision {
         let (ok, slot) = self.peers.allow_at(now, src, self.rate);
         if !ok {
             return ResetDecision::Suppressed(Limit::Peer);

@@ -726,6 +726,25 @@ impl IcmpLimiter {
         self.limits(now, IpVersion::V4, type_code, &IpAddr::V4(src), draw)
     }
 
+    /// [`IcmpLimiter::decide`] for a Port Unreachable about an IPv6 UDP packet with no extension
+    /// header to a unicast address, which the source rule admitted (the pipeline's IPv6/UDP
+    /// fast path): RFC 4443 §2.4(e.3-e.6) hold already ([`crate::pipeline::source::valid_v6`]
+    /// refuses a group frame to a unicast address and every source that is not one node), so
+    /// the limits alone decide, without a parse result.
+    #[inline(always)]
+    pub fn decide_udp6_port_unreachable(
+        &mut self,
+        now: Instant,
+        src: &Ipv6Addr,
+        draw: impl FnOnce() -> u32,
+    ) -> Decision {
+        debug_assert!(v6_source_is_one_node(src));
+        let Some(type_code) = ErrorKind::PortUnreachable.type_code(IpVersion::V6) else {
+            return Decision::Ineligible;
+        };
+        self.limits(now, IpVersion::V6, type_code, &IpAddr::V6(*src), draw)
+    }
+
     /// Steps (a) to (e) for an error of `type_code` in `version` to `src`.
     #[inline(always)]
     fn limits(

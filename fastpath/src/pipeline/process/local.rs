@@ -139,23 +139,27 @@ impl Pipeline {
                 self.reset_counters.limited[fam][l.index()].inc();
                 Verdict::Drop(Outcome::TcpResetSuppressed)
             }
-            tcp_reset::ResetDecision::Send => {
-                if !tcp_reset::checksum_ok(pkt.data(), p, pkt.l4_checksum()) {
-                    self.tcp_reset.refund_peer();
-                    return Verdict::Drop(Outcome::TcpBadChecksum);
-                }
-                let Some(local) = self.tables.ports.get(port as usize) else {
-                    return no_service;
-                };
-                let mac = local.mac;
-                self.ident = self.ident.wrapping_add(1);
-                if !tcp_reset::build_in_place(pkt, p, mac, self.ident) {
-                    return Verdict::Drop(Outcome::Malformed);
-                }
-                self.reset_counters.sent[fam].inc();
-                Verdict::Transmit(Outcome::TcpReset)
-            }
+            tcp_reset::ResetDecision::Send => self.tcp_reset_send(pkt, p, port),
         }
+    }
+
+    /// The limits let a reset go about the segment `p`: its checksum verified (a wrong one gives
+    /// the destination its credit back), then the reset built in place and counted.
+    pub(super) fn tcp_reset_send<B: PacketBuf>(&mut self, pkt: &mut B, p: &Parsed, port: u16) -> Verdict {
+        if !tcp_reset::checksum_ok(pkt.data(), p, pkt.l4_checksum()) {
+            self.tcp_reset.refund_peer();
+            return Verdict::Drop(Outcome::TcpBadChecksum);
+        }
+        let Some(local) = self.tables.ports.get(port as usize) else {
+            return Verdict::Drop(Outcome::NoService);
+        };
+        let mac = local.mac;
+        self.ident = self.ident.wrapping_add(1);
+        if !tcp_reset::build_in_place(pkt, p, mac, self.ident) {
+            return Verdict::Drop(Outcome::Malformed);
+        }
+        self.reset_counters.sent[tcp_reset::family(p)].inc();
+        Verdict::Transmit(Outcome::TcpReset)
     }
 
     /// [`Verdict::Deliver`] to socket `s`, recorded for [`Pipeline::delivered_to`].

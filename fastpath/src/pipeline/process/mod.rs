@@ -3,7 +3,7 @@
 //! This file holds the struct, its construction and generation changes, its accessors and the
 //! dispatch ([`Pipeline::process`]: the fast path, else parse and go on). The rest of
 //! `impl Pipeline` is spread over files by concern, as smoltcp spreads its `Interface`:
-//! - `udp4.rs`: the IPv4/UDP fast path;
+//! - `udp4.rs`: the IPv4/UDP fast path; `udp6.rs`, `tcp.rs`: the IPv6/UDP and the TCP ones;
 //! - `local.rs`: what is done with a parsed packet for us (reassembly, GRE, echo, NDP, the
 //!   services and their sockets);
 //! - `icmp.rs`: the ICMP errors sent about a packet, through the rate limits;
@@ -11,12 +11,20 @@
 
 #[cfg(test)]
 mod answer_tests;
+#[cfg(test)]
+mod fast_harness;
 mod icmp;
 mod local;
+mod tcp;
+#[cfg(test)]
+mod tcp_tests;
 mod tunnel;
 mod udp4;
 #[cfg(test)]
 mod udp4_tests;
+mod udp6;
+#[cfg(test)]
+mod udp6_tests;
 
 use super::fanout::FanoutState;
 use super::parse::Parsed;
@@ -263,12 +271,31 @@ impl Pipeline {
         if let Some(v) = self.udp4(port, pkt, now) {
             return v;
         }
+        if let Some(v) = self.fast_other(port, pkt, now) {
+            return v;
+        }
         self.process_general(port, pkt, now)
     }
 
-    /// [`Pipeline::process`] without its IPv4/UDP fast path ([`Pipeline::udp4`]): every frame
-    /// through the parsers and the stages in order. The fast path must decide as this does; a
-    /// test holds the two to the same verdicts, packets and state.
+    /// The fast paths other than [`Pipeline::udp4`]: TCP over IPv4 ([`Pipeline::tcp4`]), UDP
+    /// and TCP over IPv6 ([`Pipeline::udp6`], [`Pipeline::tcp6`]), chosen by the frame's
+    /// EtherType and next protocol; `None`: [`Pipeline::process_general`] decides. A call, so
+    /// that the IPv4/UDP path inlined into [`Pipeline::process`] keeps its registers and code.
+    #[inline(never)]
+    fn fast_other<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Option<Verdict> {
+        let h: &[u8; 24] = pkt.data().first_chunk()?;
+        match (wire::be16(h, 12), h[20], h[23]) {
+            (0x0800, _, 6) => self.tcp4(port, pkt, now),
+            (0x86dd, 17, _) => self.udp6(port, pkt, now),
+            (0x86dd, 6, _) => self.tcp6(port, pkt, now),
+            _ => None,
+        }
+    }
+
+    /// [`Pipeline::process`] without its fast paths ([`Pipeline::udp4`], [`Pipeline::udp6`],
+    /// [`Pipeline::tcp4`], [`Pipeline::tcp6`]): every frame through the parsers and the stages
+    /// in order. The fast paths must decide as this does; tests hold them to the same verdicts,
+    /// packets and state.
     #[inline(always)]
     pub(crate) fn process_general<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Verdict {
         // The common case, no tunnel, returns straight from one pass: keeping a loop (and its
