@@ -21,23 +21,12 @@ import random
 import sys
 
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-from scapy.all import IP, UDP, Ether, Raw, fragment, wrpcap  # noqa: E402
+from scapy.all import IP, UDP, Raw, wrpcap  # noqa: E402
 
-ME_MAC = "02:00:00:00:00:01"
-PEER_MAC = "02:00:00:00:01:01"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from frags_common import eth, legit  # noqa: E402
+
 LEGIT, DATAGRAMS, FRAGMENTS, GAP = 64, 600, 8, 4
-
-
-def eth(p):
-    return Ether(dst=ME_MAC, src=PEER_MAC) / p
-
-
-def legit(n):
-    dg = (IP(src=f"198.51.100.{1 + n % 16}", dst="192.0.2.1", id=0x1000 + n)
-          / UDP(sport=40000 + n, dport=7) / Raw(bytes([n & 0xFF]) * 1000))
-    frags = fragment(dg, fragsize=400)
-    assert len(frags) == 3
-    return [eth(f) for f in frags]
 
 
 def packets():
