@@ -36,7 +36,7 @@
 //! - before any fragment is held, datagrams are evicted (reason `evicted`; `table_full` when
 //!   only a slot is short) until one more buffer fits under `high_thresh`: probation's oldest,
 //!   unless main's oldest has been in main more than four times as long as probation's oldest
-//!   has waited (`make_room`);
+//!   has waited, ages counted in fragments arrived since (`make_room`);
 //! - the timeout is fixed (`timeout_ms`): eviction, not shorter lifetimes, answers pressure.
 //!
 //! So memory never passes `high_thresh`, and a datagram completes if its second fragment
@@ -465,7 +465,8 @@ struct Slot<B> {
     /// Dropped for overlapping fragments: kept, empty, until its deadline so that the fragments
     /// "not yet received" are discarded too (RFC 5722 §4) instead of starting a new datagram.
     dead: bool,
-    /// When it entered its queue: its creation in probation, its second fragment in main.
+    /// When it entered its queue, in fragments inserted ([`Reassembler::insert`] counts them):
+    /// its creation in probation, its second fragment in main.
     since: u64,
     /// The queue it is in, and its neighbours there (older, newer).
     queue: Queue,
@@ -534,6 +535,10 @@ pub struct Reassembler<B> {
     main: Fifo,
     memory: usize,
     held: usize,
+    /// Fragments inserted so far: the probation policy's clock. Ages are counted in arrivals,
+    /// not nanoseconds: the RX engine gives a whole burst one `now`, so a probation turned over
+    /// within a burst would have waited "0 ns" and make any datagram in main look stale.
+    arrivals: u64,
     stats: ReasmStats,
 }
 
@@ -575,6 +580,7 @@ impl<B: PacketBuf> Reassembler<B> {
             main: Fifo::EMPTY,
             memory: 0,
             held: 0,
+            arrivals: 0,
             stats: ReasmStats::default(),
         }
     }
@@ -648,6 +654,7 @@ impl<B: PacketBuf> Reassembler<B> {
 
     /// Takes one received fragment (`meta` read from `pkt` by [`FragMeta::from_frame`]).
     pub fn insert(&mut self, now: Instant, pkt: B, meta: &FragMeta, io: &mut impl ReasmIo<B>) -> Insert<B> {
+        self.arrivals += 1;
         let fam = meta.key.family();
         let len = meta.data_len();
         let end = meta.end();
@@ -680,7 +687,7 @@ impl<B: PacketBuf> Reassembler<B> {
         };
         match slot {
             Some(s) if self.slots[s as usize].dead => self.refuse_one(frag.buf, fam, Reason::Overlap, io),
-            Some(s) => self.add_to(now, s, frag, fam, io),
+            Some(s) => self.add_to(s, frag, fam, io),
             None => self.create(now, frag, meta.key, io),
         }
     }
@@ -725,7 +732,7 @@ impl<B: PacketBuf> Reassembler<B> {
         }
     }
 
-    fn add_to(&mut self, now: Instant, s: u32, frag: Frag<B>, fam: Family, io: &mut impl ReasmIo<B>) -> Insert<B> {
+    fn add_to(&mut self, s: u32, frag: Frag<B>, fam: Family, io: &mut impl ReasmIo<B>) -> Insert<B> {
         let slot = &self.slots[s as usize];
         let frags = &slot.frags;
         let p = frags.partition_point(|f| f.off < frag.off);
@@ -757,11 +764,11 @@ impl<B: PacketBuf> Reassembler<B> {
         if slot.queue == Queue::Probation {
             self.q_unlink(s);
             self.q_push(s, Queue::Main);
-            self.slots[s as usize].since = now.0;
+            self.slots[s as usize].since = self.arrivals;
         }
         let room = match self.cfg.policy {
             Policy::Linux => self.memory + self.cfg.buffer_truesize <= self.memory_limit(),
-            Policy::Probation => self.make_room(now, Some(s), false, io),
+            Policy::Probation => self.make_room(Some(s), false, io),
         };
         if !room {
             return self.drop_whole(s, frag, fam, Reason::Memory, io);
@@ -805,7 +812,7 @@ impl<B: PacketBuf> Reassembler<B> {
             }
             Policy::Linux => {}
             Policy::Probation => {
-                if !self.make_room(now, None, true, io) {
+                if !self.make_room(None, true, io) {
                     return self.refuse_one(frag.buf, fam, Reason::Memory, io);
                 }
             }
@@ -820,7 +827,7 @@ impl<B: PacketBuf> Reassembler<B> {
         slot.deadline = now.0.saturating_add(lifetime);
         slot.src_prev = NIL;
         slot.dead = false;
-        slot.since = now.0;
+        slot.since = self.arrivals;
         self.q_push(s, Queue::Probation);
         let inserted = self.index.insert(key, s);
         debug_assert!(inserted, "the index holds as many keys as there are slots");
@@ -848,21 +855,21 @@ impl<B: PacketBuf> Reassembler<B> {
     /// work per packet stays bounded whatever the table holds.
     const MAX_EVICTIONS: usize = 8;
 
-    /// How many times longer than probation's oldest a datagram may stay in main before it is
-    /// the one evicted (see [`Reassembler::make_room`]).
+    /// How many times longer than probation's oldest has waited a datagram may stay in main
+    /// before it is the one evicted (see `make_room`).
     const MAIN_GRACE: u64 = 4;
 
     /// [`Policy::Probation`]: evicts datagrams (never `keep`) until one more buffer fits under
     /// `high_thresh` and, with `slot`, a slot is free. The victim is probation's oldest — one
     /// fragment and nothing since — unless main's oldest has been there more than
-    /// [`Self::MAIN_GRACE`] times as long, then that one. A datagram's second fragment must
-    /// come within the time probation takes to turn over, and it must complete within four times
-    /// that: a flood of first fragments turns probation over and never touches a datagram in
+    /// [`Self::MAIN_GRACE`] times as long (ages in fragments arrived since). A datagram's second
+    /// fragment must come within the arrivals that turn probation over, and it must complete
+    /// within four times that: a flood of first fragments turns probation over and never touches a datagram in
     /// progress; FragmentSmack's datagrams, which get fragment after fragment and never
     /// complete, age out of main, however often they are fed (progress buys no time: a
     /// legitimate sender's fragments arrive together and complete young). Returns whether the
     /// room was made.
-    fn make_room(&mut self, now: Instant, keep: Option<u32>, slot: bool, io: &mut impl ReasmIo<B>) -> bool {
+    fn make_room(&mut self, keep: Option<u32>, slot: bool, io: &mut impl ReasmIo<B>) -> bool {
         for _ in 0..Self::MAX_EVICTIONS {
             let memory_short = self.memory + self.cfg.buffer_truesize > self.cfg.high_thresh_bytes;
             let slot_short = slot && self.free.is_empty();
@@ -874,7 +881,7 @@ impl<B: PacketBuf> Reassembler<B> {
             if m != NIL && Some(m) == keep {
                 m = self.slots[m as usize].q_newer;
             }
-            let waited = |x: u32| now.0.saturating_sub(self.slots[x as usize].since);
+            let waited = |x: u32| self.arrivals - self.slots[x as usize].since;
             let victim = match (p, m) {
                 (NIL, NIL) => return false,
                 (p, NIL) => p,

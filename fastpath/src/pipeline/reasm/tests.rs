@@ -974,30 +974,38 @@ fn a_datagram_in_progress_outlives_a_flood_of_first_fragments() {
 
 #[test]
 fn a_datagram_that_stays_in_main_too_long_is_evicted_before_newcomers() {
-    // FragmentSmack's shape: datagram 0 keeps getting fragments and never completes. Once it
-    // has been in main more than four times as long as probation's oldest has waited, it is the
-    // victim, whatever it was fed meanwhile.
-    let mut r = Reassembler::new(probation(4));
+    // FragmentSmack's shape: datagram 0 keeps getting fragments and never completes. Newcomers
+    // are evicted first while it is young; once it has been in main more than four times as many
+    // arrivals as probation's oldest has waited, it is the victim, whatever it was fed meanwhile.
+    let mut r = Reassembler::new(probation(5));
     let mut io = Io::default();
-    held(put(&mut r, &mut io, 0, &v4_fragment(A, ME, 0, 0, true, &[0; 8])));
-    held(put(&mut r, &mut io, 0, &v4_fragment(A, ME, 0, 8, true, &[0; 8])));
-    held(put(&mut r, &mut io, 50, &v4_fragment(A, ME, 0, 16, true, &[0; 8])));
-    held(put(&mut r, &mut io, 90, &three_v4(1)[0]));
-    // Full. At 100 probation's oldest (id 1) has waited 10, main's (id 0) 100 > 4 x 10.
-    held(put(&mut r, &mut io, 100, &three_v4(2)[0]));
-    assert_eq!(io.fates(), [Fate::Refused(Reason::Evicted); 3], "datagram 0, all three");
-    assert!(io.released.iter().all(|r| r.2[18..20] == 0u16.to_be_bytes()));
-    assert_eq!(r.datagrams(), 2);
-    // Now probation's oldest is the victim: main is empty.
-    held(put(&mut r, &mut io, 101, &three_v4(3)[0]));
-    held(put(&mut r, &mut io, 102, &three_v4(4)[0]));
-    held(put(&mut r, &mut io, 103, &three_v4(5)[0]));
-    assert_eq!(
-        &io.released[3].2[18..20],
-        &1u16.to_be_bytes(),
-        "then the oldest newcomer"
-    );
-    assert!(r.memory() <= 4 * TS);
+    held(put(&mut r, &mut io, 0, &v4_fragment(A, ME, 0, 0, true, &[0; 8]))); // arrival 1
+    held(put(&mut r, &mut io, 0, &v4_fragment(A, ME, 0, 8, true, &[0; 8]))); // 2: in main
+    held(put(&mut r, &mut io, 0, &three_v4(100)[0])); // 3
+    held(put(&mut r, &mut io, 0, &three_v4(101)[0])); // 4: full
+    let mut evicted = vec![];
+    let mut offset = 16;
+    for (i, id) in (102..120).enumerate() {
+        if i % 3 == 2 {
+            // Fed: progress buys no time.
+            held(put(&mut r, &mut io, 0, &v4_fragment(A, ME, 0, offset, true, &[0; 8])));
+            offset += 8;
+        }
+        held(put(&mut r, &mut io, 0, &three_v4(id)[0]));
+        assert!(r.memory() <= 5 * TS);
+        let ident = |x: &(Fate, Family, Vec<u8>)| u16::from_be_bytes([x.2[18], x.2[19]]);
+        evicted = io.released.iter().map(ident).collect::<Vec<_>>();
+        if evicted.contains(&0) {
+            break;
+        }
+    }
+    // Probation's oldest went first, then datagram 0 as a whole (all its fragments at once).
+    let first0 = evicted.iter().position(|&x| x == 0).expect("datagram 0 evicted");
+    assert!(first0 >= 2, "newcomers before it: {evicted:?}");
+    assert!(evicted[..first0].iter().all(|&x| x >= 100), "{evicted:?}");
+    assert!(evicted[first0..].iter().all(|&x| x == 0), "{evicted:?}");
+    assert!(evicted.len() - first0 >= 3, "with what it was fed: {evicted:?}");
+    assert!(io.fates().iter().all(|f| *f == Fate::Refused(Reason::Evicted)));
 }
 
 #[test]
