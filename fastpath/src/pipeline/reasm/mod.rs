@@ -616,7 +616,8 @@ impl<B: PacketBuf> Reassembler<B> {
     }
 
     /// The most [`Reassembler::memory`] can ever reach: `high_thresh` plus one datagram of
-    /// `max_fragments` buffers.
+    /// `max_fragments` buffers (under [`Policy::Linux`]; [`Policy::Probation`] stays within
+    /// `high_thresh`).
     pub fn memory_limit(&self) -> usize {
         self.cfg.high_thresh_bytes + self.cfg.max_fragments * self.cfg.buffer_truesize
     }
