@@ -20,15 +20,12 @@ import os
 import sys
 
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-from scapy.all import IP, UDP, Ether, Raw, fragment, wrpcap  # noqa: E402
+from scapy.all import IP, UDP, Raw, wrpcap  # noqa: E402
 
-ME_MAC = "02:00:00:00:00:01"
-PEER_MAC = "02:00:00:00:01:01"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from frags_common import eth, legit as legit_fragments  # noqa: E402
+
 LEGIT, FLOOD, EVERY = 64, 1024, 16
-
-
-def eth(p):
-    return Ether(dst=ME_MAC, src=PEER_MAC) / p
 
 
 def packets():
@@ -40,12 +37,7 @@ def packets():
             bytes(UDP(sport=30000 + i, dport=7, len=1008)) + bytes([i & 0xFF]) * 16)
         out.append(eth(first))
         if i % EVERY == EVERY - 1:
-            n = legit
-            dg = (IP(src=f"198.51.100.{1 + n % 16}", dst="192.0.2.1", id=0x1000 + n)
-                  / UDP(sport=40000 + n, dport=7) / Raw(bytes([n & 0xFF]) * 1000))
-            frags = fragment(dg, fragsize=400)
-            assert len(frags) == 3
-            out += [eth(f) for f in frags]
+            out += legit_fragments(legit)
             legit += 1
     assert legit == LEGIT
     for i, p in enumerate(out):

@@ -147,11 +147,11 @@ pub(super) fn pair(s: Shape) -> (Pipeline, Pipeline) {
 #[allow(clippy::type_complexity)]
 pub(super) type Run = (Vec<(Verdict, Option<usize>, Vec<u8>)>, Vec<Vec<(usize, usize)>>);
 
-/// Runs the bursts of frames `frame` makes through `p` (the ring lengths set before each), by
-/// the fast paths or not.
-pub(super) fn run<D>(
+/// Runs the bursts of frames `frame` makes through `p` (the ring lengths of its `N` sockets set
+/// before each), by the fast paths or not.
+pub(super) fn run<D, const N: usize>(
     p: &mut Pipeline,
-    bursts: &[(Vec<D>, [usize; SOCKETS])],
+    bursts: &[(Vec<D>, [usize; N])],
     frame: impl Fn(&D) -> HeapBuf,
     step_ns: u64,
     fast: bool,

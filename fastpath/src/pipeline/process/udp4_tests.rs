@@ -194,39 +194,6 @@ fn pipeline(two_addresses: bool, rollover: bool, flow_limit: bool) -> Pipeline {
     Pipeline::new(tables(two_addresses, rollover, flow_limit), 0)
 }
 
-/// Runs the bursts through `p` (the ring lengths set before each), by the fast path or not:
-/// per packet its verdict (and socket) and bytes, per burst the sockets staged for.
-#[allow(clippy::type_complexity)]
-fn run(
-    p: &mut Pipeline,
-    bursts: &[(Vec<Draw>, [usize; 4])],
-    start: u64,
-    step_ns: u64,
-    fast: bool,
-) -> (Vec<(Verdict, Option<usize>, Vec<u8>)>, Vec<Vec<(usize, usize)>>) {
-    let (mut pkts, mut staged) = (vec![], vec![]);
-    let mut now = start;
-    for (frames, lens) in bursts {
-        for (s, &len) in p.tables().sockets.clone().iter().zip(lens) {
-            s.queue(0).sim().unwrap().set_len(len);
-        }
-        for d in frames {
-            let mut b = frame(d);
-            now += step_ns;
-            let v = if fast {
-                p.process(0, &mut b, Instant(now))
-            } else {
-                p.process_general(0, &mut b, Instant(now))
-            };
-            let to = (v == Verdict::Deliver).then(|| p.delivered_to());
-            pkts.push((v, to, b.data().to_vec()));
-        }
-        staged.push(p.staged().collect());
-        p.burst_done();
-    }
-    (pkts, staged)
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -251,8 +218,8 @@ proptest! {
             let cfg = p.tables().icmp.clone();
             p.icmp = icmp_error::IcmpLimiter::new(&cfg, cfg.global_bucket(Instant(0)), p.icmp_seed);
         }
-        let a = run(&mut fast, &bursts, 1_000_000_000, step_ns, true);
-        let b = run(&mut general, &bursts, 1_000_000_000, step_ns, false);
+        let a = super::fast_harness::run(&mut fast, &bursts, frame, step_ns, true);
+        let b = super::fast_harness::run(&mut general, &bursts, frame, step_ns, false);
         for (i, (x, y)) in a.0.iter().zip(&b.0).enumerate() {
             prop_assert_eq!(x, y, "packet {}", i);
         }
