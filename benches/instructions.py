@@ -50,6 +50,7 @@ and freed on RX on hugepages with capture initialised, before and after a captur
 """
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -174,6 +175,10 @@ def run(sc, seconds, tmp):
         # stack then (the thread's start, the EAL's lcore loop) with the whole count as their own.
         return dict(r, packets=n, total=total / n, dpdk=None, ours=None)
     dpdk = dpdk_share(out)
+    keep = os.environ.get("INSTRUCTIONS_KEEP")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        shutil.copy(out, os.path.join(keep, f"{sc['name']}.callgrind"))
     return dict(r, packets=n, total=total / n, dpdk=dpdk / n, ours=(total - dpdk) / n)
 
 

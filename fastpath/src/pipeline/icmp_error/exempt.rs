@@ -62,6 +62,16 @@ struct Inner {
     v6: Ranges<u128>,
 }
 
+impl Inner {
+    #[inline(never)]
+    fn contains(&self, ip: &IpAddr) -> bool {
+        match *ip {
+            IpAddr::V4(a) => self.v4.contains(u32::from(a)),
+            IpAddr::V6(a) => self.v6.contains(u128::from(a)),
+        }
+    }
+}
+
 /// The exempt prefixes: a set whose lookup cost does not grow with the list (logarithmic in the
 /// number of merged ranges). Cloning copies a pointer. Equal when the listed prefixes are.
 #[derive(Clone, Debug, Default)]
@@ -146,12 +156,15 @@ impl ExemptSet {
     }
 
     /// Whether `ip` is inside some listed prefix. Reads only; no allocation.
-    #[inline]
+    ///
+    /// The empty set (the default) is one compare inline; a listed set is searched out of line.
+    /// Called out of line as a whole, the empty set's answer cost every closed-port decision
+    /// ~8 instructions (callgrind).
+    #[inline(always)]
     pub fn contains(&self, ip: &IpAddr) -> bool {
-        let Some(i) = &self.0 else { return false };
-        match *ip {
-            IpAddr::V4(a) => i.v4.contains(u32::from(a)),
-            IpAddr::V6(a) => i.v6.contains(u128::from(a)),
+        match &self.0 {
+            None => false,
+            Some(i) => i.contains(ip),
         }
     }
 
