@@ -39,6 +39,14 @@ pub trait RxIo<B: LcoreBuf> {
     /// Enqueues `pkts` to `socket`'s queue of RX lcore slot `slot` (this lcore's): what it
     /// takes leaves `pkts` from the front, the refused stay. Returns how many it took.
     fn enqueue(&mut self, socket: &Socket, slot: usize, pkts: &mut Vec<B>) -> usize;
+    /// Prefetches step `step` (0, 1, 2) of what an enqueue to `socket`'s queue of slot `slot`
+    /// and its counting read, each step's lines found through the last step's: the end of a
+    /// burst issues each step for every socket it will enqueue to before it enqueues, so that
+    /// the misses of many sockets overlap instead of queueing one behind another.
+    #[inline(always)]
+    fn prefetch(&mut self, socket: &Socket, slot: usize, step: u8) {
+        let _ = (socket, slot, step);
+    }
     /// Hands `pkts` (answers, not yet encapsulated) to the owning worker of sequence tunnel
     /// `tunnel`: what its ring takes leaves `pkts` from the front, the refused stay. Returns how
     /// many it took.
@@ -243,17 +251,26 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     #[inline]
     pub fn end_burst(&mut self) {
         let slot = self.pipeline.slot();
-        // Borrowed, not cloned: an Arc clone is an atomic write to a line every lcore shares.
-        let tables = self.pipeline.tables();
-        for (s, _) in self.pipeline.staged() {
-            let pkts = &mut self.staged[s];
+        // With many sockets each is cold here; with one, three calls per burst.
+        if self.pipeline.touched() > 1 {
+            for step in 0..3 {
+                let io = &mut self.side.io;
+                self.pipeline
+                    .each_touched(|tables, s| io.prefetch(&tables.sockets[s], slot, step));
+            }
+        }
+        let (staged, io, stats, drops) = (&mut self.staged, &mut self.side.io, &*self.stats, &mut self.drops);
+        // The tables borrowed, not cloned: an Arc clone is an atomic write to a line every
+        // lcore shares.
+        self.pipeline.each_staged(|tables, s, _| {
+            let pkts = &mut staged[s];
             let socket = &tables.sockets[s];
             let n = if socket.free_on_rx {
                 let n = pkts.len();
                 B::free_bulk(pkts);
                 n as u64
             } else {
-                self.side.io.enqueue(socket, slot, pkts) as u64
+                io.enqueue(socket, slot, pkts) as u64
             };
             let c = &socket.counters.rx[slot];
             c.delivered.add(n);
@@ -262,14 +279,15 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             } else {
                 (Outcome::Delivered, Outcome::SocketFull)
             };
-            self.stats.outcomes[taken.index()].add(n);
+            stats.outcomes[taken.index()].add(n);
             let refused = pkts.len() as u64;
             if refused > 0 {
                 c.full.add(refused);
-                self.stats.outcomes[full.index()].add(refused);
-                self.drops.append(pkts);
+                stats.outcomes[full.index()].add(refused);
+                drops.append(pkts);
             }
-        }
+            socket.carries().then(|| socket.producer_len(slot, false))
+        });
         self.pipeline.burst_done();
         B::free_bulk(&mut self.drops);
     }

@@ -271,18 +271,16 @@ struct Depth(Box<[AtomicU32]>);
 /// Read per burst by its RX lcores and per poll by its worker: 128-byte aligned, so that no
 /// heap object an lcore writes shares its lines (its own written fields are on lines of their
 /// own too).
+// In declaration order, what an RX lcore's enqueue reads first: the queues, the counters, the
+// capacity and the flags share the first line (with many sockets each is met cold).
 #[repr(align(128))]
 pub struct Socket {
-    /// The service's name.
-    pub service: String,
-    /// Index of the socket in its service.
-    pub index: usize,
     /// One queue per RX lcore slot.
     queues: Box<[SocketQueue]>,
-    /// The worker slot that drains it.
-    pub worker: usize,
     /// Counters, shared with the socket's successor across reloads.
     pub counters: std::sync::Arc<SocketCounters>,
+    /// The queues' capacity, read per packet by fanout: a plain field, not a virtual call.
+    capacity: usize,
     /// Benchmark only: the RX lcore frees what it would enqueue here, counted delivered (the
     /// service's `free_on_rx`).
     pub free_on_rx: bool,
@@ -291,8 +289,12 @@ pub struct Socket {
     pub kernel: bool,
     /// How its queues were made (a reload keeps a socket only for the same use).
     pub sync: QueueSync,
-    /// The queues' capacity, read per packet by fanout: a plain field, not a virtual call.
-    capacity: usize,
+    /// The worker slot that drains it.
+    pub worker: usize,
+    /// The service's name.
+    pub service: String,
+    /// Index of the socket in its service.
+    pub index: usize,
     pressure: Pressure,
     history: History,
     depth: Depth,
@@ -353,6 +355,14 @@ impl Socket {
             pressure: Pressure::default(),
             history: History::default(),
         }
+    }
+
+    /// Whether its RX lcore's view of its length, taken after an enqueue, stays an upper bound
+    /// until that lcore's next enqueue: one queue, which only that lcore fills
+    /// ([`crate::pipeline::fanout::FanoutState::carry`]).
+    #[inline]
+    pub fn carries(&self) -> bool {
+        self.queues.len() == 1 && self.sync.single_producer
     }
 
     /// How many packets the socket holds at most (in all its queues; each queue too).

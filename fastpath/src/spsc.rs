@@ -85,6 +85,28 @@ impl SpscRing {
         }
     }
 
+    /// For a producer that prefetches before it pushes: the addresses of what a push reads
+    /// first (its own line, the line holding the slot array's pointer, the consumer's published
+    /// index); none is read here.
+    #[inline]
+    pub fn producer_lines(&self) -> [*const u8; 3] {
+        [
+            std::ptr::from_ref(&self.producer).cast(),
+            std::ptr::from_ref(&self.slots).cast(),
+            std::ptr::from_ref(&self.taken).cast(),
+        ]
+    }
+
+    /// For a producer that prefetches before it pushes: the slots a push reclaims from first
+    /// (the oldest unreleased word) and writes to next. Reads the producer's own line and the
+    /// slot array's pointer, not the slots.
+    #[inline]
+    pub fn producer_slots(&self) -> [*const u8; 2] {
+        let p = &self.producer.0;
+        let at = |i: usize| std::ptr::from_ref(&self.slots[i & self.mask]).cast();
+        [at(p.released.load(Relaxed)), at(p.next.load(Relaxed))]
+    }
+
     /// Words the ring holds at most.
     pub fn capacity(&self) -> usize {
         self.capacity

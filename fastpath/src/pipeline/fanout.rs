@@ -128,17 +128,25 @@ struct SocketView {
     snap: u32,
     /// Whether `snap` is the ring's true length (else an upper bound of it).
     snap_exact: bool,
-    /// The burst `snap` was read in.
+    /// The burst `snap` was read in, or [`CARRIED`].
     snap_burst: u32,
     /// Packets staged in the current burst.
     staged: u32,
     /// The group position rolled over to last time.
     remembered: u16,
+    /// The first backlog at which a rule could decide something other than "stay" for this
+    /// socket (its group's rules at its capacity), once a decision has computed it; 0 before.
+    rule: u32,
     /// While `staged` is below this (in the burst `snap` was read in), the next packet for this
     /// socket stays here for certain: the room after it is NORMAL and the backlog below half, so
     /// neither rollover nor the flow limit can decide otherwise (see [`FanoutState::stays`]).
     fast_end: u32,
 }
+
+/// `SocketView::snap_burst` of a snapshot carried from this lcore's last enqueue
+/// ([`FanoutState::carry`]): valid in every burst until the next one. Bursts count from 1 to
+/// `u32::MAX - 1`; 0, a new view's, is no snapshot.
+const CARRIED: u32 = u32::MAX;
 
 /// The first backlog whose room after one more packet is no longer NORMAL
 /// ([`Room::after_one_more`]: NORMAL needs `capacity - queued - 1 > capacity / 4`).
@@ -205,7 +213,7 @@ impl FanoutState {
     fn queued(&mut self, s: usize, socket: &Socket) -> usize {
         let burst = self.burst;
         let v = &mut self.view[s];
-        if v.snap_burst != burst {
+        if v.snap_burst != burst && v.snap_burst != CARRIED {
             let (len, exact) = socket.producer_len(self.slot, false);
             v.snap = len as u32;
             v.snap_exact = exact;
@@ -220,6 +228,10 @@ impl FanoutState {
         }
         v.snap = socket.producer_len(self.slot, true).0 as u32;
         v.snap_exact = true;
+        // Exact now, in this burst only: a carried snapshot kept as exact would outlive the
+        // consumer's next take (and hold a full socket full until this lcore enqueued to it
+        // again, which it then never would).
+        v.snap_burst = burst;
         v.snap as usize + v.staged as usize
     }
 
@@ -258,7 +270,7 @@ impl FanoutState {
             self.view[s].staged = 0;
         }
         self.touched.clear();
-        self.burst = self.burst.wrapping_add(1).max(1);
+        self.burst = self.burst % (CARRIED - 1) + 1;
     }
 
     /// The common case of [`FanoutState::choose`] for a service with one socket, inlined into
@@ -270,6 +282,34 @@ impl FanoutState {
             return None;
         };
         self.stays(gi).then_some(gi)
+    }
+
+    /// [`FanoutState::choose_fast`] for a service whose one socket, if it has one, is `single`
+    /// (`ServiceTable::single_socket`: no read of the group's list).
+    #[inline(always)]
+    pub fn choose_fast_single(&mut self, single: Option<usize>) -> Option<usize> {
+        let gi = single?;
+        self.stays(gi).then_some(gi)
+    }
+
+    /// After the burst's enqueue to socket `s`: the queue's length as its one producer (this
+    /// lcore) then sees it, `len`, exact or not, becomes the snapshot of the next burst, and
+    /// with it the bound below which the next packets stay without a decision. Only for a
+    /// socket with one queue and one producer (`Socket::carries`): nothing but this lcore adds
+    /// to it, so a length it saw remains an upper bound until it enqueues again.
+    ///
+    /// With many sockets a burst's packets go to different ones, each its first of the burst;
+    /// with a snapshot read at that first packet, every packet took the decision and read its
+    /// socket's ring, a chain of misses (socket, queue, ring) on the pipeline's critical path
+    /// (perf, 1000 sink services: `Socket::producer_len` 24–26% of the RX lcore). Carried from
+    /// the enqueue, whose lines are already in cache, the packet stays on its bound alone.
+    #[inline]
+    pub fn carry(&mut self, s: usize, len: usize, exact: bool) {
+        let v = &mut self.view[s];
+        v.snap = len.min(u32::MAX as usize) as u32;
+        v.snap_exact = exact;
+        v.snap_burst = CARRIED;
+        v.fast_end = v.rule.saturating_sub(v.snap);
     }
 
     /// Whether the next packet for socket `gi` stays there for certain, and if so stages it:
@@ -288,10 +328,14 @@ impl FanoutState {
         let Some(v) = self.view.get_mut(gi) else {
             return false;
         };
-        if v.snap_burst == burst && v.staged < v.fast_end {
-            // fast_end > 0 only after `choose` staged a packet here in this burst: the socket
-            // is already in `touched`.
+        if (v.snap_burst == burst || v.snap_burst == CARRIED) && v.staged < v.fast_end {
+            // The burst's first packet here when the bound was carried from the last enqueue
+            // (`carry`); otherwise `choose` staged one already and listed the socket.
+            let first = v.staged == 0;
             v.staged += 1;
+            if first {
+                self.touched.push(gi);
+            }
             return true;
         }
         false
@@ -310,8 +354,8 @@ impl FanoutState {
             usize::MAX
         };
         let v = &mut self.view[gi];
-        let bound = room.min(flow).saturating_sub(v.snap as usize);
-        v.fast_end = bound.min(u32::MAX as usize) as u32;
+        v.rule = room.min(flow).min(u32::MAX as usize) as u32;
+        v.fast_end = v.rule.saturating_sub(v.snap);
     }
 
     /// The group position the fanout mode picks for a packet of flow `hash` (advances the

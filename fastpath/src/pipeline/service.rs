@@ -95,10 +95,37 @@ impl Service {
 #[derive(Clone, Debug)]
 pub struct ServiceTable {
     services: Vec<Service>,
+    /// Per service, what a packet's lookup and fanout read first ([`Brief`]).
+    brief: Vec<Brief>,
     /// Per UDP destination port: 1 + the service's index, 0 for none.
     udp: Box<[u16; 65536]>,
     /// The same for TCP.
     tcp: Box<[u16; 65536]>,
+}
+
+/// What the per-packet path reads of a service, 8 bytes apiece in one array: with many
+/// services a packet meets its service cold, and the `Service` (a 120-byte entry) and its
+/// group's socket list (a heap block of its own) were two misses, one waiting for the other,
+/// before the fanout could even look at the socket (perf, 1000 sink services: the load of
+/// `group.sockets[0]` was 27% of the RX lcore).
+#[derive(Clone, Copy, Debug)]
+struct Brief {
+    /// The global index of the service's one socket, `u32::MAX` with several.
+    single: u32,
+    /// Whether it listens on every local address (no `addresses` to compare).
+    any_address: bool,
+}
+
+impl Brief {
+    fn of(svc: &Service) -> Brief {
+        Brief {
+            single: match svc.group.sockets.as_slice() {
+                &[s] => u32::try_from(s).unwrap_or(u32::MAX),
+                _ => u32::MAX,
+            },
+            any_address: svc.addresses.is_empty(),
+        }
+    }
 }
 
 fn no_ports() -> Box<[u16; 65536]> {
@@ -109,6 +136,7 @@ impl Default for ServiceTable {
     fn default() -> Self {
         ServiceTable {
             services: Vec::new(),
+            brief: Vec::new(),
             udp: no_ports(),
             tcp: no_ports(),
         }
@@ -126,6 +154,7 @@ impl ServiceTable {
                 IpProtocol::UDP => &mut t.udp,
                 IpProtocol::TCP => &mut t.tcp,
                 _ => {
+                    t.brief.push(Brief::of(&svc));
                     t.services.push(svc);
                     continue;
                 }
@@ -133,6 +162,7 @@ impl ServiceTable {
             for p in ports {
                 by_port[p as usize] = u16::try_from(i + 1).unwrap_or(0);
             }
+            t.brief.push(Brief::of(&svc));
             t.services.push(svc);
         }
         t
@@ -158,7 +188,22 @@ impl ServiceTable {
             _ => return None,
         };
         let svc = (by_port[port as usize] as usize).checked_sub(1)?;
-        self.services[svc].serves(|| *dst).then_some(svc)
+        self.serves(svc, || *dst).then_some(svc)
+    }
+
+    /// Whether service `svc` takes packets to `dst`: its brief says so for a service on every
+    /// address, without a read of the service itself.
+    #[inline(always)]
+    fn serves(&self, svc: usize, dst: impl FnOnce() -> IpAddr) -> bool {
+        self.brief[svc].any_address || self.services[svc].serves(dst)
+    }
+
+    /// The global index of service `svc`'s socket if it has exactly one (the fanout's fast
+    /// path, [`crate::pipeline::fanout::FanoutState::choose_fast_single`]).
+    #[inline(always)]
+    pub fn single_socket(&self, svc: usize) -> Option<usize> {
+        let s = self.brief[svc].single;
+        (s != u32::MAX).then_some(s as usize)
     }
 
     /// [`ServiceTable::lookup`] for UDP to an IPv4 address (the pipeline's fast path): the
@@ -166,28 +211,28 @@ impl ServiceTable {
     #[inline(always)]
     pub fn lookup_udp4(&self, port: u16, dst: Ipv4Addr) -> Option<usize> {
         let svc = (self.udp[port as usize] as usize).checked_sub(1)?;
-        self.services[svc].serves(|| IpAddr::V4(dst)).then_some(svc)
+        self.serves(svc, || IpAddr::V4(dst)).then_some(svc)
     }
 
     /// [`ServiceTable::lookup`] for UDP to an IPv6 address (the IPv6 fast path).
     #[inline(always)]
     pub fn lookup_udp6(&self, port: u16, dst: &Ipv6Addr) -> Option<usize> {
         let svc = (self.udp[port as usize] as usize).checked_sub(1)?;
-        self.services[svc].serves(|| IpAddr::V6(*dst)).then_some(svc)
+        self.serves(svc, || IpAddr::V6(*dst)).then_some(svc)
     }
 
     /// [`ServiceTable::lookup`] for TCP to an IPv4 address (the TCP fast path).
     #[inline(always)]
     pub fn lookup_tcp4(&self, port: u16, dst: Ipv4Addr) -> Option<usize> {
         let svc = (self.tcp[port as usize] as usize).checked_sub(1)?;
-        self.services[svc].serves(|| IpAddr::V4(dst)).then_some(svc)
+        self.serves(svc, || IpAddr::V4(dst)).then_some(svc)
     }
 
     /// [`ServiceTable::lookup`] for TCP to an IPv6 address (the TCP fast path).
     #[inline(always)]
     pub fn lookup_tcp6(&self, port: u16, dst: &Ipv6Addr) -> Option<usize> {
         let svc = (self.tcp[port as usize] as usize).checked_sub(1)?;
-        self.services[svc].serves(|| IpAddr::V6(*dst)).then_some(svc)
+        self.serves(svc, || IpAddr::V6(*dst)).then_some(svc)
     }
 
     /// Whether a UDP service with the `echo` action listens on `port` (on any address).

@@ -44,6 +44,31 @@ impl RxIo<Mbuf> for DpdkIo {
     fn enqueue(&mut self, socket: &Socket, slot: usize, pkts: &mut Vec<Mbuf>) -> usize {
         ring(socket, slot).map_or(0, |r| r.enqueue(pkts))
     }
+    #[inline(always)]
+    fn prefetch(&mut self, socket: &Socket, slot: usize, step: u8) {
+        use crate::dpdk::prefetch;
+        match step {
+            // The socket's own line (its queues, counters and flags).
+            0 => prefetch(std::ptr::from_ref(socket).cast()),
+            // Its queue's lines, and the counters' block.
+            1 => {
+                if let Some(r) = ring(socket, slot) {
+                    prefetch(std::ptr::from_ref(r).cast());
+                    r.prefetch(0);
+                }
+                prefetch(std::ptr::from_ref(&*socket.counters).cast());
+            }
+            // The slots the enqueue releases and fills, and this lcore's counters.
+            _ => {
+                if let Some(r) = ring(socket, slot) {
+                    r.prefetch(1);
+                }
+                if let Some(c) = socket.counters.rx.get(slot) {
+                    prefetch(std::ptr::from_ref(c).cast());
+                }
+            }
+        }
+    }
     fn hand_off(&mut self, tunnel: &crate::pipeline::tunnel::Tunnel, pkts: &mut Vec<Mbuf>) -> usize {
         match super::handoff_ring(tunnel) {
             Some(r) => r.enqueue(pkts),

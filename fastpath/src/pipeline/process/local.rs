@@ -116,7 +116,7 @@ impl Pipeline {
             return Verdict::Drop(Outcome::NoService);
         };
         // One socket with room to spare (the common case): no decision to make, no call.
-        if let Some(s) = self.fanout.choose_fast(&self.tables.services.services()[svc].group) {
+        if let Some(s) = self.fanout.choose_fast_single(self.tables.services.single_socket(svc)) {
             return self.deliver(s);
         }
         // The NIC's hash (a read of the mbuf's flags) only for a packet that has a service.

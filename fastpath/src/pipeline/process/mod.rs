@@ -238,6 +238,35 @@ impl Pipeline {
         self.fanout.touched().iter().map(|&s| (s, self.fanout.staged(s)))
     }
 
+    /// Calls `f` with the tables, each socket packets were staged for in this burst and how
+    /// many; `f` enqueues them and returns the socket's length as its producer then sees it
+    /// (and whether exactly), carried as the next burst's snapshot
+    /// ([`crate::pipeline::fanout::FanoutState::carry`]) where the socket allows it.
+    #[inline(always)]
+    pub fn each_staged(&mut self, mut f: impl FnMut(&Tables, usize, usize) -> Option<(usize, bool)>) {
+        let tables = &*self.tables;
+        for i in 0..self.fanout.touched().len() {
+            let s = self.fanout.touched()[i];
+            if let Some((len, exact)) = f(tables, s, self.fanout.staged(s)) {
+                self.fanout.carry(s, len, exact);
+            }
+        }
+    }
+
+    /// How many sockets packets were staged for in this burst.
+    #[inline]
+    pub fn touched(&self) -> usize {
+        self.fanout.touched().len()
+    }
+
+    /// Calls `f` with the tables and each socket packets were staged for in this burst.
+    #[inline(always)]
+    pub fn each_touched(&self, mut f: impl FnMut(&Tables, usize)) {
+        for &s in self.fanout.touched() {
+            f(&self.tables, s);
+        }
+    }
+
     /// The caller enqueued (or dropped) every staged packet.
     pub fn burst_done(&mut self) {
         self.fanout.burst_done();

@@ -65,7 +65,7 @@ impl Pipeline {
                     // `[kernel] punt` takes it (`punt_port`'s decision): the kernel's own
                     // connections, as a service's packets.
                     let svc = k.service;
-                    if let Some(s) = self.fanout.choose_fast(&t.services.services()[svc].group) {
+                    if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
                         return Some(self.deliver(s));
                     }
                     let p = Parsed::untagged_tcp4(src, dst, ttl, ports, flags, total);
@@ -89,7 +89,7 @@ impl Pipeline {
                 },
             );
         };
-        if let Some(s) = self.fanout.choose_fast(&t.services.services()[svc].group) {
+        if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
             return Some(self.deliver(s));
         }
         let p = Parsed::untagged_tcp4(src, dst, ttl, ports, flags, total);
@@ -137,7 +137,7 @@ impl Pipeline {
             if local.kernel {
                 if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::TCP, ports.1)) {
                     let svc = k.service;
-                    if let Some(s) = self.fanout.choose_fast(&t.services.services()[svc].group) {
+                    if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
                         return Some(self.deliver(s));
                     }
                     let p = Parsed::untagged_v6(IpProtocol::TCP, src, dst, hop_limit, ports, Some(flags), payload);
@@ -160,7 +160,7 @@ impl Pipeline {
                 },
             );
         };
-        if let Some(s) = self.fanout.choose_fast(&t.services.services()[svc].group) {
+        if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
             return Some(self.deliver(s));
         }
         let p = Parsed::untagged_v6(IpProtocol::TCP, src, dst, hop_limit, ports, Some(flags), payload);

@@ -75,7 +75,7 @@ impl Pipeline {
                     // sockets, as a service's packet, without the general parse (a flood
                     // aimed at the kernel path: rx 13.4 -> 15.3 Mpps in ci/bench-kernel).
                     let svc = k.service;
-                    if let Some(s) = self.fanout.choose_fast(&t.services.services()[svc].group) {
+                    if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
                         return Some(self.deliver(s));
                     }
                     let p = Parsed::untagged_udp4(src, dst, ttl, ports, total);
@@ -108,7 +108,7 @@ impl Pipeline {
         // `service_socket`'s two steps, written out again: through one shared helper taking the
         // fanout call as a closure LLVM inlined the pipeline differently, +51 instructions per
         // packet on open-sink and +28 on plain drop (callgrind, 8e1a69c).
-        if let Some(s) = self.fanout.choose_fast(&t.services.services()[svc].group) {
+        if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
             return Some(self.deliver(s));
         }
         let p = Parsed::untagged_udp4(src, dst, ttl, ports, total);

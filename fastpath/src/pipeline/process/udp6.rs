@@ -75,7 +75,7 @@ impl Pipeline {
                 if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::UDP, ports.1)) {
                     // `[kernel] punt` takes it (`punt_port`'s decision), as in `udp4`.
                     let svc = k.service;
-                    if let Some(s) = self.fanout.choose_fast(&t.services.services()[svc].group) {
+                    if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
                         return Some(self.deliver(s));
                     }
                     let p = Parsed::untagged_v6(IpProtocol::UDP, src, dst, hop_limit, ports, None, payload);
@@ -105,7 +105,7 @@ impl Pipeline {
             });
         };
         // `service_socket`'s two steps, written out as in `udp4`.
-        if let Some(s) = self.fanout.choose_fast(&t.services.services()[svc].group) {
+        if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
             return Some(self.deliver(s));
         }
         let p = Parsed::untagged_v6(IpProtocol::UDP, src, dst, hop_limit, ports, None, payload);
