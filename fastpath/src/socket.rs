@@ -273,7 +273,7 @@ struct Depth(Box<[AtomicU32]>);
 /// own too).
 // In declaration order, what an RX lcore's enqueue reads first: the queues, the counters, the
 // capacity and the flags share the first line (with many sockets each is met cold).
-#[repr(align(128))]
+#[repr(C, align(128))]
 pub struct Socket {
     /// One queue per RX lcore slot.
     queues: Box<[SocketQueue]>,

@@ -1140,9 +1140,10 @@ mod many_lcores_tests {
 
 #[cfg(test)]
 mod fast_path_tests {
-    use super::tests::group;
+    use super::tests::{group, q};
     use super::*;
     use crate::pipeline::flow_limit::FlowLimit;
+    use crate::socket::{SimQueue, SocketCounters};
     use proptest::prelude::*;
 
     fn set_len(s: &Socket, n: usize) {
@@ -1278,5 +1279,51 @@ mod fast_path_tests {
         let fast = (0..100).take_while(|_| st.choose_fast(&g).is_some()).count();
         assert_eq!(fast, 33, "the 34th packet sees 73 queued: the last with NORMAL room");
         assert_eq!(st.staged(0), 34);
+    }
+
+    /// What `RxEngine::end_burst` does for a socket that carries: the queue takes the staged
+    /// packets and the producer's view of its length goes into the next bursts.
+    fn enqueue_and_carry(st: &mut FanoutState, s: &Socket) {
+        let staged = st.staged(0);
+        q(s).push(staged);
+        let (len, exact) = s.producer_len(0, false);
+        st.carry(0, len, exact);
+        st.burst_done();
+    }
+
+    #[test]
+    fn a_carried_length_decides_later_bursts_without_a_read_and_never_holds_a_socket_full() {
+        let mut socket = Socket::new("svc", 0, SimQueue::new(100), 0, Arc::new(SocketCounters::new(1, 1)));
+        socket.sync.single_producer = true;
+        assert!(socket.carries());
+        let (g, _) = group(1, 100, false);
+        let sockets = vec![Arc::new(socket)];
+        let s = &sockets[0];
+        let mut st = FanoutState::new(1, 0, 3);
+        // The first burst decides once (no carried length yet) and opens the bound.
+        assert_eq!(st.choose_fast(&g), None);
+        assert_eq!(st.choose(&g, &sockets, 0u32), Choice::Socket(0));
+        assert_eq!(st.choose_fast(&g), Some(0));
+        enqueue_and_carry(&mut st, s);
+        // The next burst's first packet stays on the carried length alone, and is listed for
+        // the enqueue.
+        assert_eq!(st.choose_fast(&g), Some(0), "carried: no decision, no read");
+        assert_eq!(st.touched(), &[0]);
+        st.burst_done();
+        // The socket fills up (this lcore's enqueues) and the carried length says so.
+        q(s).set_len(100);
+        st.carry(0, 100, false);
+        assert_eq!(st.choose_fast(&g), None, "no bound once the rules may decide");
+        assert_eq!(st.choose(&g, &sockets, 0u32), Choice::Full(0));
+        st.burst_done();
+        // The consumer drains it; nothing was enqueued since, so nothing was carried: the
+        // exact read of the full socket counted for its burst only, the next reads again.
+        q(s).set_len(0);
+        assert_eq!(
+            st.choose(&g, &sockets, 0u32),
+            Choice::Socket(0),
+            "a full socket's read outlived its burst"
+        );
+        assert_eq!(st.choose_fast(&g), Some(0));
     }
 }
