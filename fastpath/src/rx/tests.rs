@@ -159,6 +159,48 @@ fn every_packet_counts_once_and_answers_leave_on_the_tx_queue() {
 }
 
 #[test]
+fn a_mixed_burst_counts_every_packet_once_and_keeps_each_kinds_order() {
+    // One socket; the same flow as fast-path frames, as frames with an IP option (the general
+    // path, `burst`'s second loop), a fragmented datagram and a ping, interleaved.
+    let mut e = engine_with(tables(1, 1, 64), Collect::new(0));
+    let optioned = |i: u8| {
+        v4_frame(
+            THEM,
+            ME,
+            IpProtocol::UDP,
+            &[1, 1, 1, 1],
+            0,
+            &udp_bytes(4000, 7, &[b'o', i]),
+        )
+    };
+    let mut frames = Vec::new();
+    for i in 0..12u8 {
+        frames.push(if i % 3 == 0 { optioned(i) } else { udp(7, &[b'f', i]) });
+        if i == 5 {
+            frames.extend(fragments(&udp(7, &[b'd'; 40]), 9, 16));
+            frames.push(ping(8));
+        }
+    }
+    run_burst(&mut e, &frames, T0);
+    assert_eq!(total(&e), frames.len() as u64);
+    assert_eq!(count(&e, Outcome::Delivered), 12 + 1);
+    assert_eq!(count(&e, Outcome::EchoReply), 1);
+    assert!(e.rest.is_empty(), "the second loop's packets are all handed on");
+    let payload = |b: &HeapBuf| {
+        let d = b.data();
+        let l4 = 14 + (d[14] & 0xf) as usize * 4 + 8;
+        (d[l4], d.get(l4 + 1).copied().unwrap_or(0))
+    };
+    let got: Vec<(u8, u8)> = e.io().delivered.iter().map(|(_, b)| payload(b)).collect();
+    for kind in [b'f', b'o'] {
+        let seq: Vec<u8> = got.iter().filter(|p| p.0 == kind).map(|p| p.1).collect();
+        let want: Vec<u8> = (0..12u8).filter(|i| (i % 3 == 0) == (kind == b'o')).collect();
+        assert_eq!(seq, want, "{}", kind as char);
+    }
+    assert_eq!(got.iter().filter(|p| p.0 == b'd').count(), 1);
+}
+
+#[test]
 fn a_multi_segment_packet_is_oversize() {
     let mut e = engine();
     let mut b = HeapBuf::new(&udp(7, b"x"));
