@@ -227,20 +227,12 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         // IPv6, fragments, ARP, tunnels...) in a call of its own. In one loop, the rest of the
         // pipeline behind a call per packet cost an IPv6 or TCP packet ~45 instructions, and
         // inlined there it cost the IPv4 paths 15-26 (spills). A burst's packets are reordered
-        // only across the two kinds, never within a flow (a flow's packets are of one kind).
-        for mut m in burst.drain(..) {
+        // only across the two kinds: a flow's keep their order unless some of them take the
+        // other kind (an IP option, a fragment), which then follow the rest, as IP allows.
+        for m in burst.drain(..) {
             bytes += m.pkt_len() as u64;
-            if !self.fits(port, &m) {
-                self.stats.outcome(Outcome::Oversize);
-                self.drops.push(m);
-            } else {
-                match self.pipeline.process_udp4(port, &mut m, now) {
-                    Some(v) => self.act(port, m, v, now),
-                    None => self.rest.push(m),
-                }
-            }
-            if self.drops.len() >= BURST {
-                B::free_bulk(&mut self.drops);
+            if let Some(m) = self.first_pass(port, m, now) {
+                self.rest.push(m);
             }
         }
         if !self.rest.is_empty() {
@@ -254,19 +246,29 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// burst's (staged packets wait for [`RxEngine::end_burst`]): for a driver that hands
     /// packets one at a time, such as the corpus runner printing each frame's outcomes. Not
     /// counted as received: the driver counts bursts.
-    pub fn receive(&mut self, port: u16, mut m: B, now: Instant) {
+    pub fn receive(&mut self, port: u16, m: B, now: Instant) {
+        if let Some(m) = self.first_pass(port, m, now) {
+            self.handle_cold(port, m, now);
+        }
+    }
+
+    /// A received packet through the IPv4/UDP fast path, acted on, or back if the path
+    /// declined it (nothing changed); an oversize frame is counted and dropped here.
+    #[inline(always)]
+    fn first_pass(&mut self, port: u16, mut m: B, now: Instant) -> Option<B> {
         if !self.fits(port, &m) {
             self.stats.outcome(Outcome::Oversize);
             self.drops.push(m);
         } else {
             match self.pipeline.process_udp4(port, &mut m, now) {
                 Some(v) => self.act(port, m, v, now),
-                None => self.handle_cold(port, m, now),
+                None => return Some(m),
             }
         }
         if self.drops.len() >= BURST {
             B::free_bulk(&mut self.drops);
         }
+        None
     }
 
     /// [`RxEngine::burst`]'s second loop: the packets the IPv4/UDP fast path declined, through the
