@@ -42,7 +42,7 @@ mod common;
 
 use common::*;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -320,8 +320,6 @@ impl Wire {
 #[derive(Clone, Copy, PartialEq)]
 enum FarEnd {
     Ovs,
-    /// Linux's own `ip_gre` (issue 28, item 4).
-    Kernel,
     /// OVS-DPDK (issue 28, item 3): fastpathd on `net_virtio_user` (vhost-user server, on
     /// hugepages), OVS's `dpdkvhostuserclient` port in a bridge `br-dp` that switches it to the
     /// veth, so the veth stays the wire the test reads (see [`ovs_dpdk`]).
@@ -377,7 +375,6 @@ impl OvsPeer {
         p.underlay();
         match far {
             FarEnd::Ovs | FarEnd::OvsDpdk => p.start_ovs(),
-            FarEnd::Kernel => p.kernel_gre(),
         }
         if far == FarEnd::OvsDpdk {
             // What a killed fastpathd leaves: its server socket, nobody listening on it.
@@ -668,19 +665,6 @@ impl OvsPeer {
     /// fastpathd's vhost-user socket (it is the server; OVS connects and reconnects to it).
     fn vhost_socket(&self) -> PathBuf {
         self.s.path("vhu0.sock")
-    }
-
-    /// The far end as the kernel's GRE instead: the underlay address on the veth itself (with
-    /// the MAC fastpathd's tunnel sends to), the inner one on a GRE device.
-    fn kernel_gre(&self) {
-        let (ns, dev) = (&self.ns_ovs, &self.if_ovs);
-        ip(&["-n", ns, "link", "set", dev, "address", PHY_MAC]);
-        ip(&["-n", ns, "addr", "add", &format!("{OVS_UNDERLAY}/24"), "dev", dev]);
-        ip(&words(&format!(
-            "-n {ns} link add gre1 type gre local {OVS_UNDERLAY} remote {FP_UNDERLAY} ttl 64"
-        )));
-        ip(&["-n", ns, "addr", "add", &format!("{OVS_INNER}/24"), "dev", "gre1"]);
-        ip(&["-n", ns, "link", "set", "gre1", "up"]);
     }
 
     fn start_fastpathd(&mut self, name: &str) {
@@ -1178,60 +1162,4 @@ fn ovs_dpdk_udp_echo_over_vhost_user() {
 #[test]
 fn ovs_dpdk_fragmented_ping_over_vhost_user() {
     fragmented_ping_on(KEYED_CHECKSUMMED, FarEnd::OvsDpdk)
-}
-
-// ---- issue 28, item 4: the kernel GRE peer, where the kernel has one ----
-
-/// Whether this kernel can make GRE devices: loads `ip_gre` if it is a module, then tries one in
-/// a scratch namespace (the only answer that counts: built in, module, or neither).
-fn kernel_has_ip_gre() -> bool {
-    let _ = Command::new("modprobe").arg("ip_gre").stderr(Stdio::null()).status();
-    let ns = format!("ovpk{}", std::process::id() % 100_000);
-    ip(&["netns", "add", &ns]);
-    let ok = Command::new("ip")
-        .args([
-            "-n",
-            &ns,
-            "link",
-            "add",
-            "gre1",
-            "type",
-            "gre",
-            "local",
-            "192.0.2.2",
-            "remote",
-            "192.0.2.1",
-        ])
-        .stderr(Stdio::null())
-        .status()
-        .unwrap()
-        .success();
-    ip(&["netns", "del", &ns]);
-    ok
-}
-
-/// Where the kernel has `ip_gre`, its GRE is a second independent peer: ping through a kernel
-/// tunnel to fastpathd's inner address, the wire read as above. Where it has not, this says so
-/// (on stderr, uncaptured, so CI logs show it) and the Open vSwitch tests above cover the
-/// interop row.
-#[test]
-fn kernel_gre_peer_where_the_kernel_has_ip_gre() {
-    if !kernel_has_ip_gre() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "kernel_gre_peer: this kernel has no ip_gre (no GRE device can be made), so no kernel \
-             GRE peer runs here; the Open vSwitch user-space GRE peer (the other tests in \
-             control/tests/ovs_peer.rs) covers the GRE interop row"
-        );
-        return;
-    }
-    let mut p = OvsPeer::with("kernel-gre", PLAIN, FarEnd::Kernel);
-    let cap = p.capture();
-    let out = p.exec_ovs(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "-I", OVS_INNER, FP_INNER]);
-    let wire = cap.stop();
-    let m = p.stop_fastpathd();
-    wire.assert_all_in_tunnel(PLAIN);
-    assert_eq!(wire.fp_gre(|f| f.inner("icmp.type") == "0"), PINGS, "replies in GRE");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("3 received"), "ping");
-    assert_eq!(tunnel_counter(&m, "fastpath_gre_decap_total"), PINGS as f64);
 }
