@@ -201,6 +201,33 @@ fn a_mixed_burst_counts_every_packet_once_and_keeps_each_kinds_order() {
 }
 
 #[test]
+fn receive_one_at_a_time_counts_as_a_burst_does() {
+    // The corpus runner hands frames one by one (`receive`); the lcore, in bursts.
+    let frames = vec![
+        udp(7, b"a"),
+        ping(8),
+        udp(9, b"closed"),
+        v4_frame(THEM, ME, IpProtocol::UDP, &[1, 1, 1, 1], 0, &udp_bytes(4000, 7, b"opt")),
+        vec![0u8; 10],
+        udp(7, b"b"),
+    ];
+    let mut burst = engine_with(tables(1, 1, 64), Collect::new(0));
+    run_burst(&mut burst, &frames, T0);
+    let mut single = engine_with(tables(1, 1, 64), Collect::new(0));
+    for f in &frames {
+        single.receive(0, HeapBuf::new(f), T0);
+    }
+    single.end_burst();
+    single.poll_done(T0);
+    for o in Outcome::ALL {
+        assert_eq!(count(&burst, o), count(&single, o), "{}", o.name());
+    }
+    assert_eq!(total(&single), frames.len() as u64);
+    assert_eq!(burst.io().delivered.len(), 3);
+    assert_eq!(single.io().delivered.len(), 3);
+}
+
+#[test]
 fn a_multi_segment_packet_is_oversize() {
     let mut e = engine();
     let mut b = HeapBuf::new(&udp(7, b"x"));
