@@ -452,9 +452,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// (from where its fragments stopped, if they came through a tunnel).
     #[inline(always)]
     fn handle(&mut self, port: u16, mut m: B, now: Instant) {
-        // One call site of `Pipeline::process_rest` per buffer type: with a second one the
-        // compiler stopped inlining it here (~37 instructions per packet more on every pipeline
-        // path).
+        // Inlined into `burst_rest` (and into `handle_cold`, the rare callers' copy): behind
+        // a call per packet, the rest of the pipeline cost ~35 instructions a packet more.
         let mut after: Option<crate::buf::Tunnelled> = None;
         // `m` is a reassembled datagram (in a 64 KiB buffer), not a received frame.
         let mut datagram_buffer = false;
