@@ -278,10 +278,11 @@ impl FanoutState {
     /// [`FanoutState::choose_quick`]), which also opens the fast path for the rest of the burst.
     #[inline(always)]
     pub fn choose_fast(&mut self, group: &Group) -> Option<usize> {
-        let &[gi] = group.sockets.as_slice() else {
-            return None;
+        let single = match group.sockets.as_slice() {
+            &[gi] => Some(gi),
+            _ => None,
         };
-        self.stays(gi).then_some(gi)
+        self.choose_fast_single(single)
     }
 
     /// [`FanoutState::choose_fast`] for a service whose one socket, if it has one, is `single`

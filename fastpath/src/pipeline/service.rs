@@ -441,6 +441,48 @@ mod tests {
         v
     }
 
+    /// The per-packet brief agrees with the services it summarises: the one socket only for a
+    /// group of one, every address only for a service bound to none, for every protocol.
+    #[test]
+    fn the_brief_says_what_each_service_says() {
+        let svc = |protocol, sockets: Vec<usize>, addresses: Vec<IpAddr>| Service {
+            name: "s".into(),
+            protocol,
+            addresses,
+            group: crate::pipeline::Group {
+                sockets,
+                mode: FanoutMode::Hash,
+                rollover: false,
+                huge_flows: false,
+            },
+            action: Action::Sink,
+            cost_ns: 0,
+            echo_allow_low_ports: false,
+        };
+        let bound = vec![IpAddr::V4(ME)];
+        let t = ServiceTable::new(vec![
+            (svc(IpProtocol::UDP, vec![5], vec![]), vec![1]),
+            (svc(IpProtocol::UDP, vec![6, 7], vec![]), vec![2]),
+            (svc(IpProtocol::TCP, vec![], bound.clone()), vec![3]),
+            (svc(IpProtocol::ICMP, vec![9], bound.clone()), vec![]),
+            (svc(IpProtocol::TCP, vec![8], bound), vec![4]),
+        ]);
+        assert_eq!(
+            (0..5).map(|i| t.single_socket(i)).collect::<Vec<_>>(),
+            [Some(5), None, None, Some(9), Some(8)]
+        );
+        let other = IpAddr::V4(THEM);
+        for i in 0..5 {
+            let s = &t.services()[i];
+            for dst in [IpAddr::V4(ME), other] {
+                assert_eq!(t.serves(i, || dst), s.serves(|| dst), "service {i}, {dst}");
+            }
+        }
+        assert_eq!(t.lookup_udp4(1, THEM), Some(0), "any address");
+        assert_eq!(t.lookup_tcp4(4, ME), Some(4));
+        assert_eq!(t.lookup_tcp4(4, THEM), None, "bound to another address");
+    }
+
     /// CVE-2024-2169: never the echo/chargen/daytime/QOTD/time ports or port 0, and no port
     /// below 1024 unless the service allows it.
     #[test]
