@@ -16,8 +16,9 @@ Writes curves.md and curves.png into BENCH_OUT (default benches/; then the secti
 `<!-- curves:start -->` and `<!-- curves:end -->` of benches/README.md too).
 
 Environment: as macro_bench (BENCH_SECONDS default 4, BENCH_REPS default 3, BENCH_WARMUP, BENCH_OUT,
-FASTPATHD, TESTPMD) and CURVES_SMOKE=1 (ci/test: the 1K and 64K flow points and 1 and 100
-services of the open port only).
+FASTPATHD, TESTPMD), CURVES_SMOKE=1 (ci/test: the 1K and 64K flow points and 1 and 100
+services of the open port, with and without `free_on_rx`, only) and CURVES_AXES (comma-separated
+axes to run: flows, sources, services, frame; all by default).
 """
 import datetime
 import os
@@ -87,10 +88,11 @@ def capture_frames(kind, n, size=64):
     raise ValueError(kind)
 
 
-def services(n, ports_from, capacity):
+def services(n, ports_from, capacity, free_on_rx=False):
+    extra = "free_on_rx = true\n" if free_on_rx else ""
     return "".join(
         f'\n[[service]]\nname = "s{i}"\nprotocol = "udp"\nports = [{ports_from + i}]\nsockets = 1\n'
-        f'socket_capacity = {capacity}\naction = "sink"\n' for i in range(n))
+        f'socket_capacity = {capacity}\naction = "sink"\n{extra}' for i in range(n))
 
 
 SINK = mb.SINK
@@ -123,6 +125,11 @@ def points(smoke):
         if not smoke:
             pts.append(("services", n, "closed-port",
                         run(("closed", cap), capture=cap, extra=CLOSED + services(n, 20000, 64))))
+        # The same sinks with the benchmark-only `free_on_rx`: the RX lcore frees what it would
+        # enqueue, so this point's fall is the per-socket state's alone and open-sink's fall
+        # beyond it is the sockets' rings (README: "What the curves say").
+        pts.append(("services", n, "open-sink-free-on-rx",
+                    run(("open-free", cap), capture=cap, extra=services(n, 10000, 64, free_on_rx=True))))
     if not smoke:
         for s in FRAMES:
             cap = ("flows", K, s)
@@ -168,6 +175,10 @@ def main():
     warmup = mb.env_num("BENCH_WARMUP", 2, int)
     out_dir = os.path.abspath(os.environ.get("BENCH_OUT") or os.path.join(mb.REPO, "benches"))
     pts, runs = points(smoke)
+    only = [a for a in os.environ.get("CURVES_AXES", "").split(",") if a]
+    if only:
+        pts = [p for p in pts if p[0] in only]
+        runs = {k: r for k, r in runs.items() if any(p[3] == k for p in pts)}
     keys = list(runs)
     if 0 in mb.ALL_CPUS and len(mb.ALL_CPUS) > 1:
         os.sched_setaffinity(0, {0})
@@ -230,10 +241,13 @@ def report(pts, results):
                     rs = [(a / b) / (c / d) for a, b, c, d in zip(last["runs"], sel[0]["runs"], tp[-1]["runs"], tp[0]["runs"])
                           if b > 0 and c > 0 and d > 0]
                     own = statistics.median(rs) if rs else None
+                # The same point without the sockets' rings, where measured.
+                bare = [r for r in rows if r["axis"] == axis and r["what"] == what + "-free-on-rx"]
                 goals.append(dict(label=f"{what}, {label(axis, last['x'])} {axis} ≥ 0.85 × {label(axis, sel[0]['x'])}",
                                   ratio=last["ratio"], interval=last["interval"],
                                   verdict=mb.verdict(last["interval"], last["ratio"], 0.85),
-                                  testpmd=tp[-1]["ratio"] if tp else None, own=own))
+                                  testpmd=tp[-1]["ratio"] if tp else None, own=own,
+                                  bare=bare[-1]["ratio"] if bare else None))
     return rows, goals
 
 
@@ -247,15 +261,19 @@ def markdown(rows, goals, seconds, reps, warmup, started):
         out.append(f"| {r['axis']} | {label(r['axis'], r['x'])} | {r['what']} | {r['median']:.2f} | "
                    f"{min(r['runs']):.2f} – {max(r['runs']):.2f} | {mb.fmt_ratio(r['ratio'])} | "
                    f"{'–' if not ci else f'{ci[0]:.2f} – {ci[1]:.2f}'} |")
-    out += ["", "| goal | ratio | 90% interval | met (interval) | testpmd io, same axis | ours over testpmd's, per round |",
-            "| --- | ---: | ---: | --- | ---: | ---: |"]
+    out += ["", "| goal | ratio | 90% interval | met (interval) | testpmd io, same axis | ours over testpmd's, per round "
+            "| without the rings (`free_on_rx`) |",
+            "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
     for g in goals:
         ci = g["interval"]
         out.append(f"| {g['label']} | {mb.fmt_ratio(g['ratio'])} | {'–' if not ci else f'{ci[0]:.2f} – {ci[1]:.2f}'} "
-                   f"| {g['verdict']} | {mb.fmt_ratio(g['testpmd'])} | {mb.fmt_ratio(g.get('own'))} |")
-    out += ["", "The last column is the point's fall beyond the reference's: where testpmd io falls as much on the "
+                   f"| {g['verdict']} | {mb.fmt_ratio(g['testpmd'])} | {mb.fmt_ratio(g.get('own'))} "
+                   f"| {mb.fmt_ratio(g.get('bare'))} |")
+    out += ["", "The column \"ours over testpmd's\" is the point's fall beyond the reference's: where testpmd io falls as much on the "
             "same captures, the cost is the capture's replay (net_pcap reading that many frames' packet memory), "
-            "not fastpathd's."]
+            "not fastpathd's. open-sink-free-on-rx is open-sink with the RX lcore freeing what it would enqueue "
+            "(the benchmark-only `free_on_rx`): where open-sink falls further than it, the rest is the sockets' "
+            "rings, not the pipeline."]
     return "\n".join(out) + "\n"
 
 
@@ -269,10 +287,11 @@ def plot(rows, path):
     fig, ax = plt.subplots(1, len(axes), figsize=(4.2 * len(axes), 4), dpi=100, squeeze=False)
     for i, a in enumerate(axes):
         sel = [r for r in rows if r["axis"] == a]
-        for what, color in (("open-sink", "#1f77b4"), ("closed-port", "#2ca02c"), ("testpmd-io", "#9e9e9e")):
+        for what, color, style in (("open-sink", "#1f77b4", "o-"), ("closed-port", "#2ca02c", "o-"),
+                                   ("testpmd-io", "#9e9e9e", "o-"), ("open-sink-free-on-rx", "#1f77b4", "o--")):
             pts = [r for r in sel if r["what"] == what]
             if pts:
-                ax[0][i].plot([label(a, r["x"]) for r in pts], [r["median"] for r in pts], "o-", color=color,
+                ax[0][i].plot([label(a, r["x"]) for r in pts], [r["median"] for r in pts], style, color=color,
                               label=what)
         ax[0][i].set_title(a)
         ax[0][i].set_ylim(bottom=0)
