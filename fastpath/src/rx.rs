@@ -163,8 +163,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                 released: Vec::with_capacity(256),
             },
             tx: TxBatch::by_port(tx),
-            // Under BURST when a burst ends, plus at most a burst's staged packets (refused or
-            // freed on RX): never grown on the per-packet path.
+            // About BURST when a burst ends, plus at most a burst's staged packets (refused or
+            // freed on RX): room for both, so the end of a burst does not grow it.
             drops: Vec::with_capacity(2 * BURST),
             rest: Vec::with_capacity(BURST),
             stats,
@@ -318,9 +318,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             let n = if socket.free_on_rx {
                 // Freed with the burst's drops, in one bulk below: a free call per socket cost
                 // ~100 instructions for each socket a burst touched (1000 sink services), a
-                // cost of the stand-in, not of the path it stands in for.
-                // A lone packet pushed: `append` is a `memcpy` call, ~12 instructions for the
-                // one packet a socket mostly has when a burst meets many sockets.
+                // cost of the stand-in, not of the path it stands in for. A lone packet is
+                // pushed, not appended (`append` is a `memcpy` call, ~12 instructions).
                 let n = pkts.len();
                 match pkts.pop() {
                     Some(m) if n == 1 => drops.push(m),
