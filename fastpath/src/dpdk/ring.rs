@@ -531,6 +531,72 @@ mod tests {
             check_ring(&home, &other, sync);
         }
         check_reclaiming(&home, &other);
+        check_free_bulk(&home, &other);
+    }
+
+    /// A second owner of `m` (its reference count raised), for a test that frees one.
+    fn second_owner(m: &Mbuf) -> Mbuf {
+        // SAFETY: the count is raised before the second `Mbuf` exists, so each owner frees one
+        // reference.
+        unsafe {
+            let raw = NonNull::new(m.raw() as *const dpdk_sys::rte_mbuf as *mut dpdk_sys::rte_mbuf).expect("non-null");
+            dpdk_sys::fp_mbuf_refcnt_update(raw.as_ptr(), 1);
+            Mbuf::from_raw(raw)
+        }
+    }
+
+    /// `Mbuf::free_bulk`: a batch the first mbuf's pool can take back as it is goes back
+    /// whole; any other mbuf in it (another pool, shared, chained) is freed by DPDK's checks,
+    /// whatever its place in the batch, and nothing is freed twice or leaks.
+    fn check_free_bulk(home: &Arc<Mempool>, other: &Mempool) {
+        Mbuf::free_bulk(&mut Vec::new());
+        let mut all = fill(home, 40, 1);
+        Mbuf::free_bulk(&mut all);
+        assert!(all.is_empty());
+        assert_eq!(home.in_use(), 0);
+
+        // A chain of two: the head says two segments, the tail hangs from it.
+        let chain = |tag| {
+            let mut two = fill(home, 2, tag);
+            let tail = two.pop().expect("two").into_raw();
+            let head = two.pop().expect("two");
+            // SAFETY: `head` and `tail` are ours; the tail's ownership passes to the head's
+            // chain (`rte_pktmbuf_chain`'s effect for one-segment mbufs).
+            unsafe {
+                let h = head.raw() as *const dpdk_sys::rte_mbuf as *mut dpdk_sys::rte_mbuf;
+                (*h).next = tail.as_ptr();
+                (*h).nb_segs = 2;
+                (*h).pkt_len += (*tail.as_ptr()).data_len as u32;
+            }
+            head
+        };
+        for first_other in [false, true] {
+            let mut batch = fill(home, 3, 2);
+            let shared = fill(home, 1, 3).pop().expect("one");
+            let second = second_owner(&shared);
+            batch.insert(1, shared);
+            batch.insert(2, chain(4));
+            batch.extend(fill(other, 2, 5));
+            batch.extend(fill(home, 2, 6));
+            if first_other {
+                batch.rotate_right(2);
+            }
+            assert_eq!((home.in_use(), other.in_use()), (8, 2));
+            Mbuf::free_bulk(&mut batch);
+            assert!(batch.is_empty());
+            assert_eq!(
+                (home.in_use(), other.in_use()),
+                (1, 0),
+                "all freed but the shared one (first from the other pool: {first_other})"
+            );
+            assert_eq!(refcnt(&second), 1);
+            // The pool's next mbufs are not the shared one: it was not put back.
+            let again = fill(home, 12, 7);
+            assert_eq!(second.data(), &[3, 0, 0xaa, 0x55]);
+            drop(again);
+            drop(second);
+            assert_eq!(home.in_use(), 0);
+        }
     }
 
     /// A reclaiming ring: the consumer's take frees nothing; the producer's next enqueue frees
