@@ -225,8 +225,6 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     #[inline(never)]
     pub fn burst(&mut self, qi: usize, port: u16, now: Instant, burst: &mut Vec<B>) {
         let mut bytes = 0u64;
-        // Read once a burst, not per packet (it changes only between bursts, on a reload).
-        let max = self.max_frame(port);
         // Two loops: the IPv4/UDP fast path over the burst, then everything it declined (TCP,
         // IPv6, fragments, ARP, tunnels...) in a call of its own. In one loop, the rest of the
         // pipeline behind a call per packet cost an IPv6 or TCP packet ~45 instructions, and
@@ -235,7 +233,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         // other kind (an IP option, a fragment), which then follow the rest, as IP allows.
         for m in burst.drain(..) {
             bytes += m.pkt_len() as u64;
-            if let Some(m) = self.first_pass(port, m, now, max) {
+            if let Some(m) = self.first_pass(port, m, now) {
                 self.rest.push(m);
             }
         }
@@ -251,17 +249,16 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// packets one at a time, such as the corpus runner printing each frame's outcomes. Not
     /// counted as received: the driver counts bursts.
     pub fn receive(&mut self, port: u16, m: B, now: Instant) {
-        if let Some(m) = self.first_pass(port, m, now, self.max_frame(port)) {
+        if let Some(m) = self.first_pass(port, m, now) {
             self.handle_cold(port, m, now);
         }
     }
 
     /// A received packet through the IPv4/UDP fast path, acted on, or back if the path
-    /// declined it (nothing changed); a frame of more than one buffer or longer than `max`
-    /// (the port's [`RxEngine::max_frame`]) is counted and dropped here.
+    /// declined it (nothing changed); an oversize frame is counted and dropped here.
     #[inline(always)]
-    fn first_pass(&mut self, port: u16, mut m: B, now: Instant, max: u32) -> Option<B> {
-        if m.segments() != 1 || m.pkt_len() > max {
+    fn first_pass(&mut self, port: u16, mut m: B, now: Instant) -> Option<B> {
+        if !self.fits(port, &m) {
             self.stats.outcome(Outcome::Oversize);
             self.drops.push(m);
         } else {
@@ -290,10 +287,11 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         self.rest = rest;
     }
 
-    /// The longest frame `port` takes.
+    /// Whether a frame received on `port` is one buffer no longer than the port takes.
     #[inline(always)]
-    fn max_frame(&self, port: u16) -> u32 {
-        self.max_frame.get(port as usize).copied().unwrap_or(u32::MAX)
+    fn fits(&self, port: u16, m: &B) -> bool {
+        let max = self.max_frame.get(port as usize).copied().unwrap_or(u32::MAX);
+        m.segments() == 1 && m.pkt_len() <= max
     }
 
     /// The burst's packets are all received: enqueues every socket's staged packets in one
