@@ -28,6 +28,11 @@ fn main() {
         commit.unwrap_or_else(|| "unknown".to_string())
     );
     println!("cargo:rerun-if-env-changed=FASTPATHD_COMMIT");
+    // The shim's wrappers of DPDK's callback removal, exported so librte_pdump's calls bind to
+    // them (dpdk-sys/shim.c says why): a capture tool stopping could crash the daemon.
+    for f in ["rte_eth_remove_rx_callback", "rte_eth_remove_tx_callback"] {
+        println!("cargo:rustc-link-arg-bin=fastpathd=-Wl,--export-dynamic-symbol={f}");
+    }
     // HEAD moves on commit and checkout; the index on staging (the `-modified` mark).
     for f in ["../.git/HEAD", "../.git/index"] {
         if std::path::Path::new(f).exists() {

@@ -1,5 +1,8 @@
 /* Out-of-line copies of DPDK's static inline fast-path functions: see shim.h. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -131,3 +134,46 @@ void fp_mbuf_set_l2_l3_len(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len)
 }
 uint32_t fp_ip_frag_death_row_mbuf_len(void) { return RTE_IP_FRAG_DEATH_ROW_MBUF_LEN; }
 uint32_t fp_ip_frag_max_frag(void) { return RTE_LIBRTE_IP_FRAG_MAX_FRAG; }
+
+/*
+ * DPDK 22.11's librte_pdump removes its RX/TX callbacks when a capture tool (dpdk-dumpcap,
+ * dpdk-pdump) stops, and answers the tool at once; the tool then frees the ring and mempool the
+ * callbacks copy into. An lcore still inside the callback (it loaded it before the removal, or
+ * was preempted in it) then writes into freed, unmapped memory: the daemon died with SIGSEGV
+ * in librte_mbuf after 2 of 10 dumpcap runs on a busy 2-CPU machine. `rte_eth_remove_rx_callback`
+ * is documented as leaving that wait to its caller; DPDK later added it to pdump itself (a use
+ * count per callback).
+ *
+ * fastpathd's binary exports these two definitions (control/build.rs), so librte_pdump's calls
+ * bind to them: each calls DPDK's own, then, if it succeeded, the wait the application set
+ * (every lcore through a poll it began after the removal). Elsewhere (tests, examples) nothing
+ * exports them and they are only DPDK's.
+ */
+typedef int (*fp_remove_cb_fn)(uint16_t, uint16_t, const struct rte_eth_rxtx_callback *);
+
+static void (*fp_removal_wait)(void);
+
+void fp_set_callback_removal_wait(void (*wait)(void)) { __atomic_store_n(&fp_removal_wait, wait, __ATOMIC_RELEASE); }
+
+static int fp_remove_then_wait(const char *name, uint16_t port_id, uint16_t queue_id,
+			       const struct rte_eth_rxtx_callback *user_cb)
+{
+	fp_remove_cb_fn real = (fp_remove_cb_fn)dlsym(RTLD_NEXT, name);
+	if (real == NULL)
+		return -ENOTSUP;
+	int rc = real(port_id, queue_id, user_cb);
+	void (*wait)(void) = __atomic_load_n(&fp_removal_wait, __ATOMIC_ACQUIRE);
+	if (rc == 0 && wait != NULL)
+		wait();
+	return rc;
+}
+
+int rte_eth_remove_rx_callback(uint16_t port_id, uint16_t queue_id, const struct rte_eth_rxtx_callback *user_cb)
+{
+	return fp_remove_then_wait("rte_eth_remove_rx_callback", port_id, queue_id, user_cb);
+}
+
+int rte_eth_remove_tx_callback(uint16_t port_id, uint16_t queue_id, const struct rte_eth_rxtx_callback *user_cb)
+{
+	return fp_remove_then_wait("rte_eth_remove_tx_callback", port_id, queue_id, user_cb);
+}

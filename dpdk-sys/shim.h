@@ -101,4 +101,8 @@ void fp_mbuf_set_l2_l3_len(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len)
 uint32_t fp_ip_frag_death_row_mbuf_len(void);
 uint32_t fp_ip_frag_max_frag(void);
 
+/* What runs after an ethdev RX or TX callback is removed, before the removal returns (see
+ * shim.c): the application's wait until no lcore can still be inside the removed callback. */
+void fp_set_callback_removal_wait(void (*wait)(void));
+
 #endif

@@ -47,6 +47,9 @@ impl Eal {
         if rc != 0 {
             return Err(Error::from_rte_errno("rte_pdump_init"));
         }
+        // SAFETY: stores a function pointer the shim calls after removing an ethdev callback
+        // (`fp_remove_then_wait`); `callback_removal_wait` never unwinds.
+        unsafe { dpdk_sys::fp_set_callback_removal_wait(Some(callback_removal_wait)) };
         Ok(())
     }
 
@@ -170,4 +173,16 @@ pub fn pin_current_thread(cpus: &[u32]) -> Result<()> {
         return Err(Error::new(format!("cannot pin the thread to CPUs {cpus:?}"), rc));
     }
     Ok(())
+}
+
+/// After librte_pdump removed an RX or TX callback (a capture tool stopping), before the tool
+/// is told and frees what the callback copied into: every lcore loop through a poll begun
+/// after the removal (`runtime::quiesce`). DPDK 22.11's pdump does not wait, and an lcore still
+/// in the callback crashed the daemon (see `dpdk-sys/shim.c`).
+extern "C" fn callback_removal_wait() {
+    let limit = std::time::Duration::from_secs(1);
+    let done = std::panic::catch_unwind(|| crate::runtime::quiesce::wait_for_every_loop(limit)).unwrap_or(false);
+    if !done {
+        eprintln!("fastpathd: a capture callback was removed but not every lcore finished a poll within 1 s");
+    }
 }

@@ -17,6 +17,7 @@ impl RxLcore {
         let mut burst: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut polls = Polls::default();
         let stats = self.engine.stats().clone();
+        let _running = super::quiesce::Running::new(&stats);
         while !control.stop_requested() {
             let t0 = polls.start(&stats);
             let got = self.poll_queues(&mut burst, |e, _, port, b| {

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod forward;
+pub mod quiesce;
 mod rx;
 mod worker;
 

@@ -145,6 +145,7 @@ impl RxLcore {
         let mut burst: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut polls = Polls::default();
         let stats = self.engine.stats().clone();
+        let _running = super::quiesce::Running::new(&stats);
         while !control.stop_requested() {
             let t0 = polls.start(&stats);
             let now = self.clock.at(t0);

@@ -743,6 +743,7 @@ impl WorkerLcore {
         // Next sequence number of each owned sequence tunnel, by name (kept across reloads).
         let mut next_seq: HashMap<String, u32> = HashMap::new();
         let mut polls = Polls::default();
+        let _running = super::quiesce::Running::new(&self.stats);
         loop {
             // Read before draining: if RX had already stopped, an empty pass means truly empty.
             let finishing = control.stop_requested() && control.rx_all_exited();
