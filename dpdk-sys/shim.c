@@ -140,7 +140,7 @@ uint32_t fp_ip_frag_max_frag(void) { return RTE_LIBRTE_IP_FRAG_MAX_FRAG; }
  * dpdk-pdump) stops, and answers the tool at once; the tool then frees the ring and mempool the
  * callbacks copy into. An lcore still inside the callback (it loaded it before the removal, or
  * was preempted in it) then writes into freed, unmapped memory: the daemon died with SIGSEGV
- * in librte_mbuf after 2 of 10 dumpcap runs on a busy 2-CPU machine. `rte_eth_remove_rx_callback`
+ * in librte_mbuf in 2 of 10 runs of control/tests/capture.rs on a busy 2-CPU machine. `rte_eth_remove_rx_callback`
  * is documented as leaving that wait to its caller; DPDK later added it to pdump itself (a use
  * count per callback).
  *

@@ -135,7 +135,7 @@ fn dpdk_dumpcap_captures_rx_and_tx_of_a_running_daemon() {
 /// A capture tool stopping must not take the daemon down. DPDK 22.11's pdump removes its
 /// callbacks and answers the tool, which then frees the ring and mempool they copy into, while
 /// an lcore may still be inside one (loaded before the removal, or preempted there): the daemon
-/// died with SIGSEGV in librte_mbuf after ~1 in 6 dumpcap runs on a busy 2-CPU machine. fastpathd
+/// died with SIGSEGV in librte_mbuf in 2 of 10 runs of this file on a busy 2-CPU machine. fastpathd
 /// waits, in the removal, until every lcore has begun a poll since (`dpdk-sys/shim.c`). Many
 /// short captures in a row, each one a detach, then a clean stop.
 #[test]
