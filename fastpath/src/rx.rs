@@ -16,7 +16,7 @@
 use crate::buf::LcoreBuf;
 use crate::outcome::Outcome;
 use crate::pipeline::reasm::{Fate, FragMeta, Insert, ReasmIo, Reassembler, Released};
-use crate::pipeline::{Instant, Pipeline, Tables, Verdict};
+use crate::pipeline::{Instant, Lead, Pipeline, Tables, Verdict};
 use crate::socket::Socket;
 use crate::stats::LcoreStats;
 use crate::tx::{fragment_into_tunnel, needs_fragmenting, queue_in_fragments, Transmit, TxBatch, BURST};
@@ -104,8 +104,14 @@ pub struct RxEngine<B: LcoreBuf, Io: RxIo<B>> {
     handoff: Vec<(Vec<B>, Vec<Option<Outcome>>)>,
     /// Packets to free, in bulk.
     drops: Vec<B>,
-    /// The burst's packets the IPv4/UDP fast path declined, for [`RxEngine::burst`]'s second loop.
+    /// The burst's packets the lead's fast path declined, for [`RxEngine::burst`]'s second loop.
     rest: Vec<B>,
+    /// The fast path the first loop runs ([`RxEngine::burst`]): the kind most of a recent
+    /// burst was, IPv4/UDP until another kind is.
+    lead: Lead,
+    /// Packets that went through the second loop, for tests.
+    #[cfg(test)]
+    second_loop: u64,
     stats: Arc<LcoreStats>,
     /// Identification for IPv6 fragments this lcore sends.
     ident: u32,
@@ -167,6 +173,9 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             // freed on RX): room for both, so the end of a burst does not grow it.
             drops: Vec::with_capacity(2 * BURST),
             rest: Vec::with_capacity(BURST),
+            lead: Lead::Udp4,
+            #[cfg(test)]
+            second_loop: 0,
             stats,
             ident: slot as u32,
             scratch: Vec::with_capacity(64),
@@ -219,29 +228,66 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// Runs a burst received on RX queue `qi` (counted in `stats.rx[qi]`) of `port` through the
     /// pipeline, then hands the staged packets to their sockets and frees the dropped ones.
     ///
+    /// Two loops: the lead's fast path ([`Lead`]: IPv4/UDP, TCP over IPv4, UDP or TCP over
+    /// IPv6) over the burst, then everything it declined (other kinds, fragments, ARP,
+    /// tunnels...) in a call of its own. In one loop, the rest of the pipeline behind a call per
+    /// packet cost an IPv6 or TCP packet ~45 instructions, and inlined there it cost the IPv4
+    /// paths 15-26 (spills); a packet the first loop declines costs ~45 more than one it takes.
+    /// So the first loop is compiled once per kind ([`RxEngine::burst_led`]), and the kind that
+    /// was more than half of a burst leads from the next one on: under a flood, the flood's
+    /// kind (a SYN flood, an IPv6 one), with whatever else comes paying the decline. A burst's
+    /// packets are reordered only across the two loops: a flow's keep their order unless some
+    /// of them take the other loop (an IP option, a fragment), which then follow the rest, as
+    /// IP allows.
+    #[inline]
+    pub fn burst(&mut self, qi: usize, port: u16, now: Instant, burst: &mut Vec<B>) {
+        match self.lead {
+            Lead::Udp4 => self.burst_led::<{ Lead::UDP4 }>(qi, port, now, burst),
+            Lead::Tcp4 => self.burst_led::<{ Lead::TCP4 }>(qi, port, now, burst),
+            Lead::Udp6 => self.burst_led::<{ Lead::UDP6 }>(qi, port, now, burst),
+            Lead::Tcp6 => self.burst_led::<{ Lead::TCP6 }>(qi, port, now, burst),
+        }
+    }
+
+    /// [`RxEngine::burst`] with lead `L` (a [`Lead`] as `u8`).
+    ///
     /// A call of its own (one per burst), so the whole pipeline inlined here does not share a
     /// function, and its registers and stack frame, with the poll loop: when it did, the
     /// forward mode's loop got ~10 cycles per packet slower as the pipeline grew.
     #[inline(never)]
-    pub fn burst(&mut self, qi: usize, port: u16, now: Instant, burst: &mut Vec<B>) {
+    fn burst_led<const L: u8>(&mut self, qi: usize, port: u16, now: Instant, burst: &mut Vec<B>) {
         let mut bytes = 0u64;
-        // Two loops: the IPv4/UDP fast path over the burst, then everything it declined (TCP,
-        // IPv6, fragments, ARP, tunnels...) in a call of its own. In one loop, the rest of the
-        // pipeline behind a call per packet cost an IPv6 or TCP packet ~45 instructions, and
-        // inlined there it cost the IPv4 paths 15-26 (spills). A burst's packets are reordered
-        // only across the two kinds: a flow's keep their order unless some of them take the
-        // other kind (an IP option, a fragment), which then follow the rest, as IP allows.
+        let n = burst.len();
         for m in burst.drain(..) {
             bytes += m.pkt_len() as u64;
-            if let Some(m) = self.first_pass(port, m, now) {
+            if let Some(m) = self.first_pass::<L>(port, m, now) {
                 self.rest.push(m);
             }
         }
         if !self.rest.is_empty() {
+            if self.rest.len() * 2 > n {
+                self.elect_lead(n);
+            }
             self.burst_rest(port, now);
         }
         self.stats.rx[qi].bytes.add(bytes);
         self.end_burst();
+    }
+
+    /// More than half of a burst of `n` went to the second loop: the kind that is more than
+    /// half of the burst, if one is, leads from the next burst on.
+    #[cold]
+    #[inline(never)]
+    fn elect_lead(&mut self, n: usize) {
+        let mut kinds = [0usize; Lead::ALL.len()];
+        for m in &self.rest {
+            if let Some(k) = Lead::of(m.data()) {
+                kinds[k as usize] += 1;
+            }
+        }
+        if let Some(&k) = Lead::ALL.iter().find(|k| kinds[**k as usize] * 2 > n) {
+            self.lead = k;
+        }
     }
 
     /// Runs one packet received on `port` through the pipeline, as [`RxEngine::burst`] does a
@@ -249,20 +295,20 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// packets one at a time, such as the corpus runner printing each frame's outcomes. Not
     /// counted as received: the driver counts bursts.
     pub fn receive(&mut self, port: u16, m: B, now: Instant) {
-        if let Some(m) = self.first_pass(port, m, now) {
+        if let Some(m) = self.first_pass::<{ Lead::UDP4 }>(port, m, now) {
             self.handle_cold(port, m, now);
         }
     }
 
-    /// A received packet through the IPv4/UDP fast path, acted on, or back if the path
+    /// A received packet through fast path `L` ([`Lead`]), acted on, or back if the path
     /// declined it (nothing changed); an oversize frame is counted and dropped here.
     #[inline(always)]
-    fn first_pass(&mut self, port: u16, mut m: B, now: Instant) -> Option<B> {
+    fn first_pass<const L: u8>(&mut self, port: u16, mut m: B, now: Instant) -> Option<B> {
         if !self.fits(port, &m) {
             self.stats.outcome(Outcome::Oversize);
             self.drops.push(m);
         } else {
-            match self.pipeline.process_udp4(port, &mut m, now) {
+            match self.pipeline.process_lead::<L, B>(port, &mut m, now) {
                 Some(v) => self.act(port, m, v, now),
                 None => return Some(m),
             }
@@ -273,11 +319,15 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         None
     }
 
-    /// [`RxEngine::burst`]'s second loop: the packets the IPv4/UDP fast path declined, through the
+    /// [`RxEngine::burst`]'s second loop: the packets the lead's fast path declined, through the
     /// rest of the pipeline.
     #[inline(never)]
     fn burst_rest(&mut self, port: u16, now: Instant) {
         let mut rest = std::mem::take(&mut self.rest);
+        #[cfg(test)]
+        {
+            self.second_loop += rest.len() as u64;
+        }
         for m in rest.drain(..) {
             self.handle(port, m, now);
             if self.drops.len() >= BURST {
@@ -459,7 +509,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         }
     }
 
-    /// Runs one packet through the pipeline (all but the IPv4/UDP fast path, which
+    /// Runs one packet through the pipeline (all but the lead's fast path, which
     /// [`RxEngine::burst`] ran) and acts on the verdict; a fragment goes to the
     /// reassembler and, if it completes its datagram, the datagram goes on through the pipeline
     /// (from where its fragments stopped, if they came through a tunnel).

@@ -38,7 +38,7 @@ mod verdict;
 
 pub use fanout::{Choice, FanoutMode, FanoutState, FlowHash, Group, HashOnDemand};
 pub use parse::{FragmentInfo, IpVersion, Parsed};
-pub use process::Pipeline;
+pub use process::{Lead, Pipeline};
 pub use service::{Action, Backends, Service, ServiceTable};
 pub use tables::{PortAddrs, Tables};
 pub use verdict::{Instant, Verdict};

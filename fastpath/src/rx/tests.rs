@@ -5,14 +5,14 @@
 use super::*;
 use crate::buf::{HeapBuf, PacketBuf};
 use crate::pipeline::fanout::FanoutMode;
-use crate::pipeline::parse::tests::{udp_bytes, v4_frame};
+use crate::pipeline::parse::tests::{tcp_bytes, udp_bytes, v4_frame, v6_frame};
 use crate::pipeline::reasm::sim::v4_fragment;
-use crate::pipeline::tests::port;
+use crate::pipeline::tests::{port, with_udp_checksum};
 use crate::pipeline::{Action, Group, Service, ServiceTable};
 use crate::socket::{SimQueue, SocketCounters};
 use crate::stats::QueueCounters;
 use crate::tx::Collect;
-use crate::wire::{checksum, IpProtocol, Toeplitz};
+use crate::wire::{self, checksum, IpProtocol, TcpFlags, Toeplitz};
 use std::net::Ipv4Addr;
 
 const ME: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -797,6 +797,220 @@ fn the_udp_fast_path_and_the_general_path_agree_on_a_kernel_port() {
                     assert_eq!(a.delivered_to(), b.delivered_to());
                 }
             }
+        }
+    }
+}
+
+const ME6: &str = "2001:db8::1";
+const THEM6: &str = "2001:db8::7";
+
+/// A TCP segment with `flags` from THEM:`sport` to ME:`dport`, checksums right.
+fn tcp4(sport: u16, dport: u16, flags: TcpFlags) -> Vec<u8> {
+    let mut t = tcp_bytes(sport, dport, flags);
+    let c = !checksum::fold(checksum::sum(checksum::pseudo_v4(THEM, ME, 6, t.len() as u16), &t));
+    t[16..18].copy_from_slice(&c.to_be_bytes());
+    v4_frame(THEM, ME, IpProtocol::TCP, &[], 0, &t)
+}
+
+/// [`tcp4`] over IPv6.
+fn tcp6(sport: u16, dport: u16, flags: TcpFlags) -> Vec<u8> {
+    let (src, dst) = (THEM6.parse().unwrap(), ME6.parse().unwrap());
+    let mut t = tcp_bytes(sport, dport, flags);
+    let c = !checksum::fold(checksum::sum(checksum::pseudo_v6(&src, &dst, 6, t.len() as u32), &t));
+    t[16..18].copy_from_slice(&c.to_be_bytes());
+    v6_frame(src, dst, IpProtocol::TCP, &[], 64, &t)
+}
+
+/// A UDP datagram from THEM6 to ME6:`dport`, its checksum filled (IPv6 requires one).
+fn udp6(dport: u16, payload: &[u8]) -> Vec<u8> {
+    let (src, dst) = (THEM6.parse().unwrap(), ME6.parse().unwrap());
+    with_udp_checksum(v6_frame(
+        src,
+        dst,
+        IpProtocol::UDP,
+        &[],
+        64,
+        &udp_bytes(4000, dport, payload),
+    ))
+}
+
+/// The kind a frame is delivered as, and its sequence number: the first two payload bytes.
+fn tag(b: &HeapBuf) -> (u8, u8) {
+    let d = b.data();
+    let l4 = if wire::be16(d, 12) == 0x86dd {
+        54
+    } else {
+        14 + (d[14] & 0xf) as usize * 4
+    };
+    (d[l4 + 8], d.get(l4 + 9).copied().unwrap_or(0))
+}
+
+/// Outcome counts, the ICMP errors and TCP resets sent or suppressed counted together: which
+/// of a destination's packets draws the limiter's random credits depends on the order they
+/// are decided in, which the loops change, not on how many there are.
+fn outcome_counts(e: &Engine) -> Vec<(String, u64)> {
+    let merge = |o: Outcome| match o {
+        Outcome::IcmpSuppressed => Outcome::IcmpError,
+        Outcome::TcpResetSuppressed => Outcome::TcpReset,
+        o => o,
+    };
+    let mut counts = std::collections::BTreeMap::new();
+    for o in Outcome::ALL {
+        *counts.entry(merge(o).name().to_string()).or_default() += count(e, o);
+    }
+    counts.into_iter().collect()
+}
+
+/// Builds the `i`th frame of a flood.
+type Frame = fn(u16) -> Vec<u8>;
+
+#[test]
+fn a_flood_of_one_kind_leads_the_next_bursts_and_decides_as_before() {
+    // A SYN flood to a port without a service, UDP over IPv6 to the service, a SYN flood
+    // over IPv6, then IPv4/UDP again: after one burst of each, the first loop runs that
+    // kind's fast path and nothing goes to the second loop.
+    let floods: [(Lead, Frame); 4] = [
+        (Lead::Tcp4, |i| tcp4(1000 + i, 9, TcpFlags::SYN)),
+        (Lead::Udp6, |i| udp6(7, &[b'6', i as u8])),
+        (Lead::Tcp6, |i| tcp6(1000 + i, 9, TcpFlags::SYN)),
+        (Lead::Udp4, |i| udp(7, &[b'4', i as u8])),
+    ];
+    let mut e = engine_with(tables(1, 1, 4096), Collect::new(0));
+    let mut reference = engine_with(tables(1, 1, 4096), Collect::new(0));
+    let mut received = 0;
+    for (lead, frame) in &floods {
+        for b in 0..3u16 {
+            let frames: Vec<Vec<u8>> = (0..32).map(|i| frame(b * 32 + i)).collect();
+            let before = e.second_loop;
+            run_burst(&mut e, &frames, T0);
+            for f in &frames {
+                reference.receive(0, HeapBuf::new(f), T0);
+            }
+            reference.end_burst();
+            reference.poll_done(T0);
+            received += frames.len() as u64;
+            assert_eq!(e.lead, *lead, "after burst {b}");
+            let second = e.second_loop - before;
+            assert_eq!(second, if b == 0 { 32 } else { 0 }, "{lead:?}, burst {b}");
+        }
+    }
+    assert_eq!(total(&e), received);
+    assert_eq!(outcome_counts(&e), outcome_counts(&reference));
+    assert_eq!(count(&e, Outcome::Delivered), 2 * 3 * 32);
+    assert!(count(&e, Outcome::TcpReset) > 0 && count(&e, Outcome::TcpResetSuppressed) > 0);
+    let got: Vec<(u8, u8)> = e.io().delivered.iter().map(|(_, b)| tag(b)).collect();
+    let want: Vec<(u8, u8)> = reference.io().delivered.iter().map(|(_, b)| tag(b)).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn only_a_kind_that_is_more_than_half_a_burst_leads() {
+    let mut e = engine_with(tables(1, 1, 4096), Collect::new(0));
+    // Half SYNs, half datagrams for the service: IPv4/UDP keeps the lead.
+    let half: Vec<Vec<u8>> = (0..32u16)
+        .map(|i| {
+            if i % 2 == 0 {
+                tcp4(i, 9, TcpFlags::SYN)
+            } else {
+                udp(7, &[b'a', i as u8])
+            }
+        })
+        .collect();
+    run_burst(&mut e, &half, T0);
+    assert_eq!(e.lead, Lead::Udp4);
+    // Most of the burst goes to the second loop but no kind is more than half of it (pings,
+    // SYNs, IPv6 datagrams): no change either.
+    let spread: Vec<Vec<u8>> = (0..30u16)
+        .map(|i| match i % 3 {
+            0 => ping(8),
+            1 => tcp4(i, 9, TcpFlags::SYN),
+            _ => udp6(7, &[b'b', i as u8]),
+        })
+        .collect();
+    run_burst(&mut e, &spread, T0);
+    assert_eq!(e.lead, Lead::Udp4);
+    // 17 of 32 over IPv6: it leads, and the IPv4 datagrams behind it are still delivered,
+    // each kind in order.
+    let mostly6: Vec<Vec<u8>> = (0..32u16)
+        .map(|i| {
+            if i < 17 {
+                udp6(7, &[b'6', i as u8])
+            } else {
+                udp(7, &[b'4', i as u8])
+            }
+        })
+        .collect();
+    run_burst(&mut e, &mostly6, T0);
+    assert_eq!(e.lead, Lead::Udp6);
+    let before = e.io().delivered.len();
+    // Six of eight to the second loop, four of them IPv4/UDP: exactly half is not more.
+    let interleaved: Vec<Vec<u8>> = (0..8u8)
+        .map(|i| match i % 4 {
+            0 => udp6(7, &[b'x', i]),
+            2 => tcp4(i as u16, 9, TcpFlags::SYN),
+            _ => udp(7, &[b'y', i]),
+        })
+        .collect();
+    run_burst(&mut e, &interleaved, T0);
+    assert_eq!(e.lead, Lead::Udp6, "half a burst does not change the lead");
+    let got: Vec<(u8, u8)> = e.io().delivered[before..].iter().map(|(_, b)| tag(b)).collect();
+    assert_eq!(
+        got,
+        vec![(b'x', 0), (b'x', 4), (b'y', 1), (b'y', 3), (b'y', 5), (b'y', 7)]
+    );
+    assert_eq!(total(&e), (32 + 30 + 32 + 8) as u64);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Any mix of kinds, in bursts of any size: the same outcomes as one packet at a time,
+    /// every packet counted once, each kind's deliveries in arrival order.
+    #[test]
+    fn any_mix_of_kinds_decides_as_one_packet_at_a_time(
+        kinds in proptest::collection::vec(0u8..8, 1..400),
+        cuts in proptest::collection::vec(1usize..=32, 1..40),
+    ) {
+        let frames: Vec<Vec<u8>> = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let i = i as u16;
+                match k {
+                    0 => udp(7, &[b'u', i as u8]),
+                    1 => udp(9, b"closed"),
+                    2 => tcp4(i, 9, TcpFlags::SYN),
+                    3 => udp6(7, &[b'v', i as u8]),
+                    4 => tcp6(i, 9, TcpFlags::SYN),
+                    5 => v4_frame(THEM, ME, IpProtocol::UDP, &[1, 1, 1, 1], 0, &udp_bytes(4000, 7, &[b'o', i as u8])),
+                    6 => ping(8),
+                    _ => vec![0u8; 30],
+                }
+            })
+            .collect();
+        let mut e = engine_with(tables(1, 1, 4096), Collect::new(0));
+        let mut reference = engine_with(tables(1, 1, 4096), Collect::new(0));
+        let mut at = 0;
+        for cut in cuts.iter().cycle() {
+            if at == frames.len() {
+                break;
+            }
+            let end = (at + cut).min(frames.len());
+            run_burst(&mut e, &frames[at..end], T0);
+            at = end;
+        }
+        for f in &frames {
+            reference.receive(0, HeapBuf::new(f), T0);
+        }
+        reference.end_burst();
+        reference.poll_done(T0);
+        proptest::prop_assert_eq!(total(&e), frames.len() as u64);
+        proptest::prop_assert_eq!(outcome_counts(&e), outcome_counts(&reference));
+        for kind in [b'u', b'v', b'o'] {
+            let seq = |e: &Engine| -> Vec<u8> {
+                e.io().delivered.iter().map(|(_, b)| tag(b)).filter(|t| t.0 == kind).map(|t| t.1).collect()
+            };
+            proptest::prop_assert_eq!(seq(&e), seq(&reference));
         }
     }
 }
