@@ -28,6 +28,11 @@ mod tests;
 /// Datagrams reassembled per poll at most, when timing out (bounded work).
 pub const EXPIRE_BUDGET: usize = 4;
 
+/// Bursts mostly declined by the lead's path that [`RxEngine::burst`] lets pass without an
+/// election after one that changed nothing: a flood that starts behind such traffic leads
+/// after at most this many more of its bursts (~2,000 packets).
+pub const ELECTION_BACKOFF: u32 = 63;
+
 /// What the RX engine needs from the lcore that drives it.
 pub trait RxIo<B: LcoreBuf> {
     /// The lcore's TX queues.
@@ -109,6 +114,9 @@ pub struct RxEngine<B: LcoreBuf, Io: RxIo<B>> {
     /// The fast path the first loop runs ([`RxEngine::burst`]): the kind most of a recent
     /// burst was, IPv4/UDP until another kind is.
     lead: Lead,
+    /// Bursts the election skips before it looks again: after one that changed nothing (most
+    /// of the traffic declined by its own kind's path, as fragments are), [`ELECTION_BACKOFF`].
+    election_wait: u32,
     /// Packets that went through the second loop, for tests.
     #[cfg(test)]
     second_loop: u64,
@@ -174,6 +182,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             drops: Vec::with_capacity(2 * BURST),
             rest: Vec::with_capacity(BURST),
             lead: Lead::Udp4,
+            election_wait: 0,
             #[cfg(test)]
             second_loop: 0,
             stats,
@@ -266,16 +275,23 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         }
         if !self.rest.is_empty() {
             if self.rest.len() * 2 > n {
-                self.elect_lead(n);
+                if self.election_wait == 0 {
+                    self.elect_lead(n);
+                } else {
+                    self.election_wait -= 1;
+                }
             }
-            self.burst_rest(port, now);
+            self.burst_rest(port, now, Lead::ALL[L as usize]);
         }
         self.stats.rx[qi].bytes.add(bytes);
         self.end_burst();
     }
 
     /// More than half of a burst of `n` went to the second loop: the kind that is more than
-    /// half of the burst, if one is, leads from the next burst on.
+    /// half of the burst, if one is and it is not the lead already, leads from the next burst
+    /// on; else the next [`ELECTION_BACKOFF`] such bursts are not looked at (a fragment flood
+    /// is declined by its own kind's path burst after burst: counting each cost ~25
+    /// instructions a fragment).
     #[cold]
     #[inline(never)]
     fn elect_lead(&mut self, n: usize) {
@@ -285,8 +301,9 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                 kinds[k as usize] += 1;
             }
         }
-        if let Some(&k) = Lead::ALL.iter().find(|k| kinds[**k as usize] * 2 > n) {
-            self.lead = k;
+        match Lead::ALL.iter().find(|k| kinds[**k as usize] * 2 > n) {
+            Some(&k) if k != self.lead => self.lead = k,
+            _ => self.election_wait = ELECTION_BACKOFF,
         }
     }
 
@@ -296,7 +313,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// counted as received: the driver counts bursts.
     pub fn receive(&mut self, port: u16, m: B, now: Instant) {
         if let Some(m) = self.first_pass::<{ Lead::UDP4 }>(port, m, now) {
-            self.handle_cold(port, m, now);
+            self.handle_cold(port, m, now, Some(Lead::Udp4));
         }
     }
 
@@ -319,17 +336,17 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         None
     }
 
-    /// [`RxEngine::burst`]'s second loop: the packets the lead's fast path declined, through the
-    /// rest of the pipeline.
+    /// [`RxEngine::burst`]'s second loop: the packets the fast path of `lead` declined, through
+    /// the rest of the pipeline.
     #[inline(never)]
-    fn burst_rest(&mut self, port: u16, now: Instant) {
+    fn burst_rest(&mut self, port: u16, now: Instant, lead: Lead) {
         let mut rest = std::mem::take(&mut self.rest);
         #[cfg(test)]
         {
             self.second_loop += rest.len() as u64;
         }
         for m in rest.drain(..) {
-            self.handle(port, m, now);
+            self.handle(port, m, now, Some(lead));
             if self.drops.len() >= BURST {
                 B::free_bulk(&mut self.drops);
             }
@@ -485,8 +502,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// [`RxEngine::handle`] out of line, for [`RxEngine::act`].
     #[cold]
     #[inline(never)]
-    fn handle_cold(&mut self, port: u16, m: B, now: Instant) {
-        self.handle(port, m, now);
+    fn handle_cold(&mut self, port: u16, m: B, now: Instant, tried: Option<Lead>) {
+        self.handle(port, m, now, tried);
     }
 
     /// Acts on the pipeline's verdict for `m` (any but [`Verdict::Reassemble`], which only
@@ -505,16 +522,16 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             Verdict::Deliver => self.staged[self.pipeline.delivered_to()].push(m),
             // Not from the IPv4/UDP fast path, and `handle` acts on it itself: through the
             // pipeline again (the verdict changed nothing).
-            Verdict::Reassemble { .. } => self.handle_cold(port, m, now),
+            Verdict::Reassemble { .. } => self.handle_cold(port, m, now, None),
         }
     }
 
-    /// Runs one packet through the pipeline (all but the lead's fast path, which
-    /// [`RxEngine::burst`] ran) and acts on the verdict; a fragment goes to the
+    /// Runs one packet through the pipeline (all but fast path `tried`, which declined it) and
+    /// acts on the verdict; a fragment goes to the
     /// reassembler and, if it completes its datagram, the datagram goes on through the pipeline
     /// (from where its fragments stopped, if they came through a tunnel).
     #[inline(always)]
-    fn handle(&mut self, port: u16, mut m: B, now: Instant) {
+    fn handle(&mut self, port: u16, mut m: B, now: Instant, mut tried: Option<Lead>) {
         // Inlined into `burst_rest` (and into `handle_cold`, the rare callers' copy): behind
         // a call per packet, the rest of the pipeline cost ~35 instructions a packet more.
         let mut after: Option<crate::buf::Tunnelled> = None;
@@ -522,7 +539,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         let mut datagram_buffer = false;
         loop {
             let v = match after.take() {
-                None => self.pipeline.process_rest(port, &mut m, now),
+                None => self.pipeline.process_rest(port, &mut m, now, tried.take()),
                 Some(t) => self.pipeline.process_after_tunnel(port, &mut m, now, t),
             };
             match v {

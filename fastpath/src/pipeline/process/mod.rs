@@ -347,7 +347,7 @@ impl Pipeline {
         if let Some(v) = self.udp4(port, pkt, now) {
             return v;
         }
-        self.process_rest(port, pkt, now)
+        self.process_rest(port, pkt, now, Some(Lead::Udp4))
     }
 
     /// The IPv4/UDP fast path ([`Pipeline::udp4`]: untagged, no options, not a fragment): its
@@ -372,15 +372,18 @@ impl Pipeline {
     }
 
     /// What the burst's lead fast path declines ([`Lead`]): the fast path the frame's
-    /// EtherType and next protocol point at ([`Lead::of`]), else, or if that declines too,
-    /// [`Pipeline::process_general`], which decides as the fast paths do.
+    /// EtherType and next protocol point at ([`Lead::of`]) unless it is `tried` (it declined
+    /// the frame already), else, or if that declines too, [`Pipeline::process_general`], which
+    /// decides as the fast paths do.
     ///
     /// TCP over IPv4 in `udp4` itself (one path for both protocols) ran a SYN flood in 3%
     /// fewer instructions than here but cost the IPv4/UDP paths 11-15 a packet.
     #[inline(always)]
-    pub fn process_rest<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Verdict {
+    pub fn process_rest<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant, tried: Option<Lead>) -> Verdict {
         // IPv4/UDP too: behind another lead (`RxEngine::burst`) the first loop did not try it.
+        // The path that declined the frame is not asked again (~10 instructions a fragment).
         let fast = match Lead::of(pkt.data()) {
+            k if k == tried => None,
             Some(Lead::Udp4) => self.udp4(port, pkt, now),
             Some(Lead::Tcp4) => self.tcp4(port, pkt, now),
             Some(Lead::Udp6) => self.udp6(port, pkt, now),
