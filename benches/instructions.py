@@ -112,7 +112,10 @@ def run(sc, seconds, tmp):
     prefix = f"fpinsn-{os.getpid()}"
     cfg, mport = mb.write_config(sc, prefix, tmp)
     out = os.path.join(tmp, f"{sc['name']}.callgrind")
-    cmd = ["valgrind", "--tool=callgrind", "--fair-sched=yes", f"--callgrind-out-file={out}",
+    # INSTRUCTIONS_DUMP_INSTR=1: counts per machine instruction too (callgrind_annotate, or
+    # `benches/hot_instructions.py`, then says which instructions of a function take them).
+    dump = ["--dump-instr=yes"] if os.environ.get("INSTRUCTIONS_DUMP_INSTR") else []
+    cmd = ["valgrind", "--tool=callgrind", "--fair-sched=yes", f"--callgrind-out-file={out}", *dump,
            # The RX lcore's loop; the second pattern is where it lived before the runtime split,
            # so binaries from before and after compare.
            "--toggle-collect=fastpath::runtime::rx::RxLcore::run*",

@@ -48,52 +48,65 @@ impl Pipeline {
             return Some(Verdict::Drop(Outcome::Malformed));
         }
         let (src, dst) = (wire::ipv4_at(h, 26), wire::ipv4_at(h, 30));
-        let (ttl, ports, flags) = (h[22], (wire::be16(h, 34), wire::be16(h, 36)), h[47]);
-        if pkt.len() > end {
-            let _trimmed = pkt.trim(pkt.len() - end);
-        }
         if !local.has_ipv4(dst) {
             return Some(Verdict::Drop(Outcome::NotLocal));
         }
-        if !source::valid_v4(local, pkt.data().first().is_some_and(|b| b & 1 != 0), src) {
+        if !source::valid_v4(local, h[0] & 1 != 0, src) {
             return Some(Verdict::Drop(Outcome::Martian));
         }
+        // The rest read where it is used: held from above, LLVM spilled it to the stack on
+        // every packet, and a SYN flood's packets use only the destination port and flags.
         let t = &*self.tables;
-        let Some(svc) = t.services.lookup_tcp4(ports.1, dst) else {
+        let Some(svc) = t.services.lookup_tcp4(wire::be16(h, 36), dst) else {
             if local.kernel {
-                if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::TCP, ports.1)) {
+                let dport = wire::be16(h, 36);
+                if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::TCP, dport)) {
                     // `[kernel] punt` takes it (`punt_port`'s decision): the kernel's own
                     // connections, as a service's packets.
                     let svc = k.service;
-                    if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
-                        return Some(self.deliver(s));
-                    }
-                    let p = Parsed::untagged_tcp4(src, dst, ttl, ports, flags, total);
-                    return Some(self.fan_out(svc, &p, pkt.rss_hash()));
+                    return Some(self.tcp4_service(svc, pkt, end));
                 }
             }
             // RFC 9293 §3.10.7.1: a segment for a port nobody listens on gets a reset, if the
-            // limits allow one (`tcp_closed`'s decision from the values in registers).
+            // limits allow one (`tcp_closed`'s decision from the values in registers). Link-layer
+            // padding is not trimmed for a drop: only what is kept needs its true length.
             let rng = &mut self.rng;
             return Some(
                 match self
                     .tcp_reset
-                    .decide_with(now, TcpFlags(flags), || IpAddr::V4(src), || xorshift(rng))
+                    .decide_with(now, TcpFlags(h[47]), || IpAddr::V4(src), || xorshift(rng))
                 {
                     tcp_reset::ResetDecision::Ineligible => Verdict::Drop(Outcome::NoService),
                     tcp_reset::ResetDecision::Suppressed(l) => {
                         self.reset_counters.limited[0][l.index()].inc();
                         Verdict::Drop(Outcome::TcpResetSuppressed)
                     }
-                    tcp_reset::ResetDecision::Send => self.tcp4_reset(pkt, port),
+                    tcp_reset::ResetDecision::Send => self.tcp4_reset(pkt, port, end),
                 },
             );
         };
-        if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
-            return Some(self.deliver(s));
+        Some(self.tcp4_service(svc, pkt, end))
+    }
+
+    /// [`Pipeline::tcp4`]'s segment for service `svc` (a frame the fast path took, its datagram
+    /// ending at frame offset `end`): trimmed of link-layer padding (see `after_parse`), then to
+    /// a socket.
+    #[inline(always)]
+    fn tcp4_service<B: PacketBuf>(&mut self, svc: usize, pkt: &mut B, end: usize) -> Verdict {
+        if pkt.len() > end {
+            let _trimmed = pkt.trim(pkt.len() - end);
         }
+        let t = &*self.tables;
+        if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
+            return self.deliver(s);
+        }
+        let Some(h) = pkt.data().first_chunk::<54>() else {
+            return Verdict::Drop(Outcome::Malformed);
+        };
+        let (src, dst) = (wire::ipv4_at(h, 26), wire::ipv4_at(h, 30));
+        let (ttl, ports, flags, total) = (h[22], (wire::be16(h, 34), wire::be16(h, 36)), h[47], wire::be16(h, 16));
         let p = Parsed::untagged_tcp4(src, dst, ttl, ports, flags, total);
-        Some(self.fan_out(svc, &p, pkt.rss_hash()))
+        self.fan_out(svc, &p, pkt.rss_hash())
     }
 
     /// [`Pipeline::tcp4`] for IPv6: an untagged IPv6 packet whose next header is TCP (no
@@ -120,28 +133,21 @@ impl Pipeline {
         if let Some(v) = link_layer_refusal_in(local, h.first_chunk()?) {
             return Some(v);
         }
-        let src = wire::ipv6_at(h, 22);
-        let (hop_limit, ports, flags) = (h[21], (wire::be16(h, 54), wire::be16(h, 56)), h[67]);
-        if pkt.len() > end {
-            let _trimmed = pkt.trim(pkt.len() - end);
-        }
         if !local.has_ipv6(&dst) {
             return Some(Verdict::Drop(Outcome::NotLocal));
         }
-        let group_frame = pkt.data().first().is_some_and(|b| b & 1 != 0);
-        if !source::valid_v6_to_unicast(local, group_frame, &src) {
+        let src = wire::ipv6_at(h, 22);
+        if !source::valid_v6_to_unicast(local, h[0] & 1 != 0, &src) {
             return Some(Verdict::Drop(Outcome::Martian));
         }
+        // As in `tcp4`: the rest read where it is used, the padding trimmed only for what is kept.
         let t = &*self.tables;
-        let Some(svc) = t.services.lookup_tcp6(ports.1, &dst) else {
+        let Some(svc) = t.services.lookup_tcp6(wire::be16(h, 56), &dst) else {
             if local.kernel {
-                if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::TCP, ports.1)) {
+                let dport = wire::be16(h, 56);
+                if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::TCP, dport)) {
                     let svc = k.service;
-                    if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
-                        return Some(self.deliver(s));
-                    }
-                    let p = Parsed::untagged_v6(IpProtocol::TCP, src, dst, hop_limit, ports, Some(flags), payload);
-                    return Some(self.fan_out(svc, &p, pkt.rss_hash()));
+                    return Some(self.tcp6_service(svc, pkt, end));
                 }
             }
             // RFC 9293 §3.10.7.1, as in `tcp4`.
@@ -149,29 +155,48 @@ impl Pipeline {
             return Some(
                 match self
                     .tcp_reset
-                    .decide_with(now, TcpFlags(flags), || IpAddr::V6(src), || xorshift(rng))
+                    .decide_with(now, TcpFlags(h[67]), || IpAddr::V6(src), || xorshift(rng))
                 {
                     tcp_reset::ResetDecision::Ineligible => Verdict::Drop(Outcome::NoService),
                     tcp_reset::ResetDecision::Suppressed(l) => {
                         self.reset_counters.limited[1][l.index()].inc();
                         Verdict::Drop(Outcome::TcpResetSuppressed)
                     }
-                    tcp_reset::ResetDecision::Send => self.tcp6_reset(pkt, port),
+                    tcp_reset::ResetDecision::Send => self.tcp6_reset(pkt, port, end),
                 },
             );
         };
-        if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
-            return Some(self.deliver(s));
+        Some(self.tcp6_service(svc, pkt, end))
+    }
+
+    /// [`Pipeline::tcp4_service`] for IPv6.
+    #[inline(always)]
+    fn tcp6_service<B: PacketBuf>(&mut self, svc: usize, pkt: &mut B, end: usize) -> Verdict {
+        if pkt.len() > end {
+            let _trimmed = pkt.trim(pkt.len() - end);
         }
+        let t = &*self.tables;
+        if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
+            return self.deliver(s);
+        }
+        let Some(h) = pkt.data().first_chunk::<74>() else {
+            return Verdict::Drop(Outcome::Malformed);
+        };
+        let (src, dst) = (wire::ipv6_at(h, 22), wire::ipv6_at(h, 38));
+        let (hop_limit, ports, flags, payload) =
+            (h[21], (wire::be16(h, 54), wire::be16(h, 56)), h[67], wire::be16(h, 18));
         let p = Parsed::untagged_v6(IpProtocol::TCP, src, dst, hop_limit, ports, Some(flags), payload);
-        Some(self.fan_out(svc, &p, pkt.rss_hash()))
+        self.fan_out(svc, &p, pkt.rss_hash())
     }
 
     /// [`Pipeline::tcp4`]'s reset, the limits having let it go: the parse result from the
     /// frame (read again), then `tcp_closed`'s send.
     #[cold]
     #[inline(never)]
-    fn tcp4_reset<B: PacketBuf>(&mut self, pkt: &mut B, port: u16) -> Verdict {
+    fn tcp4_reset<B: PacketBuf>(&mut self, pkt: &mut B, port: u16, end: usize) -> Verdict {
+        if pkt.len() > end {
+            let _trimmed = pkt.trim(pkt.len() - end);
+        }
         let Some(h) = pkt.data().first_chunk::<54>() else {
             return Verdict::Drop(Outcome::NoService);
         };
@@ -184,7 +209,10 @@ impl Pipeline {
     /// [`Pipeline::tcp6`]'s reset, as [`Pipeline::tcp4_reset`].
     #[cold]
     #[inline(never)]
-    fn tcp6_reset<B: PacketBuf>(&mut self, pkt: &mut B, port: u16) -> Verdict {
+    fn tcp6_reset<B: PacketBuf>(&mut self, pkt: &mut B, port: u16, end: usize) -> Verdict {
+        if pkt.len() > end {
+            let _trimmed = pkt.trim(pkt.len() - end);
+        }
         let Some(h) = pkt.data().first_chunk::<74>() else {
             return Verdict::Drop(Outcome::NoService);
         };
