@@ -22,7 +22,7 @@
 //! The reset is built in place from the segment: Ethernet header (VLAN tags kept) back to the
 //! sender, a fresh option-less IP header, a 20-byte TCP header with no options and no data.
 
-use super::icmp_error::limit::{GlobalBucket, PeerRate, PeerTable};
+use super::icmp_error::limit::{GlobalBucket, GlobalView, PeerRate, PeerTable};
 use super::icmp_error::{family_index, validate_peer_limits, Limit};
 use super::parse::{IpVersion, Parsed};
 use super::verdict::Instant;
@@ -132,7 +132,7 @@ pub enum ResetDecision {
 #[derive(Clone, Debug)]
 pub struct ResetLimiter {
     enabled: bool,
-    global: Arc<GlobalBucket>,
+    global: GlobalView,
     peers: PeerTable,
     rate: PeerRate,
     /// The per-destination slot the last [`ResetDecision::Send`] took credit from.
@@ -145,7 +145,7 @@ impl ResetLimiter {
     pub fn new(cfg: &TcpResetConfig, global: Arc<GlobalBucket>, seed: u64) -> Self {
         ResetLimiter {
             enabled: cfg.enabled,
-            global,
+            global: GlobalView::new(global),
             peers: PeerTable::new(cfg.peer_table_size, seed),
             rate: cfg.peer_rate(),
             granted: usize::MAX,
@@ -163,14 +163,14 @@ impl ResetLimiter {
             self.peers = PeerTable::new(cfg.peer_table_size, seed);
         }
         self.enabled = cfg.enabled;
-        self.global = global;
+        self.global = GlobalView::new(global);
         self.rate = cfg.peer_rate();
         self.granted = usize::MAX;
     }
 
     /// The global bucket this limiter draws on.
     pub fn global(&self) -> &Arc<GlobalBucket> {
-        &self.global
+        self.global.bucket()
     }
 
     /// Whether a reset may be sent at `now` to `src` about a segment with `flags`. `draw` is a

@@ -584,7 +584,7 @@ pub fn answerable(kind: ErrorKind, p: &Parsed, frame: &[u8], nic: NicChecksum) -
 /// bucket all lcores share, and the settings of the current config generation.
 #[derive(Clone, Debug)]
 pub struct IcmpLimiter {
-    global: Arc<GlobalBucket>,
+    global: limit::GlobalView,
     peers: PeerTable,
     ratemask: u32,
     /// The per-destination limit of IPv4 and of IPv6 destinations.
@@ -610,7 +610,7 @@ impl IcmpLimiter {
     /// at start from a real random source, e.g. `rte_rand()` or getrandom) and differ per lcore.
     pub fn new(cfg: &IcmpConfig, global: Arc<GlobalBucket>, seed: u64) -> Self {
         IcmpLimiter {
-            global,
+            global: limit::GlobalView::new(global),
             peers: PeerTable::new(cfg.peer_table_size, seed),
             ratemask: cfg.ratemask,
             peer_rate: peer_rates(cfg.peer_interval_ms as u64 * 1_000_000, cfg.peer_burst),
@@ -636,7 +636,7 @@ impl IcmpLimiter {
         if self.peers.size() != size || self.peer_rate != rate {
             self.peers = PeerTable::new(cfg.peer_table_size, seed);
         }
-        self.global = global;
+        self.global = limit::GlobalView::new(global);
         self.ratemask = cfg.ratemask;
         self.peer_rate = rate;
         self.exempt = cfg.exempt.clone();
@@ -662,7 +662,7 @@ impl IcmpLimiter {
 
     /// The global bucket this limiter draws on.
     pub fn global(&self) -> &Arc<GlobalBucket> {
-        &self.global
+        self.global.bucket()
     }
 
     /// The per-destination table.
