@@ -126,13 +126,15 @@ impl Pipeline {
         if frame.len() < end || end > u16::MAX as usize || header < 20 || header > payload as usize {
             return None;
         }
-        let dst = wire::ipv6_at(h, 38);
-        if dst.is_multicast() {
+        // A group destination (RFC 4291 §2.7: its first byte is 0xff), tested on the byte: as
+        // `Ipv6Addr::is_multicast` on the address LLVM loaded it in four pieces and spilled them.
+        if h[38] == 0xff {
             return None;
         }
         if let Some(v) = link_layer_refusal_in(local, h.first_chunk()?) {
             return Some(v);
         }
+        let dst = wire::ipv6_at(h, 38);
         if !local.has_ipv6(&dst) {
             return Some(Verdict::Drop(Outcome::NotLocal));
         }

@@ -44,15 +44,16 @@ impl Pipeline {
         if frame.len() < end || end > u16::MAX as usize || udp_len < 8 || udp_len > payload as usize {
             return None;
         }
-        let dst = wire::ipv6_at(h, 38);
-        // A group destination (all-nodes, a solicited-node group): the general path's.
-        if dst.is_multicast() {
+        // A group destination (all-nodes, a solicited-node group): the general path's. Tested
+        // on the first byte (RFC 4291 §2.7), as in `tcp6`.
+        if h[38] == 0xff {
             return None;
         }
         // From here the frame is the general path's common frame: its verdicts, in its order.
         if let Some(v) = link_layer_refusal_in(local, h.first_chunk()?) {
             return Some(v);
         }
+        let dst = wire::ipv6_at(h, 38);
         let src = wire::ipv6_at(h, 22);
         let (hop_limit, ports) = (h[21], (wire::be16(h, 54), wire::be16(h, 56)));
         // Link-layer padding is not part of the packet (see `after_parse`).
