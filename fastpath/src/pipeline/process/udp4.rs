@@ -53,11 +53,16 @@ impl Pipeline {
             return Some(Verdict::Drop(Outcome::Malformed));
         }
         let (src, dst) = (wire::ipv4_at(h, 26), wire::ipv4_at(h, 30));
-        let (ttl, ports) = (h[22], (wire::be16(h, 34), wire::be16(h, 36)));
         // Link-layer padding is not part of the datagram (see `after_parse`).
         if pkt.len() > end {
             let _trimmed = pkt.trim(pkt.len() - end);
         }
+        // The frame read again after the trim (its bytes did not move): the ports where they
+        // are used, not held in registers LLVM spilled on every packet (as in `tcp4`).
+        let Some(h) = pkt.data().first_chunk::<42>() else {
+            return Some(Verdict::Drop(Outcome::Malformed));
+        };
+        let dport = wire::be16(h, 36);
         if !local.has_ipv4(dst) {
             return Some(Verdict::Drop(Outcome::NotLocal));
         }
@@ -68,9 +73,9 @@ impl Pipeline {
             return Some(Verdict::Drop(Outcome::Martian));
         }
         let t = &*self.tables;
-        let Some(svc) = t.services.lookup_udp4(ports.1, dst) else {
+        let Some(svc) = t.services.lookup_udp4(dport, dst) else {
             if local.kernel {
-                if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::UDP, ports.1)) {
+                if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::UDP, dport)) {
                     // `[kernel] punt` takes it (`punt_port`'s decision): into the kernel path's
                     // sockets, as a service's packet, without the general parse (a flood
                     // aimed at the kernel path: rx 13.4 -> 15.3 Mpps in ci/bench-kernel).
@@ -78,7 +83,7 @@ impl Pipeline {
                     if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
                         return Some(self.deliver(s));
                     }
-                    let p = Parsed::untagged_udp4(src, dst, ttl, ports, total);
+                    let p = udp4_parsed(h);
                     return Some(self.fan_out(svc, &p, pkt.rss_hash()));
                 }
             }
@@ -87,7 +92,7 @@ impl Pipeline {
             let no_service = Verdict::Drop(Outcome::NoService);
             let kind = icmp_error::ErrorKind::PortUnreachable;
             if t.icmp.build_first {
-                let p = Parsed::untagged_udp4(src, dst, ttl, ports, total);
+                let p = udp4_parsed(h);
                 return Some(self.icmp_error(pkt, &p, port, kind, no_service, now));
             }
             // A group frame is martian, refused above.
@@ -111,7 +116,7 @@ impl Pipeline {
         if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
             return Some(self.deliver(s));
         }
-        let p = Parsed::untagged_udp4(src, dst, ttl, ports, total);
+        let p = udp4_parsed(h);
         Some(self.fan_out(svc, &p, pkt.rss_hash()))
     }
 
@@ -123,9 +128,15 @@ impl Pipeline {
         let Some(h) = pkt.data().first_chunk::<42>() else {
             return no_service;
         };
-        let (src, dst) = (wire::ipv4_at(h, 26), wire::ipv4_at(h, 30));
-        let (ttl, ports, total) = (h[22], (wire::be16(h, 34), wire::be16(h, 36)), wire::be16(h, 16));
-        let p = Parsed::untagged_udp4(src, dst, ttl, ports, total);
+        let p = udp4_parsed(h);
         self.icmp_error_send(pkt, &p, port, icmp_error::ErrorKind::PortUnreachable, no_service)
     }
+}
+
+/// The parse result of a frame [`Pipeline::udp4`] took, from its fixed offsets.
+#[inline(always)]
+fn udp4_parsed(h: &[u8; 42]) -> Parsed {
+    let (src, dst) = (wire::ipv4_at(h, 26), wire::ipv4_at(h, 30));
+    let (ttl, ports, total) = (h[22], (wire::be16(h, 34), wire::be16(h, 36)), wire::be16(h, 16));
+    Parsed::untagged_udp4(src, dst, ttl, ports, total)
 }
