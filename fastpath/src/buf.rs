@@ -126,6 +126,15 @@ pub trait PacketBuf {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Drops what follows the first `len` bytes (link-layer padding after a datagram); a
+    /// packet no longer than `len` is left as it is.
+    #[inline(always)]
+    fn trim_to(&mut self, len: usize) {
+        let cur = self.len();
+        if cur > len {
+            let _trimmed = self.trim(cur - len);
+        }
+    }
     /// Sets the length to `len`, growing or shrinking at the end.
     fn set_len(&mut self, len: usize) -> bool {
         let cur = self.len();

@@ -32,9 +32,7 @@ impl Pipeline {
         // Link-layer padding past the IP datagram is not part of it: drop it so every later
         // stage (and every answer built in place) sees the datagram only.
         let end = parsed.ip_end as usize;
-        if pkt.len() > end {
-            let _trimmed = pkt.trim(pkt.len() - end);
-        }
+        pkt.trim_to(end);
         // The source-validation rule (`pipeline/source.rs`) before anything acts on a packet for
         // us: reassembly, GRE, echo, NDP, the services, the ICMP errors.
         if let Some(v) = refusal(local, pkt.data(), parsed) {

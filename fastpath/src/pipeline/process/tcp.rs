@@ -93,19 +93,15 @@ impl Pipeline {
     /// a socket.
     #[inline(always)]
     fn tcp4_service<B: PacketBuf>(&mut self, svc: usize, pkt: &mut B, end: usize) -> Verdict {
-        if pkt.len() > end {
-            let _trimmed = pkt.trim(pkt.len() - end);
-        }
+        pkt.trim_to(end);
         let t = &*self.tables;
         if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
             return self.deliver(s);
         }
-        let Some(h) = pkt.data().first_chunk::<54>() else {
+        let Some(h) = pkt.data().first_chunk() else {
             return Verdict::Drop(Outcome::Malformed);
         };
-        let (src, dst) = (wire::ipv4_at(h, 26), wire::ipv4_at(h, 30));
-        let (ttl, ports, flags, total) = (h[22], (wire::be16(h, 34), wire::be16(h, 36)), h[47], wire::be16(h, 16));
-        let p = Parsed::untagged_tcp4(src, dst, ttl, ports, flags, total);
+        let p = tcp4_parsed(h);
         self.fan_out(svc, &p, pkt.rss_hash())
     }
 
@@ -174,20 +170,15 @@ impl Pipeline {
     /// [`Pipeline::tcp4_service`] for IPv6.
     #[inline(always)]
     fn tcp6_service<B: PacketBuf>(&mut self, svc: usize, pkt: &mut B, end: usize) -> Verdict {
-        if pkt.len() > end {
-            let _trimmed = pkt.trim(pkt.len() - end);
-        }
+        pkt.trim_to(end);
         let t = &*self.tables;
         if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
             return self.deliver(s);
         }
-        let Some(h) = pkt.data().first_chunk::<74>() else {
+        let Some(h) = pkt.data().first_chunk() else {
             return Verdict::Drop(Outcome::Malformed);
         };
-        let (src, dst) = (wire::ipv6_at(h, 22), wire::ipv6_at(h, 38));
-        let (hop_limit, ports, flags, payload) =
-            (h[21], (wire::be16(h, 54), wire::be16(h, 56)), h[67], wire::be16(h, 18));
-        let p = Parsed::untagged_v6(IpProtocol::TCP, src, dst, hop_limit, ports, Some(flags), payload);
+        let p = tcp6_parsed(h);
         self.fan_out(svc, &p, pkt.rss_hash())
     }
 
@@ -196,15 +187,11 @@ impl Pipeline {
     #[cold]
     #[inline(never)]
     fn tcp4_reset<B: PacketBuf>(&mut self, pkt: &mut B, port: u16, end: usize) -> Verdict {
-        if pkt.len() > end {
-            let _trimmed = pkt.trim(pkt.len() - end);
-        }
-        let Some(h) = pkt.data().first_chunk::<54>() else {
+        pkt.trim_to(end);
+        let Some(h) = pkt.data().first_chunk() else {
             return Verdict::Drop(Outcome::NoService);
         };
-        let (src, dst) = (wire::ipv4_at(h, 26), wire::ipv4_at(h, 30));
-        let (ttl, ports, flags, total) = (h[22], (wire::be16(h, 34), wire::be16(h, 36)), h[47], wire::be16(h, 16));
-        let p = Parsed::untagged_tcp4(src, dst, ttl, ports, flags, total);
+        let p = tcp4_parsed(h);
         self.tcp_reset_send(pkt, &p, port)
     }
 
@@ -212,16 +199,27 @@ impl Pipeline {
     #[cold]
     #[inline(never)]
     fn tcp6_reset<B: PacketBuf>(&mut self, pkt: &mut B, port: u16, end: usize) -> Verdict {
-        if pkt.len() > end {
-            let _trimmed = pkt.trim(pkt.len() - end);
-        }
-        let Some(h) = pkt.data().first_chunk::<74>() else {
+        pkt.trim_to(end);
+        let Some(h) = pkt.data().first_chunk() else {
             return Verdict::Drop(Outcome::NoService);
         };
-        let (src, dst) = (wire::ipv6_at(h, 22), wire::ipv6_at(h, 38));
-        let (hop_limit, ports, flags, payload) =
-            (h[21], (wire::be16(h, 54), wire::be16(h, 56)), h[67], wire::be16(h, 18));
-        let p = Parsed::untagged_v6(IpProtocol::TCP, src, dst, hop_limit, ports, Some(flags), payload);
+        let p = tcp6_parsed(h);
         self.tcp_reset_send(pkt, &p, port)
     }
+}
+
+/// The parse result of a frame [`Pipeline::tcp4`] took, from its fixed offsets.
+#[inline(always)]
+fn tcp4_parsed(h: &[u8; 54]) -> Parsed {
+    let (src, dst) = (wire::ipv4_at(h, 26), wire::ipv4_at(h, 30));
+    let (ttl, ports, flags, total) = (h[22], (wire::be16(h, 34), wire::be16(h, 36)), h[47], wire::be16(h, 16));
+    Parsed::untagged_tcp4(src, dst, ttl, ports, flags, total)
+}
+
+/// The parse result of a frame [`Pipeline::tcp6`] took, from its fixed offsets.
+#[inline(always)]
+fn tcp6_parsed(h: &[u8; 74]) -> Parsed {
+    let (src, dst) = (wire::ipv6_at(h, 22), wire::ipv6_at(h, 38));
+    let (hop_limit, ports, flags, payload) = (h[21], (wire::be16(h, 54), wire::be16(h, 56)), h[67], wire::be16(h, 18));
+    Parsed::untagged_v6(IpProtocol::TCP, src, dst, hop_limit, ports, Some(flags), payload)
 }

@@ -54,9 +54,7 @@ impl Pipeline {
         }
         let (src, dst) = (wire::ipv4_at(h, 26), wire::ipv4_at(h, 30));
         // Link-layer padding is not part of the datagram (see `after_parse`).
-        if pkt.len() > end {
-            let _trimmed = pkt.trim(pkt.len() - end);
-        }
+        pkt.trim_to(end);
         // The frame read again after the trim (its bytes did not move): the ports where they
         // are used, not held in registers LLVM spilled on every packet (as in `tcp4`).
         let Some(h) = pkt.data().first_chunk::<42>() else {

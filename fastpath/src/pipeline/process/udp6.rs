@@ -57,9 +57,7 @@ impl Pipeline {
         let src = wire::ipv6_at(h, 22);
         let (hop_limit, ports) = (h[21], (wire::be16(h, 54), wire::be16(h, 56)));
         // Link-layer padding is not part of the packet (see `after_parse`).
-        if pkt.len() > end {
-            let _trimmed = pkt.trim(pkt.len() - end);
-        }
+        pkt.trim_to(end);
         // Not multicast, so ours only if it is one of the port's addresses (`ipv6_local_for`).
         if !local.has_ipv6(&dst) {
             return Some(Verdict::Drop(Outcome::NotLocal));
