@@ -135,9 +135,9 @@ impl GlobalBucket {
     /// anything: step (c). Refills the bucket when it is empty and at least 20 ms have passed
     /// since the last refill; otherwise only reads.
     ///
-    /// Under a flood the bucket is empty and the last refill recent: that answer is two reads
-    /// here, without the call to the refill (~9 instructions a packet on the closed port and
-    /// the SYN flood, callgrind).
+    /// Under a flood the bucket is empty and the last refill recent: that answer is three reads
+    /// here (credit, stamp, credit again), without the call to the refill; the lcores' limiters
+    /// ask through a [`GlobalView`], which skips even those until a refill can be due.
     #[inline]
     pub fn peek(&self, now: Instant) -> bool {
         self.peek_quiet(now).is_ok()
