@@ -99,6 +99,17 @@ pub struct ResetLcoreCounters {
     pub limited: [[Counter; 2]; 2],
 }
 
+impl ResetLcoreCounters {
+    /// Counts a reset of `family` held back by `limit`, out of line: the per-destination limit's
+    /// count, which the fast paths keep apart from the global one's (their inline counts, at a
+    /// fixed place, are what a SYN flood's segments cost).
+    #[cold]
+    #[inline(never)]
+    pub fn limited_cold(&self, family: usize, limit: Limit) {
+        self.limited[family][limit.index()].inc();
+    }
+}
+
 /// Reset counters of every RX lcore, one slot each; kept across reloads.
 #[derive(Debug, Default)]
 pub struct ResetCounters {
@@ -180,6 +191,15 @@ impl ResetLimiter {
         self.decide_with(now, flags, || *src, draw)
     }
 
+    /// Whether a segment that is not a reset is refused at `now` by what this lcore remembers of
+    /// the global budget alone, the decision a SYN flood's segments get: [`ResetLimiter::decide`]
+    /// would say `Suppressed(Global)` (the deadline is only ever set while resets are enabled, and
+    /// a new generation forgets it). `false` says nothing: ask [`ResetLimiter::decide_with`].
+    #[inline(always)]
+    pub fn quiet(&self, now: Instant) -> bool {
+        self.global.quiet(now)
+    }
+
     /// [`ResetLimiter::decide`] with the source made only once the global budget has credit:
     /// under a flood the budget is spent and the decision is its peek, inline, with the address
     /// still in registers (the TCP fast paths); the per-destination bucket is a call.
@@ -191,6 +211,14 @@ impl ResetLimiter {
         src: impl FnOnce() -> IpAddr,
         draw: impl FnOnce() -> u32,
     ) -> ResetDecision {
+        // The remembered deadline first, the one load a SYN flood's segments need (it is only
+        // set while resets are enabled: a new generation forgets it).
+        if self.global.quiet(now) {
+            if !flags.contains(TcpFlags::RST) {
+                return ResetDecision::Suppressed(Limit::Global);
+            }
+            return ResetDecision::Ineligible;
+        }
         if !self.enabled || flags.contains(TcpFlags::RST) {
             return ResetDecision::Ineligible;
         }

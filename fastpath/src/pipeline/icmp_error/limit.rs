@@ -237,10 +237,17 @@ impl GlobalView {
         &self.bucket
     }
 
+    /// Whether the remembered deadline alone refuses at `now` (what [`GlobalView::peek`] asks
+    /// first): `false` says nothing, the bucket is asked.
+    #[inline(always)]
+    pub fn quiet(&self, now: Instant) -> bool {
+        now.0 < self.quiet_until
+    }
+
     /// [`GlobalBucket::peek`], answered from the remembered deadline while it holds.
     #[inline(always)]
     pub fn peek(&mut self, now: Instant) -> bool {
-        if now.0 < self.quiet_until {
+        if self.quiet(now) {
             return false;
         }
         match self.bucket.peek_quiet(now) {

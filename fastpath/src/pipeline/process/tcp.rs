@@ -4,6 +4,7 @@ use super::icmp::xorshift;
 use super::{link_layer_refusal_in, Pipeline};
 use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
+use crate::pipeline::icmp_error::Limit;
 use crate::pipeline::parse::Parsed;
 use crate::pipeline::verdict::{Instant, Verdict};
 use crate::pipeline::{source, tcp_reset};
@@ -77,8 +78,12 @@ impl Pipeline {
                     .decide_with(now, TcpFlags(h[47]), || IpAddr::V4(src), || xorshift(rng))
                 {
                     tcp_reset::ResetDecision::Ineligible => Verdict::Drop(Outcome::NoService),
+                    tcp_reset::ResetDecision::Suppressed(Limit::Global) => {
+                        self.reset_counters.limited[0][Limit::Global.index()].inc();
+                        Verdict::Drop(Outcome::TcpResetSuppressed)
+                    }
                     tcp_reset::ResetDecision::Suppressed(l) => {
-                        self.reset_counters.limited[0][l.index()].inc();
+                        self.reset_counters.limited_cold(0, l);
                         Verdict::Drop(Outcome::TcpResetSuppressed)
                     }
                     tcp_reset::ResetDecision::Send => self.tcp4_reset(pkt, port, end),
@@ -156,8 +161,12 @@ impl Pipeline {
                     .decide_with(now, TcpFlags(h[67]), || IpAddr::V6(src), || xorshift(rng))
                 {
                     tcp_reset::ResetDecision::Ineligible => Verdict::Drop(Outcome::NoService),
+                    tcp_reset::ResetDecision::Suppressed(Limit::Global) => {
+                        self.reset_counters.limited[1][Limit::Global.index()].inc();
+                        Verdict::Drop(Outcome::TcpResetSuppressed)
+                    }
                     tcp_reset::ResetDecision::Suppressed(l) => {
-                        self.reset_counters.limited[1][l.index()].inc();
+                        self.reset_counters.limited_cold(1, l);
                         Verdict::Drop(Outcome::TcpResetSuppressed)
                     }
                     tcp_reset::ResetDecision::Send => self.tcp6_reset(pkt, port, end),

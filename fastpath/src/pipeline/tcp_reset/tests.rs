@@ -218,5 +218,19 @@ fn the_global_budget_holds_over_many_sources() {
     }
     // 4 credits, each reset taking 0, 1 or 2 (1 on average): a handful, never 100.
     assert!((2..=12).contains(&sent), "{sent} resets sent on a budget of 4");
-    assert!(p.reset_counters.limited[0][Limit::Global.index()].get() >= 88);
+    let held = p.reset_counters.limited[0][Limit::Global.index()].get();
+    assert!(held >= 88);
+    // The budget spent (this lcore remembers until when): a reset is still never answered,
+    // `no_service` and not held back, and a SYN is held back at the global limit.
+    let rst = segment(false, &[], 80, TcpFlags::RST, 1, 0, b"");
+    let syn = segment(false, &[], 80, TcpFlags::SYN, 1, 0, b"");
+    assert_eq!(run(&mut p, &rst).0, Verdict::Drop(Outcome::NoService));
+    assert_eq!(run(&mut p, &syn).0, Verdict::Drop(Outcome::TcpResetSuppressed));
+    assert_eq!(p.reset_counters.limited[0][Limit::Global.index()].get(), held + 1);
+    // Resets turned off on the same bucket: what the lcore remembered does not outlive it.
+    let off = TcpResetConfig { enabled: false, ..cfg };
+    let bucket = p.tcp_reset.global().clone();
+    p.tcp_reset.apply(&off, bucket, 1);
+    assert_eq!(run(&mut p, &syn).0, Verdict::Drop(Outcome::NoService));
+    assert_eq!(p.reset_counters.limited[0][Limit::Global.index()].get(), held + 1);
 }
