@@ -97,7 +97,7 @@ pub struct ServiceTable {
     services: Vec<Service>,
     /// Per service, what a packet's lookup and fanout read first ([`Brief`]).
     brief: Vec<Brief>,
-    /// Per UDP destination port: 1 + the service's index, 0 for none.
+    /// Per UDP destination port, at [`slot`]: 1 + the service's index, 0 for none.
     udp: Box<[u16; 65536]>,
     /// The same for TCP.
     tcp: Box<[u16; 65536]>,
@@ -126,6 +126,21 @@ impl Brief {
             any_address: svc.addresses.is_empty(),
         }
     }
+}
+
+/// Where port `port`'s entry is in the per-port arrays: at the number its two bytes make as they
+/// lie on the wire (network order) read in the host's order, so that the fast paths index with
+/// the bytes of the header as loaded (on x86 the byte swap of each lookup was two instructions a
+/// packet). A permutation of the ports: one entry each.
+#[inline(always)]
+fn slot(port: u16) -> usize {
+    wire_slot(port.to_be_bytes())
+}
+
+/// [`slot`] of the port whose header bytes are `wire`.
+#[inline(always)]
+fn wire_slot(wire: [u8; 2]) -> usize {
+    u16::from_ne_bytes(wire) as usize
 }
 
 fn no_ports() -> Box<[u16; 65536]> {
@@ -160,7 +175,7 @@ impl ServiceTable {
                 }
             };
             for p in ports {
-                by_port[p as usize] = u16::try_from(i + 1).unwrap_or(0);
+                by_port[slot(p)] = u16::try_from(i + 1).unwrap_or(0);
             }
             t.brief.push(Brief::of(&svc));
             t.services.push(svc);
@@ -187,7 +202,7 @@ impl ServiceTable {
             IpProtocol::TCP => &self.tcp,
             _ => return None,
         };
-        let svc = (by_port[port as usize] as usize).checked_sub(1)?;
+        let svc = (by_port[slot(port)] as usize).checked_sub(1)?;
         self.serves(svc, || *dst).then_some(svc)
     }
 
@@ -206,39 +221,40 @@ impl ServiceTable {
         (s != u32::MAX).then_some(s as usize)
     }
 
-    /// [`ServiceTable::lookup`] for UDP to an IPv4 address (the pipeline's fast path): the
-    /// address is made an `IpAddr`, a value in memory, only for a service bound to addresses.
+    /// [`ServiceTable::lookup`] for UDP to an IPv4 address (the pipeline's fast path), the port
+    /// as its header bytes: the address is made an `IpAddr`, a value in memory, only for a
+    /// service bound to addresses.
     #[inline(always)]
-    pub fn lookup_udp4(&self, port: u16, dst: Ipv4Addr) -> Option<usize> {
-        let svc = (self.udp[port as usize] as usize).checked_sub(1)?;
+    pub fn lookup_udp4(&self, port: [u8; 2], dst: Ipv4Addr) -> Option<usize> {
+        let svc = (self.udp[wire_slot(port)] as usize).checked_sub(1)?;
         self.serves(svc, || IpAddr::V4(dst)).then_some(svc)
     }
 
     /// [`ServiceTable::lookup`] for UDP to an IPv6 address (the IPv6 fast path).
     #[inline(always)]
-    pub fn lookup_udp6(&self, port: u16, dst: &Ipv6Addr) -> Option<usize> {
-        let svc = (self.udp[port as usize] as usize).checked_sub(1)?;
+    pub fn lookup_udp6(&self, port: [u8; 2], dst: &Ipv6Addr) -> Option<usize> {
+        let svc = (self.udp[wire_slot(port)] as usize).checked_sub(1)?;
         self.serves(svc, || IpAddr::V6(*dst)).then_some(svc)
     }
 
     /// [`ServiceTable::lookup`] for TCP to an IPv4 address (the TCP fast path).
     #[inline(always)]
-    pub fn lookup_tcp4(&self, port: u16, dst: Ipv4Addr) -> Option<usize> {
-        let svc = (self.tcp[port as usize] as usize).checked_sub(1)?;
+    pub fn lookup_tcp4(&self, port: [u8; 2], dst: Ipv4Addr) -> Option<usize> {
+        let svc = (self.tcp[wire_slot(port)] as usize).checked_sub(1)?;
         self.serves(svc, || IpAddr::V4(dst)).then_some(svc)
     }
 
     /// [`ServiceTable::lookup`] for TCP to an IPv6 address (the TCP fast path).
     #[inline(always)]
-    pub fn lookup_tcp6(&self, port: u16, dst: &Ipv6Addr) -> Option<usize> {
-        let svc = (self.tcp[port as usize] as usize).checked_sub(1)?;
+    pub fn lookup_tcp6(&self, port: [u8; 2], dst: &Ipv6Addr) -> Option<usize> {
+        let svc = (self.tcp[wire_slot(port)] as usize).checked_sub(1)?;
         self.serves(svc, || IpAddr::V6(*dst)).then_some(svc)
     }
 
     /// Whether a UDP service with the `echo` action listens on `port` (on any address).
     #[inline]
     pub fn is_udp_echo_port(&self, port: u16) -> bool {
-        (self.udp[port as usize] as usize)
+        (self.udp[slot(port)] as usize)
             .checked_sub(1)
             .is_some_and(|i| self.services[i].action == Action::Echo)
     }
@@ -478,9 +494,54 @@ mod tests {
                 assert_eq!(t.serves(i, || dst), s.serves(|| dst), "service {i}, {dst}");
             }
         }
-        assert_eq!(t.lookup_udp4(1, THEM), Some(0), "any address");
-        assert_eq!(t.lookup_tcp4(4, ME), Some(4));
-        assert_eq!(t.lookup_tcp4(4, THEM), None, "bound to another address");
+        assert_eq!(t.lookup_udp4(1u16.to_be_bytes(), THEM), Some(0), "any address");
+        assert_eq!(t.lookup_tcp4(4u16.to_be_bytes(), ME), Some(4));
+        assert_eq!(
+            t.lookup_tcp4(4u16.to_be_bytes(), THEM),
+            None,
+            "bound to another address"
+        );
+        // The bytes as on the wire: port 1 is [0, 1]; [1, 0] is port 256, which nobody has.
+        assert_eq!(t.lookup_udp4([1, 0], THEM), None);
+        assert_eq!(t.lookup_udp6([0, 2], &Ipv6Addr::LOCALHOST), Some(1));
+        // The fast paths' lookups are the general one for every port, both protocols.
+        let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        for port in 0..=u16::MAX {
+            let w = port.to_be_bytes();
+            for dst in [ME, THEM] {
+                assert_eq!(t.lookup_udp4(w, dst), t.lookup(IpProtocol::UDP, port, &IpAddr::V4(dst)));
+                assert_eq!(t.lookup_tcp4(w, dst), t.lookup(IpProtocol::TCP, port, &IpAddr::V4(dst)));
+            }
+            assert_eq!(
+                t.lookup_udp6(w, &Ipv6Addr::LOCALHOST),
+                t.lookup(IpProtocol::UDP, port, &v6)
+            );
+            assert_eq!(
+                t.lookup_tcp6(w, &Ipv6Addr::LOCALHOST),
+                t.lookup(IpProtocol::TCP, port, &v6)
+            );
+            // To us: UDP 1, 2 and TCP 3, 4; to another address only the UDP ones (TCP's are bound).
+            let ours = [
+                (IpProtocol::UDP, 1),
+                (IpProtocol::UDP, 2),
+                (IpProtocol::TCP, 3),
+                (IpProtocol::TCP, 4),
+            ];
+            for proto in [IpProtocol::UDP, IpProtocol::TCP] {
+                let want = ours.contains(&(proto, port));
+                assert_eq!(
+                    t.lookup(proto, port, &IpAddr::V4(ME)).is_some(),
+                    want,
+                    "{proto:?} {port}"
+                );
+                let udp = want && proto == IpProtocol::UDP;
+                assert_eq!(
+                    t.lookup(proto, port, &IpAddr::V4(THEM)).is_some(),
+                    udp,
+                    "{proto:?} {port}"
+                );
+            }
+        }
     }
 
     /// CVE-2024-2169: never the echo/chargen/daytime/QOTD/time ports or port 0, and no port

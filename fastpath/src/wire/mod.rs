@@ -44,6 +44,16 @@ pub enum Error {
 /// Result of the wire layer.
 pub type Result<T> = core::result::Result<T, Error>;
 
+/// The two bytes at `at`, as one load (a field used as it lies, e.g. a port as an index); caller
+/// guarantees bounds.
+#[inline(always)]
+pub(crate) fn bytes2(b: &[u8], at: usize) -> [u8; 2] {
+    match b[at..].first_chunk() {
+        Some(&w) => w,
+        None => [b[at], b[at + 1]],
+    }
+}
+
 /// Reads a big-endian u16 at `at`; caller guarantees bounds (checked by `new_checked`).
 #[inline]
 pub(crate) fn be16(b: &[u8], at: usize) -> u16 {

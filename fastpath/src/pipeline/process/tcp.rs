@@ -6,6 +6,7 @@ use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::pipeline::icmp_error::Limit;
 use crate::pipeline::parse::Parsed;
+use crate::pipeline::tables::Tables;
 use crate::pipeline::verdict::{Instant, Verdict};
 use crate::pipeline::{source, tcp_reset};
 use crate::wire::{self, IpProtocol, TcpFlags};
@@ -52,19 +53,17 @@ impl Pipeline {
         if !local.has_ipv4(dst) {
             return Some(Verdict::Drop(Outcome::NotLocal));
         }
-        if !source::valid_v4(local, h[0] & 1 != 0, src) {
+        if !source::valid_v4(local, pkt.data().first().is_some_and(|b| b & 1 != 0), src) {
             return Some(Verdict::Drop(Outcome::Martian));
         }
         // The rest read where it is used: held from above, LLVM spilled it to the stack on
         // every packet, and a SYN flood's packets use only the destination port and flags.
         let t = &*self.tables;
-        let Some(svc) = t.services.lookup_tcp4(wire::be16(h, 36), dst) else {
+        let Some(svc) = t.services.lookup_tcp4(wire::bytes2(h, 36), dst) else {
             if local.kernel {
-                let dport = wire::be16(h, 36);
-                if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::TCP, dport)) {
-                    // `[kernel] punt` takes it (`punt_port`'s decision): the kernel's own
-                    // connections, as a service's packets.
-                    let svc = k.service;
+                // `[kernel] punt` takes it (`punt_port`'s decision): the kernel's own
+                // connections, as a service's packets.
+                if let Some(svc) = kernel_takes_tcp(t, h, 36) {
                     return Some(self.tcp4_service(svc, pkt, end));
                 }
             }
@@ -145,11 +144,9 @@ impl Pipeline {
         }
         // As in `tcp4`: the rest read where it is used, the padding trimmed only for what is kept.
         let t = &*self.tables;
-        let Some(svc) = t.services.lookup_tcp6(wire::be16(h, 56), &dst) else {
+        let Some(svc) = t.services.lookup_tcp6(wire::bytes2(h, 56), &dst) else {
             if local.kernel {
-                let dport = wire::be16(h, 56);
-                if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::TCP, dport)) {
-                    let svc = k.service;
+                if let Some(svc) = kernel_takes_tcp(t, h, 56) {
                     return Some(self.tcp6_service(svc, pkt, end));
                 }
             }
@@ -215,6 +212,18 @@ impl Pipeline {
         let p = tcp6_parsed(h);
         self.tcp_reset_send(pkt, &p, port)
     }
+}
+
+/// The kernel path's service if `[kernel] punt` takes TCP to the destination port at `at` in
+/// `h` (no service having it). Out of line, the port read here: inline, it stayed live past
+/// the service lookup and LLVM spilled it on every segment of a SYN flood.
+#[inline(never)]
+fn kernel_takes_tcp(t: &Tables, h: &[u8], at: usize) -> Option<usize> {
+    let dport = wire::be16(h.get(..at + 2)?, at);
+    t.kernel
+        .as_ref()
+        .filter(|k| k.rules.takes(IpProtocol::TCP, dport))
+        .map(|k| k.service)
 }
 
 /// The parse result of a frame [`Pipeline::tcp4`] took, from its fixed offsets.

@@ -71,7 +71,7 @@ impl Pipeline {
             return Some(Verdict::Drop(Outcome::Martian));
         }
         let t = &*self.tables;
-        let Some(svc) = t.services.lookup_udp4(dport, dst) else {
+        let Some(svc) = t.services.lookup_udp4(wire::bytes2(h, 36), dst) else {
             if local.kernel {
                 if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::UDP, dport)) {
                     // `[kernel] punt` takes it (`punt_port`'s decision): into the kernel path's

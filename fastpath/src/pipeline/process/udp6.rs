@@ -55,7 +55,7 @@ impl Pipeline {
         }
         let dst = wire::ipv6_at(h, 38);
         let src = wire::ipv6_at(h, 22);
-        let (hop_limit, ports) = (h[21], (wire::be16(h, 54), wire::be16(h, 56)));
+        let (hop_limit, ports, dport_wire) = (h[21], (wire::be16(h, 54), wire::be16(h, 56)), wire::bytes2(h, 56));
         // Link-layer padding is not part of the packet (see `after_parse`).
         pkt.trim_to(end);
         // Not multicast, so ours only if it is one of the port's addresses (`ipv6_local_for`).
@@ -69,7 +69,7 @@ impl Pipeline {
             return Some(Verdict::Drop(Outcome::Martian));
         }
         let t = &*self.tables;
-        let Some(svc) = t.services.lookup_udp6(ports.1, &dst) else {
+        let Some(svc) = t.services.lookup_udp6(dport_wire, &dst) else {
             if local.kernel {
                 if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::UDP, ports.1)) {
                     // `[kernel] punt` takes it (`punt_port`'s decision), as in `udp4`.
