@@ -49,6 +49,47 @@ pub fn valid_v4(local: &PortAddrs, group_frame: bool, src: Ipv4Addr) -> bool {
     !group_frame && v4_is_one_host(src) && !local.has_ipv4(src)
 }
 
+/// For an IPv4 datagram to `dst` from `src` (the fast paths): `NotLocal` unless `dst` is one of
+/// the port's addresses, then `Martian` unless [`valid_v4`] holds, `None` if both do. With one
+/// address the port's list is looked at once for both (asked one after the other, LLVM checked
+/// its length twice); `group_frame` is asked last, the three martian tests being one outcome.
+#[inline(always)]
+pub fn v4_to_local(
+    local: &PortAddrs,
+    dst: Ipv4Addr,
+    src: Ipv4Addr,
+    group_frame: impl FnOnce() -> bool,
+) -> Option<crate::outcome::Outcome> {
+    use crate::outcome::Outcome::{Martian, NotLocal};
+    match local.ipv4.as_slice() {
+        [only] if *only != dst => Some(NotLocal),
+        [only] => (!v4_is_one_host(src) || src == *only || group_frame()).then_some(Martian),
+        all if !all.contains(&dst) => Some(NotLocal),
+        _ => (!valid_v4(local, group_frame(), src)).then_some(Martian),
+    }
+}
+
+/// [`v4_to_local`] for an IPv6 packet to a unicast `dst` that is not a Neighbor Solicitation
+/// (the rule of [`valid_v6_to_unicast`]).
+#[inline(always)]
+pub fn v6_to_local(
+    local: &PortAddrs,
+    dst: &Ipv6Addr,
+    src: &Ipv6Addr,
+    group_frame: impl FnOnce() -> bool,
+) -> Option<crate::outcome::Outcome> {
+    use crate::outcome::Outcome::{Martian, NotLocal};
+    match local.ipv6.as_slice() {
+        [only] if only != dst => Some(NotLocal),
+        [only] => {
+            let s = src.to_bits();
+            (s <= 1 || s >> 120 == 0xff || src == only || group_frame()).then_some(Martian)
+        }
+        all if !all.contains(dst) => Some(NotLocal),
+        _ => (!valid_v6_to_unicast(local, group_frame(), src)).then_some(Martian),
+    }
+}
+
 /// The rule for an ARP request's sender protocol address: [`valid_v4`]'s address part, except
 /// that 0.0.0.0 is an RFC 5227 §2.1.1 probe (answered, so the prober learns the address is in
 /// use). A request is broadcast by design, so the frame is not looked at.
@@ -217,6 +258,74 @@ mod tests {
             assert_eq!(v4_is_one_host(a), written, "{a}");
         }
         assert!(!v4_is_one_host(Ipv4Addr::BROADCAST) && !v4_is_one_host(Ipv4Addr::UNSPECIFIED));
+    }
+
+    #[test]
+    fn to_local_is_ours_then_the_rule_with_any_number_of_addresses() {
+        use crate::outcome::Outcome::{Martian, NotLocal};
+        let (a, b, c) = (
+            Ipv4Addr::new(192, 0, 2, 1),
+            Ipv4Addr::new(10, 9, 0, 1),
+            Ipv4Addr::new(198, 51, 100, 7),
+        );
+        let others = [
+            c,
+            Ipv4Addr::new(127, 0, 0, 1),
+            Ipv4Addr::new(224, 0, 0, 1),
+            Ipv4Addr::UNSPECIFIED,
+        ];
+        let mut local = port();
+        for addrs in [vec![], vec![a], vec![a, b], vec![b, c, a]] {
+            local.ipv4 = addrs;
+            for dst in [a, b, c, Ipv4Addr::BROADCAST] {
+                for src in [a, b].into_iter().chain(others) {
+                    for group in [false, true] {
+                        let want = if !local.has_ipv4(dst) {
+                            Some(NotLocal)
+                        } else if !valid_v4(&local, group, src) {
+                            Some(Martian)
+                        } else {
+                            None
+                        };
+                        let got = v4_to_local(&local, dst, src, || group);
+                        assert_eq!(got, want, "{:?} {dst} from {src}, group {group}", local.ipv4);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn v6_to_local_is_ours_then_the_rule_with_any_number_of_addresses() {
+        use crate::outcome::Outcome::{Martian, NotLocal};
+        let a: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let b: Ipv6Addr = "fe80::1".parse().unwrap();
+        let c: Ipv6Addr = "2001:db8::99".parse().unwrap();
+        let others = [
+            c,
+            Ipv6Addr::LOCALHOST,
+            Ipv6Addr::UNSPECIFIED,
+            "ff02::1".parse().unwrap(),
+        ];
+        let mut local = port();
+        for addrs in [vec![], vec![a], vec![a, b], vec![b, c, a]] {
+            local.ipv6 = addrs;
+            for dst in [a, b, c] {
+                for src in [a, b].into_iter().chain(others) {
+                    for group in [false, true] {
+                        let want = if !local.has_ipv6(&dst) {
+                            Some(NotLocal)
+                        } else if !valid_v6_to_unicast(&local, group, &src) {
+                            Some(Martian)
+                        } else {
+                            None
+                        };
+                        let got = v6_to_local(&local, &dst, &src, || group);
+                        assert_eq!(got, want, "{:?} {dst} from {src}, group {group}", local.ipv6);
+                    }
+                }
+            }
+        }
     }
 
     #[test]

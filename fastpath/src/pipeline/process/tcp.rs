@@ -50,11 +50,8 @@ impl Pipeline {
             return Some(Verdict::Drop(Outcome::Malformed));
         }
         let (src, dst) = (wire::ipv4_at(h, 26), wire::ipv4_at(h, 30));
-        if !local.has_ipv4(dst) {
-            return Some(Verdict::Drop(Outcome::NotLocal));
-        }
-        if !source::valid_v4(local, pkt.data().first().is_some_and(|b| b & 1 != 0), src) {
-            return Some(Verdict::Drop(Outcome::Martian));
+        if let Some(o) = source::v4_to_local(local, dst, src, || h[0] & 1 != 0) {
+            return Some(Verdict::Drop(o));
         }
         // The rest read where it is used: held from above, LLVM spilled it to the stack on
         // every packet, and a SYN flood's packets use only the destination port and flags.
@@ -135,12 +132,9 @@ impl Pipeline {
             return Some(v);
         }
         let dst = wire::ipv6_at(h, 38);
-        if !local.has_ipv6(&dst) {
-            return Some(Verdict::Drop(Outcome::NotLocal));
-        }
         let src = wire::ipv6_at(h, 22);
-        if !source::valid_v6_to_unicast(local, h[0] & 1 != 0, &src) {
-            return Some(Verdict::Drop(Outcome::Martian));
+        if let Some(o) = source::v6_to_local(local, &dst, &src, || h[0] & 1 != 0) {
+            return Some(Verdict::Drop(o));
         }
         // As in `tcp4`: the rest read where it is used, the padding trimmed only for what is kept.
         let t = &*self.tables;

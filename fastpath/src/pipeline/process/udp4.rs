@@ -61,14 +61,11 @@ impl Pipeline {
             return Some(Verdict::Drop(Outcome::Malformed));
         };
         let dport = wire::be16(h, 36);
-        if !local.has_ipv4(dst) {
-            return Some(Verdict::Drop(Outcome::NotLocal));
-        }
-        // The source-validation rule (`pipeline/source.rs`), for a service's traffic and a
-        // closed port's alike.
+        // Ours, then the source-validation rule (`pipeline/source.rs`), for a service's traffic
+        // and a closed port's alike.
         // (The group bit read again here, not kept from above: one register less on every path.)
-        if !source::valid_v4(local, pkt.data().first().is_some_and(|b| b & 1 != 0), src) {
-            return Some(Verdict::Drop(Outcome::Martian));
+        if let Some(o) = source::v4_to_local(local, dst, src, || pkt.data().first().is_some_and(|b| b & 1 != 0)) {
+            return Some(Verdict::Drop(o));
         }
         let t = &*self.tables;
         let Some(svc) = t.services.lookup_udp4(wire::bytes2(h, 36), dst) else {
