@@ -191,15 +191,6 @@ impl ResetLimiter {
         self.decide_with(now, flags, || *src, draw)
     }
 
-    /// Whether a segment that is not a reset is refused at `now` by what this lcore remembers of
-    /// the global budget alone, the decision a SYN flood's segments get: [`ResetLimiter::decide`]
-    /// would say `Suppressed(Global)` (the deadline is only ever set while resets are enabled, and
-    /// a new generation forgets it). `false` says nothing: ask [`ResetLimiter::decide_with`].
-    #[inline(always)]
-    pub fn quiet(&self, now: Instant) -> bool {
-        self.global.quiet(now)
-    }
-
     /// [`ResetLimiter::decide`] with the source made only once the global budget has credit:
     /// under a flood the budget is spent and the decision is its peek, inline, with the address
     /// still in registers (the TCP fast paths); the per-destination bucket is a call.
