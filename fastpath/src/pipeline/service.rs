@@ -88,10 +88,10 @@ impl Service {
     }
 }
 
-/// Maps (protocol, destination port) to a service: per protocol, an array indexed by port, so a
-/// lookup is one load whether a service listens there or not (a closed-port flood's packets ask
-/// it too, and miss). 2 × 128 KiB per generation; a flood touches one line of it. No hashing, no
-/// allocation per packet.
+/// Maps (protocol, destination port) to a service: per protocol, an array indexed by port (at
+/// [`slot`]: the port's header bytes as they lie), so a lookup is one load whether a service
+/// listens there or not (a closed-port flood's packets ask it too, and miss). 2 × 128 KiB per
+/// generation; a flood touches one line of it. No hashing, no allocation per packet.
 #[derive(Clone, Debug)]
 pub struct ServiceTable {
     services: Vec<Service>,
