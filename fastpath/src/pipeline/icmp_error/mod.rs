@@ -456,13 +456,11 @@ fn v4_addresses_eligible(group_frame: bool, src: Ipv4Addr, dst: Ipv4Addr) -> boo
 /// Whether `src` may be the source of a packet an IPv4 error answers: RFC 1122 §3.2.2 ("a
 /// datagram whose source address does not define a single host -- e.g., a zero address, a
 /// loopback address, a broadcast address, a multicast address, or a Class E address") and RFC
-/// 1812 §4.3.2.7 / §5.3.7 (a source with a network prefix of zero, 0.0.0.0/8).
-#[inline]
+/// 1812 §4.3.2.7 / §5.3.7 (a source with a network prefix of zero, 0.0.0.0/8): the source
+/// rule's own test ([`crate::pipeline::source::v4_is_one_host`]).
+#[inline(always)]
 fn v4_source_is_one_host(src: Ipv4Addr) -> bool {
-    let o = src.octets()[0];
-    // 0/8 (this network, unspecified included), 127/8 (loopback), 224/4 (multicast), 240/4
-    // (Class E, the limited broadcast included).
-    !(o == 0 || o == 127 || o >= 224)
+    crate::pipeline::source::v4_is_one_host(src)
 }
 
 /// Whether `src` may be the source of a packet an IPv6 error answers: RFC 4443 §2.4(e.6), "a
