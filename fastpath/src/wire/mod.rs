@@ -44,7 +44,7 @@ pub enum Error {
 /// Result of the wire layer.
 pub type Result<T> = core::result::Result<T, Error>;
 
-/// The two bytes at `at`, as one load (a field used as it lies, e.g. a port as an index); caller
+/// The two bytes at `at`, as they lie (a field used unswapped, e.g. a port as an index); caller
 /// guarantees bounds.
 #[inline(always)]
 pub(crate) fn bytes2(b: &[u8], at: usize) -> [u8; 2] {
