@@ -686,8 +686,29 @@ fn a_flood_into_the_kernel_path_leaves_the_fast_paths_echo_service_alone() {
     let got: u32 = got.parse().unwrap();
     let kernel = outcome(&m, "kernel");
     let bounded = outcome(&m, "kernel_full") + outcome(&m, "flow_limited");
-    eprintln!("flood: {flooded} sent, {kernel} to the kernel, {bounded} refused at its queue; echo {got}/{sent}");
-    assert!(got >= 495, "echo answered {got} of {sent} during the flood");
+    // The echo service's own sockets: what reached them, and what they refused.
+    let echo_sum = |family: &str| -> f64 {
+        m.iter()
+            .filter(|(k, _)| k.starts_with(&format!("{family}{{service=\"echo\",")))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let delivered = echo_sum("fastpath_socket_delivered_total");
+    let refused = echo_sum("fastpath_socket_full_total");
+    eprintln!(
+        "flood: {flooded} sent, {kernel} to the kernel, {bounded} refused at its queue; \
+         echo {got}/{sent}, {delivered} delivered to it, {refused} refused by it"
+    );
+    // Isolation, as fastpathd sees it: every request that reached the echo service got in and
+    // was answered, whatever the kernel path's queue was doing. A request the host dropped
+    // before fastpathd read it (the af_packet ring, when the 2-CPU machine is busy elsewhere)
+    // never reaches it; that is what the looser end-to-end bound below leaves room for.
+    assert_eq!(refused, 0.0, "the echo service's socket refused requests");
+    assert!(
+        delivered >= f64::from(got) && delivered - f64::from(got) <= 2.0,
+        "echo: {delivered} delivered to the service, {got} answers came back"
+    );
+    assert!(got >= 475, "echo answered {got} of {sent} during the flood");
     assert!(kernel > 1000, "the flood reached the kernel path: {kernel}");
     // The kernel answered the closed ports itself (ICMP, under its own rate limit), through the
     // kernel interface: nothing of the fast path's ICMP machinery ran for them.
