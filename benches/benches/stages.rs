@@ -253,12 +253,7 @@ fn flow_limit(c: &mut Criterion) {
 fn pipeline_with_icmp(icmp: IcmpConfig) -> Pipeline {
     let t = Tables {
         generation: 1,
-        ports: vec![PortAddrs {
-            mac: ME_MAC,
-            ipv4: vec![ME_IP],
-            ipv6: vec![benches::ME_IP6],
-            kernel: false,
-        }],
+        ports: vec![PortAddrs::new(ME_MAC, vec![ME_IP], vec![benches::ME_IP6], false)],
         icmp_global: Some(icmp.global_bucket(Instant(0))),
         icmp,
         ..Default::default()

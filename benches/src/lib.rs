@@ -27,12 +27,7 @@ pub const PEER_IP: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
 
 /// A pipeline for the box on port 0.
 pub fn pipeline() -> Pipeline {
-    Pipeline::for_ports(vec![PortAddrs {
-        mac: ME_MAC,
-        ipv4: vec![ME_IP],
-        ipv6: vec![ME_IP6],
-        kernel: false,
-    }])
+    Pipeline::for_ports(vec![PortAddrs::new(ME_MAC, vec![ME_IP], vec![ME_IP6], false)])
 }
 
 fn ethernet(dst: EthernetAddress, src: EthernetAddress, ty: u16, vlan: Option<u16>) -> Vec<u8> {

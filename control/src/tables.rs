@@ -212,12 +212,12 @@ impl TableBuilder {
     fn port_addrs(&self, cfg: &Config) -> Vec<PortAddrs> {
         let mut addrs = vec![PortAddrs::default(); self.max_port_id() + 1];
         for (p, opened) in cfg.ports.iter().zip(&self.ports) {
-            addrs[opened.id as usize] = PortAddrs {
-                mac: p.mac.unwrap_or(opened.mac),
-                ipv4: p.ipv4.clone(),
-                ipv6: p.ipv6.clone(),
-                kernel: opened.kernel.is_some(),
-            };
+            addrs[opened.id as usize] = PortAddrs::new(
+                p.mac.unwrap_or(opened.mac),
+                p.ipv4.clone(),
+                p.ipv6.clone(),
+                opened.kernel.is_some(),
+            );
         }
         addrs
     }

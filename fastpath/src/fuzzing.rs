@@ -13,12 +13,12 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// The port the fuzzed pipeline answers for: MAC 02:00:00:00:00:01, 192.0.2.1, 2001:db8::1.
 pub fn port() -> PortAddrs {
-    PortAddrs {
-        mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
-        ipv4: vec![Ipv4Addr::new(192, 0, 2, 1)],
-        ipv6: vec![Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)],
-        kernel: false,
-    }
+    PortAddrs::new(
+        EthernetAddress([2, 0, 0, 0, 0, 1]),
+        vec![Ipv4Addr::new(192, 0, 2, 1)],
+        vec![Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)],
+        false,
+    )
 }
 
 /// Runs `data` through every wire view (each accessor and writer, on the bytes as given and on
@@ -349,7 +349,7 @@ pub fn fragment_frame(
     let me = port();
     let mut v = vec![0u8; 14];
     let ty = if v6 { EtherType::IPV6 } else { EtherType::IPV4 };
-    ethernet::emit_header(&mut v, me.mac, EthernetAddress([2, 0, 0, 0, 0, 2]), ty);
+    ethernet::emit_header(&mut v, me.mac(), EthernetAddress([2, 0, 0, 0, 0, 2]), ty);
     let word = (offset & !7) | more as u16;
     if v6 {
         let mut h = [0u8; 48];
@@ -552,7 +552,7 @@ pub fn gre_tunnels() -> Vec<crate::pipeline::tunnel::Tunnel> {
         ttl: 64,
         out: TunnelOut::Port {
             port: 0,
-            src_mac: port().mac,
+            src_mac: port().mac(),
             dst_mac: EthernetAddress([2, 0, 0, 0, 0, 0xfe]),
             mtu: 1500,
         },
@@ -685,7 +685,7 @@ fn gre_frame(input: &mut Bytes, tunnels: &[crate::pipeline::tunnel::Tunnel]) -> 
     }
     let mut frame = vec![0u8; 14];
     let ty = if v6 { EtherType::IPV6 } else { EtherType::IPV4 };
-    ethernet::emit_header(&mut frame, me.mac, EthernetAddress([2, 0, 0, 0, 0, 0xfe]), ty);
+    ethernet::emit_header(&mut frame, me.mac(), EthernetAddress([2, 0, 0, 0, 0, 0xfe]), ty);
     if h & 0x10 != 0 {
         frame.splice(12..12, [0x81, 0x00, 0x00, 0x05]);
     }

@@ -43,11 +43,11 @@ pub(super) fn answer<B: PacketBuf>(local: &PortAddrs, pkt: &mut B, l3: usize) ->
     let Ok(mut arp) = ArpPacket::new_checked(&mut frame[l3..]) else {
         return Verdict::Drop(Outcome::Malformed);
     };
-    arp.make_reply(local.mac, tpa);
+    arp.make_reply(local.mac(), tpa);
     // Ethernet: back to the requester from us; VLAN tags are kept, so the reply leaves on the
     // VLAN the request came from.
     frame[0..6].copy_from_slice(&requester.0);
-    frame[6..12].copy_from_slice(&local.mac.0);
+    frame[6..12].copy_from_slice(&local.mac().0);
     // The reply is the ARP packet only: the request's link-layer padding (whatever its sender
     // put there) is not sent back; the NIC pads the frame to the minimum with zeros.
     let _shorter = pkt.set_len(l3 + wire::arp::PACKET_LEN);

@@ -65,7 +65,7 @@ pub(super) fn answer_v4<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B
         dont_frag,
     }
     .emit(&mut b[l3..]);
-    swap_ethernet(b, local.mac);
+    swap_ethernet(b, local.mac());
     let _shorter = pkt.set_len(new_l4 + msg_len);
     Verdict::Transmit(Outcome::EchoReply)
 }
@@ -112,7 +112,7 @@ pub(super) fn answer_v6<B: PacketBuf>(local: &PortAddrs, me: Ipv6Addr, p: &Parse
     // The pseudo-header may change (a multicast destination becomes our unicast source), so
     // the checksum is recomputed over it (RFC 4443 §2.3).
     icmp.fill_checksum(&me, &src);
-    swap_ethernet(b, local.mac);
+    swap_ethernet(b, local.mac());
     let _shorter = pkt.set_len(new_l4 + msg_len);
     Verdict::Transmit(Outcome::EchoReply)
 }

@@ -123,7 +123,7 @@ pub(super) fn answer<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B) -
     }
     let b = pkt.data_mut();
     b[0..6].copy_from_slice(&eth_dst.0);
-    b[6..12].copy_from_slice(&local.mac.0);
+    b[6..12].copy_from_slice(&local.mac().0);
     Ipv6Repr {
         src: ns.target,
         dst: ip_dst,
@@ -139,7 +139,7 @@ pub(super) fn answer<B: PacketBuf>(local: &PortAddrs, p: &Parsed, pkt: &mut B) -
         solicited,
         override_: true,
     };
-    icmpv6::emit_neighbor_advert(na, flags, &ns.target, Some(local.mac));
+    icmpv6::emit_neighbor_advert(na, flags, &ns.target, Some(local.mac()));
     if let Ok(mut icmp) = Icmpv6Packet::new_checked(&mut na[..NA_LEN]) {
         icmp.fill_checksum(&ns.target, &ip_dst);
     }

@@ -9,12 +9,12 @@ pub(crate) const MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
 pub(crate) const PEER: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
 
 pub(crate) fn port() -> PortAddrs {
-    PortAddrs {
-        mac: MAC,
-        ipv4: vec![Ipv4Addr::new(192, 0, 2, 1)],
-        ipv6: vec!["2001:db8::1".parse().unwrap()],
-        kernel: false,
-    }
+    PortAddrs::new(
+        MAC,
+        vec![Ipv4Addr::new(192, 0, 2, 1)],
+        vec!["2001:db8::1".parse().unwrap()],
+        false,
+    )
 }
 
 pub(crate) fn pipeline() -> Pipeline {

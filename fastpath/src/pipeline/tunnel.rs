@@ -789,12 +789,12 @@ mod pipeline_tests {
         Pipeline::new(
             Arc::new(Tables {
                 generation: 1,
-                ports: vec![PortAddrs {
-                    mac: ME_MAC,
-                    ipv4: vec![Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(10, 9, 0, 1)],
-                    ipv6: vec![],
-                    kernel: false,
-                }],
+                ports: vec![PortAddrs::new(
+                    ME_MAC,
+                    vec![Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(10, 9, 0, 1)],
+                    vec![],
+                    false,
+                )],
                 tunnels: vec![ours],
                 ..Default::default()
             }),

@@ -315,7 +315,7 @@ impl Out {
         m.set_tunnelled(None);
         let port = m.port();
         let policy = service::EchoPolicy {
-            mac: cx.tables.ports.get(port as usize).map(|p| p.mac).unwrap_or_default(),
+            mac: cx.tables.ports.get(port as usize).map(|p| p.mac()).unwrap_or_default(),
             mtu: cx.tables.mtu(port),
             allow_low_ports: cx.work[wi].echo_allow_low_ports,
             services: Some(&cx.tables.services),
@@ -564,7 +564,7 @@ impl Out {
                 ErrorKind::FragmentationNeeded { mtu: inner_mtu }
             };
             let port = m.port();
-            let mac = tables.ports.get(port as usize).map(|a| a.mac).unwrap_or_default();
+            let mac = tables.ports.get(port as usize).map(|a| a.mac()).unwrap_or_default();
             if !(icmp_error::eligible(kind, &p, m.data())
                 && icmp_error::build_in_place(&mut m, &p, mac, p.dst, kind, self.ident))
             {

@@ -77,7 +77,7 @@ impl Pipeline {
         let Some(local) = self.tables.ports.get(port as usize) else {
             return Err(otherwise);
         };
-        let mac = local.mac;
+        let mac = local.mac();
         self.ident = self.ident.wrapping_add(1);
         if !icmp_error::build_in_place(pkt, p, mac, p.dst, kind, self.ident) {
             return Err(Verdict::Drop(Outcome::Malformed));

@@ -151,7 +151,7 @@ impl Pipeline {
         let Some(local) = self.tables.ports.get(port as usize) else {
             return Verdict::Drop(Outcome::NoService);
         };
-        let mac = local.mac;
+        let mac = local.mac();
         self.ident = self.ident.wrapping_add(1);
         if !tcp_reset::build_in_place(pkt, p, mac, self.ident) {
             return Verdict::Drop(Outcome::Malformed);

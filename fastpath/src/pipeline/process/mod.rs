@@ -92,7 +92,7 @@ enum Step {
 /// source); `None` to go on.
 #[inline(always)]
 fn link_layer_refusal(local: &PortAddrs, dst: EthernetAddress, src: EthernetAddress) -> Option<Verdict> {
-    if !dst.is_multicast() && dst != local.mac {
+    if !dst.is_multicast() && dst != local.mac() {
         return Some(Verdict::Drop(Outcome::NotForUs));
     }
     if !src.is_unicast() {
@@ -123,9 +123,7 @@ fn link_layer_refusal_in(local: &PortAddrs, h: &[u8; 12]) -> Option<Verdict> {
     };
     let dst = word(0) & 0xffff_ffff_ffff;
     let src = word(4) >> 16;
-    let m = local.mac.as_bytes();
-    let mac = u64::from_le_bytes([m[0], m[1], m[2], m[3], m[4], m[5], 0, 0]);
-    if dst != mac && dst & 1 == 0 {
+    if dst != local.shape.mac && dst & 1 == 0 {
         return Some(Verdict::Drop(Outcome::NotForUs));
     }
     if src & 1 != 0 || src == 0 {
@@ -532,7 +530,7 @@ mod tests {
             src_is_zero in proptest::bool::ANY,
         ) {
             let mut local = port();
-            local.mac = EthernetAddress(mac);
+            local.set_mac(EthernetAddress(mac));
             let dst = if dst_is_mac { mac } else { dst };
             let src = if src_is_zero { [0; 6] } else { src };
             let mut h = [0u8; 12];
