@@ -12,10 +12,13 @@ use std::sync::Arc;
 /// The addresses a port answers for.
 #[derive(Clone, Debug)]
 pub struct PortAddrs {
-    /// The port's MAC address ([`PortAddrs::mac`]; private so that [`FrameShape`] follows it).
+    /// The port's MAC address ([`PortAddrs::mac`]; private so that `mac_word` follows it).
     mac: EthernetAddress,
     /// The common frame to this port, from `mac`.
-    pub(crate) shape: FrameShape,
+    /// `mac` as the fast paths compare it: the little-endian word of its 6 bytes, as a frame's
+    /// destination read in one 8-byte load and masked to 48 bits. Assembled from the address
+    /// on every packet it cost 4 instructions more.
+    pub(crate) mac_word: u64,
     /// Local IPv4 addresses.
     pub ipv4: Vec<Ipv4Addr>,
     /// Local IPv6 addresses.
@@ -37,7 +40,7 @@ impl PortAddrs {
     pub fn new(mac: EthernetAddress, ipv4: Vec<Ipv4Addr>, ipv6: Vec<Ipv6Addr>, kernel: bool) -> Self {
         PortAddrs {
             mac,
-            shape: FrameShape::of(mac),
+            mac_word: mac_word(mac),
             ipv4,
             ipv6,
             kernel,
@@ -53,7 +56,7 @@ impl PortAddrs {
     /// A new MAC address for the port.
     pub fn set_mac(&mut self, mac: EthernetAddress) {
         self.mac = mac;
-        self.shape = FrameShape::of(mac);
+        self.mac_word = mac_word(mac);
     }
 
     /// Whether `ip` is one of the port's IPv4 addresses.
@@ -94,22 +97,10 @@ impl PortAddrs {
     }
 }
 
-/// The port's MAC as the fast paths compare it: the little-endian word of its 6 bytes (the
-/// frame's destination read as one 8-byte word and masked to 48 bits). Assembled from the
-/// address on every packet it was 4 instructions more.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct FrameShape {
-    pub(crate) mac: u64,
-}
-
-impl FrameShape {
-    /// The shape of frames to `mac`.
-    pub(crate) fn of(mac: EthernetAddress) -> Self {
-        let m = mac.0;
-        FrameShape {
-            mac: u64::from_le_bytes([m[0], m[1], m[2], m[3], m[4], m[5], 0, 0]),
-        }
-    }
+/// [`PortAddrs::mac_word`] of `mac`.
+fn mac_word(mac: EthernetAddress) -> u64 {
+    let m = mac.0;
+    u64::from_le_bytes([m[0], m[1], m[2], m[3], m[4], m[5], 0, 0])
 }
 
 /// The read-only tables of one config generation, shared by every lcore.

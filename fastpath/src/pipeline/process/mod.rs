@@ -123,7 +123,7 @@ fn link_layer_refusal_in(local: &PortAddrs, h: &[u8; 12]) -> Option<Verdict> {
     };
     let dst = word(0) & 0xffff_ffff_ffff;
     let src = word(4) >> 16;
-    if dst != local.shape.mac && dst & 1 == 0 {
+    if dst != local.mac_word && dst & 1 == 0 {
         return Some(Verdict::Drop(Outcome::NotForUs));
     }
     if src & 1 != 0 || src == 0 {
