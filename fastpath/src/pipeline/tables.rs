@@ -14,7 +14,6 @@ use std::sync::Arc;
 pub struct PortAddrs {
     /// The port's MAC address ([`PortAddrs::mac`]; private so that `mac_word` follows it).
     mac: EthernetAddress,
-    /// The common frame to this port, from `mac`.
     /// `mac` as the fast paths compare it: the little-endian word of its 6 bytes, as a frame's
     /// destination read in one 8-byte load and masked to 48 bits. Assembled from the address
     /// on every packet it cost 4 instructions more.
