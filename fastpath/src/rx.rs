@@ -140,6 +140,12 @@ fn max_frame(t: &Tables) -> Vec<u32> {
     (0..ports).map(|p| t.mtu(p as u16) as u32 + 14 + 8).collect()
 }
 
+/// Whether a received frame is one buffer no longer than `max`, its port's [`max_frame`].
+#[inline(always)]
+fn fits<B: LcoreBuf>(max: u32, m: &B) -> bool {
+    m.segments() == 1 && m.pkt_len() <= max
+}
+
 /// Counts an RX lcore's sent (or refused) packet: its outcome, or `tx_full`.
 #[inline(always)]
 fn count_rx_tx(stats: &LcoreStats) -> impl FnMut(Option<Outcome>, bool) + '_ {
@@ -267,9 +273,11 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     fn burst_led<const L: u8>(&mut self, qi: usize, port: u16, now: Instant, burst: &mut Vec<B>) {
         let mut bytes = 0u64;
         let n = burst.len();
+        // The port's limit read once a burst, not per packet (~4 instructions a packet).
+        let max = self.max_frame(port);
         for m in burst.drain(..) {
             bytes += m.pkt_len() as u64;
-            if let Some(m) = self.first_pass::<L>(port, m, now) {
+            if let Some(m) = self.first_pass::<L>(port, max, m, now) {
                 self.rest.push(m);
             }
         }
@@ -312,16 +320,17 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// packets one at a time, such as the corpus runner printing each frame's outcomes. Not
     /// counted as received: the driver counts bursts.
     pub fn receive(&mut self, port: u16, m: B, now: Instant) {
-        if let Some(m) = self.first_pass::<{ Lead::UDP4 }>(port, m, now) {
+        if let Some(m) = self.first_pass::<{ Lead::UDP4 }>(port, self.max_frame(port), m, now) {
             self.handle_cold(port, m, now, Some(Lead::Udp4));
         }
     }
 
     /// A received packet through fast path `L` ([`Lead`]), acted on, or back if the path
-    /// declined it (nothing changed); an oversize frame is counted and dropped here.
+    /// declined it (nothing changed); an oversize frame (one not [`fits`] in `max`, the
+    /// port's [`RxEngine::max_frame`]) is counted and dropped here.
     #[inline(always)]
-    fn first_pass<const L: u8>(&mut self, port: u16, mut m: B, now: Instant) -> Option<B> {
-        if !self.fits(port, &m) {
+    fn first_pass<const L: u8>(&mut self, port: u16, max: u32, mut m: B, now: Instant) -> Option<B> {
+        if !fits(max, &m) {
             self.stats.outcome(Outcome::Oversize);
             self.drops.push(m);
         } else {
@@ -354,11 +363,10 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         self.rest = rest;
     }
 
-    /// Whether a frame received on `port` is one buffer no longer than the port takes.
+    /// The longest frame `port` takes ([`max_frame`]).
     #[inline(always)]
-    fn fits(&self, port: u16, m: &B) -> bool {
-        let max = self.max_frame.get(port as usize).copied().unwrap_or(u32::MAX);
-        m.segments() == 1 && m.pkt_len() <= max
+    fn max_frame(&self, port: u16) -> u32 {
+        self.max_frame.get(port as usize).copied().unwrap_or(u32::MAX)
     }
 
     /// The burst's packets are all received: enqueues every socket's staged packets in one

@@ -205,6 +205,27 @@ impl Mbuf {
     }
 }
 
+/// [`PacketBuf::ip_checksum_ok`] from an mbuf's `ol_flags`: the NIC's verdict where it gave
+/// one (GOOD or BAD), else `verify` (UNKNOWN, and NONE: "not correct in the packet data, but
+/// the integrity of the IP header is verified", rte_mbuf_core.h, so an answer built in place
+/// from it would carry a wrong checksum; the software check decides, as `ip_checksum` says).
+#[inline(always)]
+fn ip_checksum_ok_by_flags(ol_flags: u64, verify: impl FnOnce() -> bool) -> bool {
+    const MASK: u64 = dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_MASK as u64;
+    const GOOD: u64 = dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD as u64;
+    const _: () = assert!(MASK == GOOD | dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_BAD as u64);
+    let f = ol_flags & MASK;
+    // One bit of the two set is the NIC's verdict; none or both ask `verify`. Written so,
+    // LLVM tests the flags once for the unchecked case instead of twice (as three `if`s it
+    // tested BAD first and kept the flags for a second test): TCP to no service 297.8 ->
+    // 293.7 instructions a packet, open-sink 327.3 -> 331.3 (callgrind; kept for TCP's goal).
+    if f != 0 && f != MASK {
+        f == GOOD
+    } else {
+        verify()
+    }
+}
+
 impl PacketBuf for Mbuf {
     #[inline(always)]
     fn data(&self) -> &[u8] {
@@ -308,16 +329,7 @@ impl PacketBuf for Mbuf {
 
     #[inline(always)]
     fn ip_checksum_ok(&self, verify: impl FnOnce() -> bool) -> bool {
-        // `ip_checksum`'s verdict as branches on the flags (NONE, both bits, asks `verify` as
-        // Unknown does).
-        let f = self.raw().ol_flags & dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_MASK as u64;
-        if f == dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD as u64 {
-            true
-        } else if f == dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_BAD as u64 {
-            false
-        } else {
-            verify()
-        }
+        ip_checksum_ok_by_flags(self.raw().ol_flags, verify)
     }
 
     #[inline]
@@ -359,6 +371,39 @@ impl PacketBuf for Mbuf {
                 m.__bindgen_anon_2.hash.fdir.hi = t.to_word();
             }
             None => m.ol_flags &= !TUNNELLED,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast form decides as [`NicChecksum`] from the same flags (`ip_checksum`'s
+    /// reading): GOOD and BAD are the NIC's word, UNKNOWN and NONE ask for the software check,
+    /// whatever other bits are set.
+    #[test]
+    fn ip_checksum_ok_by_flags_is_the_nics_verdict_or_the_software_check() {
+        let good = dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD as u64;
+        let bad = dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_BAD as u64;
+        let others = [0, 1 << 1, dpdk_sys::RTE_MBUF_F_RX_RSS_HASH as u64, !(good | bad)];
+        for other in others {
+            for (bits, verdict) in [
+                (0, NicChecksum::Unknown),
+                (good, NicChecksum::Good),
+                (bad, NicChecksum::Bad),
+                (good | bad, NicChecksum::Unknown),
+            ] {
+                for software in [false, true] {
+                    let mut asked = false;
+                    let ok = ip_checksum_ok_by_flags(other | bits, || {
+                        asked = true;
+                        software
+                    });
+                    assert_eq!(ok, verdict.ok_or(|| software), "flags {:#x}", other | bits);
+                    assert_eq!(asked, verdict == NicChecksum::Unknown, "flags {:#x}", other | bits);
+                }
+            }
         }
     }
 }

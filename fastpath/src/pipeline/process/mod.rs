@@ -102,34 +102,56 @@ fn link_layer_refusal(local: &PortAddrs, dst: EthernetAddress, src: EthernetAddr
 }
 
 /// [`link_layer_refusal`] on a frame's first 12 bytes (destination, source), each address read
-/// as one word: the fixed-offset path's form, about half the instructions of assembling both
+/// as one word: the fixed-offset form, about half the instructions of assembling both
 /// addresses first.
 #[inline(always)]
 fn link_layer_refusal_in(local: &PortAddrs, h: &[u8; 12]) -> Option<Verdict> {
-    // Little-endian words: an address's first byte, with the group bit (its lowest), is the low
-    // byte on any machine. The destination is bytes 0..6 of the word at 0, the source bytes
-    // 2..8 of the word at 4.
-    let word = |at: usize| {
-        u64::from_le_bytes([
-            h[at],
-            h[at + 1],
-            h[at + 2],
-            h[at + 3],
-            h[at + 4],
-            h[at + 5],
-            h[at + 6],
-            h[at + 7],
-        ])
-    };
-    let dst = word(0) & 0xffff_ffff_ffff;
-    let src = word(4) >> 16;
-    if dst != local.mac_word && dst & 1 == 0 {
-        return Some(Verdict::Drop(Outcome::NotForUs));
+    // Branches, each on the common case (to us, from a unicast source): as one branch-free
+    // expression LLVM evaluated every term of both tests on every packet (callgrind: closed
+    // port 367 -> 360 instructions a packet, open-sink 341 -> 332).
+    if dst_word(h) != local.mac_word {
+        std::hint::cold_path();
+        if h[0] & 1 == 0 {
+            return Some(Verdict::Drop(Outcome::NotForUs));
+        }
     }
-    if src & 1 != 0 || src == 0 {
+    if !unicast_source(h) {
+        std::hint::cold_path();
         return Some(Verdict::Drop(Outcome::Malformed));
     }
     None
+}
+
+/// The fast paths' link-layer test on a frame's first 12 bytes: whether it is to our MAC from
+/// a unicast source. A frame that is not goes to [`link_layer_refusal_in`], whose `None` (a
+/// frame to a group address) the fast paths decline, leaving it to the general path (RFC 1122
+/// §3.3.6 makes a unicast datagram in it martian, and a group's own rules are the general
+/// path's). What follows `true` knows the frame is not a group frame without reading it again.
+#[inline(always)]
+fn link_layer_unicast_in(local: &PortAddrs, h: &[u8; 12]) -> bool {
+    if dst_word(h) != local.mac_word {
+        std::hint::cold_path();
+        return false;
+    }
+    unicast_source(h)
+}
+
+/// A frame's destination address (bytes 0..6 of `h`) as the low 48 bits of a word, its first
+/// byte (with the group bit, its lowest) the low byte on any machine: [`PortAddrs::mac_word`]'s
+/// form.
+#[inline(always)]
+fn dst_word(h: &[u8; 12]) -> u64 {
+    let Some(w) = h.first_chunk::<8>() else { unreachable!() };
+    u64::from_le_bytes(*w) & 0xffff_ffff_ffff
+}
+
+/// Whether a frame's source address (bytes 6..12 of `h`) is one station: neither a group
+/// address nor all zeros (RFC 1122 §3.3.6 / IEEE 802).
+#[inline(always)]
+fn unicast_source(h: &[u8; 12]) -> bool {
+    // Bytes 2..8 of the little-endian word at 4.
+    let src = u64::from_le_bytes(*h.last_chunk::<8>().unwrap_or(&[0; 8])) >> 16;
+    src & 1 == 0 && src != 0
 }
 
 /// Mixed into the ICMP seed for the reset limiter's table: its own key, no shared collisions.
@@ -519,7 +541,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The fixed-offset path's in-place address check decides as the general one, for
+        /// The fixed-offset paths' in-place address checks decide as the general one, for
         /// addresses drawn to hit our MAC, group addresses and the all-zero source often.
         #[test]
         fn in_place_link_layer_check_agrees_with_the_general_one(
@@ -536,10 +558,15 @@ mod tests {
             let mut h = [0u8; 12];
             h[..6].copy_from_slice(&dst);
             h[6..].copy_from_slice(&src);
-            proptest::prop_assert_eq!(
-                link_layer_refusal_in(&local, &h),
-                link_layer_refusal(&local, EthernetAddress(dst), EthernetAddress(src))
-            );
+            let general = link_layer_refusal(&local, EthernetAddress(dst), EthernetAddress(src));
+            proptest::prop_assert_eq!(link_layer_refusal_in(&local, &h), general);
+            // The fast paths' test: taken only if to our MAC and the general check takes it;
+            // otherwise `link_layer_refusal_in` decides, its `None` a group destination.
+            let unicast = link_layer_unicast_in(&local, &h);
+            proptest::prop_assert_eq!(unicast, dst == mac && general.is_none());
+            if !unicast && general.is_none() {
+                proptest::prop_assert!(EthernetAddress(dst).is_multicast());
+            }
         }
     }
 

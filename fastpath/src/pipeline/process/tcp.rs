@@ -1,7 +1,7 @@
 //! The TCP fast paths, [`Pipeline::tcp4`] and [`Pipeline::tcp6`], and their cold reset.
 
 use super::icmp::xorshift;
-use super::{link_layer_refusal_in, Pipeline};
+use super::{link_layer_refusal_in, link_layer_unicast_in, Pipeline};
 use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::pipeline::icmp_error::Limit;
@@ -43,14 +43,15 @@ impl Pipeline {
         if frame.len() < end || end > u16::MAX as usize || header < 20 || header + 20 > total as usize {
             return None;
         }
-        if let Some(v) = link_layer_refusal_in(local, h.first_chunk()?) {
-            return Some(v);
+        // A group frame declines here (`link_layer_unicast_in`): none goes on below.
+        if !link_layer_unicast_in(local, h.first_chunk()?) {
+            return link_layer_refusal_in(local, h.first_chunk()?);
         }
         if !pkt.ip_checksum_ok(|| wire::checksum::verify(&h[14..34])) {
             return Some(Verdict::Drop(Outcome::Malformed));
         }
         let (src, dst) = (wire::ipv4_at(h, 26), wire::ipv4_at(h, 30));
-        if let Some(o) = source::v4_to_local(local, dst, src, || h[0] & 1 != 0) {
+        if let Some(o) = source::v4_to_local(local, dst, src, || false) {
             return Some(Verdict::Drop(o));
         }
         // The rest read where it is used: held from above, LLVM spilled it to the stack on
@@ -128,12 +129,13 @@ impl Pipeline {
         if h[38] == 0xff {
             return None;
         }
-        if let Some(v) = link_layer_refusal_in(local, h.first_chunk()?) {
-            return Some(v);
+        // A group frame declines here (`link_layer_unicast_in`): none goes on below.
+        if !link_layer_unicast_in(local, h.first_chunk()?) {
+            return link_layer_refusal_in(local, h.first_chunk()?);
         }
         let dst = wire::ipv6_at(h, 38);
         let src = wire::ipv6_at(h, 22);
-        if let Some(o) = source::v6_to_local(local, &dst, &src, || h[0] & 1 != 0) {
+        if let Some(o) = source::v6_to_local(local, &dst, &src, || false) {
             return Some(Verdict::Drop(o));
         }
         // As in `tcp4`: the rest read where it is used, the padding trimmed only for what is kept.

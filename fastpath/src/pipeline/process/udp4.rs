@@ -1,7 +1,7 @@
 //! The IPv4/UDP fast path: [`Pipeline::udp4`] and its cold Port Unreachable.
 
 use super::icmp::xorshift;
-use super::{link_layer_refusal_in, Pipeline};
+use super::{link_layer_refusal_in, link_layer_unicast_in, Pipeline};
 use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::pipeline::parse::{IpVersion, Parsed};
@@ -46,8 +46,9 @@ impl Pipeline {
             return None;
         }
         // From here the frame is the general path's common frame: its verdicts, in its order.
-        if let Some(v) = link_layer_refusal_in(local, h.first_chunk()?) {
-            return Some(v);
+        // A group frame declines here (`link_layer_unicast_in`): none goes on below.
+        if !link_layer_unicast_in(local, h.first_chunk()?) {
+            return link_layer_refusal_in(local, h.first_chunk()?);
         }
         if !pkt.ip_checksum_ok(|| wire::checksum::verify(&h[14..34])) {
             return Some(Verdict::Drop(Outcome::Malformed));
@@ -62,9 +63,8 @@ impl Pipeline {
         };
         let dport = wire::be16(h, 36);
         // Ours, then the source-validation rule (`pipeline/source.rs`), for a service's traffic
-        // and a closed port's alike.
-        // (The group bit read again here, not kept from above: one register less on every path.)
-        if let Some(o) = source::v4_to_local(local, dst, src, || pkt.data().first().is_some_and(|b| b & 1 != 0)) {
+        // and a closed port's alike; not a group frame (declined above).
+        if let Some(o) = source::v4_to_local(local, dst, src, || false) {
             return Some(Verdict::Drop(o));
         }
         let t = &*self.tables;
@@ -90,7 +90,7 @@ impl Pipeline {
                 let p = udp4_parsed(h);
                 return Some(self.icmp_error(pkt, &p, port, kind, no_service, now));
             }
-            // A group frame is martian, refused above.
+            // A group frame declined above.
             let group_frame = false;
             let rng = &mut self.rng;
             let decision = self

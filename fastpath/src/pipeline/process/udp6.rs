@@ -1,7 +1,7 @@
 //! The IPv6/UDP fast path: [`Pipeline::udp6`] and its cold Port Unreachable.
 
 use super::icmp::xorshift;
-use super::{link_layer_refusal_in, Pipeline};
+use super::{link_layer_refusal_in, link_layer_unicast_in, Pipeline};
 use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::pipeline::parse::{IpVersion, Parsed};
@@ -50,8 +50,9 @@ impl Pipeline {
             return None;
         }
         // From here the frame is the general path's common frame: its verdicts, in its order.
-        if let Some(v) = link_layer_refusal_in(local, h.first_chunk()?) {
-            return Some(v);
+        // A group frame declines here (`link_layer_unicast_in`): none goes on below.
+        if !link_layer_unicast_in(local, h.first_chunk()?) {
+            return link_layer_refusal_in(local, h.first_chunk()?);
         }
         let dst = wire::ipv6_at(h, 38);
         let src = wire::ipv6_at(h, 22);
@@ -64,8 +65,8 @@ impl Pipeline {
         }
         // The source-validation rule (`pipeline/source.rs`), for a service's traffic and a
         // closed port's alike; not a Neighbor Solicitation, so `::` is martian too.
-        let group_frame = pkt.data().first().is_some_and(|b| b & 1 != 0);
-        if !source::valid_v6_to_unicast(local, group_frame, &src) {
+        // Not a group frame (declined above).
+        if !source::valid_v6_to_unicast(local, false, &src) {
             return Some(Verdict::Drop(Outcome::Martian));
         }
         let t = &*self.tables;
