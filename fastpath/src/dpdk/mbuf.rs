@@ -96,9 +96,11 @@ impl Mbuf {
     #[inline]
     pub(crate) fn raw_freeable_into(&self, pool: *const dpdk_sys::rte_mempool) -> bool {
         let m = self.raw();
+        // `refcnt` and `nb_segs` are neighbours (offsets 18 and 20): asked as one word, LLVM
+        // reads them in one load and one compare (free_bulk runs this for every packet freed).
+        const _: () = assert!(std::mem::offset_of!(dpdk_sys::rte_mbuf, nb_segs) == std::mem::offset_of!(dpdk_sys::rte_mbuf, refcnt) + 2);
         std::ptr::eq(m.pool, pool)
-            && m.refcnt == 1
-            && m.nb_segs == 1
+            && (m.refcnt as u32 | (m.nb_segs as u32) << 16) == 0x0001_0001
             && m.next.is_null()
             && m.ol_flags & (dpdk_sys::RTE_MBUF_F_INDIRECT | dpdk_sys::RTE_MBUF_F_EXTERNAL) == 0
     }
