@@ -98,7 +98,9 @@ impl Mbuf {
         let m = self.raw();
         // `refcnt` and `nb_segs` are neighbours (offsets 18 and 20): asked as one word, LLVM
         // reads them in one load and one compare (free_bulk runs this for every packet freed).
-        const _: () = assert!(std::mem::offset_of!(dpdk_sys::rte_mbuf, nb_segs) == std::mem::offset_of!(dpdk_sys::rte_mbuf, refcnt) + 2);
+        const _: () = assert!(
+            std::mem::offset_of!(dpdk_sys::rte_mbuf, nb_segs) == std::mem::offset_of!(dpdk_sys::rte_mbuf, refcnt) + 2
+        );
         std::ptr::eq(m.pool, pool)
             && (m.refcnt as u32 | (m.nb_segs as u32) << 16) == 0x0001_0001
             && m.next.is_null()

@@ -91,41 +91,41 @@ impl Service {
 /// Maps (protocol, destination port) to a service: per protocol, an array indexed by port (at
 /// [`slot`]: the port's header bytes as they lie), so a lookup is one load whether a service
 /// listens there or not (a closed-port flood's packets ask it too, and miss). 2 × 128 KiB per
-/// generation; a flood touches one line of it. No hashing, no allocation per packet.
+/// generation (and 256 KiB of briefs, only their first entries touched); a flood touches one
+/// line of it. No hashing, no allocation per packet.
 #[derive(Clone, Debug)]
 pub struct ServiceTable {
     services: Vec<Service>,
-    /// Per service, what a packet's lookup and fanout read first ([`Brief`]).
-    brief: Vec<Brief>,
+    /// Per service, what a packet's lookup and fanout read first ([`Brief`]), at the service's
+    /// entry in `udp` and `tcp` (1 + its index; 0 is no service and stays 0): indexed by a
+    /// `u16`, so the fast paths' read needs no bounds check, and the lookup and the fanout
+    /// read the same word.
+    brief: Box<[Brief; 65536]>,
     /// Per UDP destination port, at [`slot`]: 1 + the service's index, 0 for none.
     udp: Box<[u16; 65536]>,
     /// The same for TCP.
     tcp: Box<[u16; 65536]>,
 }
 
-/// What the per-packet path reads of a service, 8 bytes apiece in one array: with many
+/// What the per-packet path reads of a service, 4 bytes apiece in one array: with many
 /// services a packet meets its service cold, and the `Service` (a 120-byte entry) and its
 /// group's socket list (a heap block of its own) were two misses, one waiting for the other,
 /// before the fanout could even look at the socket (perf, 1000 sink services: the load of
-/// `group.sockets[0]` was 27% of the RX lcore).
-#[derive(Clone, Copy, Debug)]
-struct Brief {
-    /// The global index of the service's one socket, `u32::MAX` with several.
-    single: u32,
-    /// Whether it listens on every local address (no `addresses` to compare).
-    any_address: bool,
-}
+/// `group.sockets[0]` was 27% of the RX lcore). [`BOUND`] if the service is bound to addresses
+/// (it has `addresses` to compare), and in the other bits 1 + the global index of its one
+/// socket, 0 with several (or none): [`brief`].
+type Brief = u32;
 
-impl Brief {
-    fn of(svc: &Service) -> Brief {
-        Brief {
-            single: match svc.group.sockets.as_slice() {
-                &[s] => u32::try_from(s).unwrap_or(u32::MAX),
-                _ => u32::MAX,
-            },
-            any_address: svc.addresses.is_empty(),
-        }
-    }
+/// [`Brief`]'s bit for a service bound to addresses.
+const BOUND: Brief = 1 << 31;
+
+/// The [`Brief`] of `svc`.
+fn brief(svc: &Service) -> Brief {
+    let single = match svc.group.sockets.as_slice() {
+        &[s] => u32::try_from(s + 1).ok().filter(|&s| s < BOUND).unwrap_or(0),
+        _ => 0,
+    };
+    single | if svc.addresses.is_empty() { 0 } else { BOUND }
 }
 
 /// Where port `port`'s entry is in the per-port arrays: at the number its two bytes make as they
@@ -151,7 +151,7 @@ impl Default for ServiceTable {
     fn default() -> Self {
         ServiceTable {
             services: Vec::new(),
-            brief: Vec::new(),
+            brief: vec![0; 65536].into_boxed_slice().try_into().expect("65536 entries"),
             udp: no_ports(),
             tcp: no_ports(),
         }
@@ -165,11 +165,13 @@ impl ServiceTable {
     pub fn new(services: Vec<(Service, Vec<u16>)>) -> Self {
         let mut t = ServiceTable::default();
         for (i, (svc, ports)) in services.into_iter().enumerate() {
+            if let Some(b) = t.brief.get_mut(i + 1) {
+                *b = brief(&svc);
+            }
             let by_port = match svc.protocol {
                 IpProtocol::UDP => &mut t.udp,
                 IpProtocol::TCP => &mut t.tcp,
                 _ => {
-                    t.brief.push(Brief::of(&svc));
                     t.services.push(svc);
                     continue;
                 }
@@ -177,7 +179,6 @@ impl ServiceTable {
             for p in ports {
                 by_port[slot(p)] = u16::try_from(i + 1).unwrap_or(0);
             }
-            t.brief.push(Brief::of(&svc));
             t.services.push(svc);
         }
         t
@@ -202,23 +203,32 @@ impl ServiceTable {
             IpProtocol::TCP => &self.tcp,
             _ => return None,
         };
-        let svc = (by_port[slot(port)] as usize).checked_sub(1)?;
-        self.serves(svc, || *dst).then_some(svc)
+        self.hit(by_port[slot(port)], || *dst)
     }
 
-    /// Whether service `svc` takes packets to `dst`: its brief says so for a service on every
-    /// address, without a read of the service itself.
+    /// The service of port-table entry `entry` (1 + its index, 0 for none) if it takes packets
+    /// to `dst`: its brief says so for a service on every address, without a read of the
+    /// service itself.
     #[inline(always)]
+    fn hit(&self, entry: u16, dst: impl FnOnce() -> IpAddr) -> Option<usize> {
+        let svc = (entry as usize).checked_sub(1)?;
+        (self.brief[entry as usize] & BOUND == 0 || self.services[svc].serves(dst)).then_some(svc)
+    }
+
+    /// Whether service `svc` takes packets to `dst` (tests: [`ServiceTable::hit`]'s decision).
+    #[cfg(test)]
     fn serves(&self, svc: usize, dst: impl FnOnce() -> IpAddr) -> bool {
-        self.brief[svc].any_address || self.services[svc].serves(dst)
+        u16::try_from(svc + 1).is_ok_and(|e| self.hit(e, dst).is_some())
     }
 
     /// The global index of service `svc`'s socket if it has exactly one (the fanout's fast
-    /// path, [`crate::pipeline::fanout::FanoutState::choose_fast_single`]).
+    /// path, [`crate::pipeline::fanout::FanoutState::choose_fast_single`]). After a lookup
+    /// that found `svc` this reads the word the lookup read, with no bounds check (the index
+    /// came from a `u16`).
     #[inline(always)]
     pub fn single_socket(&self, svc: usize) -> Option<usize> {
-        let s = self.brief[svc].single;
-        (s != u32::MAX).then_some(s as usize)
+        let b = *self.brief.get(svc.wrapping_add(1))?;
+        ((b & !BOUND) as usize).checked_sub(1)
     }
 
     /// [`ServiceTable::lookup`] for UDP to an IPv4 address (the pipeline's fast path), the port
@@ -226,29 +236,25 @@ impl ServiceTable {
     /// service bound to addresses.
     #[inline(always)]
     pub fn lookup_udp4(&self, port: [u8; 2], dst: Ipv4Addr) -> Option<usize> {
-        let svc = (self.udp[wire_slot(port)] as usize).checked_sub(1)?;
-        self.serves(svc, || IpAddr::V4(dst)).then_some(svc)
+        self.hit(self.udp[wire_slot(port)], || IpAddr::V4(dst))
     }
 
     /// [`ServiceTable::lookup`] for UDP to an IPv6 address (the IPv6 fast path).
     #[inline(always)]
     pub fn lookup_udp6(&self, port: [u8; 2], dst: &Ipv6Addr) -> Option<usize> {
-        let svc = (self.udp[wire_slot(port)] as usize).checked_sub(1)?;
-        self.serves(svc, || IpAddr::V6(*dst)).then_some(svc)
+        self.hit(self.udp[wire_slot(port)], || IpAddr::V6(*dst))
     }
 
     /// [`ServiceTable::lookup`] for TCP to an IPv4 address (the TCP fast path).
     #[inline(always)]
     pub fn lookup_tcp4(&self, port: [u8; 2], dst: Ipv4Addr) -> Option<usize> {
-        let svc = (self.tcp[wire_slot(port)] as usize).checked_sub(1)?;
-        self.serves(svc, || IpAddr::V4(dst)).then_some(svc)
+        self.hit(self.tcp[wire_slot(port)], || IpAddr::V4(dst))
     }
 
     /// [`ServiceTable::lookup`] for TCP to an IPv6 address (the TCP fast path).
     #[inline(always)]
     pub fn lookup_tcp6(&self, port: [u8; 2], dst: &Ipv6Addr) -> Option<usize> {
-        let svc = (self.tcp[wire_slot(port)] as usize).checked_sub(1)?;
-        self.serves(svc, || IpAddr::V6(*dst)).then_some(svc)
+        self.hit(self.tcp[wire_slot(port)], || IpAddr::V6(*dst))
     }
 
     /// Whether a UDP service with the `echo` action listens on `port` (on any address).
@@ -487,6 +493,10 @@ mod tests {
             (0..5).map(|i| t.single_socket(i)).collect::<Vec<_>>(),
             [Some(5), None, None, Some(9), Some(8)]
         );
+        // Past the services, and past what a port-table entry can name: none.
+        for svc in [5, 65534, 65535, usize::MAX] {
+            assert_eq!(t.single_socket(svc), None, "service {svc}");
+        }
         let other = IpAddr::V4(THEM);
         for i in 0..5 {
             let s = &t.services()[i];
