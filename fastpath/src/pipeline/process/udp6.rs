@@ -54,11 +54,16 @@ impl Pipeline {
         if !link_layer_unicast_in(local, h.first_chunk()?) {
             return link_layer_refusal_in(local, h.first_chunk()?);
         }
-        let dst = wire::ipv6_at(h, 38);
-        let src = wire::ipv6_at(h, 22);
-        let (hop_limit, ports, dport_wire) = (h[21], (wire::be16(h, 54), wire::be16(h, 56)), wire::bytes2(h, 56));
         // Link-layer padding is not part of the packet (see `after_parse`).
         pkt.trim_to(end);
+        // The frame read again after the trim (its bytes did not move), as in `udp4`: the
+        // addresses and ports where they are used, not held across the trim (LLVM spilled
+        // them, and byte-swapped the ports for the cold paths, on every packet).
+        let Some(h) = pkt.data().first_chunk::<62>() else {
+            return Some(Verdict::Drop(Outcome::Malformed));
+        };
+        let dst = wire::ipv6_at(h, 38);
+        let src = wire::ipv6_at(h, 22);
         // Not multicast, so ours only if it is one of the port's addresses (`ipv6_local_for`).
         if !local.has_ipv6(&dst) {
             return Some(Verdict::Drop(Outcome::NotLocal));
@@ -70,15 +75,19 @@ impl Pipeline {
             return Some(Verdict::Drop(Outcome::Martian));
         }
         let t = &*self.tables;
-        let Some(svc) = t.services.lookup_udp6(dport_wire, &dst) else {
+        let Some(svc) = t.services.lookup_udp6(wire::bytes2(h, 56), &dst) else {
             if local.kernel {
-                if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::UDP, ports.1)) {
+                if let Some(k) = t
+                    .kernel
+                    .as_ref()
+                    .filter(|k| k.rules.takes(IpProtocol::UDP, wire::be16(h, 56)))
+                {
                     // `[kernel] punt` takes it (`punt_port`'s decision), as in `udp4`.
                     let svc = k.service;
                     if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
                         return Some(self.deliver(s));
                     }
-                    let p = Parsed::untagged_v6(IpProtocol::UDP, src, dst, hop_limit, ports, None, payload);
+                    let p = udp6_parsed(h);
                     return Some(self.fan_out(svc, &p, pkt.rss_hash()));
                 }
             }
@@ -87,7 +96,7 @@ impl Pipeline {
             let no_service = Verdict::Drop(Outcome::NoService);
             let kind = icmp_error::ErrorKind::PortUnreachable;
             if t.icmp.build_first {
-                let p = Parsed::untagged_v6(IpProtocol::UDP, src, dst, hop_limit, ports, None, payload);
+                let p = udp6_parsed(h);
                 return Some(self.icmp_error(pkt, &p, port, kind, no_service, now));
             }
             // RFC 4443 §2.4(e.3-e.6) hold: the destination is unicast, and the source rule
@@ -108,7 +117,7 @@ impl Pipeline {
         if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
             return Some(self.deliver(s));
         }
-        let p = Parsed::untagged_v6(IpProtocol::UDP, src, dst, hop_limit, ports, None, payload);
+        let p = udp6_parsed(h);
         Some(self.fan_out(svc, &p, pkt.rss_hash()))
     }
 
@@ -120,9 +129,15 @@ impl Pipeline {
         let Some(h) = pkt.data().first_chunk::<62>() else {
             return no_service;
         };
-        let (src, dst) = (wire::ipv6_at(h, 22), wire::ipv6_at(h, 38));
-        let (hop_limit, ports, payload) = (h[21], (wire::be16(h, 54), wire::be16(h, 56)), wire::be16(h, 18));
-        let p = Parsed::untagged_v6(IpProtocol::UDP, src, dst, hop_limit, ports, None, payload);
+        let p = udp6_parsed(h);
         self.icmp_error_send(pkt, &p, port, icmp_error::ErrorKind::PortUnreachable, no_service)
     }
+}
+
+/// The parse result of a frame [`Pipeline::udp6`] took, from its fixed offsets.
+#[inline(always)]
+fn udp6_parsed(h: &[u8; 62]) -> Parsed {
+    let (src, dst) = (wire::ipv6_at(h, 22), wire::ipv6_at(h, 38));
+    let (hop_limit, ports, payload) = (h[21], (wire::be16(h, 54), wire::be16(h, 56)), wire::be16(h, 18));
+    Parsed::untagged_v6(IpProtocol::UDP, src, dst, hop_limit, ports, None, payload)
 }
