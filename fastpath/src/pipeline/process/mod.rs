@@ -141,8 +141,7 @@ fn link_layer_unicast_in(local: &PortAddrs, h: &[u8; 12]) -> bool {
 /// form.
 #[inline(always)]
 fn dst_word(h: &[u8; 12]) -> u64 {
-    let Some(w) = h.first_chunk::<8>() else { unreachable!() };
-    u64::from_le_bytes(*w) & 0xffff_ffff_ffff
+    u64::from_le_bytes(*h.first_chunk::<8>().unwrap_or(&[0; 8])) & 0xffff_ffff_ffff
 }
 
 /// Whether a frame's source address (bytes 6..12 of `h`) is one station: neither a group
