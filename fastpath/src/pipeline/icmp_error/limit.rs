@@ -250,6 +250,11 @@ impl GlobalView {
         if self.quiet(now) {
             return false;
         }
+        // The credit read inline, the rest a call: while the budget has credit (a flood the
+        // per-destination limit holds back) the call was 9 instructions a packet of its 20 or so.
+        if self.bucket.credit.load(Relaxed) > 0 {
+            return true;
+        }
         match self.bucket.peek_quiet(now) {
             Ok(()) => true,
             Err(until) => {
@@ -342,11 +347,11 @@ pub struct PeerTable {
     /// What the keyed fold of the upper key word gives for every IPv4 key (whose upper word is
     /// always `V4_TAG`), computed once.
     v4_fold: u64,
-    /// The slot of the last decision (always an index of `slots`) and the key it holds
-    /// (`EMPTY` before the first): checking the last destination again reads this table, not
-    /// a slot.
+    /// The slot of the last decision (always an index of `slots`) and the low word of the key
+    /// it held then (`EMPTY`'s before the first): a filter, the slot's own key decides.
+    /// Checking the last destination again reads this table and that slot, not the hash.
     recent: usize,
-    recent_key: [u64; 2],
+    recent_low: u64,
     slots: Box<[PeerSlot]>,
 }
 
@@ -380,7 +385,7 @@ impl PeerTable {
             shift: 32 - len.trailing_zeros(),
             v4_fold: fold(keys, V4_TAG),
             recent: 0,
-            recent_key: EMPTY,
+            recent_low: EMPTY[1],
             slots: vec![PeerSlot::default(); len].into(),
         }
     }
@@ -467,15 +472,19 @@ impl PeerTable {
     pub fn allow_at(&mut self, now: Instant, addr: &IpAddr, rate: PeerRate) -> (bool, usize) {
         let key = Self::key(addr);
         let recent = self.recent;
-        if key == self.recent_key {
-            if let Some(s) = self.slots.get_mut(recent) {
+        // The low word alone first: a flood from many sources differs there, and one compare
+        // and branch says so; the slot's key then decides (it may have been evicted since).
+        // Comparing a remembered whole key, LLVM tested both words and the index's bound
+        // branch-free, 13 instructions on every packet from another source than the last.
+        if key[1] == self.recent_low {
+            if let Some(s) = self.slots.get_mut(recent).filter(|s| s.key == key) {
                 return (Self::spend(s, now, rate), recent);
             }
         }
         let home = self.home(key) & self.mask;
         match self.slots.get_mut(home) {
             Some(s) if s.key == key => {
-                (self.recent, self.recent_key) = (home, key);
+                (self.recent, self.recent_low) = (home, key[1]);
                 (Self::spend(s, now, rate), home)
             }
             _ => self.allow_in_window(now, key, home, rate),
@@ -526,7 +535,7 @@ impl PeerTable {
                 victim
             }
         };
-        (self.recent, self.recent_key) = (idx, key);
+        (self.recent, self.recent_low) = (idx, key[1]);
         (Self::spend(&mut self.slots[idx], now, rate), idx)
     }
 
@@ -919,8 +928,8 @@ mod tests {
                 t.allow(at(n), &a, SEC, 2);
             }
             assert!(!t.allow(at(n), &a, SEC, 2).0, "{a}: a burst of 2 after {runs} messages");
-            assert_eq!(t.slots[t.recent].key, t.recent_key, "step {n}");
-            assert_eq!(t.recent_key, PeerTable::key(&a));
+            assert_eq!(t.slots[t.recent].key, PeerTable::key(&a), "step {n}");
+            assert_eq!(t.recent_low, PeerTable::key(&a)[1]);
             let mut keys: Vec<_> = t.slots.iter().map(|s| s.key).filter(|k| *k != EMPTY).collect();
             let len = keys.len();
             keys.sort_unstable();

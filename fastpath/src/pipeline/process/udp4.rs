@@ -90,12 +90,9 @@ impl Pipeline {
                 let p = udp4_parsed(h);
                 return Some(self.icmp_error(pkt, &p, port, kind, no_service, now));
             }
-            // A group frame declined above.
-            let group_frame = false;
+            // A group frame declined above; the source admitted by `v4_to_local`.
             let rng = &mut self.rng;
-            let decision = self
-                .icmp
-                .decide_udp4_port_unreachable(now, src, dst, group_frame, || xorshift(rng));
+            let decision = self.icmp.decide_udp4_port_unreachable(now, src, dst, || xorshift(rng));
             return Some(match decision {
                 icmp_error::Decision::Ineligible => no_service,
                 icmp_error::Decision::Suppressed(l) => {
