@@ -16,6 +16,7 @@
 use crate::buf::LcoreBuf;
 use crate::outcome::Outcome;
 use crate::pipeline::reasm::{Fate, FragMeta, Insert, ReasmIo, Reassembler, Released};
+use crate::pipeline::PortView;
 use crate::pipeline::{Instant, Lead, Pipeline, Tables, Verdict};
 use crate::socket::Socket;
 use crate::stats::LcoreStats;
@@ -273,11 +274,13 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     fn burst_led<const L: u8>(&mut self, qi: usize, port: u16, now: Instant, burst: &mut Vec<B>) {
         let mut bytes = 0u64;
         let n = burst.len();
-        // The port's limit read once a burst, not per packet (~4 instructions a packet).
+        // The port's limit and what the fast paths read of it taken once a burst, not per
+        // packet (~4 and ~10 instructions a packet).
         let max = self.max_frame(port);
+        let view = self.pipeline.port_view(port);
         for m in burst.drain(..) {
             bytes += m.pkt_len() as u64;
-            if let Some(m) = self.first_pass::<L>(port, max, m, now) {
+            if let Some(m) = self.first_pass::<L>(&view, port, max, m, now) {
                 self.rest.push(m);
             }
         }
@@ -289,7 +292,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                     self.election_wait -= 1;
                 }
             }
-            self.burst_rest(port, now, Lead::ALL[L as usize]);
+            self.burst_rest(&view, port, now, Lead::ALL[L as usize]);
         }
         self.stats.rx[qi].bytes.add(bytes);
         self.end_burst();
@@ -320,7 +323,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// packets one at a time, such as the corpus runner printing each frame's outcomes. Not
     /// counted as received: the driver counts bursts.
     pub fn receive(&mut self, port: u16, m: B, now: Instant) {
-        if let Some(m) = self.first_pass::<{ Lead::UDP4 }>(port, self.max_frame(port), m, now) {
+        let view = self.pipeline.port_view(port);
+        if let Some(m) = self.first_pass::<{ Lead::UDP4 }>(&view, port, self.max_frame(port), m, now) {
             self.handle_cold(port, m, now, Some(Lead::Udp4));
         }
     }
@@ -329,12 +333,12 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// declined it (nothing changed); an oversize frame (one not [`fits`] in `max`, the
     /// port's [`RxEngine::max_frame`]) is counted and dropped here.
     #[inline(always)]
-    fn first_pass<const L: u8>(&mut self, port: u16, max: u32, mut m: B, now: Instant) -> Option<B> {
+    fn first_pass<const L: u8>(&mut self, view: &PortView, port: u16, max: u32, mut m: B, now: Instant) -> Option<B> {
         if !fits(max, &m) {
             self.stats.outcome(Outcome::Oversize);
             self.drops.push(m);
         } else {
-            match self.pipeline.process_lead::<L, B>(port, &mut m, now) {
+            match self.pipeline.process_lead::<L, B>(view, port, &mut m, now) {
                 Some(v) => self.act(port, m, v, now),
                 None => return Some(m),
             }
@@ -348,14 +352,14 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// [`RxEngine::burst`]'s second loop: the packets the fast path of `lead` declined, through
     /// the rest of the pipeline.
     #[inline(never)]
-    fn burst_rest(&mut self, port: u16, now: Instant, lead: Lead) {
+    fn burst_rest(&mut self, view: &PortView, port: u16, now: Instant, lead: Lead) {
         let mut rest = std::mem::take(&mut self.rest);
         #[cfg(test)]
         {
             self.second_loop += rest.len() as u64;
         }
         for m in rest.drain(..) {
-            self.handle(port, m, now, Some(lead));
+            self.handle(view, port, m, now, Some(lead));
             if self.drops.len() >= BURST {
                 B::free_bulk(&mut self.drops);
             }
@@ -511,7 +515,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     #[cold]
     #[inline(never)]
     fn handle_cold(&mut self, port: u16, m: B, now: Instant, tried: Option<Lead>) {
-        self.handle(port, m, now, tried);
+        let view = self.pipeline.port_view(port);
+        self.handle(&view, port, m, now, tried);
     }
 
     /// Acts on the pipeline's verdict for `m` (any but [`Verdict::Reassemble`], which only
@@ -539,7 +544,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// reassembler and, if it completes its datagram, the datagram goes on through the pipeline
     /// (from where its fragments stopped, if they came through a tunnel).
     #[inline(always)]
-    fn handle(&mut self, port: u16, mut m: B, now: Instant, mut tried: Option<Lead>) {
+    fn handle(&mut self, view: &PortView, port: u16, mut m: B, now: Instant, mut tried: Option<Lead>) {
         // Inlined into `burst_rest` (and into `handle_cold`, the rare callers' copy): behind
         // a call per packet, the rest of the pipeline cost ~35 instructions a packet more.
         let mut after: Option<crate::buf::Tunnelled> = None;
@@ -547,7 +552,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         let mut datagram_buffer = false;
         loop {
             let v = match after.take() {
-                None => self.pipeline.process_rest(port, &mut m, now, tried.take()),
+                None => self.pipeline.process_rest(view, port, &mut m, now, tried.take()),
                 Some(t) => self.pipeline.process_after_tunnel(port, &mut m, now, t),
             };
             match v {

@@ -40,5 +40,5 @@ pub use fanout::{Choice, FanoutMode, FanoutState, FlowHash, Group, HashOnDemand}
 pub use parse::{FragmentInfo, IpVersion, Parsed};
 pub use process::{Lead, Pipeline};
 pub use service::{Action, Backends, Service, ServiceTable};
-pub use tables::{PortAddrs, Tables};
+pub use tables::{PortAddrs, PortView, Tables};
 pub use verdict::{Instant, Verdict};

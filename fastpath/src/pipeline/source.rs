@@ -17,7 +17,7 @@
 //! - A datagram to a unicast address that arrived in a link-layer broadcast or multicast frame
 //!   is discarded (RFC 1122 §3.3.6): answering it answers a frame meant for many.
 
-use super::tables::PortAddrs;
+use super::tables::{PortAddrs, PortView};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Whether an IPv4 source is one host (see the module rule): the first octet alone decides.
@@ -67,6 +67,47 @@ pub fn v4_to_local(
         all if !all.contains(&dst) => Some(NotLocal),
         _ => (!valid_v4(local, group_frame(), src)).then_some(Martian),
     }
+}
+
+/// [`v4_to_local`] from a port's [`PortView`] (the fast paths): with one address, that compare
+/// and the rule; with none or several, `listed` (the port's list, through [`v4_to_local`]).
+#[inline(always)]
+pub fn v4_to_local_view(
+    view: &PortView,
+    dst: Ipv4Addr,
+    src: Ipv4Addr,
+    listed: impl FnOnce() -> Option<crate::outcome::Outcome>,
+) -> Option<crate::outcome::Outcome> {
+    use crate::outcome::Outcome::{Martian, NotLocal};
+    if u32::from(dst) as u64 == view.v4 {
+        return (!v4_is_one_host(src) || src == dst).then_some(Martian);
+    }
+    if view.v4 != PortView::LISTED {
+        return Some(NotLocal);
+    }
+    std::hint::cold_path();
+    listed()
+}
+
+/// [`v6_to_local`] from a port's [`PortView`], as [`v4_to_local_view`].
+#[inline(always)]
+pub fn v6_to_local_view(
+    view: &PortView,
+    dst: &Ipv6Addr,
+    src: &Ipv6Addr,
+    listed: impl FnOnce() -> Option<crate::outcome::Outcome>,
+) -> Option<crate::outcome::Outcome> {
+    use crate::outcome::Outcome::{Martian, NotLocal};
+    let Some(only) = view.v6 else {
+        std::hint::cold_path();
+        return listed();
+    };
+    if only != *dst {
+        return Some(NotLocal);
+    }
+    // `v6_to_local`'s classes, as there.
+    let s = src.to_bits();
+    (s <= 1 || s >> 120 == 0xff || src == dst).then_some(Martian)
 }
 
 /// [`v4_to_local`] for an IPv6 packet to a unicast `dst` that is not a Neighbor Solicitation

@@ -9,6 +9,45 @@ use crate::wire::{EthernetAddress, Toeplitz};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
+/// What the fast paths read of a port on every packet, its [`PortAddrs`] digested: taken once
+/// a burst (the RX engine's first loop: all of a burst is from one port, and the tables change
+/// only between bursts), a packet reads it from the engine's stack, not through the tables, the
+/// port list and its bound, which LLVM loaded again for every packet (~10 instructions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortView {
+    /// The tables have the port. A view of one they do not have takes no frame (its MAC word
+    /// matches none); the fast paths then decline every frame, as they did reading the list.
+    pub(crate) known: bool,
+    /// [`PortAddrs::mac_word`]; [`PortView::NO_MAC`] for a port the tables do not have.
+    pub(crate) mac_word: u64,
+    /// The port's IPv4 address widened, if it has exactly one; else [`PortView::LISTED`], which
+    /// no address equals: the list then decides.
+    pub(crate) v4: u64,
+    /// The port's IPv6 address, if it has exactly one; else the list decides.
+    pub(crate) v6: Option<Ipv6Addr>,
+    /// [`PortAddrs::kernel`].
+    pub(crate) kernel: bool,
+}
+
+impl PortView {
+    /// [`PortView::v4`] when the port has no IPv4 address or several.
+    pub(crate) const LISTED: u64 = u64::MAX;
+    /// [`PortView::mac_word`] of a port the tables do not have: wider than 48 bits, so no
+    /// frame's destination word equals it.
+    pub(crate) const NO_MAC: u64 = u64::MAX;
+
+    /// The view of a port the tables do not have.
+    pub fn unknown() -> Self {
+        PortView {
+            known: false,
+            mac_word: Self::NO_MAC,
+            v4: Self::LISTED,
+            v6: None,
+            kernel: false,
+        }
+    }
+}
+
 /// The addresses a port answers for.
 #[derive(Clone, Debug)]
 pub struct PortAddrs {
@@ -43,6 +82,23 @@ impl PortAddrs {
             ipv4,
             ipv6,
             kernel,
+        }
+    }
+
+    /// What the fast paths read of this port on every packet ([`PortView`]).
+    pub fn view(&self) -> PortView {
+        PortView {
+            known: true,
+            mac_word: self.mac_word,
+            v4: match self.ipv4.as_slice() {
+                [only] => u32::from(*only) as u64,
+                _ => PortView::LISTED,
+            },
+            v6: match self.ipv6.as_slice() {
+                [only] => Some(*only),
+                _ => None,
+            },
+            kernel: self.kernel,
         }
     }
 
@@ -154,6 +210,13 @@ impl Tables {
     /// ones the record was made under (an index from another generation is not trusted).
     pub fn tunnel_of(&self, t: crate::buf::Tunnelled) -> Option<usize> {
         (t.generation == self.generation as u8 && (t.tunnel as usize) < self.tunnels.len()).then_some(t.tunnel as usize)
+    }
+
+    /// What the fast paths read of `port` on every packet ([`PortView`]).
+    pub fn port_view(&self, port: u16) -> PortView {
+        self.ports
+            .get(port as usize)
+            .map_or_else(PortView::unknown, PortAddrs::view)
     }
 
     /// The MTU of `port`.

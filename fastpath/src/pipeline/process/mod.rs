@@ -28,12 +28,13 @@ mod udp6_tests;
 
 use super::fanout::FanoutState;
 use super::parse::Parsed;
-use super::tables::{PortAddrs, Tables};
+use super::tables::{PortAddrs, PortView, Tables};
 use super::verdict::{Instant, Verdict};
-use super::{arp, flow_limit, icmp_error, tcp_reset};
+use super::{arp, flow_limit, icmp_error, source, tcp_reset};
 use crate::buf::{NicChecksum, PacketBuf};
 use crate::outcome::Outcome;
 use crate::wire::{self, EtherType, EthernetAddress, EthernetFrame, Toeplitz};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 /// A fast path, by the frames it is for: the kind of traffic the RX engine's first loop is
@@ -105,11 +106,11 @@ fn link_layer_refusal(local: &PortAddrs, dst: EthernetAddress, src: EthernetAddr
 /// as one word: the fixed-offset form, about half the instructions of assembling both
 /// addresses first.
 #[inline(always)]
-fn link_layer_refusal_in(local: &PortAddrs, h: &[u8; 12]) -> Option<Verdict> {
+fn link_layer_refusal_in(mac_word: u64, h: &[u8; 12]) -> Option<Verdict> {
     // Branches, each on the common case (to us, from a unicast source): as one branch-free
     // expression LLVM evaluated every term of both tests on every packet (callgrind: closed
     // port 367 -> 360 instructions a packet, open-sink 341 -> 332).
-    if dst_word(h) != local.mac_word {
+    if dst_word(h) != mac_word {
         std::hint::cold_path();
         if h[0] & 1 == 0 {
             return Some(Verdict::Drop(Outcome::NotForUs));
@@ -122,14 +123,25 @@ fn link_layer_refusal_in(local: &PortAddrs, h: &[u8; 12]) -> Option<Verdict> {
     None
 }
 
+/// [`link_layer_refusal_in`] for the fast paths, from the burst's [`PortView`]: a port the
+/// tables do not have takes no frame (its MAC word matches none), and the fast paths decline
+/// every frame on it, as when they looked the port up.
+#[inline(always)]
+fn link_layer_refusal_view(view: &PortView, h: &[u8; 12]) -> Option<Verdict> {
+    if !view.known {
+        return None;
+    }
+    link_layer_refusal_in(view.mac_word, h)
+}
+
 /// The fast paths' link-layer test on a frame's first 12 bytes: whether it is to our MAC from
 /// a unicast source. A frame that is not goes to [`link_layer_refusal_in`], whose `None` (a
 /// frame to a group address) the fast paths decline, leaving it to the general path (RFC 1122
 /// §3.3.6 makes a unicast datagram in it martian, and a group's own rules are the general
 /// path's). What follows `true` knows the frame is not a group frame without reading it again.
 #[inline(always)]
-fn link_layer_unicast_in(local: &PortAddrs, h: &[u8; 12]) -> bool {
-    if dst_word(h) != local.mac_word {
+fn link_layer_unicast_in(mac_word: u64, h: &[u8; 12]) -> bool {
+    if dst_word(h) != mac_word {
         std::hint::cold_path();
         return false;
     }
@@ -363,10 +375,11 @@ impl Pipeline {
     /// the other's registers and code.
     #[inline]
     pub fn process<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Verdict {
-        if let Some(v) = self.udp4(port, pkt, now) {
+        let view = self.port_view(port);
+        if let Some(v) = self.udp4_in(&view, port, pkt, now) {
             return v;
         }
-        self.process_rest(port, pkt, now, Some(Lead::Udp4))
+        self.process_rest(&view, port, pkt, now, Some(Lead::Udp4))
     }
 
     /// The IPv4/UDP fast path ([`Pipeline::udp4`]: untagged, no options, not a fragment): its
@@ -381,13 +394,47 @@ impl Pipeline {
     /// for one path alone): its verdict, or `None` with nothing changed, as
     /// [`Pipeline::process_udp4`]. Never a [`Verdict::Reassemble`].
     #[inline(always)]
-    pub fn process_lead<const L: u8, B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Option<Verdict> {
+    pub fn process_lead<const L: u8, B: PacketBuf>(
+        &mut self,
+        view: &PortView,
+        port: u16,
+        pkt: &mut B,
+        now: Instant,
+    ) -> Option<Verdict> {
         match L {
-            Lead::UDP4 => self.udp4(port, pkt, now),
-            Lead::TCP4 => self.tcp4(port, pkt, now),
-            Lead::UDP6 => self.udp6(port, pkt, now),
-            _ => self.tcp6(port, pkt, now),
+            Lead::UDP4 => self.udp4_in(view, port, pkt, now),
+            Lead::TCP4 => self.tcp4_in(view, port, pkt, now),
+            Lead::UDP6 => self.udp6_in(view, port, pkt, now),
+            _ => self.tcp6_in(view, port, pkt, now),
         }
+    }
+
+    /// The source rule of [`source::v4_to_local`] over `port`'s list of addresses: the fast
+    /// paths' [`source::v4_to_local_view`] for a port without exactly one IPv4 address.
+    #[cold]
+    #[inline(never)]
+    fn v4_to_local_listed(&self, port: u16, dst: Ipv4Addr, src: Ipv4Addr) -> Option<Outcome> {
+        match self.tables.ports.get(port as usize) {
+            Some(local) => source::v4_to_local(local, dst, src, || false),
+            None => Some(Outcome::NotLocal),
+        }
+    }
+
+    /// [`Pipeline::v4_to_local_listed`] for IPv6 ([`source::v6_to_local`]).
+    #[cold]
+    #[inline(never)]
+    fn v6_to_local_listed(&self, port: u16, dst: &Ipv6Addr, src: &Ipv6Addr) -> Option<Outcome> {
+        match self.tables.ports.get(port as usize) {
+            Some(local) => source::v6_to_local(local, dst, src, || false),
+            None => Some(Outcome::NotLocal),
+        }
+    }
+
+    /// What the fast paths read of `port` on every packet ([`PortView`]), for a caller to take
+    /// once a burst and pass to [`Pipeline::process_lead`] and [`Pipeline::process_rest`].
+    #[inline]
+    pub fn port_view(&self, port: u16) -> PortView {
+        self.tables.port_view(port)
     }
 
     /// What the burst's lead fast path declines ([`Lead`]): the fast path the frame's
@@ -398,15 +445,22 @@ impl Pipeline {
     /// TCP over IPv4 in `udp4` itself (one path for both protocols) ran a SYN flood in 3%
     /// fewer instructions than here but cost the IPv4/UDP paths 11-15 a packet.
     #[inline(always)]
-    pub fn process_rest<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant, tried: Option<Lead>) -> Verdict {
+    pub fn process_rest<B: PacketBuf>(
+        &mut self,
+        view: &PortView,
+        port: u16,
+        pkt: &mut B,
+        now: Instant,
+        tried: Option<Lead>,
+    ) -> Verdict {
         // IPv4/UDP too: behind another lead (`RxEngine::burst`) the first loop did not try it.
         // The path that declined the frame is not asked again (~10 instructions a fragment).
         let fast = match Lead::of(pkt.data()) {
             k if k == tried => None,
-            Some(Lead::Udp4) => self.udp4(port, pkt, now),
-            Some(Lead::Tcp4) => self.tcp4(port, pkt, now),
-            Some(Lead::Udp6) => self.udp6(port, pkt, now),
-            Some(Lead::Tcp6) => self.tcp6(port, pkt, now),
+            Some(Lead::Udp4) => self.udp4_in(view, port, pkt, now),
+            Some(Lead::Tcp4) => self.tcp4_in(view, port, pkt, now),
+            Some(Lead::Udp6) => self.udp6_in(view, port, pkt, now),
+            Some(Lead::Tcp6) => self.tcp6_in(view, port, pkt, now),
             None => None,
         };
         match fast {
@@ -448,7 +502,10 @@ impl Pipeline {
         {
             // The same frame slice the parser checked (at least 42 bytes): no second length
             // check, and the addresses compared in place.
-            if let Some(v) = frame.first_chunk().and_then(|h| link_layer_refusal_in(local, h)) {
+            if let Some(v) = frame
+                .first_chunk()
+                .and_then(|h| link_layer_refusal_in(local.mac_word, h))
+            {
                 return Step::Done(v);
             }
         } else {
@@ -558,10 +615,10 @@ mod tests {
             h[..6].copy_from_slice(&dst);
             h[6..].copy_from_slice(&src);
             let general = link_layer_refusal(&local, EthernetAddress(dst), EthernetAddress(src));
-            proptest::prop_assert_eq!(link_layer_refusal_in(&local, &h), general);
+            proptest::prop_assert_eq!(link_layer_refusal_in(local.mac_word, &h), general);
             // The fast paths' test: taken only if to our MAC and the general check takes it;
             // otherwise `link_layer_refusal_in` decides, its `None` a group destination.
-            let unicast = link_layer_unicast_in(&local, &h);
+            let unicast = link_layer_unicast_in(local.mac_word, &h);
             proptest::prop_assert_eq!(unicast, dst == mac && general.is_none());
             if !unicast && general.is_none() {
                 proptest::prop_assert!(EthernetAddress(dst).is_multicast());

@@ -1,13 +1,14 @@
 //! The TCP fast paths, [`Pipeline::tcp4`] and [`Pipeline::tcp6`], and their cold reset.
 
 use super::icmp::xorshift;
-use super::{link_layer_refusal_in, link_layer_unicast_in, Pipeline};
+use super::{link_layer_refusal_view, link_layer_unicast_in, Pipeline};
 use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::pipeline::icmp_error::Limit;
 use crate::pipeline::parse::Parsed;
 use crate::pipeline::tables::Tables;
 use crate::pipeline::verdict::{Instant, Verdict};
+use crate::pipeline::PortView;
 use crate::pipeline::{source, tcp_reset};
 use crate::wire::{self, IpProtocol, TcpFlags};
 use std::net::IpAddr;
@@ -24,9 +25,22 @@ impl Pipeline {
     /// Why: a SYN flood to a port without a service went through the general parse and the
     /// `Parsed` in memory, then `tcp_closed` (a call) read it back; it ran at 0.71-0.83x the
     /// IPv4 plain drop, which does less only by stopping at the address.
+    #[cfg(test)]
     #[inline(always)]
     pub(super) fn tcp4<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Option<Verdict> {
-        let local = self.tables.ports.get(port as usize)?;
+        let view = self.port_view(port);
+        self.tcp4_in(&view, port, pkt, now)
+    }
+
+    /// [`Pipeline::tcp4`] with the port's [`PortView`], taken once a burst.
+    #[inline(always)]
+    pub(super) fn tcp4_in<B: PacketBuf>(
+        &mut self,
+        view: &PortView,
+        port: u16,
+        pkt: &mut B,
+        now: Instant,
+    ) -> Option<Verdict> {
         let frame = pkt.data();
         let h: &[u8; 54] = frame.first_chunk()?;
         // EtherType IPv4, version 4 with a 20-byte header, neither MF nor an offset, TCP: the
@@ -44,21 +58,21 @@ impl Pipeline {
             return None;
         }
         // A group frame declines here (`link_layer_unicast_in`): none goes on below.
-        if !link_layer_unicast_in(local, h.first_chunk()?) {
-            return link_layer_refusal_in(local, h.first_chunk()?);
+        if !link_layer_unicast_in(view.mac_word, h.first_chunk()?) {
+            return link_layer_refusal_view(view, h.first_chunk()?);
         }
         if !pkt.ip_checksum_ok(|| wire::checksum::verify(&h[14..34])) {
             return Some(Verdict::Drop(Outcome::Malformed));
         }
         let (src, dst) = (wire::ipv4_at(h, 26), wire::ipv4_at(h, 30));
-        if let Some(o) = source::v4_to_local(local, dst, src, || false) {
+        if let Some(o) = source::v4_to_local_view(view, dst, src, || self.v4_to_local_listed(port, dst, src)) {
             return Some(Verdict::Drop(o));
         }
         // The rest read where it is used: held from above, LLVM spilled it to the stack on
         // every packet, and a SYN flood's packets use only the destination port and flags.
         let t = &*self.tables;
         let Some(svc) = t.services.lookup_tcp4(wire::bytes2(h, 36), dst) else {
-            if local.kernel {
+            if view.kernel {
                 // `[kernel] punt` takes it (`punt_port`'s decision): the kernel's own
                 // connections, as a service's packets.
                 if let Some(svc) = kernel_takes_tcp(t, h, 36) {
@@ -110,9 +124,22 @@ impl Pipeline {
     /// [`Pipeline::tcp4`] for IPv6: an untagged IPv6 packet whose next header is TCP (no
     /// extension header), to one of the port's unicast addresses; `None` otherwise (a
     /// multicast destination included: TCP has none, the general path says what it is).
+    #[cfg(test)]
     #[inline(always)]
     pub(super) fn tcp6<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Option<Verdict> {
-        let local = self.tables.ports.get(port as usize)?;
+        let view = self.port_view(port);
+        self.tcp6_in(&view, port, pkt, now)
+    }
+
+    /// [`Pipeline::tcp6`] with the port's [`PortView`], taken once a burst.
+    #[inline(always)]
+    pub(super) fn tcp6_in<B: PacketBuf>(
+        &mut self,
+        view: &PortView,
+        port: u16,
+        pkt: &mut B,
+        now: Instant,
+    ) -> Option<Verdict> {
         let frame = pkt.data();
         let h: &[u8; 74] = frame.first_chunk()?;
         if wire::be16(h, 12) != 0x86dd || h[14] >> 4 != 6 || h[20] != IpProtocol::TCP.0 {
@@ -130,18 +157,18 @@ impl Pipeline {
             return None;
         }
         // A group frame declines here (`link_layer_unicast_in`): none goes on below.
-        if !link_layer_unicast_in(local, h.first_chunk()?) {
-            return link_layer_refusal_in(local, h.first_chunk()?);
+        if !link_layer_unicast_in(view.mac_word, h.first_chunk()?) {
+            return link_layer_refusal_view(view, h.first_chunk()?);
         }
         let dst = wire::ipv6_at(h, 38);
         let src = wire::ipv6_at(h, 22);
-        if let Some(o) = source::v6_to_local(local, &dst, &src, || false) {
+        if let Some(o) = source::v6_to_local_view(view, &dst, &src, || self.v6_to_local_listed(port, &dst, &src)) {
             return Some(Verdict::Drop(o));
         }
         // As in `tcp4`: the rest read where it is used, the padding trimmed only for what is kept.
         let t = &*self.tables;
         let Some(svc) = t.services.lookup_tcp6(wire::bytes2(h, 56), &dst) else {
-            if local.kernel {
+            if view.kernel {
                 if let Some(svc) = kernel_takes_tcp(t, h, 56) {
                     return Some(self.tcp6_service(svc, pkt, end));
                 }

@@ -1,11 +1,12 @@
 //! The IPv4/UDP fast path: [`Pipeline::udp4`] and its cold Port Unreachable.
 
 use super::icmp::xorshift;
-use super::{link_layer_refusal_in, link_layer_unicast_in, Pipeline};
+use super::{link_layer_refusal_view, link_layer_unicast_in, Pipeline};
 use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::pipeline::parse::{IpVersion, Parsed};
 use crate::pipeline::verdict::{Instant, Verdict};
+use crate::pipeline::PortView;
 use crate::pipeline::{icmp_error, source};
 use crate::wire::{self, IpProtocol};
 
@@ -28,7 +29,19 @@ impl Pipeline {
     /// that plumbing was about a third of the pipeline's instructions per packet.
     #[inline(always)]
     pub(super) fn udp4<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Option<Verdict> {
-        let local = self.tables.ports.get(port as usize)?;
+        let view = self.port_view(port);
+        self.udp4_in(&view, port, pkt, now)
+    }
+
+    /// [`Pipeline::udp4`] with the port's [`PortView`], taken once a burst.
+    #[inline(always)]
+    pub(super) fn udp4_in<B: PacketBuf>(
+        &mut self,
+        view: &PortView,
+        port: u16,
+        pkt: &mut B,
+        now: Instant,
+    ) -> Option<Verdict> {
         let frame = pkt.data();
         let h: &[u8; 42] = frame.first_chunk()?;
         // EtherType IPv4, version 4 with a 20-byte header, neither MF nor an offset, UDP: the
@@ -47,8 +60,8 @@ impl Pipeline {
         }
         // From here the frame is the general path's common frame: its verdicts, in its order.
         // A group frame declines here (`link_layer_unicast_in`): none goes on below.
-        if !link_layer_unicast_in(local, h.first_chunk()?) {
-            return link_layer_refusal_in(local, h.first_chunk()?);
+        if !link_layer_unicast_in(view.mac_word, h.first_chunk()?) {
+            return link_layer_refusal_view(view, h.first_chunk()?);
         }
         if !pkt.ip_checksum_ok(|| wire::checksum::verify(&h[14..34])) {
             return Some(Verdict::Drop(Outcome::Malformed));
@@ -64,12 +77,12 @@ impl Pipeline {
         let dport = wire::be16(h, 36);
         // Ours, then the source-validation rule (`pipeline/source.rs`), for a service's traffic
         // and a closed port's alike; not a group frame (declined above).
-        if let Some(o) = source::v4_to_local(local, dst, src, || false) {
+        if let Some(o) = source::v4_to_local_view(view, dst, src, || self.v4_to_local_listed(port, dst, src)) {
             return Some(Verdict::Drop(o));
         }
         let t = &*self.tables;
         let Some(svc) = t.services.lookup_udp4(wire::bytes2(h, 36), dst) else {
-            if local.kernel {
+            if view.kernel {
                 if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::UDP, dport)) {
                     // `[kernel] punt` takes it (`punt_port`'s decision): into the kernel path's
                     // sockets, as a service's packet, without the general parse (a flood

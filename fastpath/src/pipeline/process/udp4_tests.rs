@@ -274,3 +274,37 @@ fn the_draws_reach_every_verdict() {
         assert!(seen.contains(want), "{want} never seen: {seen:?}");
     }
 }
+
+/// The burst's [`PortView`] digests the port: its one address of a family, or the list's
+/// sentinel (none or several: the list decides); a port the tables do not have takes nothing,
+/// and the fast path declines every frame on it (as when it looked the port up per packet).
+#[test]
+fn the_port_view_digests_the_port_and_an_unknown_port_takes_nothing() {
+    let one = pipeline(false, false, false);
+    let v = one.port_view(0);
+    assert!(v.known && !v.kernel);
+    assert_eq!(v.v4, u32::from(ME) as u64);
+    assert_eq!(v.mac_word, one.tables().ports[0].mac_word);
+    assert_eq!(pipeline(true, false, false).port_view(0).v4, PortView::LISTED);
+    let mut none = crate::pipeline::tests::port();
+    none.ipv4.clear();
+    assert_eq!(none.view().v4, PortView::LISTED);
+    let unknown = one.port_view(1);
+    assert_eq!(unknown, PortView::unknown());
+    assert_eq!(unknown.mac_word, PortView::NO_MAC);
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let draws = proptest::collection::vec(draw(), 500)
+        .new_tree(&mut runner)
+        .unwrap()
+        .current();
+    let mut p = pipeline(false, false, false);
+    let mut taken = 0;
+    for d in &draws {
+        assert_eq!(p.udp4(1, &mut frame(d), Instant(0)), None, "{d:?}");
+        taken += p.udp4(0, &mut frame(d), Instant(0)).is_some() as usize;
+    }
+    assert!(
+        taken > 100,
+        "the same frames on the known port take the fast path: {taken}"
+    );
+}
