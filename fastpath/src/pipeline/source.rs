@@ -79,7 +79,7 @@ pub fn v4_to_local_view(
     listed: impl FnOnce() -> Option<crate::outcome::Outcome>,
 ) -> Option<crate::outcome::Outcome> {
     use crate::outcome::Outcome::{Martian, NotLocal};
-    if u32::from(dst) as u64 == view.v4 {
+    if u32::from_ne_bytes(dst.octets()) as u64 == view.v4 {
         return (!v4_is_one_host(src) || src == dst).then_some(Martian);
     }
     if view.v4 != PortView::LISTED {

@@ -20,8 +20,9 @@ pub struct PortView {
     pub(crate) known: bool,
     /// [`PortAddrs::mac_word`]; [`PortView::NO_MAC`] for a port the tables do not have.
     pub(crate) mac_word: u64,
-    /// The port's IPv4 address widened, if it has exactly one; else [`PortView::LISTED`], which
-    /// no address equals: the list then decides.
+    /// The port's IPv4 address, its bytes as they are in memory read as one number (the form
+    /// a header's word is loaded in: no byte swap per packet) and widened, if it has exactly
+    /// one; else [`PortView::LISTED`], which no address equals: the list then decides.
     pub(crate) v4: u64,
     /// The port's IPv6 address, if it has exactly one; else the list decides.
     pub(crate) v6: Option<Ipv6Addr>,
@@ -91,7 +92,7 @@ impl PortAddrs {
             known: true,
             mac_word: self.mac_word,
             v4: match self.ipv4.as_slice() {
-                [only] => u32::from(*only) as u64,
+                [only] => u32::from_ne_bytes(only.octets()) as u64,
                 _ => PortView::LISTED,
             },
             v6: match self.ipv6.as_slice() {

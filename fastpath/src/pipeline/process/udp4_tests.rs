@@ -283,7 +283,7 @@ fn the_port_view_digests_the_port_and_an_unknown_port_takes_nothing() {
     let one = pipeline(false, false, false);
     let v = one.port_view(0);
     assert!(v.known && !v.kernel);
-    assert_eq!(v.v4, u32::from(ME) as u64);
+    assert_eq!(v.v4, u32::from_ne_bytes(ME.octets()) as u64);
     assert_eq!(v.mac_word, one.tables().ports[0].mac_word);
     assert_eq!(pipeline(true, false, false).port_view(0).v4, PortView::LISTED);
     let mut none = crate::pipeline::tests::port();
