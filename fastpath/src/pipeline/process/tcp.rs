@@ -75,7 +75,7 @@ impl Pipeline {
             if view.kernel {
                 // `[kernel] punt` takes it (`punt_port`'s decision): the kernel's own
                 // connections, as a service's packets.
-                if let Some(svc) = kernel_takes_tcp(t, h, 36) {
+                if let Some(svc) = kernel_takes_tcp(&self.tables, h, 36) {
                     return Some(self.tcp4_service(svc, pkt, end));
                 }
             }
@@ -169,7 +169,7 @@ impl Pipeline {
         let t = &*self.tables;
         let Some(svc) = t.services.lookup_tcp6(wire::bytes2(h, 56), &dst) else {
             if view.kernel {
-                if let Some(svc) = kernel_takes_tcp(t, h, 56) {
+                if let Some(svc) = kernel_takes_tcp(&self.tables, h, 56) {
                     return Some(self.tcp6_service(svc, pkt, end));
                 }
             }
