@@ -964,6 +964,21 @@ mod tests {
     }
 
     #[test]
+    fn the_shortcut_filter_is_not_the_key() {
+        // An IPv6 source whose key's low word is the last (refused) IPv4 destination's: the
+        // shortcut's filter matches, the slot's key does not, so it gets a bucket of its own
+        // (trusting the filter, an attacker picking such sources would spend a victim's).
+        let mut t = PeerTable::new(64, 11);
+        let a6 = IpAddr::V6(Ipv6Addr::from(u32::from(Ipv4Addr::new(198, 51, 100, 7)) as u128));
+        assert_eq!(PeerTable::key(&a6)[1], PeerTable::key(&A)[1]);
+        assert!((0..1000).any(|_| !(t.allow(at(0), &A, SEC, 6).0)), "never refused");
+        assert!(!t.allow(at(0), &A, SEC, 6).0);
+        assert!(t.allow(at(0), &a6, SEC, 6).0, "a bucket of its own");
+        assert!(!t.allow(at(0), &A, SEC, 6).0, "A still refused");
+        assert_eq!(t.occupied(), 2);
+    }
+
+    #[test]
     fn full_window_evicts_the_fullest() {
         // Four slots, four probes: every address shares one window whatever the hash.
         let mut t = PeerTable::new(4, 3);
