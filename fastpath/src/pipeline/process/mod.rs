@@ -376,7 +376,7 @@ impl Pipeline {
     #[inline]
     pub fn process<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Verdict {
         let view = self.port_view(port);
-        if let Some(v) = self.udp4_in(&view, port, pkt, now) {
+        if let Some(v) = self.udp4(&view, port, pkt, now) {
             return v;
         }
         self.process_rest(&view, port, pkt, now, Some(Lead::Udp4))
@@ -387,7 +387,8 @@ impl Pipeline {
     /// Never a [`Verdict::Reassemble`].
     #[inline(always)]
     pub fn process_udp4<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Option<Verdict> {
-        self.udp4(port, pkt, now)
+        let view = self.port_view(port);
+        self.udp4(&view, port, pkt, now)
     }
 
     /// The fast path of kind `L` (a [`Lead`] as `u8`, so that each caller's loop is compiled
@@ -402,10 +403,10 @@ impl Pipeline {
         now: Instant,
     ) -> Option<Verdict> {
         match L {
-            Lead::UDP4 => self.udp4_in(view, port, pkt, now),
-            Lead::TCP4 => self.tcp4_in(view, port, pkt, now),
-            Lead::UDP6 => self.udp6_in(view, port, pkt, now),
-            _ => self.tcp6_in(view, port, pkt, now),
+            Lead::UDP4 => self.udp4(view, port, pkt, now),
+            Lead::TCP4 => self.tcp4(view, port, pkt, now),
+            Lead::UDP6 => self.udp6(view, port, pkt, now),
+            _ => self.tcp6(view, port, pkt, now),
         }
     }
 
@@ -457,10 +458,10 @@ impl Pipeline {
         // The path that declined the frame is not asked again (~10 instructions a fragment).
         let fast = match Lead::of(pkt.data()) {
             k if k == tried => None,
-            Some(Lead::Udp4) => self.udp4_in(view, port, pkt, now),
-            Some(Lead::Tcp4) => self.tcp4_in(view, port, pkt, now),
-            Some(Lead::Udp6) => self.udp6_in(view, port, pkt, now),
-            Some(Lead::Tcp6) => self.tcp6_in(view, port, pkt, now),
+            Some(Lead::Udp4) => self.udp4(view, port, pkt, now),
+            Some(Lead::Tcp4) => self.tcp4(view, port, pkt, now),
+            Some(Lead::Udp6) => self.udp6(view, port, pkt, now),
+            Some(Lead::Tcp6) => self.tcp6(view, port, pkt, now),
             None => None,
         };
         match fast {

@@ -25,16 +25,10 @@ impl Pipeline {
     /// Why: a SYN flood to a port without a service went through the general parse and the
     /// `Parsed` in memory, then `tcp_closed` (a call) read it back; it ran at 0.71-0.83x the
     /// IPv4 plain drop, which does less only by stopping at the address.
-    #[cfg(test)]
+    ///
+    /// `view` is the port's [`PortView`], taken once a burst.
     #[inline(always)]
-    pub(super) fn tcp4<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Option<Verdict> {
-        let view = self.port_view(port);
-        self.tcp4_in(&view, port, pkt, now)
-    }
-
-    /// [`Pipeline::tcp4`] with the port's [`PortView`], taken once a burst.
-    #[inline(always)]
-    pub(super) fn tcp4_in<B: PacketBuf>(
+    pub(super) fn tcp4<B: PacketBuf>(
         &mut self,
         view: &PortView,
         port: u16,
@@ -124,16 +118,10 @@ impl Pipeline {
     /// [`Pipeline::tcp4`] for IPv6: an untagged IPv6 packet whose next header is TCP (no
     /// extension header), to one of the port's unicast addresses; `None` otherwise (a
     /// multicast destination included: TCP has none, the general path says what it is).
-    #[cfg(test)]
+    ///
+    /// `view` is the port's [`PortView`], taken once a burst.
     #[inline(always)]
-    pub(super) fn tcp6<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Option<Verdict> {
-        let view = self.port_view(port);
-        self.tcp6_in(&view, port, pkt, now)
-    }
-
-    /// [`Pipeline::tcp6`] with the port's [`PortView`], taken once a burst.
-    #[inline(always)]
-    pub(super) fn tcp6_in<B: PacketBuf>(
+    pub(super) fn tcp6<B: PacketBuf>(
         &mut self,
         view: &PortView,
         port: u16,

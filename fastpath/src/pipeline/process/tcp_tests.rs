@@ -305,8 +305,14 @@ fn the_fast_paths_take_their_segments() {
             flags: 2,
             ..closed.clone()
         };
-        let f: fn(&mut Pipeline, u16, &mut HeapBuf, Instant) -> Option<Verdict> =
-            if v6 { Pipeline::tcp6 } else { Pipeline::tcp4 };
+        let f = |p: &mut Pipeline, port: u16, b: &mut HeapBuf, now: Instant| {
+            let view = p.port_view(port);
+            if v6 {
+                p.tcp6(&view, port, b, now)
+            } else {
+                p.tcp4(&view, port, b, now)
+            }
+        };
         assert_eq!(
             f(&mut p, 0, &mut frame(&open), Instant(0)),
             Some(Verdict::Deliver),

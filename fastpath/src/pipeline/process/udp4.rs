@@ -27,15 +27,10 @@ impl Pipeline {
     /// parser the frame became a 64-byte `Parsed` in memory, stored field by field and read back
     /// by each stage, and the verdict travelled through a `Step`; on the open-port benchmark
     /// that plumbing was about a third of the pipeline's instructions per packet.
+    ///
+    /// `view` is the port's [`PortView`], taken once a burst.
     #[inline(always)]
-    pub(super) fn udp4<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Option<Verdict> {
-        let view = self.port_view(port);
-        self.udp4_in(&view, port, pkt, now)
-    }
-
-    /// [`Pipeline::udp4`] with the port's [`PortView`], taken once a burst.
-    #[inline(always)]
-    pub(super) fn udp4_in<B: PacketBuf>(
+    pub(super) fn udp4<B: PacketBuf>(
         &mut self,
         view: &PortView,
         port: u16,

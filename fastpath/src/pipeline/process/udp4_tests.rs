@@ -300,8 +300,8 @@ fn the_port_view_digests_the_port_and_an_unknown_port_takes_nothing() {
     let mut p = pipeline(false, false, false);
     let mut taken = 0;
     for d in &draws {
-        assert_eq!(p.udp4(1, &mut frame(d), Instant(0)), None, "{d:?}");
-        taken += p.udp4(0, &mut frame(d), Instant(0)).is_some() as usize;
+        assert_eq!(p.process_udp4(1, &mut frame(d), Instant(0)), None, "{d:?}");
+        taken += p.process_udp4(0, &mut frame(d), Instant(0)).is_some() as usize;
     }
     assert!(
         taken > 100,

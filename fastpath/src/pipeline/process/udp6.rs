@@ -27,16 +27,10 @@ impl Pipeline {
     /// the 64-byte `Parsed`, then `refusal` and `local_delivery_v6` (two more calls) each look
     /// the destination up among the port's addresses again; the closed port over IPv6 ran at
     /// 0.65-0.76x the IPv4 one.
-    #[cfg(test)]
+    ///
+    /// `view` is the port's [`PortView`], taken once a burst.
     #[inline(always)]
-    pub(super) fn udp6<B: PacketBuf>(&mut self, port: u16, pkt: &mut B, now: Instant) -> Option<Verdict> {
-        let view = self.port_view(port);
-        self.udp6_in(&view, port, pkt, now)
-    }
-
-    /// [`Pipeline::udp6`] with the port's [`PortView`], taken once a burst.
-    #[inline(always)]
-    pub(super) fn udp6_in<B: PacketBuf>(
+    pub(super) fn udp6<B: PacketBuf>(
         &mut self,
         view: &PortView,
         port: u16,

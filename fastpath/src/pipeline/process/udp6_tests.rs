@@ -248,17 +248,20 @@ fn the_fast_path_takes_its_frames() {
         dst: 3,
         ..closed.clone()
     };
-    assert_eq!(p.udp6(0, &mut frame(&base), Instant(0)), Some(Verdict::Deliver));
     assert_eq!(
-        p.udp6(0, &mut frame(&closed), Instant(0)),
+        p.process_lead::<{ Lead::UDP6 }, _>(&p.port_view(0), 0, &mut frame(&base), Instant(0)),
+        Some(Verdict::Deliver)
+    );
+    assert_eq!(
+        p.process_lead::<{ Lead::UDP6 }, _>(&p.port_view(0), 0, &mut frame(&closed), Instant(0)),
         Some(Verdict::Transmit(Outcome::IcmpError))
     );
     assert_eq!(
-        p.udp6(0, &mut frame(&Draw { src: 1, ..zero }), Instant(0)),
+        p.process_lead::<{ Lead::UDP6 }, _>(&p.port_view(0), 0, &mut frame(&Draw { src: 1, ..zero }), Instant(0)),
         Some(Verdict::Drop(Outcome::UdpBadChecksum))
     );
     assert_eq!(
-        p.udp6(0, &mut frame(&mcast), Instant(0)),
+        p.process_lead::<{ Lead::UDP6 }, _>(&p.port_view(0), 0, &mut frame(&mcast), Instant(0)),
         None,
         "a group is the general path's"
     );
