@@ -363,6 +363,52 @@ fn a_new_generation_is_adopted_with_staging_for_its_sockets() {
     assert!(used.len() > 1, "30 flows over 3 sockets went to {used:?}");
 }
 
+/// A burst that enqueued to one socket warms that socket's queue as the next burst starts
+/// (the consumer's index, which its worker wrote since: a miss at the enqueue otherwise); after
+/// a burst that touched several (prefetched at their enqueue) or none, and across a new
+/// generation whose sockets are others, nothing is.
+#[test]
+fn the_next_burst_warms_the_one_socket_the_last_enqueued_to() {
+    let mut e = engine_with(tables(1, 3, 64), Collect::new(0));
+    let flow = |sport: u16| v4_frame(THEM, ME, IpProtocol::UDP, &[], 0, &udp_bytes(sport, 7, b"x"));
+    let starts = |e: &mut Engine| {
+        std::mem::take(&mut e.io_mut().prefetched)
+            .into_iter()
+            .filter(|p| p.1 == 1)
+            .collect::<Vec<_>>()
+    };
+    run_burst(&mut e, &[flow(1000), flow(1000)], T0);
+    let s = e.io().delivered[0].0;
+    assert_eq!(starts(&mut e), vec![], "the first burst has nothing to warm");
+    run_burst(&mut e, &[flow(1000)], T0);
+    assert_eq!(
+        starts(&mut e),
+        vec![(s, 1)],
+        "the socket of the last burst, warmed once"
+    );
+    // Many flows over 3 sockets: the end of the burst prefetches them (steps 0, 1, 2 each).
+    let many: Vec<Vec<u8>> = (0..30).map(|i| flow(2000 + i)).collect();
+    run_burst(&mut e, &many, T0);
+    let at_enqueue = starts(&mut e).len();
+    assert!(at_enqueue > 1, "step 1 at the enqueue of each socket touched");
+    run_burst(&mut e, &[flow(1000)], T0);
+    assert_eq!(
+        starts(&mut e),
+        vec![],
+        "after several sockets, the burst start warms none"
+    );
+    run_burst(&mut e, &[flow(1000)], T0);
+    assert_eq!(starts(&mut e), vec![(s, 1)]);
+    // A new generation (its socket `s` is another socket): the remembered index is forgotten,
+    // not looked up in it.
+    e.adopt(tables(2, 3, 64), T0);
+    run_burst(&mut e, &[flow(1000)], T0);
+    assert_eq!(starts(&mut e), vec![]);
+    run_burst(&mut e, &[flow(1000)], T0);
+    assert_eq!(starts(&mut e), vec![(s, 1)]);
+    assert_eq!(count(&e, Outcome::Delivered), 2 + 1 + 30 + 1 + 1 + 1 + 1);
+}
+
 proptest::proptest! {
     /// Datagrams to an open and a closed port, cut into fragments, some lost, shuffled, in bursts
     /// of random sizes and times: whatever completes, times out or is flushed at the stop, every

@@ -334,6 +334,12 @@ impl Pipeline {
         self.fanout.touched().len()
     }
 
+    /// The first socket packets were staged for in this burst, if any.
+    #[inline]
+    pub fn first_touched(&self) -> Option<usize> {
+        self.fanout.touched().first().copied()
+    }
+
     /// Calls `f` with the tables and each socket packets were staged for in this burst.
     #[inline(always)]
     pub fn each_touched(&self, mut f: impl FnMut(&Tables, usize)) {
