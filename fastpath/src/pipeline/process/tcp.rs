@@ -6,7 +6,6 @@ use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::pipeline::icmp_error::Limit;
 use crate::pipeline::parse::Parsed;
-use crate::pipeline::tables::Tables;
 use crate::pipeline::verdict::{Instant, Verdict};
 use crate::pipeline::PortView;
 use crate::pipeline::{source, tcp_reset};
@@ -69,7 +68,7 @@ impl Pipeline {
             if view.kernel {
                 // `[kernel] punt` takes it (`punt_port`'s decision): the kernel's own
                 // connections, as a service's packets.
-                if let Some(svc) = kernel_takes_tcp(&self.tables, h, 36) {
+                if let Some(svc) = self.kernel_takes_tcp(h, 36) {
                     return Some(self.tcp4_service(svc, pkt, end));
                 }
             }
@@ -157,7 +156,7 @@ impl Pipeline {
         let t = &*self.tables;
         let Some(svc) = t.services.lookup_tcp6(wire::bytes2(h, 56), &dst) else {
             if view.kernel {
-                if let Some(svc) = kernel_takes_tcp(&self.tables, h, 56) {
+                if let Some(svc) = self.kernel_takes_tcp(h, 56) {
                     return Some(self.tcp6_service(svc, pkt, end));
                 }
             }
@@ -223,18 +222,21 @@ impl Pipeline {
         let p = tcp6_parsed(h);
         self.tcp_reset_send(pkt, &p, port)
     }
-}
 
-/// The kernel path's service if `[kernel] punt` takes TCP to the destination port at `at` in
-/// `h` (no service having it). Out of line, the port read here: inline, it stayed live past
-/// the service lookup and LLVM spilled it on every segment of a SYN flood.
-#[inline(never)]
-fn kernel_takes_tcp(t: &Tables, h: &[u8], at: usize) -> Option<usize> {
-    let dport = wire::be16(h.get(..at + 2)?, at);
-    t.kernel
-        .as_ref()
-        .filter(|k| k.rules.takes(IpProtocol::TCP, dport))
-        .map(|k| k.service)
+    /// The kernel path's service if `[kernel] punt` takes TCP to the destination port at `at`
+    /// in `h` (no service having it). Out of line, the port read here: inline, it stayed live
+    /// past the service lookup and LLVM spilled it on every segment of a SYN flood; a method,
+    /// so the tables are found through `self` here (passed, LLVM kept them on the stack for
+    /// the call on every segment).
+    #[inline(never)]
+    fn kernel_takes_tcp(&self, h: &[u8], at: usize) -> Option<usize> {
+        let dport = wire::be16(h.get(..at + 2)?, at);
+        self.tables
+            .kernel
+            .as_ref()
+            .filter(|k| k.rules.takes(IpProtocol::TCP, dport))
+            .map(|k| k.service)
+    }
 }
 
 /// The parse result of a frame [`Pipeline::tcp4`] took, from its fixed offsets.
