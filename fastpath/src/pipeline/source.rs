@@ -339,6 +339,13 @@ mod tests {
                         };
                         let got = v4_to_local(&local, dst, src, || group);
                         assert_eq!(got, want, "{:?} {dst} from {src}, group {group}", local.ipv4);
+                        // The fast paths' form (a group frame never reaches it), deciding
+                        // itself for one address and through the list otherwise.
+                        if !group {
+                            let listed = || v4_to_local(&local, dst, src, || false);
+                            let view = v4_to_local_view(&local.view(), dst, src, listed);
+                            assert_eq!(view, want, "view: {:?} {dst} from {src}", local.ipv4);
+                        }
                     }
                 }
             }
@@ -372,6 +379,11 @@ mod tests {
                         };
                         let got = v6_to_local(&local, &dst, &src, || group);
                         assert_eq!(got, want, "{:?} {dst} from {src}, group {group}", local.ipv6);
+                        if !group {
+                            let listed = || v6_to_local(&local, &dst, &src, || false);
+                            let view = v6_to_local_view(&local.view(), &dst, &src, listed);
+                            assert_eq!(view, want, "view: {:?} {dst} from {src}", local.ipv6);
+                        }
                     }
                 }
             }
