@@ -90,42 +90,62 @@ impl Service {
 
 /// Maps (protocol, destination port) to a service: per protocol, an array indexed by port (at
 /// [`slot`]: the port's header bytes as they lie), so a lookup is one load whether a service
-/// listens there or not (a closed-port flood's packets ask it too, and miss). 2 × 128 KiB per
-/// generation (and 256 KiB of briefs, only their first entries touched); a flood touches one
-/// line of it. No hashing, no allocation per packet.
+/// listens there or not (a closed-port flood's packets ask it too, and miss). 2 × 256 KiB per
+/// generation; a flood touches one line of it. No hashing, no allocation per packet.
 #[derive(Clone, Debug)]
 pub struct ServiceTable {
     services: Vec<Service>,
-    /// Per service, what a packet's lookup and fanout read first ([`Brief`]), at the service's
-    /// entry in `udp` and `tcp` (1 + its index; 0 is no service and stays 0): indexed by a
-    /// `u16`, so the fast paths' read needs no bounds check, and the lookup and the fanout
-    /// read the same word.
-    brief: Box<[Brief; 65536]>,
-    /// Per UDP destination port, at [`slot`]: 1 + the service's index, 0 for none.
-    udp: Box<[u16; 65536]>,
+    /// Per service, its [`Hit`] (for the kernel path, which knows its service, not a port).
+    hits: Vec<Hit>,
+    /// Per UDP destination port, at [`slot`]: the [`Hit`] of the service there, 0 for none.
+    udp: Box<[u32; 65536]>,
     /// The same for TCP.
-    tcp: Box<[u16; 65536]>,
+    tcp: Box<[u32; 65536]>,
 }
 
-/// What the per-packet path reads of a service, 4 bytes apiece in one array: with many
-/// services a packet meets its service cold, and the `Service` (a 120-byte entry) and its
-/// group's socket list (a heap block of its own) were two misses, one waiting for the other,
-/// before the fanout could even look at the socket (perf, 1000 sink services: the load of
-/// `group.sockets[0]` was 27% of the RX lcore). [`BOUND`] if the service is bound to addresses
-/// (it has `addresses` to compare), and in the other bits 1 + the global index of its one
-/// socket, 0 with several (or none): [`brief`].
-type Brief = u32;
+/// A port-table entry: everything the per-packet path reads of a service, in the word the
+/// lookup loads. With many services a packet meets its service cold, and the `Service` (a
+/// 120-byte entry) and its group's socket list (a heap block of its own) were two misses, one
+/// waiting for the other, before the fanout could even look at the socket (perf, 1000 sink
+/// services: the load of `group.sockets[0]` was 27% of the RX lcore); a per-service word
+/// beside the port table took that to one more load, and this to none.
+///
+/// Bits 16..32: 1 + the service's index (at most 65535 services); bit 15 ([`BOUND`]): the
+/// service is bound to addresses (it has `addresses` to compare); bits 0..15: 1 + the global
+/// index of its one socket, 0 with several (or none, or an index past 32766: the fanout's
+/// general path decides for those).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hit(u32);
 
-/// [`Brief`]'s bit for a service bound to addresses.
-const BOUND: Brief = 1 << 31;
+/// [`Hit`]'s bit for a service bound to addresses.
+const BOUND: u32 = 1 << 15;
 
-/// The [`Brief`] of `svc`.
-fn brief(svc: &Service) -> Brief {
-    let single = match svc.group.sockets.as_slice() {
-        &[s] => u32::try_from(s + 1).ok().filter(|&s| s < BOUND).unwrap_or(0),
-        _ => 0,
-    };
-    single | if svc.addresses.is_empty() { 0 } else { BOUND }
+impl Hit {
+    /// The hit of service `i` (its index), or `None` past what an entry can name.
+    fn of(i: usize, svc: &Service) -> Option<Hit> {
+        let id = u32::try_from(i + 1).ok().filter(|&id| id <= 0xffff)?;
+        let single = match svc.group.sockets.as_slice() {
+            &[s] => u32::try_from(s + 1).ok().filter(|&s| s < BOUND).unwrap_or(0),
+            _ => 0,
+        };
+        Some(Hit(id << 16
+            | single
+            | if svc.addresses.is_empty() { 0 } else { BOUND }))
+    }
+
+    /// The service's index.
+    #[inline(always)]
+    pub fn svc(self) -> usize {
+        (self.0 >> 16) as usize - 1
+    }
+
+    /// The global index of the service's socket if it has exactly one (the fanout's fast path,
+    /// [`crate::pipeline::fanout::FanoutState::choose_fast_single`]): no read of the group's
+    /// list.
+    #[inline(always)]
+    pub fn single(self) -> Option<usize> {
+        ((self.0 & (BOUND - 1)) as usize).checked_sub(1)
+    }
 }
 
 /// Where port `port`'s entry is in the per-port arrays: at the number its two bytes make as they
@@ -143,15 +163,15 @@ fn wire_slot(wire: [u8; 2]) -> usize {
     u16::from_ne_bytes(wire) as usize
 }
 
-fn no_ports() -> Box<[u16; 65536]> {
-    vec![0u16; 65536].into_boxed_slice().try_into().expect("65536 entries")
+fn no_ports() -> Box<[u32; 65536]> {
+    vec![0u32; 65536].into_boxed_slice().try_into().expect("65536 entries")
 }
 
 impl Default for ServiceTable {
     fn default() -> Self {
         ServiceTable {
             services: Vec::new(),
-            brief: vec![0; 65536].into_boxed_slice().try_into().expect("65536 entries"),
+            hits: Vec::new(),
             udp: no_ports(),
             tcp: no_ports(),
         }
@@ -165,9 +185,8 @@ impl ServiceTable {
     pub fn new(services: Vec<(Service, Vec<u16>)>) -> Self {
         let mut t = ServiceTable::default();
         for (i, (svc, ports)) in services.into_iter().enumerate() {
-            if let Some(b) = t.brief.get_mut(i + 1) {
-                *b = brief(&svc);
-            }
+            let hit = Hit::of(i, &svc).map_or(0, |h| h.0);
+            t.hits.push(Hit(hit));
             let by_port = match svc.protocol {
                 IpProtocol::UDP => &mut t.udp,
                 IpProtocol::TCP => &mut t.tcp,
@@ -177,7 +196,7 @@ impl ServiceTable {
                 }
             };
             for p in ports {
-                by_port[slot(p)] = u16::try_from(i + 1).unwrap_or(0);
+                by_port[slot(p)] = hit;
             }
             t.services.push(svc);
         }
@@ -197,7 +216,7 @@ impl ServiceTable {
     /// The service for a packet of `protocol` to `dst`:`port`, if any. Inline: for a closed
     /// port this is the whole service step.
     #[inline(always)]
-    pub fn lookup(&self, protocol: IpProtocol, port: u16, dst: &IpAddr) -> Option<usize> {
+    pub fn lookup(&self, protocol: IpProtocol, port: u16, dst: &IpAddr) -> Option<Hit> {
         let by_port = match protocol {
             IpProtocol::UDP => &self.udp,
             IpProtocol::TCP => &self.tcp,
@@ -206,63 +225,66 @@ impl ServiceTable {
         self.hit(by_port[slot(port)], || *dst)
     }
 
-    /// The service of port-table entry `entry` (1 + its index, 0 for none) if it takes packets
-    /// to `dst`: its brief says so for a service on every address, without a read of the
-    /// service itself.
+    /// The service of port-table entry `entry` (a [`Hit`], 0 for none) if it takes packets to
+    /// `dst`: the entry says so for a service on every address, without a read of the service.
     #[inline(always)]
-    fn hit(&self, entry: u16, dst: impl FnOnce() -> IpAddr) -> Option<usize> {
-        let svc = (entry as usize).checked_sub(1)?;
-        (self.brief[entry as usize] & BOUND == 0 || self.services[svc].serves(dst)).then_some(svc)
+    fn hit(&self, entry: u32, dst: impl FnOnce() -> IpAddr) -> Option<Hit> {
+        if entry == 0 {
+            return None;
+        }
+        let hit = Hit(entry);
+        (entry & BOUND == 0 || self.services[hit.svc()].serves(dst)).then_some(hit)
+    }
+
+    /// The [`Hit`] of service `svc`, as its ports' entries hold it (the kernel path's service).
+    #[inline]
+    pub fn hit_of(&self, svc: usize) -> Option<Hit> {
+        self.hits.get(svc).copied().filter(|h| h.0 != 0)
+    }
+
+    /// The global index of service `svc`'s socket if it has exactly one ([`Hit::single`]).
+    #[inline]
+    pub fn single_socket(&self, svc: usize) -> Option<usize> {
+        self.hit_of(svc)?.single()
     }
 
     /// Whether service `svc` takes packets to `dst` (tests: [`ServiceTable::hit`]'s decision).
     #[cfg(test)]
     fn serves(&self, svc: usize, dst: impl FnOnce() -> IpAddr) -> bool {
-        u16::try_from(svc + 1).is_ok_and(|e| self.hit(e, dst).is_some())
-    }
-
-    /// The global index of service `svc`'s socket if it has exactly one (the fanout's fast
-    /// path, [`crate::pipeline::fanout::FanoutState::choose_fast_single`]). After a lookup
-    /// that found `svc` this reads the word the lookup read, with no bounds check (the index
-    /// came from a `u16`).
-    #[inline(always)]
-    pub fn single_socket(&self, svc: usize) -> Option<usize> {
-        let b = *self.brief.get(svc.wrapping_add(1))?;
-        ((b & !BOUND) as usize).checked_sub(1)
+        self.hit_of(svc).is_some_and(|h| self.hit(h.0, dst).is_some())
     }
 
     /// [`ServiceTable::lookup`] for UDP to an IPv4 address (the pipeline's fast path), the port
     /// as its header bytes: the address is made an `IpAddr`, a value in memory, only for a
     /// service bound to addresses.
     #[inline(always)]
-    pub fn lookup_udp4(&self, port: [u8; 2], dst: Ipv4Addr) -> Option<usize> {
+    pub fn lookup_udp4(&self, port: [u8; 2], dst: Ipv4Addr) -> Option<Hit> {
         self.hit(self.udp[wire_slot(port)], || IpAddr::V4(dst))
     }
 
     /// [`ServiceTable::lookup`] for UDP to an IPv6 address (the IPv6 fast path).
     #[inline(always)]
-    pub fn lookup_udp6(&self, port: [u8; 2], dst: &Ipv6Addr) -> Option<usize> {
+    pub fn lookup_udp6(&self, port: [u8; 2], dst: &Ipv6Addr) -> Option<Hit> {
         self.hit(self.udp[wire_slot(port)], || IpAddr::V6(*dst))
     }
 
     /// [`ServiceTable::lookup`] for TCP to an IPv4 address (the TCP fast path).
     #[inline(always)]
-    pub fn lookup_tcp4(&self, port: [u8; 2], dst: Ipv4Addr) -> Option<usize> {
+    pub fn lookup_tcp4(&self, port: [u8; 2], dst: Ipv4Addr) -> Option<Hit> {
         self.hit(self.tcp[wire_slot(port)], || IpAddr::V4(dst))
     }
 
     /// [`ServiceTable::lookup`] for TCP to an IPv6 address (the TCP fast path).
     #[inline(always)]
-    pub fn lookup_tcp6(&self, port: [u8; 2], dst: &Ipv6Addr) -> Option<usize> {
+    pub fn lookup_tcp6(&self, port: [u8; 2], dst: &Ipv6Addr) -> Option<Hit> {
         self.hit(self.tcp[wire_slot(port)], || IpAddr::V6(*dst))
     }
 
     /// Whether a UDP service with the `echo` action listens on `port` (on any address).
     #[inline]
     pub fn is_udp_echo_port(&self, port: u16) -> bool {
-        (self.udp[slot(port)] as usize)
-            .checked_sub(1)
-            .is_some_and(|i| self.services[i].action == Action::Echo)
+        let e = self.udp[slot(port)];
+        e != 0 && self.services[Hit(e).svc()].action == Action::Echo
     }
 }
 
@@ -463,10 +485,10 @@ mod tests {
         v
     }
 
-    /// The per-packet brief agrees with the services it summarises: the one socket only for a
-    /// group of one, every address only for a service bound to none, for every protocol.
+    /// The port-table entries agree with the services they summarise: the one socket only for
+    /// a group of one, every address only for a service bound to none, for every protocol.
     #[test]
-    fn the_brief_says_what_each_service_says() {
+    fn the_entries_say_what_each_service_says() {
         let svc = |protocol, sockets: Vec<usize>, addresses: Vec<IpAddr>| Service {
             name: "s".into(),
             protocol,
@@ -490,13 +512,25 @@ mod tests {
             (svc(IpProtocol::TCP, vec![8], bound), vec![4]),
         ]);
         assert_eq!(
-            (0..5).map(|i| t.single_socket(i)).collect::<Vec<_>>(),
+            (0..5).map(|i| t.hit_of(i).and_then(Hit::single)).collect::<Vec<_>>(),
             [Some(5), None, None, Some(9), Some(8)]
         );
-        // Past the services, and past what a port-table entry can name: none.
+        assert_eq!(
+            (0..5).map(|i| t.hit_of(i).map(Hit::svc)).collect::<Vec<_>>(),
+            (0..5).map(Some).collect::<Vec<_>>()
+        );
+        // Past the services: none.
         for svc in [5, 65534, 65535, usize::MAX] {
-            assert_eq!(t.single_socket(svc), None, "service {svc}");
+            assert_eq!(t.hit_of(svc), None, "service {svc}");
         }
+        // Past what an entry can name: no service past 65535, no single socket past 32766 (the
+        // fanout's general path decides).
+        let one = |s| svc(IpProtocol::UDP, vec![s], vec![]);
+        assert_eq!(Hit::of(65534, &one(0)).map(Hit::svc), Some(65534));
+        assert_eq!(Hit::of(65535, &one(0)), None);
+        assert_eq!(Hit::of(0, &one(32766)).and_then(Hit::single), Some(32766));
+        assert_eq!(Hit::of(0, &one(32767)).and_then(Hit::single), None);
+        assert_eq!(Hit::of(0, &one(usize::MAX - 1)).and_then(Hit::single), None);
         let other = IpAddr::V4(THEM);
         for i in 0..5 {
             let s = &t.services()[i];
@@ -504,8 +538,12 @@ mod tests {
                 assert_eq!(t.serves(i, || dst), s.serves(|| dst), "service {i}, {dst}");
             }
         }
-        assert_eq!(t.lookup_udp4(1u16.to_be_bytes(), THEM), Some(0), "any address");
-        assert_eq!(t.lookup_tcp4(4u16.to_be_bytes(), ME), Some(4));
+        assert_eq!(
+            t.lookup_udp4(1u16.to_be_bytes(), THEM).map(Hit::svc),
+            Some(0),
+            "any address"
+        );
+        assert_eq!(t.lookup_tcp4(4u16.to_be_bytes(), ME).map(Hit::svc), Some(4));
         assert_eq!(
             t.lookup_tcp4(4u16.to_be_bytes(), THEM),
             None,
@@ -513,7 +551,7 @@ mod tests {
         );
         // The bytes as on the wire: port 1 is [0, 1]; [1, 0] is port 256, which nobody has.
         assert_eq!(t.lookup_udp4([1, 0], THEM), None);
-        assert_eq!(t.lookup_udp6([0, 2], &Ipv6Addr::LOCALHOST), Some(1));
+        assert_eq!(t.lookup_udp6([0, 2], &Ipv6Addr::LOCALHOST).map(Hit::svc), Some(1));
         // The fast paths' lookups are the general one for every port, both protocols.
         let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
         for port in 0..=u16::MAX {
@@ -763,7 +801,7 @@ mod tests {
             (svc("c", IpProtocol::UDP), vec![54]),
         ]);
         let me = IpAddr::V4(ME);
-        let found = |proto, port| t.lookup(proto, port, &me);
+        let found = |proto, port| t.lookup(proto, port, &me).map(Hit::svc);
         assert_eq!(
             [1, 53, 65535, 54].map(|p| found(IpProtocol::UDP, p)),
             [Some(0), Some(0), Some(0), Some(2)]

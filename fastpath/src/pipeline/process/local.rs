@@ -110,15 +110,15 @@ impl Pipeline {
         let Some((_, dport)) = p.ports else {
             return Verdict::Drop(Outcome::NoService);
         };
-        let Some(svc) = self.tables.services.lookup(p.protocol, dport, &p.dst) else {
+        let Some(hit) = self.tables.services.lookup(p.protocol, dport, &p.dst) else {
             return Verdict::Drop(Outcome::NoService);
         };
         // One socket with room to spare (the common case): no decision to make, no call.
-        if let Some(s) = self.fanout.choose_fast_single(self.tables.services.single_socket(svc)) {
+        if let Some(s) = self.fanout.choose_fast_single(hit.single()) {
             return self.deliver(s);
         }
         // The NIC's hash (a read of the mbuf's flags) only for a packet that has a service.
-        self.fan_out(svc, p, nic_hash())
+        self.fan_out(hit.svc(), p, nic_hash())
     }
 
     /// A TCP segment for a local port with no service: a reset if the limits allow one

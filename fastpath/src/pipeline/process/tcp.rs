@@ -6,6 +6,7 @@ use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::pipeline::icmp_error::Limit;
 use crate::pipeline::parse::Parsed;
+use crate::pipeline::service::Hit;
 use crate::pipeline::verdict::{Instant, Verdict};
 use crate::pipeline::PortView;
 use crate::pipeline::{source, tcp_reset};
@@ -64,12 +65,12 @@ impl Pipeline {
         // The rest read where it is used: held from above, LLVM spilled it to the stack on
         // every packet, and a SYN flood's packets use only the destination port and flags.
         let t = &*self.tables;
-        let Some(svc) = t.services.lookup_tcp4(wire::bytes2(h, 36), dst) else {
+        let Some(hit) = t.services.lookup_tcp4(wire::bytes2(h, 36), dst) else {
             if view.kernel {
                 // `[kernel] punt` takes it (`punt_port`'s decision): the kernel's own
                 // connections, as a service's packets.
-                if let Some(svc) = self.kernel_takes_tcp(h, 36) {
-                    return Some(self.tcp4_service(svc, pkt, end));
+                if let Some(hit) = self.kernel_takes_tcp(h, 36) {
+                    return Some(self.tcp4_service(hit, pkt, end));
                 }
             }
             // RFC 9293 §3.10.7.1: a segment for a port nobody listens on gets a reset, if the
@@ -94,24 +95,23 @@ impl Pipeline {
                 },
             );
         };
-        Some(self.tcp4_service(svc, pkt, end))
+        Some(self.tcp4_service(hit, pkt, end))
     }
 
     /// [`Pipeline::tcp4`]'s segment for service `svc` (a frame the fast path took, its datagram
     /// ending at frame offset `end`): trimmed of link-layer padding (see `after_parse`), then to
     /// a socket.
     #[inline(always)]
-    fn tcp4_service<B: PacketBuf>(&mut self, svc: usize, pkt: &mut B, end: usize) -> Verdict {
+    fn tcp4_service<B: PacketBuf>(&mut self, hit: Hit, pkt: &mut B, end: usize) -> Verdict {
         pkt.trim_to(end);
-        let t = &*self.tables;
-        if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
+        if let Some(s) = self.fanout.choose_fast_single(hit.single()) {
             return self.deliver(s);
         }
         let Some(h) = pkt.data().first_chunk() else {
             return Verdict::Drop(Outcome::Malformed);
         };
         let p = tcp4_parsed(h);
-        self.fan_out(svc, &p, pkt.rss_hash())
+        self.fan_out(hit.svc(), &p, pkt.rss_hash())
     }
 
     /// [`Pipeline::tcp4`] for IPv6: an untagged IPv6 packet whose next header is TCP (no
@@ -154,10 +154,10 @@ impl Pipeline {
         }
         // As in `tcp4`: the rest read where it is used, the padding trimmed only for what is kept.
         let t = &*self.tables;
-        let Some(svc) = t.services.lookup_tcp6(wire::bytes2(h, 56), &dst) else {
+        let Some(hit) = t.services.lookup_tcp6(wire::bytes2(h, 56), &dst) else {
             if view.kernel {
-                if let Some(svc) = self.kernel_takes_tcp(h, 56) {
-                    return Some(self.tcp6_service(svc, pkt, end));
+                if let Some(hit) = self.kernel_takes_tcp(h, 56) {
+                    return Some(self.tcp6_service(hit, pkt, end));
                 }
             }
             // RFC 9293 §3.10.7.1, as in `tcp4`.
@@ -180,22 +180,21 @@ impl Pipeline {
                 },
             );
         };
-        Some(self.tcp6_service(svc, pkt, end))
+        Some(self.tcp6_service(hit, pkt, end))
     }
 
     /// [`Pipeline::tcp4_service`] for IPv6.
     #[inline(always)]
-    fn tcp6_service<B: PacketBuf>(&mut self, svc: usize, pkt: &mut B, end: usize) -> Verdict {
+    fn tcp6_service<B: PacketBuf>(&mut self, hit: Hit, pkt: &mut B, end: usize) -> Verdict {
         pkt.trim_to(end);
-        let t = &*self.tables;
-        if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
+        if let Some(s) = self.fanout.choose_fast_single(hit.single()) {
             return self.deliver(s);
         }
         let Some(h) = pkt.data().first_chunk() else {
             return Verdict::Drop(Outcome::Malformed);
         };
         let p = tcp6_parsed(h);
-        self.fan_out(svc, &p, pkt.rss_hash())
+        self.fan_out(hit.svc(), &p, pkt.rss_hash())
     }
 
     /// [`Pipeline::tcp4`]'s reset, the limits having let it go: the parse result from the
@@ -229,13 +228,13 @@ impl Pipeline {
     /// so the tables are found through `self` here (passed, LLVM kept them on the stack for
     /// the call on every segment).
     #[inline(never)]
-    fn kernel_takes_tcp(&self, h: &[u8], at: usize) -> Option<usize> {
+    fn kernel_takes_tcp(&self, h: &[u8], at: usize) -> Option<Hit> {
         let dport = wire::be16(h.get(..at + 2)?, at);
         self.tables
             .kernel
             .as_ref()
             .filter(|k| k.rules.takes(IpProtocol::TCP, dport))
-            .map(|k| k.service)
+            .and_then(|k| self.tables.services.hit_of(k.service))
     }
 }
 

@@ -76,7 +76,7 @@ impl Pipeline {
             return Some(Verdict::Drop(o));
         }
         let t = &*self.tables;
-        let Some(svc) = t.services.lookup_udp4(wire::bytes2(h, 36), dst) else {
+        let Some(hit) = t.services.lookup_udp4(wire::bytes2(h, 36), dst) else {
             if view.kernel {
                 if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::UDP, dport)) {
                     // `[kernel] punt` takes it (`punt_port`'s decision): into the kernel path's
@@ -113,11 +113,11 @@ impl Pipeline {
         // `service_socket`'s two steps, written out again: through one shared helper taking the
         // fanout call as a closure LLVM inlined the pipeline differently, +51 instructions per
         // packet on open-sink and +28 on plain drop (callgrind, 8e1a69c).
-        if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
+        if let Some(s) = self.fanout.choose_fast_single(hit.single()) {
             return Some(self.deliver(s));
         }
         let p = udp4_parsed(h);
-        Some(self.fan_out(svc, &p, pkt.rss_hash()))
+        Some(self.fan_out(hit.svc(), &p, pkt.rss_hash()))
     }
 
     /// [`Pipeline::udp4`]'s Port Unreachable, the limits having let it go: the parse result

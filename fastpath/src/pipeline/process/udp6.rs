@@ -80,7 +80,7 @@ impl Pipeline {
             return Some(Verdict::Drop(o));
         }
         let t = &*self.tables;
-        let Some(svc) = t.services.lookup_udp6(wire::bytes2(h, 56), &dst) else {
+        let Some(hit) = t.services.lookup_udp6(wire::bytes2(h, 56), &dst) else {
             if view.kernel {
                 if let Some(k) = t
                     .kernel
@@ -119,11 +119,11 @@ impl Pipeline {
             });
         };
         // `service_socket`'s two steps, written out as in `udp4`.
-        if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
+        if let Some(s) = self.fanout.choose_fast_single(hit.single()) {
             return Some(self.deliver(s));
         }
         let p = udp6_parsed(h);
-        Some(self.fan_out(svc, &p, pkt.rss_hash()))
+        Some(self.fan_out(hit.svc(), &p, pkt.rss_hash()))
     }
 
     /// [`Pipeline::udp6`]'s Port Unreachable, the limits having let it go: the parse result
