@@ -1,7 +1,7 @@
 //! The TCP fast paths, [`Pipeline::tcp4`] and [`Pipeline::tcp6`], and their cold reset.
 
 use super::icmp::xorshift;
-use super::{link_layer_refusal_view, link_layer_unicast_in, Pipeline};
+use super::{frame_end, link_layer_refusal_view, link_layer_unicast_in, Pipeline};
 use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::pipeline::icmp_error::Limit;
@@ -48,7 +48,7 @@ impl Pipeline {
         let total = wire::be16(h, 16);
         let end = 14 + total as usize;
         let header = (h[46] >> 4) as usize * 4;
-        if frame.len() < end || end > u16::MAX as usize || header < 20 || header + 20 > total as usize {
+        if frame_end(frame) < end || header < 20 || header + 20 > total as usize {
             return None;
         }
         // A group frame declines here (`link_layer_unicast_in`): none goes on below.
@@ -135,7 +135,7 @@ impl Pipeline {
         let payload = wire::be16(h, 18);
         let end = 14 + 40 + payload as usize;
         let header = (h[66] >> 4) as usize * 4;
-        if frame.len() < end || end > u16::MAX as usize || header < 20 || header > payload as usize {
+        if frame_end(frame) < end || header < 20 || header > payload as usize {
             return None;
         }
         // A group destination (RFC 4291 §2.7: its first byte is 0xff), tested on the byte: as

@@ -1,7 +1,7 @@
 //! The IPv4/UDP fast path: [`Pipeline::udp4`] and its cold Port Unreachable.
 
 use super::icmp::xorshift;
-use super::{link_layer_refusal_view, link_layer_unicast_in, Pipeline};
+use super::{frame_end, link_layer_refusal_view, link_layer_unicast_in, Pipeline};
 use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::pipeline::parse::{IpVersion, Parsed};
@@ -50,7 +50,7 @@ impl Pipeline {
         let total = wire::be16(h, 16);
         let end = 14 + total as usize;
         let udp_len = wire::be16(h, 38) as usize;
-        if frame.len() < end || end > u16::MAX as usize || udp_len < 8 || udp_len + 20 > total as usize {
+        if frame_end(frame) < end || udp_len < 8 || udp_len + 20 > total as usize {
             return None;
         }
         // From here the frame is the general path's common frame: its verdicts, in its order.

@@ -1,7 +1,7 @@
 //! The IPv6/UDP fast path: [`Pipeline::udp6`] and its cold Port Unreachable.
 
 use super::icmp::xorshift;
-use super::{link_layer_refusal_view, link_layer_unicast_in, Pipeline};
+use super::{frame_end, link_layer_refusal_view, link_layer_unicast_in, Pipeline};
 use crate::buf::PacketBuf;
 use crate::outcome::Outcome;
 use crate::pipeline::parse::{IpVersion, Parsed};
@@ -49,7 +49,7 @@ impl Pipeline {
         let payload = wire::be16(h, 18);
         let end = 14 + 40 + payload as usize;
         let udp_len = wire::be16(h, 58) as usize;
-        if frame.len() < end || end > u16::MAX as usize || udp_len < 8 || udp_len > payload as usize {
+        if frame_end(frame) < end || udp_len < 8 || udp_len > payload as usize {
             return None;
         }
         // A group destination (all-nodes, a solicited-node group): the general path's. Tested
