@@ -175,14 +175,14 @@ impl SpscRing {
     }
 
     /// Producer of a reclaiming ring: hands every word the consumer has skipped and this side
-    /// has not yet released to `release` (oldest first), then appends as many of `words` as
+    /// has not yet released to `release` (oldest first, in runs: [`SpscRing::release_to`]), then appends as many of `words` as
     /// fit; returns how many did.
     ///
     /// It reads the consumer's index on every call: the words it releases are the ones that
     /// index passed. Room counts the unreleased words as held, so no slot is overwritten before
     /// its word is released.
     #[inline]
-    pub fn push_reclaiming(&self, words: &[usize], release: impl FnMut(usize)) -> usize {
+    pub fn push_reclaiming(&self, words: &[usize], release: impl FnMut(&[AtomicUsize])) -> usize {
         let p = &self.producer.0;
         let next = p.next.load(Relaxed);
         let taken = self.taken.0.load(Acquire);
@@ -205,7 +205,7 @@ impl SpscRing {
     /// released to `release` — those the consumer took, and with `queued` also those still
     /// queued. Called by the consumer once the producer is gone, or by the ring's last owner.
     /// Racing [`SpscRing::push_reclaiming`] would release words twice.
-    pub fn release_rest(&self, queued: bool, release: impl FnMut(usize)) {
+    pub fn release_rest(&self, queued: bool, release: impl FnMut(&[AtomicUsize])) {
         let end = if queued {
             self.filled.0.load(Acquire)
         } else {
@@ -214,17 +214,21 @@ impl SpscRing {
         self.release_to(end, release);
     }
 
-    /// Releases the words from the last released index up to `end` (a taken or filled index).
+    /// Releases the words from the last released index up to `end` (a taken or filled index):
+    /// hands them to `release` as they lie in the ring, in at most two runs (the second when
+    /// they wrap), oldest first, so that a caller can free a run in one call without copying it.
     #[inline]
-    fn release_to(&self, end: usize, mut release: impl FnMut(usize)) {
+    fn release_to(&self, end: usize, mut release: impl FnMut(&[AtomicUsize])) {
         let p = &self.producer.0;
-        let mut r = p.released.load(Acquire);
+        let r = p.released.load(Acquire);
         if r == end {
             return;
         }
-        while r != end {
-            release(self.slots[r & self.mask].load(Relaxed));
-            r = r.wrapping_add(1);
+        let (start, n) = (r & self.mask, end.wrapping_sub(r));
+        let first = n.min(self.slots.len() - start);
+        release(&self.slots[start..start + first]);
+        if first < n {
+            release(&self.slots[..n - first]);
         }
         p.released.store(end, Release);
     }
@@ -272,6 +276,30 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::sync::Arc;
+
+    /// A release callback taking each word of each run.
+    fn each(mut f: impl FnMut(usize)) -> impl FnMut(&[AtomicUsize]) {
+        move |run| run.iter().for_each(|w| f(w.load(Relaxed)))
+    }
+
+    /// Released words come as they lie in the ring: one run, or two where they wrap.
+    #[test]
+    fn a_release_is_one_run_or_two_where_it_wraps() {
+        let r = SpscRing::new(5); // 8 slots
+        let runs = |r: &SpscRing, words: &[usize]| {
+            let mut runs = Vec::new();
+            r.push_reclaiming(words, |run| {
+                runs.push(run.iter().map(|w| w.load(Relaxed)).collect::<Vec<_>>())
+            });
+            runs
+        };
+        assert!(runs(&r, &[1, 2, 3, 4, 5]).is_empty());
+        assert_eq!(r.skip(5), 5);
+        assert_eq!(runs(&r, &[6, 7, 8, 9, 10]), vec![vec![1, 2, 3, 4, 5]]);
+        assert_eq!(r.skip(5), 5);
+        assert_eq!(runs(&r, &[]), vec![vec![6, 7, 8], vec![9, 10]], "slots 5..8, then 0..2");
+        assert!(runs(&r, &[]).is_empty(), "each word once");
+    }
 
     fn pop_vec(r: &SpscRing, max: usize) -> Vec<usize> {
         let mut out = Vec::new();
@@ -353,7 +381,7 @@ mod tests {
                     0 | 1 => {
                         let words: Vec<usize> = (seq..seq + k).collect();
                         let mut got = Vec::new();
-                        let n = r.push_reclaiming(&words, |w| got.push(w));
+                        let n = r.push_reclaiming(&words, each(|w| got.push(w)));
                         prop_assert_eq!(&got, &skipped, "releases what was skipped, in order");
                         released.append(&mut skipped);
                         prop_assert_eq!(n, k.min(cap - queued.len()));
@@ -369,7 +397,7 @@ mod tests {
                 prop_assert_eq!(r.len(), queued.len());
             }
             let mut rest = Vec::new();
-            r.release_rest(queued_too, |w| rest.push(w));
+            r.release_rest(queued_too, each(|w| rest.push(w)));
             let mut want = skipped.clone();
             if queued_too {
                 want.extend(queued.iter());
@@ -378,7 +406,7 @@ mod tests {
             released.extend(rest);
             prop_assert!(released.windows(2).all(|w| w[0] + 1 == w[1]), "each word once, in order");
             let mut again = Vec::new();
-            r.release_rest(true, |w| again.push(w));
+            r.release_rest(true, each(|w| again.push(w)));
             prop_assert_eq!(again.len(), if queued_too { 0 } else { queued.len() }, "never twice");
         }
     }
@@ -414,13 +442,13 @@ mod tests {
         };
         while next <= N {
             let words: Vec<usize> = (next..(next + burst).min(N + 1)).collect();
-            next += r.push_reclaiming(&words, |w| check(w, &mut want));
+            next += r.push_reclaiming(&words, each(|w| check(w, &mut want)));
             burst = burst % 45 + 1;
         }
         consumer.join().unwrap();
-        r.push_reclaiming(&[], |w| check(w, &mut want));
+        r.push_reclaiming(&[], each(|w| check(w, &mut want)));
         assert_eq!(want, N + 1, "every word released");
-        r.release_rest(true, |w| panic!("{w} released twice"));
+        r.release_rest(true, each(|w| panic!("{w} released twice")));
     }
 
     /// Two threads, a small ring, bursts of every size: nothing lost, repeated or reordered.
