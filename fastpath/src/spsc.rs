@@ -151,6 +151,12 @@ impl SpscRing {
     /// Producer only: appends as many of `words` as fit, in order; returns how many.
     #[inline]
     pub fn push(&self, words: &[usize]) -> usize {
+        self.push_mapped(words, |w| w)
+    }
+
+    /// [`SpscRing::push`], each word stored as `map` makes it (only those that fit are mapped).
+    #[inline]
+    pub fn push_mapped(&self, words: &[usize], map: impl FnMut(usize) -> usize) -> usize {
         let p = &self.producer.0;
         let next = p.next.load(Relaxed);
         let mut room = self.capacity - next.wrapping_sub(p.peer.load(Relaxed));
@@ -159,14 +165,25 @@ impl SpscRing {
             p.peer.store(taken, Relaxed);
             room = self.capacity - next.wrapping_sub(taken);
         }
-        self.append(next, &words[..words.len().min(room)])
+        self.append(next, &words[..words.len().min(room)], map)
     }
 
-    /// Producer: stores `words` from index `next` on and publishes them; returns how many.
+    /// Producer: stores `words` (each as `map` makes it) from index `next` on and publishes
+    /// them; returns how many. At most `capacity` words: in at most two runs of the slots.
+    ///
+    /// The runs are slices taken once: indexed slot by slot, each store reloaded the slots'
+    /// address, length and mask (a store to an atomic may, for all LLVM knows, change them) and
+    /// tested the bounds, 12 instructions a word where the store is 5.
     #[inline]
-    fn append(&self, next: usize, words: &[usize]) -> usize {
-        for (i, &w) in words.iter().enumerate() {
-            self.slots[next.wrapping_add(i) & self.mask].store(w, Relaxed);
+    fn append(&self, next: usize, words: &[usize], mut map: impl FnMut(usize) -> usize) -> usize {
+        let slots = &*self.slots;
+        let start = next & self.mask;
+        let (a, b) = words.split_at(words.len().min(slots.len() - start));
+        for (slot, &w) in slots[start..].iter().zip(a) {
+            slot.store(map(w), Relaxed);
+        }
+        for (slot, &w) in slots.iter().zip(b) {
+            slot.store(map(w), Relaxed);
         }
         let next = next.wrapping_add(words.len());
         self.producer.0.next.store(next, Relaxed);
@@ -183,13 +200,25 @@ impl SpscRing {
     /// its word is released.
     #[inline]
     pub fn push_reclaiming(&self, words: &[usize], release: impl FnMut(&[AtomicUsize])) -> usize {
+        self.push_reclaiming_mapped(words, |w| w, release)
+    }
+
+    /// [`SpscRing::push_reclaiming`], each word stored as `map` makes it (only those that fit
+    /// are mapped).
+    #[inline]
+    pub fn push_reclaiming_mapped(
+        &self,
+        words: &[usize],
+        map: impl FnMut(usize) -> usize,
+        release: impl FnMut(&[AtomicUsize]),
+    ) -> usize {
         let p = &self.producer.0;
         let next = p.next.load(Relaxed);
         let taken = self.taken.0.load(Acquire);
         self.release_to(taken, release);
         p.peer.store(taken, Relaxed);
         let room = self.capacity - next.wrapping_sub(taken);
-        self.append(next, &words[..words.len().min(room)])
+        self.append(next, &words[..words.len().min(room)], map)
     }
 
     /// Consumer of a reclaiming ring: takes up to `max` words without reading them (their slots

@@ -160,51 +160,56 @@ impl MbufRing {
         }
         let slots = pkts.as_mut_ptr() as *mut usize;
         let home = self.home.as_ptr();
-        for i in 0..len {
-            // SAFETY: i < len: slot i holds an owned, untagged mbuf pointer (Mbuf is a
-            // transparent pointer), read as an Mbuf only while untagged; tagging changes the
-            // slot's bits, not the mbuf. Every slot is untagged again below before `pkts` is
-            // used as mbufs.
-            unsafe {
-                if !(*slots.add(i).cast::<Mbuf>()).raw_freeable_into(home) {
-                    *slots.add(i) |= CHECK_FREE;
-                }
+        // An owned mbuf's pointer as a word, marked if it may not go back to `home` unread.
+        let tag = |w: usize| {
+            // SAFETY: `w` is one of `pkts`' words, an owned, untagged mbuf pointer (Mbuf is a
+            // transparent pointer), read here only to test its header.
+            let raw = unsafe { (*(&w as *const usize).cast::<Mbuf>()).raw_freeable_into(home) };
+            if raw {
+                w
+            } else {
+                w | CHECK_FREE
             }
-        }
+        };
+        // SAFETY: the Vec's buffer holds `len` initialised words (the untagged pointers),
+        // borrowed as such only for an SPSC ring's push; the ring stores the tagged words of
+        // those that fit, and `pkts` keeps its own untagged.
+        let words = || unsafe { std::slice::from_raw_parts(slots, len) };
         // The ring takes ownership of the first n, and its consumers untag them (`dequeue*`
-        // below).
+        // below). The SPSC rings mark each word as they store it: one pass over the packets.
         let n = match &self.slots {
             // Freed into this (the producer's) lcore's mempool cache when the consumer has
             // passed them, the unmarked ones without a read of their headers (`Freed`).
             Slots::Reclaiming(r) => {
                 let mut freed = Freed::new(home);
-                // SAFETY: the Vec's buffer holds `len` initialised words (the tagged pointers),
-                // borrowed as such only for the call; the mbufs are not read.
-                let n = r.push_reclaiming(unsafe { std::slice::from_raw_parts(slots, len) }, |run| {
-                    freed.push_run(run)
-                });
+                let n = r.push_reclaiming_mapped(words(), tag, |run| freed.push_run(run));
                 freed.flush();
                 n
             }
-            // SAFETY: pkts holds `len` owned mbufs as (possibly tagged) pointers.
-            Slots::Dpdk(raw) => unsafe {
-                dpdk_sys::fp_ring_enqueue_burst(
-                    raw.as_ptr(),
-                    slots as *const *mut c_void,
-                    len as u32,
-                    std::ptr::null_mut(),
-                ) as usize
-            },
-            // SAFETY: the Vec's buffer holds `len` initialised words (the tagged pointers),
-            // borrowed as such only for the call; the mbufs are not read.
-            Slots::Spsc(r) => r.push(unsafe { std::slice::from_raw_parts(slots, len) }),
+            Slots::Spsc(r) => r.push_mapped(words(), tag),
+            Slots::Dpdk(raw) => {
+                // SAFETY: i < len: marking changes slot i's bits, not the mbuf; the slots the
+                // ring did not take are unmarked again before `pkts` is used as mbufs.
+                unsafe {
+                    for i in 0..len {
+                        *slots.add(i) = tag(*slots.add(i));
+                    }
+                    let n = dpdk_sys::fp_ring_enqueue_burst(
+                        raw.as_ptr(),
+                        slots as *const *mut c_void,
+                        len as u32,
+                        std::ptr::null_mut(),
+                    ) as usize;
+                    for i in n..len {
+                        *slots.add(i) &= !CHECK_FREE;
+                    }
+                    n
+                }
+            }
         };
-        // SAFETY: the first n mbufs now belong to the ring: untag the rest, shift them down
+        // SAFETY: the first n mbufs now belong to the ring: shift the rest (untagged) down
         // without dropping anything and shorten the Vec.
         unsafe {
-            for i in n..len {
-                *slots.add(i) &= !CHECK_FREE;
-            }
             std::ptr::copy(pkts.as_ptr().add(n), pkts.as_mut_ptr(), len - n);
             pkts.set_len(len - n);
         }
