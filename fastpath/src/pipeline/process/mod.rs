@@ -148,12 +148,12 @@ fn link_layer_unicast_in(mac_word: u64, h: &[u8; 12]) -> bool {
     unicast_source(h)
 }
 
-/// A frame's destination address (bytes 0..6 of `h`) as the low 48 bits of a word, its first
-/// byte (with the group bit, its lowest) the low byte on any machine: [`PortAddrs::mac_word`]'s
-/// form.
+/// A frame's destination address (bytes 0..6 of `h`) as the top 48 bits of a word, its first
+/// byte (with the group bit, bit 16) the lowest of them on any machine, the low 16 bits clear:
+/// [`PortAddrs::mac_word`]'s form.
 #[inline(always)]
 fn dst_word(h: &[u8; 12]) -> u64 {
-    u64::from_le_bytes(*h.first_chunk::<8>().unwrap_or(&[0; 8])) & 0xffff_ffff_ffff
+    u64::from_le_bytes(*h.first_chunk::<8>().unwrap_or(&[0; 8])) << 16
 }
 
 /// Whether a frame's source address (bytes 6..12 of `h`) is one station: neither a group
