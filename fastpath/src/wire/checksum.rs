@@ -79,13 +79,15 @@ pub fn checksum(data: &[u8]) -> u16 {
 /// The remainder itself is not computed: for an odd divisor `d`, `x` is a multiple of `d`
 /// exactly when `x · d⁻¹ mod 2⁶⁴ ≤ (2⁶⁴ − 1) / d` (multiplying by the inverse maps the multiples
 /// of `d` onto `0..=(2⁶⁴ − 1) / d` one to one; Granlund and Montgomery, "Division by invariant
-/// integers using multiplication", 1994, §9). One multiply and one compare: LLVM computed the
-/// remainder (a widening multiply, a shift, a subtract) for `wide % 0xffff == 0` under the
-/// `wide != 0` test.
+/// integers using multiplication", 1994, §9). One multiply, a subtraction and one compare:
+/// LLVM computed the remainder (a widening multiply, a shift, a subtract) for
+/// `wide % 0xffff == 0` under the `wide != 0` test.
 #[inline]
 pub fn verify(data: &[u8]) -> bool {
     let wide = sum_wide(0, data, u32::from_ne_bytes);
-    wide != 0 && wide.wrapping_mul(INV_FFFF) <= u64::MAX / 0xffff
+    // The multiples of 0xffff map onto 0..=MAX / 0xffff, zero onto zero: one subtraction moves
+    // zero past the end, so the one compare also refuses a zero sum.
+    wide.wrapping_mul(INV_FFFF).wrapping_sub(1) < u64::MAX / 0xffff
 }
 
 /// The inverse of 0xffff modulo 2⁶⁴ (Newton's iteration: each step doubles the correct low bits,
@@ -180,6 +182,12 @@ mod tests {
         assert_eq!(fold(sum(0, &[0x12, 0x34, 0x56])), 0x1234 + 0x5600);
         assert_eq!(fold(sum(0, &[0xab])), 0xab00);
         assert_eq!(checksum(&[]), 0xffff);
+        // All zeros sum to zero, which is not all ones (it folds to 0, "-0" only in theory):
+        // `verify` refuses it, whatever the length; 0xffff words sum to all ones and pass.
+        for n in [0, 1, 2, 20, 40] {
+            assert!(!verify(&vec![0; n]), "{n} zero bytes");
+        }
+        assert!(verify(&[0xff, 0xff]) && verify(&[0xff; 20]));
     }
 
     #[test]
