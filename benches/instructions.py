@@ -30,7 +30,12 @@ Scenarios with a `sink` service (open-sink) run with the service's benchmark-onl
 the figures would describe full sockets; so the RX lcore frees what it would have enqueued
 (counted delivered) and the count is the RX lcore's whole path but the ring's enqueue (one bulk
 enqueue per burst) in place of a bulk free. Other services (echo, tunnel) and the scraped
-scenarios are refused.
+scenarios are refused. With INSTRUCTIONS_SINK_CAPACITY=N they keep their ring instead, with
+sockets of N packets (16384: the worker, scheduled in turn, never lets it fill): the enqueue and
+the release into the RX lcore's pool are then counted as they run, but the totals are not the
+scenario's (the backlog a worker scheduled in turn leaves makes the fanout decide where it
+would not), so read the lines of `MbufRing::enqueue` and what it calls
+(INSTRUCTIONS_DUMP_INSTR=1, INSTRUCTIONS_KEEP).
 
 Capturing costs nothing until a tool attaches (issue 31): `fastpathd-open-sink-free-on-rx-pdump`
 is `fastpathd-open-sink-free-on-rx` on hugepages with the shared runtime directory, where
@@ -246,7 +251,12 @@ def main():
         if sc.get("scrape") or extra.count("[[service]]") != extra.count(SINK_ACTION):
             sys.exit(f"instructions: {name} has a scraper or a service that is not a sink: not measurable under valgrind")
         if SINK_ACTION in extra and "free_on_rx" not in extra:
-            known[name] = dict(sc, extra=extra.replace(SINK_ACTION, SINK_ACTION + "\nfree_on_rx = true"))
+            cap = os.environ.get("INSTRUCTIONS_SINK_CAPACITY")
+            if cap:
+                extra = re.sub(r"socket_capacity = \d+", f"socket_capacity = {int(cap)}", extra)
+                known[name] = dict(sc, extra=extra, mbufs=max(sc.get("mbufs", 0), 65535))
+            else:
+                known[name] = dict(sc, extra=extra.replace(SINK_ACTION, SINK_ACTION + "\nfree_on_rx = true"))
     mb.check_hugepages([known[n] for n in names])
     seconds = mb.env_num("BENCH_SECONDS", 20.0)
     rows = []
