@@ -192,8 +192,8 @@ impl SpscRing {
     }
 
     /// Producer of a reclaiming ring: hands every word the consumer has skipped and this side
-    /// has not yet released to `release` (oldest first, in runs: [`SpscRing::release_to`]), then appends as many of `words` as
-    /// fit; returns how many did.
+    /// has not yet released to `release` (oldest first, as at most two runs of the ring's
+    /// slots), then appends as many of `words` as fit; returns how many did.
     ///
     /// It reads the consumer's index on every call: the words it releases are the ones that
     /// index passed. Room counts the unreleased words as held, so no slot is overwritten before

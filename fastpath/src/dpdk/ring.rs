@@ -38,8 +38,9 @@ pub const FREE_BURST: usize = 64;
 /// its cache anyway, marks in the ring slot each mbuf that may not go straight back to the
 /// ring's home pool (not from that pool, or not direct with one reference and one segment:
 /// `rte_mbuf_raw_free`'s conditions), and [`MbufRing::dequeue_and_free`] returns the unmarked
-/// ones to the pool in one put without touching them. On the open-port benchmark this took the RX lcore's mbuf resets
-/// (`rte_pktmbuf_reset` in the PMD's allocation) from a sixth of its time to a few percent.
+/// ones to the pool in one put without touching them. On the open-port benchmark this took the
+/// RX lcore's mbuf resets (`rte_pktmbuf_reset` in the PMD's allocation) from a sixth of its
+/// time to a few percent.
 ///
 /// They go straight to the pool's shared store, not through the worker's own mempool cache:
 /// the RX lcore refills its cache from that store, so an mbuf is back in its hands after the
@@ -60,7 +61,8 @@ pub const FREE_BURST: usize = 64;
 /// passed into its own mempool cache ([`SpscRing::push_reclaiming`]) — a NIC driver's transmit
 /// completion, where the lcore that allocated the buffers frees them once told they are done.
 /// Those it left unmarked at enqueue go back without a read of their headers, as in the
-/// marked free above (`Freed`): by then they have left the core's cache when the ring is one of many.
+/// marked free above (`Freed`): by then they have left the core's cache when the ring is one
+/// of many.
 /// The slots and the mbufs never leave the RX lcore's cache and the worker touches no mempool
 /// (no shared store, no spinlock); what crosses is one index each way per burst. Paired 4-s
 /// open-sink runs against the marked free above: 1.096 x (14 pairs, 12 faster; 1.055 x in 16
@@ -259,8 +261,8 @@ impl MbufRing {
     }
 
     /// Dequeues up to `max` (at most [`FREE_BURST`]) packets and frees them; returns how many.
-    /// Those the producer left unmarked go back to the home pool's shared store in one put, without a
-    /// read of their headers (type docs); the rest through `rte_pktmbuf_free_bulk`. A reclaiming
+    /// Those the producer left unmarked go back to the home pool's shared store in one put,
+    /// without a read of their headers (type docs); the rest through `rte_pktmbuf_free_bulk`. A reclaiming
     /// ring's consumer only takes them: the producer frees them on its next enqueue.
     #[inline]
     pub fn dequeue_and_free(&self, max: usize) -> usize {
@@ -439,8 +441,9 @@ impl Freed {
             // SAFETY: every word of the run is an untagged mbuf pointer the ring released to us
             // (owned, each released once, referenced by nothing else) that the producer found
             // raw-freeable into `home` when it enqueued it, untouched since; AtomicUsize has
-            // usize's layout, and no thread writes these slots while they are released (only
-            // the producer, this thread, writes slots, and not before the release returns).
+            // usize's layout, and no thread writes these slots while they are released: only
+            // the producer writes slots, and it is this thread (a push, whose append comes after
+            // the release returns) or gone (`release_rest`).
             unsafe { dpdk_sys::fp_mempool_put_bulk(self.home, run.as_ptr() as *const *mut c_void, run.len() as u32) };
             return;
         }
