@@ -262,8 +262,9 @@ impl MbufRing {
 
     /// Dequeues up to `max` (at most [`FREE_BURST`]) packets and frees them; returns how many.
     /// Those the producer left unmarked go back to the home pool's shared store in one put,
-    /// without a read of their headers (type docs); the rest through `rte_pktmbuf_free_bulk`. A reclaiming
-    /// ring's consumer only takes them: the producer frees them on its next enqueue.
+    /// without a read of their headers (type docs); the rest through `rte_pktmbuf_free_bulk`.
+    /// A reclaiming ring's consumer only takes them: the producer frees them on its next
+    /// enqueue.
     #[inline]
     pub fn dequeue_and_free(&self, max: usize) -> usize {
         if let Slots::Reclaiming(r) = &self.slots {
