@@ -352,6 +352,12 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             self.drops.push(m);
         } else {
             match self.pipeline.process_lead::<L, B>(view, port, &mut m, now) {
+                // Staged: `drops` did not grow, so its test is not made (3 instructions a
+                // delivered packet).
+                Some(Verdict::Deliver) => {
+                    self.staged[self.pipeline.delivered_to()].push(m);
+                    return None;
+                }
                 Some(v) => self.act(port, m, v, now),
                 None => return Some(m),
             }
