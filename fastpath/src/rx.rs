@@ -34,6 +34,20 @@ pub const EXPIRE_BUDGET: usize = 4;
 /// after at most this many more of its bursts (~2,000 packets).
 pub const ELECTION_BACKOFF: u32 = 63;
 
+/// Full bursts in a row whose packets for one socket may stay unpublished in its queue
+/// ([`RxIo::enqueue`] with `hold`): the last of them publishes.
+///
+/// Each publication is a store to a line the socket's worker keeps reading (it polls the queue),
+/// so the RX lcore's next one waits for that line to come back: one cross-core transfer a burst,
+/// 100-200 cycles where the guest's two vCPUs sit on distant cores. Paired 4-s open-sink runs,
+/// publication every 4 bursts against every burst: 1.014 x by the median (14 pairs, 11 faster),
+/// and none of the slow rounds (6 of 14 at 30.7-31.5 Mpps every burst, none below 33.7 Mpps
+/// every 4), which the per-round median of issue 35's goal run fell into. Held only under load
+/// (a full burst) and only for one socket (the burst's only one), so what a queue's consumer
+/// has not seen is at most `HOLD_BURSTS - 1` bursts of one lcore: a flood spread over many
+/// sockets holds nothing back (it would hold mbufs by the socket, enough to drain the pool).
+pub const HOLD_BURSTS: u32 = 4;
+
 /// What the RX engine needs from the lcore that drives it.
 pub trait RxIo<B: LcoreBuf> {
     /// The lcore's TX queues.
@@ -43,8 +57,15 @@ pub trait RxIo<B: LcoreBuf> {
     /// An empty buffer with at least `len` bytes of tailroom, for a reassembled datagram.
     fn alloc_datagram(&mut self, len: usize) -> Option<B>;
     /// Enqueues `pkts` to `socket`'s queue of RX lcore slot `slot` (this lcore's): what it
-    /// takes leaves `pkts` from the front, the refused stay. Returns how many it took.
-    fn enqueue(&mut self, socket: &Socket, slot: usize, pkts: &mut Vec<B>) -> usize;
+    /// takes leaves `pkts` from the front, the refused stay. Returns how many it took. With
+    /// `hold`, the queue may leave them (and what it held before) unseen by its consumer until
+    /// [`RxIo::publish`] or an enqueue without `hold` ([`HOLD_BURSTS`]).
+    fn enqueue(&mut self, socket: &Socket, slot: usize, pkts: &mut Vec<B>, hold: bool) -> usize;
+    /// Shows `socket`'s queue of slot `slot` to its consumer: whatever enqueues with `hold`
+    /// left unseen.
+    fn publish(&mut self, socket: &Socket, slot: usize) {
+        let _ = (socket, slot);
+    }
     /// Prefetches step `step` (0, 1, 2) of what an enqueue to `socket`'s queue of slot `slot`
     /// and its counting read, each step's lines found through the last step's: the end of a
     /// burst issues each step for every socket it will enqueue to before it enqueues, so that
@@ -137,6 +158,9 @@ pub struct RxEngine<B: LcoreBuf, Io: RxIo<B>> {
     /// and the next enqueue reads: a miss on the lcore's critical path when read cold (open-sink
     /// 1.05-1.10 x, paired). A burst that touched several sockets prefetched them at its end.
     warm: Option<usize>,
+    /// The socket whose queue holds packets its consumer has not been shown ([`HOLD_BURSTS`]),
+    /// and for how many bursts.
+    held: Option<(usize, u32)>,
 }
 
 /// The longest frame a port with `mtu` takes: the MTU, the Ethernet header and two VLAN tags
@@ -204,6 +228,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             scratch: Vec::with_capacity(64),
             spare: Vec::with_capacity(64),
             warm: None,
+            held: None,
         }
     }
 
@@ -308,7 +333,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             self.burst_rest(&view, port, now, Lead::ALL[L as usize]);
         }
         self.stats.rx[qi].bytes.add(bytes);
-        self.end_burst();
+        self.end_burst_of(n >= BURST);
     }
 
     /// More than half of a burst of `n` went to the second loop: the kind that is more than
@@ -398,6 +423,13 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// the dropped ones.
     #[inline]
     pub fn end_burst(&mut self) {
+        self.end_burst_of(false)
+    }
+
+    /// [`RxEngine::end_burst`] of a burst that was `full` ([`BURST`] packets: the lcore is
+    /// behind, so its one socket's enqueue may be held back, [`HOLD_BURSTS`]).
+    #[inline]
+    fn end_burst_of(&mut self, full: bool) {
         let slot = self.pipeline.slot();
         // With many sockets each is cold here; with one, three calls per burst.
         if self.pipeline.touched() > 1 {
@@ -407,6 +439,11 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                     .each_touched(|tables, s| io.prefetch(&tables.sockets[s], slot, step));
             }
         }
+        let single = match self.pipeline.touched() {
+            1 => self.pipeline.first_touched(),
+            _ => None,
+        };
+        let hold = (single.is_some() || self.held.is_some()) && self.hold(single, full);
         let (staged, io, stats, drops) = (&mut self.staged, &mut self.side.io, &*self.stats, &mut self.drops);
         // The tables borrowed, not cloned: an Arc clone is an atomic write to a line every
         // lcore shares.
@@ -429,7 +466,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                 }
                 n as u64
             } else {
-                io.enqueue(socket, slot, pkts) as u64
+                io.enqueue(socket, slot, pkts, hold) as u64
             };
             let c = &socket.counters.rx[slot];
             c.delivered.add(n);
@@ -472,9 +509,44 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         }
     }
 
-    /// A poll found nothing: the sockets' queues do their idle work ([`RxIo::idle`]).
+    /// Whether the end of a burst that enqueues to `single` alone (or to none or several) holds
+    /// its enqueue back: a full burst's one socket, for fewer than [`HOLD_BURSTS`] bursts in a
+    /// row. Anything else publishes; another socket held before is published first.
+    #[inline]
+    fn hold(&mut self, single: Option<usize>, full: bool) -> bool {
+        let (hold, bursts) = match (single, self.held) {
+            (Some(s), Some((h, n))) if s == h => (full && n + 1 < HOLD_BURSTS, n + 1),
+            (Some(_), _) => (full, 1),
+            (None, _) => (false, 0),
+        };
+        if let Some((h, _)) = self.held.take() {
+            if single != Some(h) {
+                self.publish_socket(h);
+            }
+        }
+        self.held = single.filter(|_| hold).map(|s| (s, bursts));
+        hold
+    }
+
+    /// Shows socket `s`'s queue (of this lcore) to its consumer ([`RxIo::publish`]).
+    fn publish_socket(&mut self, s: usize) {
+        if let Some(socket) = self.pipeline.tables().sockets.get(s) {
+            self.side.io.publish(socket, self.pipeline.slot());
+        }
+    }
+
+    /// Publishes what the last bursts held back ([`HOLD_BURSTS`]), if anything.
+    pub fn publish_held(&mut self) {
+        if let Some((h, _)) = self.held.take() {
+            self.publish_socket(h);
+        }
+    }
+
+    /// A poll found nothing: what was held back is published and the sockets' queues do their
+    /// idle work ([`RxIo::idle`]).
     #[cold]
     pub fn idle(&mut self) {
+        self.publish_held();
         self.side.io.idle(self.pipeline.tables(), self.pipeline.slot());
     }
 
@@ -505,6 +577,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// to whole bursts): the reassembler is reconfigured if its settings changed, the pipeline's
     /// per-lcore state carried over or rebuilt, the staging resized.
     pub fn adopt(&mut self, t: Arc<Tables>, now: Instant) {
+        // Before the tables change: `held` is a socket of these.
+        self.publish_held();
         if t.reassembly != *self.reasm.config() {
             self.reasm.reconfigure(t.reassembly.clone(), &mut self.side);
             self.settle_reassembly(now);
@@ -533,6 +607,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         self.settle_reassembly(now);
         self.flush_tx();
         B::free_bulk(&mut self.drops);
+        self.publish_held();
     }
 
     /// [`RxEngine::handle`] out of line, for [`RxEngine::act`].
@@ -822,6 +897,9 @@ pub struct HeapIo {
     pub datagram_buffers: u64,
     /// Each prefetch asked for, as (socket index, step), if kept (with `keep_delivered`).
     pub prefetched: Vec<(usize, u8)>,
+    /// Per socket (its [`Socket::index`]) whose queue holds packets back, how many
+    /// ([`RxIo::enqueue`] with `hold`, until [`RxIo::publish`] or an enqueue without).
+    pub held: Vec<(usize, usize)>,
 }
 
 impl RxIo<crate::buf::HeapBuf> for HeapIo {
@@ -839,7 +917,7 @@ impl RxIo<crate::buf::HeapBuf> for HeapIo {
             len + 256,
         ))
     }
-    fn enqueue(&mut self, socket: &Socket, slot: usize, pkts: &mut Vec<crate::buf::HeapBuf>) -> usize {
+    fn enqueue(&mut self, socket: &Socket, slot: usize, pkts: &mut Vec<crate::buf::HeapBuf>, hold: bool) -> usize {
         let Some(q) = socket.queue(slot).sim() else {
             return 0;
         };
@@ -849,7 +927,18 @@ impl RxIo<crate::buf::HeapBuf> for HeapIo {
                 self.delivered.push((socket.index, p));
             }
         }
+        if hold {
+            match self.held.iter_mut().find(|(s, _)| *s == socket.index) {
+                Some((_, n)) => *n += took,
+                None => self.held.push((socket.index, took)),
+            }
+        } else {
+            self.publish(socket, slot);
+        }
         took
+    }
+    fn publish(&mut self, socket: &Socket, _slot: usize) {
+        self.held.retain(|(s, _)| *s != socket.index);
     }
     fn prefetch(&mut self, socket: &Socket, _slot: usize, step: u8) {
         if self.keep_delivered {

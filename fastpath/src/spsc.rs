@@ -26,6 +26,14 @@
 //! point to: mbufs, freed into the producer's own mempool cache) never leave the producer's
 //! core; the indices still cross once per burst each way.
 //!
+//! A producer may also hold words back ([`SpscRing::push_mapped`] with `hold`): stored, counted
+//! in its own length, but published only by a later push or [`SpscRing::publish`]. Each
+//! publication is a store to a line the consumer keeps reading, so its next store must fetch
+//! the line back first (a cross-core transfer on the producer's critical path, ~100-200 cycles
+//! on the 2-vCPU guest when the vCPUs sit on distant cores); one publication for several bursts
+//! makes that one transfer for several bursts, as a NIC driver rings its doorbell once per batch.
+//! The caller bounds what it holds (the RX engine: one ring, a few bursts).
+//!
 //! Ordering: the producer stores the slots, then publishes its index with `Release`; the
 //! consumer loads that index with `Acquire` before reading the slots. The consumer publishes its
 //! index with `Release` after reading the slots; the producer loads it with `Acquire` before it
@@ -53,6 +61,8 @@ struct Side {
     peer: AtomicUsize,
     /// Producer of a reclaiming ring only: every word below this index has been released.
     released: AtomicUsize,
+    /// Producer only: the index last published in `filled` (below `next` while words are held).
+    shown: AtomicUsize,
 }
 
 /// A bounded SPSC ring of `usize` words (see the module docs).
@@ -112,7 +122,8 @@ impl SpscRing {
         self.capacity
     }
 
-    /// Words queued now, from any thread (racy but within `0..=capacity`).
+    /// Words published and not yet taken, from any thread (racy but within `0..=capacity`);
+    /// words the producer holds back are not counted.
     pub fn len(&self) -> usize {
         // Taken first: `filled` only grows, so a later read of it is at least `taken`.
         let taken = self.taken.0.load(Acquire);
@@ -151,12 +162,14 @@ impl SpscRing {
     /// Producer only: appends as many of `words` as fit, in order; returns how many.
     #[inline]
     pub fn push(&self, words: &[usize]) -> usize {
-        self.push_mapped(words, |w| w)
+        self.push_mapped(words, |w| w, false)
     }
 
-    /// [`SpscRing::push`], each word stored as `map` makes it (only those that fit are mapped).
+    /// [`SpscRing::push`], each word stored as `map` makes it (only those that fit are mapped);
+    /// with `hold`, nothing is published (the consumer sees these words, and any held before,
+    /// after the next push without `hold` or [`SpscRing::publish`]).
     #[inline]
-    pub fn push_mapped(&self, words: &[usize], map: impl FnMut(usize) -> usize) -> usize {
+    pub fn push_mapped(&self, words: &[usize], map: impl FnMut(usize) -> usize, hold: bool) -> usize {
         let p = &self.producer.0;
         let next = p.next.load(Relaxed);
         let mut room = self.capacity - next.wrapping_sub(p.peer.load(Relaxed));
@@ -165,17 +178,29 @@ impl SpscRing {
             p.peer.store(taken, Relaxed);
             room = self.capacity - next.wrapping_sub(taken);
         }
-        self.append(next, &words[..words.len().min(room)], map)
+        self.append(next, &words[..words.len().min(room)], map, hold)
     }
 
-    /// Producer: stores `words` (each as `map` makes it) from index `next` on and publishes
-    /// them; returns how many. At most `capacity` words: in at most two runs of the slots.
+    /// Producer: publishes the words it holds back, if any.
+    #[inline]
+    pub fn publish(&self) {
+        let p = &self.producer.0;
+        let next = p.next.load(Relaxed);
+        if p.shown.load(Relaxed) != next {
+            p.shown.store(next, Relaxed);
+            self.filled.0.store(next, Release);
+        }
+    }
+
+    /// Producer: stores `words` (each as `map` makes it) from index `next` on and, unless
+    /// `hold`, publishes them (and any held before); returns how many. At most `capacity` words:
+    /// in at most two runs of the slots.
     ///
     /// The runs are slices taken once: indexed slot by slot, each store reloaded the slots'
     /// address, length and mask (a store to an atomic may, for all LLVM knows, change them) and
     /// tested the bounds, 12 instructions a word where the store is 5.
     #[inline]
-    fn append(&self, next: usize, words: &[usize], mut map: impl FnMut(usize) -> usize) -> usize {
+    fn append(&self, next: usize, words: &[usize], mut map: impl FnMut(usize) -> usize, hold: bool) -> usize {
         let slots = &*self.slots;
         let start = next & self.mask;
         let (a, b) = words.split_at(words.len().min(slots.len() - start));
@@ -186,8 +211,12 @@ impl SpscRing {
             slot.store(map(w), Relaxed);
         }
         let next = next.wrapping_add(words.len());
-        self.producer.0.next.store(next, Relaxed);
-        self.filled.0.store(next, Release);
+        let p = &self.producer.0;
+        p.next.store(next, Relaxed);
+        if !hold {
+            p.shown.store(next, Relaxed);
+            self.filled.0.store(next, Release);
+        }
         words.len()
     }
 
@@ -200,17 +229,18 @@ impl SpscRing {
     /// its word is released.
     #[inline]
     pub fn push_reclaiming(&self, words: &[usize], release: impl FnMut(&[AtomicUsize])) -> usize {
-        self.push_reclaiming_mapped(words, |w| w, release)
+        self.push_reclaiming_mapped(words, |w| w, release, false)
     }
 
     /// [`SpscRing::push_reclaiming`], each word stored as `map` makes it (only those that fit
-    /// are mapped).
+    /// are mapped), held back with `hold` as in [`SpscRing::push_mapped`].
     #[inline]
     pub fn push_reclaiming_mapped(
         &self,
         words: &[usize],
         map: impl FnMut(usize) -> usize,
         release: impl FnMut(&[AtomicUsize]),
+        hold: bool,
     ) -> usize {
         let p = &self.producer.0;
         let next = p.next.load(Relaxed);
@@ -218,7 +248,7 @@ impl SpscRing {
         self.release_to(taken, release);
         p.peer.store(taken, Relaxed);
         let room = self.capacity - next.wrapping_sub(taken);
-        self.append(next, &words[..words.len().min(room)], map)
+        self.append(next, &words[..words.len().min(room)], map, hold)
     }
 
     /// Consumer of a reclaiming ring: takes up to `max` words without reading them (their slots
@@ -232,11 +262,13 @@ impl SpscRing {
 
     /// A reclaiming ring whose producer will never push again: hands the words it has not
     /// released to `release` — those the consumer took, and with `queued` also those still
-    /// queued. Called by the consumer once the producer is gone, or by the ring's last owner.
-    /// Racing [`SpscRing::push_reclaiming`] would release words twice.
+    /// queued (held back ones included). Called by the consumer once the producer is gone, or by
+    /// the ring's last owner. Racing [`SpscRing::push_reclaiming`] would release words twice.
     pub fn release_rest(&self, queued: bool, release: impl FnMut(&[AtomicUsize])) {
         let end = if queued {
-            self.filled.0.load(Acquire)
+            // The producer's own index (it is gone, its last store seen through whatever said
+            // so): what it held back is queued too.
+            self.producer.0.next.load(Relaxed)
         } else {
             self.taken.0.load(Acquire)
         };
@@ -309,6 +341,44 @@ mod tests {
     /// A release callback taking each word of each run.
     fn each(mut f: impl FnMut(usize)) -> impl FnMut(&[AtomicUsize]) {
         move |run| run.iter().for_each(|w| f(w.load(Relaxed)))
+    }
+
+    /// Held-back words: stored and counted by the producer, invisible to the consumer until a
+    /// push without `hold` or `publish`, and released by `release_rest` if never published.
+    #[test]
+    fn held_words_wait_for_a_publication() {
+        let r = SpscRing::new(8);
+        assert_eq!(r.push_mapped(&[1, 2, 3], |w| w, true), 3);
+        assert_eq!(r.producer_len(false).0, 3, "the producer counts them");
+        assert_eq!((r.len(), r.skip(8)), (0, 0), "the consumer does not see them");
+        assert_eq!(r.push_mapped(&[4], |w| w, true), 1);
+        r.publish();
+        let mut got = Vec::new();
+        assert_eq!(r.pop(8, |w| got.push(w)), 4);
+        assert_eq!(got, [1, 2, 3, 4]);
+        r.publish();
+        assert_eq!(r.pop(8, |_| ()), 0, "a second publication shows nothing new");
+        // A push without `hold` publishes what was held before it.
+        r.push_mapped(&[5, 6], |w| w, true);
+        r.push_mapped(&[7], |w| w, false);
+        got.clear();
+        assert_eq!(r.pop(8, |w| got.push(w)), 3);
+        assert_eq!(got, [5, 6, 7]);
+        // Held words take room: the ring is full with them.
+        assert_eq!(r.push_mapped(&[0; 9], |w| w, true), 8);
+        assert_eq!(r.push_mapped(&[0], |w| w, false), 0);
+        // Reclaiming: what is held when the producer goes is released with the queued words.
+        let r = SpscRing::new(8);
+        r.push_reclaiming_mapped(&[1, 2], |w| w, |_| (), false);
+        assert_eq!(r.skip(8), 2);
+        let mut released = Vec::new();
+        r.push_reclaiming_mapped(&[3, 4], |w| w, each(|w| released.push(w)), true);
+        assert_eq!(released, [1, 2], "a held push still releases what was taken");
+        assert_eq!(r.skip(8), 0);
+        r.push_reclaiming_mapped(&[5], |w| w, |_| (), true);
+        let mut rest = Vec::new();
+        r.release_rest(true, each(|w| rest.push(w)));
+        assert_eq!(rest, [3, 4, 5], "held ones, each once");
     }
 
     /// Released words come as they lie in the ring: one run, or two where they wrap.

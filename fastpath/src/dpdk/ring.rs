@@ -156,8 +156,20 @@ impl MbufRing {
     /// (in order). Returns how many were enqueued.
     #[inline]
     pub fn enqueue(&self, pkts: &mut Vec<Mbuf>) -> usize {
+        self.enqueue_held(pkts, false)
+    }
+
+    /// [`MbufRing::enqueue`]; with `hold`, an SPSC ring's consumer may see these packets, and
+    /// any held before, only after [`MbufRing::publish`] or an enqueue without `hold`
+    /// ([`SpscRing::push_mapped`]; a DPDK ring publishes every enqueue). What is held stays the
+    /// ring's: counted in its producer's length, freed with it.
+    #[inline]
+    pub fn enqueue_held(&self, pkts: &mut Vec<Mbuf>, hold: bool) -> usize {
         let len = pkts.len();
         if len == 0 {
+            if !hold {
+                self.publish();
+            }
             return 0;
         }
         let slots = pkts.as_mut_ptr() as *mut usize;
@@ -184,11 +196,11 @@ impl MbufRing {
             // passed them, the unmarked ones without a read of their headers (`Freed`).
             Slots::Reclaiming(r) => {
                 let mut freed = Freed::new(home);
-                let n = r.push_reclaiming_mapped(words(), tag, |run| freed.push_run(run));
+                let n = r.push_reclaiming_mapped(words(), tag, |run| freed.push_run(run), hold);
                 freed.flush();
                 n
             }
-            Slots::Spsc(r) => r.push_mapped(words(), tag),
+            Slots::Spsc(r) => r.push_mapped(words(), tag, hold),
             Slots::Dpdk(raw) => {
                 // SAFETY: i < len: marking changes slot i's bits, not the mbuf; the slots the
                 // ring did not take are unmarked again before `pkts` is used as mbufs.
@@ -216,6 +228,15 @@ impl MbufRing {
             pkts.set_len(len - n);
         }
         n
+    }
+
+    /// Producer: publishes what [`MbufRing::enqueue_held`] held back, if anything.
+    #[inline]
+    pub fn publish(&self) {
+        match &self.slots {
+            Slots::Spsc(r) | Slots::Reclaiming(r) => r.publish(),
+            Slots::Dpdk(_) => {}
+        }
     }
 
     /// Dequeues up to the spare capacity of `out` packets, appending them; returns how many.
@@ -263,12 +284,13 @@ impl MbufRing {
     /// Dequeues up to `max` (at most [`FREE_BURST`]) packets and frees them; returns how many.
     /// Those the producer left unmarked go back to the home pool's shared store in one put,
     /// without a read of their headers (type docs); the rest through `rte_pktmbuf_free_bulk`.
-    /// A reclaiming ring's consumer only takes them: the producer frees them on its next
-    /// enqueue.
+    /// A reclaiming ring's consumer only takes them, all that are ready whatever `max` (it
+    /// reads none, so nothing bounds the take, and one store of its index answers a
+    /// publication of several bursts): the producer frees them on its next enqueue.
     #[inline]
     pub fn dequeue_and_free(&self, max: usize) -> usize {
         if let Slots::Reclaiming(r) = &self.slots {
-            return r.skip(max.min(FREE_BURST));
+            return r.skip(usize::MAX);
         }
         // Not zeroed: the worker calls this on every poll, most of them finding the ring empty.
         let mut slots = [const { MaybeUninit::<usize>::uninit() }; FREE_BURST];
@@ -654,37 +676,47 @@ mod tests {
         for (i, m) in pkts.iter().enumerate() {
             assert_eq!(m.data(), &[2, 3 + i as u8, 0xaa, 0x55], "the rest stay, in order");
         }
-        assert_eq!(ring.dequeue_and_free(3), 3);
+        assert_eq!(ring.dequeue_and_free(3), 8, "a reclaiming ring's consumer takes all");
         let mut out = Vec::with_capacity(16);
         assert_eq!(ring.dequeue(&mut out), 0, "the consumer is handed nothing");
         assert_eq!((home.in_use(), other.in_use()), (5, 6), "taken, not freed");
-        assert_eq!(ring.len(), 5);
+        assert_eq!(ring.len(), 0);
 
-        // The next enqueue frees the three taken (all from `home`) and has room for them.
+        // The next enqueue frees the eight taken, to their own pools, and has room.
         assert_eq!(ring.enqueue(&mut pkts), 3);
         assert!(pkts.is_empty());
-        assert_eq!((home.in_use(), other.in_use()), (2, 6));
-        assert_eq!(ring.len(), 8);
-
-        // Five more taken: the producer is gone, so the consumer's side releases them.
-        assert_eq!(ring.dequeue_and_free(5), 5);
-        assert_eq!((home.in_use(), other.in_use()), (2, 6));
-        ring.release_rest(false);
-        assert_eq!(
-            (home.in_use(), other.in_use()),
-            (0, 3),
-            "those taken, to their own pools"
-        );
-        ring.release_rest(false);
-        assert_eq!((home.in_use(), other.in_use()), (0, 3), "each once");
+        assert_eq!((home.in_use(), other.in_use()), (0, 3));
         assert_eq!(ring.len(), 3);
 
-        // A shared mbuf (a second owner) is marked: the release drops one reference and
-        // leaves it to its other owner; the home pool's mbufs around it are put back unread.
+        // Taken: the producer is gone, so the consumer's side releases them.
+        assert_eq!(ring.dequeue_and_free(5), 3);
+        ring.release_rest(false);
+        assert_eq!((home.in_use(), other.in_use()), (0, 0), "those taken");
+        ring.release_rest(false);
+        assert_eq!((home.in_use(), other.in_use()), (0, 0), "each once");
+
+        // Held back: invisible to the consumer until published; queued and held ones both go
+        // with `release_rest(true)`.
+        let mut pkts = fill(home, 4, 4);
+        assert_eq!(ring.enqueue_held(&mut pkts, true), 4);
+        assert_eq!((ring.len(), ring.dequeue_and_free(8)), (0, 0));
+        ring.publish();
+        assert_eq!(ring.dequeue_and_free(8), 4);
+        let mut pkts = fill(home, 2, 6);
+        assert_eq!(ring.enqueue_held(&mut pkts, false), 2, "releases the four taken");
+        assert_eq!(home.in_use(), 2);
+        let mut pkts = fill(home, 3, 7);
+        assert_eq!(ring.enqueue_held(&mut pkts, true), 3);
+        assert_eq!(ring.len(), 2, "the published two");
+        ring.release_rest(true);
+        assert_eq!((home.in_use(), other.in_use()), (0, 0), "queued and held");
+
         ring.release_rest(true);
         assert_eq!((home.in_use(), other.in_use()), (0, 0));
         drop(ring);
         assert_eq!((home.in_use(), other.in_use()), (0, 0), "nothing freed twice");
+        // A shared mbuf (a second owner) is marked: the release drops one reference and
+        // leaves it to its other owner; the home pool's mbufs around it are put back unread.
         let ring = MbufRing::new(8, home.clone(), sync).expect("ring");
         let mut mixed = fill(home, 2, 3);
         let shared = fill(home, 1, 5).pop().expect("one");

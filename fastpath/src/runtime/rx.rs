@@ -41,8 +41,14 @@ impl RxIo<Mbuf> for DpdkIo {
         std::mem::take(&mut self.reclaim_due)
     }
     #[inline(always)]
-    fn enqueue(&mut self, socket: &Socket, slot: usize, pkts: &mut Vec<Mbuf>) -> usize {
-        ring(socket, slot).map_or(0, |r| r.enqueue(pkts))
+    fn enqueue(&mut self, socket: &Socket, slot: usize, pkts: &mut Vec<Mbuf>, hold: bool) -> usize {
+        ring(socket, slot).map_or(0, |r| r.enqueue_held(pkts, hold))
+    }
+    #[inline]
+    fn publish(&mut self, socket: &Socket, slot: usize) {
+        if let Some(r) = ring(socket, slot) {
+            r.publish();
+        }
     }
     #[inline(always)]
     fn prefetch(&mut self, socket: &Socket, slot: usize, step: u8) {

@@ -409,6 +409,70 @@ fn the_next_burst_warms_the_one_socket_the_last_enqueued_to() {
     assert_eq!(count(&e, Outcome::Delivered), 2 + 1 + 30 + 1 + 1 + 1 + 1);
 }
 
+/// Under load (full bursts) to one socket, its queue publishes every HOLD_BURSTS bursts; a
+/// burst that is not full, touches another socket or several, an idle poll, a new generation
+/// and the stop publish what is held; nothing is ever held for more than one socket.
+#[test]
+fn full_bursts_to_one_socket_publish_every_few_bursts_and_anything_else_at_once() {
+    let mut e = engine_with(tables(1, 3, 4096), Collect::new(0));
+    let flow = |sport: u16| v4_frame(THEM, ME, IpProtocol::UDP, &[], 0, &udp_bytes(sport, 7, b"x"));
+    let full = |sport: u16| vec![flow(sport); BURST];
+    let held = |e: &Engine| e.io().held.clone();
+    // Two flows on different sockets.
+    run_burst(&mut e, &[flow(1000)], T0);
+    let a = e.io().delivered[0].0;
+    let other = (1001..1100)
+        .find(|&p| {
+            run_burst(&mut e, &[flow(p)], T0);
+            e.io().delivered.last().unwrap().0 != a
+        })
+        .expect("a flow on another socket");
+    let b = e.io().delivered.last().unwrap().0;
+    assert_eq!(held(&e), vec![], "bursts that are not full publish");
+    let mut fed = e.io().delivered.len();
+    let mut burst = |e: &mut Engine, frames: &[Vec<u8>]| {
+        fed += frames.len();
+        let mut v: Vec<HeapBuf> = frames.iter().map(|f| HeapBuf::new(f)).collect();
+        e.burst(0, 0, T0, &mut v);
+    };
+    for round in 0..3 {
+        for i in 1..HOLD_BURSTS as usize {
+            burst(&mut e, &full(1000));
+            assert_eq!(held(&e), vec![(a, i * BURST)], "round {round}, burst {i}");
+        }
+        burst(&mut e, &full(1000));
+        assert_eq!(held(&e), vec![], "the {HOLD_BURSTS}th publishes");
+    }
+    // Another socket: what the first held is published, the other's held.
+    burst(&mut e, &full(1000));
+    burst(&mut e, &full(other));
+    assert_eq!(held(&e), vec![(b, BURST)]);
+    // A burst that is not full, to the held socket: published.
+    burst(&mut e, &[flow(other)]);
+    assert_eq!(held(&e), vec![]);
+    // Two sockets in one burst: nothing held.
+    let mut two = full(1000);
+    two[0] = flow(other);
+    burst(&mut e, &two);
+    assert_eq!(held(&e), vec![]);
+    // A burst with no delivery (all to a closed port): the held one is published.
+    burst(&mut e, &full(1000));
+    burst(&mut e, &vec![udp(9, b"closed"); BURST]);
+    assert_eq!(held(&e), vec![]);
+    // An idle poll, a new generation, the stop.
+    burst(&mut e, &full(1000));
+    e.idle();
+    assert_eq!(held(&e), vec![]);
+    burst(&mut e, &full(1000));
+    e.adopt(tables(2, 3, 4096), T0);
+    assert_eq!(held(&e), vec![]);
+    burst(&mut e, &full(1000));
+    assert_eq!(held(&e).len(), 1);
+    e.stop(T0);
+    assert_eq!(held(&e), vec![]);
+    assert_eq!(total(&e), fed as u64, "every packet counted once");
+}
+
 proptest::proptest! {
     /// Datagrams to an open and a closed port, cut into fragments, some lost, shuffled, in bursts
     /// of random sizes and times: whatever completes, times out or is flushed at the stop, every
