@@ -24,7 +24,7 @@
 //! back to its caller ([`SpscRing::push_reclaiming`]) — the completion ring of a NIC's transmit
 //! path, where the driver frees what the hardware reports sent. The slots (and what the words
 //! point to: mbufs, freed into the producer's own mempool cache) never leave the producer's
-//! core; the indices still cross once per burst each way.
+//! core; the indices still cross once per publication each way.
 //!
 //! A producer may also hold words back ([`SpscRing::push_mapped`] with `hold`): stored, counted
 //! in its own length, but published only by a later push or [`SpscRing::publish`]. Each

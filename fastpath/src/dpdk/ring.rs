@@ -64,9 +64,10 @@ pub const FREE_BURST: usize = 64;
 /// marked free above (`Freed`): by then they have left the core's cache when the ring is one
 /// of many.
 /// The slots and the mbufs never leave the RX lcore's cache and the worker touches no mempool
-/// (no shared store, no spinlock); what crosses is one index each way per burst. Paired 4-s
-/// open-sink runs against the marked free above: 1.096 x (14 pairs, 12 faster; 1.055 x in 16
-/// pairs, 12 faster, before the last clean-up). Such a ring hands its consumer no packet
+/// (no shared store, no spinlock); what crosses is one index each way per publication (a burst,
+/// or several under load: `rx::HOLD_BURSTS`). Paired 4-s open-sink runs against the marked free
+/// above: 1.096 x (14 pairs, 12 faster; 1.055 x in 16 pairs, 12 faster, before the last
+/// clean-up). Such a ring hands its consumer no packet
 /// ([`MbufRing::dequeue`] returns none), so the daemon keeps a socket across a reload only
 /// for the same use (`Socket::sync`).
 pub struct MbufRing {

@@ -69,7 +69,6 @@ impl Pipeline {
         let Some(h) = pkt.data().first_chunk::<42>() else {
             return Some(Verdict::Drop(Outcome::Malformed));
         };
-        let dport = wire::be16(h, 36);
         // Ours, then the source-validation rule (`pipeline/source.rs`), for a service's traffic
         // and a closed port's alike; not a group frame (declined above).
         if let Some(o) = source::v4_to_local_view(view, dst, src, || self.v4_to_local_listed(port, dst, src)) {
@@ -78,6 +77,9 @@ impl Pipeline {
         let t = &*self.tables;
         let Some(hit) = t.services.lookup_udp4(wire::bytes2(h, 36), dst) else {
             if view.kernel {
+                // The port in host order only here (its byte swap was an instruction on every
+                // packet to a closed port).
+                let dport = wire::be16(h, 36);
                 if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::UDP, dport)) {
                     // `[kernel] punt` takes it (`punt_port`'s decision): into the kernel path's
                     // sockets, as a service's packet, without the general parse (a flood
