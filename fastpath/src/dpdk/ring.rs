@@ -285,13 +285,12 @@ impl MbufRing {
     /// Dequeues up to `max` (at most [`FREE_BURST`]) packets and frees them; returns how many.
     /// Those the producer left unmarked go back to the home pool's shared store in one put,
     /// without a read of their headers (type docs); the rest through `rte_pktmbuf_free_bulk`.
-    /// A reclaiming ring's consumer only takes them, all that are ready whatever `max` (it
-    /// reads none, so nothing bounds the take, and one store of its index answers a
-    /// publication of several bursts): the producer frees them on its next enqueue.
+    /// A reclaiming ring's consumer only takes them (up to `max`, any number: it reads none):
+    /// the producer frees them on its next enqueue.
     #[inline]
     pub fn dequeue_and_free(&self, max: usize) -> usize {
         if let Slots::Reclaiming(r) = &self.slots {
-            return r.skip(usize::MAX);
+            return r.skip(max);
         }
         // Not zeroed: the worker calls this on every poll, most of them finding the ring empty.
         let mut slots = [const { MaybeUninit::<usize>::uninit() }; FREE_BURST];
@@ -677,7 +676,11 @@ mod tests {
         for (i, m) in pkts.iter().enumerate() {
             assert_eq!(m.data(), &[2, 3 + i as u8, 0xaa, 0x55], "the rest stay, in order");
         }
-        assert_eq!(ring.dequeue_and_free(3), 8, "a reclaiming ring's consumer takes all");
+        assert_eq!(
+            ring.dequeue_and_free(usize::MAX),
+            8,
+            "a reclaiming ring's consumer takes any number"
+        );
         let mut out = Vec::with_capacity(16);
         assert_eq!(ring.dequeue(&mut out), 0, "the consumer is handed nothing");
         assert_eq!((home.in_use(), other.in_use()), (5, 6), "taken, not freed");
@@ -702,7 +705,8 @@ mod tests {
         assert_eq!(ring.enqueue_held(&mut pkts, true), 4);
         assert_eq!((ring.len(), ring.dequeue_and_free(8)), (0, 0));
         ring.publish();
-        assert_eq!(ring.dequeue_and_free(8), 4);
+        assert_eq!(ring.dequeue_and_free(3), 3, "at most `max`");
+        assert_eq!(ring.dequeue_and_free(8), 1);
         let mut pkts = fill(home, 2, 6);
         assert_eq!(ring.enqueue_held(&mut pkts, false), 2, "releases the four taken");
         assert_eq!(home.in_use(), 2);

@@ -292,7 +292,10 @@ impl Out {
             let Some(r) = ring(&d.socket, j) else {
                 continue;
             };
-            let n = r.dequeue_and_free(BURST);
+            // A sink without a cost takes all that is ready (one store of the ring's index for
+            // a publication of several bursts, `rx::HOLD_BURSTS`); one with a cost a burst at a
+            // time, so that its backlog stays what it has not yet spent the cost on.
+            let n = r.dequeue_and_free(if d.cost_cycles == 0 { usize::MAX } else { BURST });
             if queues > 1 {
                 d.socket.publish_depth(j, r.consumer_len());
             }
