@@ -40,9 +40,9 @@ pub const ELECTION_BACKOFF: u32 = 63;
 /// Each publication is a store to a line the socket's worker keeps reading (it polls the queue),
 /// so the RX lcore's next one waits for that line to come back: one cross-core transfer a burst,
 /// 100-200 cycles where the guest's two vCPUs sit on distant cores. Paired 4-s open-sink runs,
-/// publication every 4 bursts against every burst: 1.014 x by the median (14 pairs, 11 faster),
-/// and none of the slow rounds (6 of 14 at 30.7-31.5 Mpps every burst, none below 33.7 Mpps
-/// every 4), which the per-round median of issue 35's goal run fell into. Held only under load
+/// publication every 4 bursts against every burst: 1.014 x and 1.007 x by the median (2 x 14
+/// pairs), and the slow rounds gone (6 and 3 of 14 at 30.7-31.5 Mpps every burst, none below
+/// 33.3 every 4), which the per-round median of issue 35's goal run fell into. Held only under load
 /// (a full burst) and only for one socket (the burst's only one), so what a queue's consumer
 /// has not seen is at most `HOLD_BURSTS - 1` bursts of one lcore: a flood spread over many
 /// sockets holds nothing back (it would hold mbufs by the socket, enough to drain the pool).
