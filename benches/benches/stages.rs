@@ -490,12 +490,13 @@ fn gre_encap(c: &mut Criterion) {
     for (name, full) in [("encap_plain", false), ("encap_key_seq_csum", true)] {
         let tunnels = vec![tunnel(full)];
         let mut seq = 0u32;
+        let mut idents = fastpath::ident::Idents::from_os();
         g.bench_function(name, |b| {
             b.iter_batched_ref(
                 || template.clone(),
                 |pkt| {
                     seq = seq.wrapping_add(1);
-                    let r = gre::encapsulate(pkt, &tunnels, 0, full.then_some(seq), 7);
+                    let r = gre::encapsulate(pkt, &tunnels, 0, full.then_some(seq), &mut idents);
                     debug_assert_eq!(r, Ok(1));
                     black_box(pkt.len())
                 },

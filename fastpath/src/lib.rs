@@ -5,6 +5,7 @@
 //! - [`buf`]: the [`buf::PacketBuf`] trait every stage works on, with a heap implementation for tests;
 //! - [`pipeline`]: the per-packet stages. Each is a plain struct that takes `now` and returns a
 //!   [`pipeline::Verdict`]; none reads a clock, allocates per packet or calls DPDK;
+//! - [`ident`]: the IP identification of every packet an lcore originates;
 //! - [`outcome`] and [`stats`]: the closed set of packet outcomes and the per-lcore counter blocks;
 //! - [`socket`] and [`spsc`]: the sockets' queue abstraction, and the lock-free single-producer,
 //!   single-consumer ring of words behind a socket fed by one RX lcore;
@@ -21,6 +22,7 @@ pub mod buf;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod generation;
+pub mod ident;
 pub mod outcome;
 pub mod pipeline;
 pub mod rx;

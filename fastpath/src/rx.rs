@@ -24,6 +24,8 @@ use crate::tx::{fragment_into_tunnel, needs_fragmenting, queue_in_fragments, Tra
 use std::sync::Arc;
 
 #[cfg(test)]
+mod attack_tests;
+#[cfg(test)]
 mod tests;
 
 /// Datagrams reassembled per poll at most, when timing out (bounded work).
@@ -144,8 +146,6 @@ pub struct RxEngine<B: LcoreBuf, Io: RxIo<B>> {
     #[cfg(test)]
     second_loop: u64,
     stats: Arc<LcoreStats>,
-    /// Identification for IPv6 fragments this lcore sends.
-    ident: u32,
     /// Fragments of an answer being sent (reused: no allocation per packet, even there).
     scratch: Vec<B>,
     /// What such an answer leaves to free while its pieces are queued (reused likewise).
@@ -224,7 +224,6 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             #[cfg(test)]
             second_loop: 0,
             stats,
-            ident: slot as u32,
             scratch: Vec::with_capacity(64),
             spare: Vec::with_capacity(64),
             warm: None,
@@ -493,8 +492,9 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     }
 
     /// The end of a poll that started at `now`: reassembly expiry (bounded work per poll, no
-    /// background thread: seed 001), then every TX batch sent.
+    /// background thread: seed 001), then every TX batch sent; the identifications' clock.
     pub fn poll_done(&mut self, now: Instant) {
+        self.pipeline.idents().set_now(now);
         if self.reasm.next_deadline().is_some_and(|d| d <= now) {
             self.reasm.expire(now, EXPIRE_BUDGET, &mut self.side);
             self.settle_reassembly(now);
@@ -738,9 +738,9 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             outcomes.push(Some(o));
             return;
         }
-        self.ident = self.ident.wrapping_add(1);
+        let ident = self.pipeline.idents().for_frame(m.data());
         let io = &mut self.side.io;
-        let ok = crate::tx::fragment_frame(&m, mtu, |len| io.alloc(len), self.ident, &mut self.scratch);
+        let ok = crate::tx::fragment_frame(&m, mtu, |len| io.alloc(len), ident, &mut self.scratch);
         self.drops.push(m);
         let n = self.scratch.len();
         if !ok || n == 0 {
@@ -758,12 +758,12 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// encapsulated ([`fragment_into_tunnel`]); the last piece counts the outcome.
     #[cold]
     fn transmit_through(&mut self, tunnel: u16, m: B, o: Outcome) {
-        let tables = self.pipeline.tables();
+        let slot = self.pipeline.slot();
+        let (tables, idents) = self.pipeline.tables_and_idents();
         let t = tunnel as usize;
         let stats = &*self.stats;
         let (tx, drops) = (&mut self.tx, &mut self.drops);
         let io = &mut self.side.io;
-        self.ident = self.ident.wrapping_add(1);
         let mut counted = false;
         let held = &mut self.spare;
         let sent = fragment_into_tunnel(
@@ -771,7 +771,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             &tables.tunnels,
             t,
             |len| io.alloc(len),
-            self.ident as u16,
+            idents,
             &mut self.scratch,
             held,
             |port, piece, last| match tx.get_mut(port as usize) {
@@ -786,7 +786,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         );
         drops.append(held);
         if sent && counted {
-            tables.tunnels[t].counters.rx[self.pipeline.slot()].encap.inc();
+            tables.tunnels[t].counters.rx[slot].encap.inc();
         } else if !counted {
             stats.outcome(Outcome::TxFull);
         }
@@ -810,7 +810,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             }
             return;
         }
-        self.ident = self.ident.wrapping_add(1);
+        let ident = self.pipeline.idents().for_frame(m.data());
         let io = &mut self.side.io;
         let sent = queue_in_fragments(
             b,
@@ -818,7 +818,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             mtu,
             (Some(o), None),
             |len| io.alloc(len),
-            self.ident,
+            ident,
             &mut self.scratch,
             &mut self.drops,
             |b, drops| b.flush(stats, drops, count_rx_tx(stats)),

@@ -8,6 +8,7 @@
 //! answer is known.
 
 use crate::buf::{LcoreBuf, PacketBuf};
+use crate::ident::Idents;
 use crate::pipeline::reasm::{fragment_v4, fragment_v6};
 use crate::pipeline::tunnel::{self, Tunnel};
 use crate::stats::LcoreStats;
@@ -166,8 +167,8 @@ pub fn queue_in_fragments<Q: Transmit<B>, B: LcoreBuf, T: Copy>(
 }
 
 /// Sends our own answer `m`, too big for tunnel `t`'s path, as a sender behind a tunnel device
-/// would: cut into inner fragments that fit ([`tunnel::inner_mtu`], IPv6 ones identified by
-/// `ident`), each encapsulated whole, so the far end needs no outer reassembly (which Open
+/// would: cut into inner fragments that fit ([`tunnel::inner_mtu`], IPv6 ones identified from
+/// `idents`, per destination), each encapsulated whole, so the far end needs no outer reassembly (which Open
 /// vSwitch's user-space datapath, for one, does not do). `each(port, piece, last)` queues every
 /// encapsulated piece; `m` and what cannot be cut or encapsulated go to `drops`. False when
 /// nothing could be sent.
@@ -177,12 +178,13 @@ pub fn fragment_into_tunnel<B: PacketBuf>(
     tunnels: &[Tunnel],
     t: usize,
     alloc: impl FnMut(usize) -> Option<B>,
-    ident: u16,
+    idents: &mut Idents,
     scratch: &mut Vec<B>,
     drops: &mut Vec<B>,
     mut each: impl FnMut(u16, B, bool),
 ) -> bool {
-    let ok = fragment_frame(&m, tunnel::inner_mtu(tunnels, t), alloc, ident as u32, scratch);
+    let ident = idents.for_frame(m.data());
+    let ok = fragment_frame(&m, tunnel::inner_mtu(tunnels, t), alloc, ident, scratch);
     drops.push(m);
     if !ok || scratch.is_empty() {
         drops.append(scratch);
@@ -191,7 +193,7 @@ pub fn fragment_into_tunnel<B: PacketBuf>(
     let n = scratch.len();
     let mut all = true;
     for (i, mut piece) in scratch.drain(..).enumerate() {
-        match tunnel::encapsulate(&mut piece, tunnels, t, None, ident) {
+        match tunnel::encapsulate(&mut piece, tunnels, t, None, idents) {
             Ok(port) => each(port, piece, i + 1 == n),
             Err(_) => {
                 all = false;

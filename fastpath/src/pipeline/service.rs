@@ -1059,7 +1059,7 @@ mod tunnelled {
                 256,
                 256,
             );
-            encapsulate(&mut b, &theirs, 0, None, 1).unwrap();
+            encapsulate(&mut b, &theirs, 0, None, &mut crate::ident::Idents::from_os()).unwrap();
             b.set_rss_hash(Some(0x8000_0000)); // what a NIC would give every packet of the tunnel
                                                // And its checksum verdicts, about the outer packet: the worker must not take them
                                                // for the inner datagram's.

@@ -16,6 +16,7 @@
 //!   (GRE in GRE in GRE ... on receive) is dropped and counted.
 
 use crate::buf::PacketBuf;
+use crate::ident::Idents;
 use crate::stats::Counter;
 use crate::wire::{
     ethernet, gre::GreRepr, EtherType, EthernetAddress, EthernetFrame, GrePacket, IpProtocol, Ipv4Packet, Ipv6Packet,
@@ -187,16 +188,16 @@ pub fn path_of(tunnels: &[Tunnel], mut t: usize) -> (u16, EthernetAddress, Ether
 
 /// Wraps the IP packet in `pkt` (an Ethernet frame, VLAN tags allowed) in tunnel `t`, and in the
 /// tunnels carrying it, in place: the result is an untagged Ethernet frame for the chain's port.
-/// `seq` is the sequence number for a sequence tunnel (its owner's). `ident` seeds outer IPv4
-/// identifications. Returns the port to send on.
+/// `seq` is the sequence number for a sequence tunnel (its owner's). Outer IPv4 headers take
+/// their identification from `idents`, per destination. Returns the port to send on.
 pub fn encapsulate<B: PacketBuf>(
     pkt: &mut B,
     tunnels: &[Tunnel],
     t: usize,
     seq: Option<u32>,
-    ident: u16,
+    idents: &mut Idents,
 ) -> Result<u16, EncapError> {
-    encapsulate_inner(pkt, tunnels, t, seq, ident, true)
+    encapsulate_inner(pkt, tunnels, t, seq, idents, true)
 }
 
 /// Like [`encapsulate`] without the MTU check: the result may be larger than the path MTU and
@@ -207,9 +208,9 @@ pub fn encapsulate_oversize<B: PacketBuf>(
     tunnels: &[Tunnel],
     t: usize,
     seq: Option<u32>,
-    ident: u16,
+    idents: &mut Idents,
 ) -> Result<u16, EncapError> {
-    encapsulate_inner(pkt, tunnels, t, seq, ident, false)
+    encapsulate_inner(pkt, tunnels, t, seq, idents, false)
 }
 
 fn encapsulate_inner<B: PacketBuf>(
@@ -217,7 +218,7 @@ fn encapsulate_inner<B: PacketBuf>(
     tunnels: &[Tunnel],
     t: usize,
     seq: Option<u32>,
-    ident: u16,
+    idents: &mut Idents,
     check_mtu: bool,
 ) -> Result<u16, EncapError> {
     let (port, src_mac, dst_mac, mtu, overhead) = path_of(tunnels, t);
@@ -268,7 +269,8 @@ fn encapsulate_inner<B: PacketBuf>(
                     payload_len: (glen + payload) as u16,
                     ttl: tun.ttl,
                     dscp_ecn: 0,
-                    ident: ident.wrapping_add(cur as u16),
+                    // Not atomic (a router may cut it): unique per backend (RFC 6864 §4.2).
+                    ident: idents.reserve(IpAddr::V4(src), IpAddr::V4(dst), IpProtocol::GRE.0, 1) as u16,
                     dont_frag: false,
                 }
                 .emit(b);
@@ -428,6 +430,11 @@ pub fn inner_dont_frag(frame: &[u8], l2: usize) -> bool {
 
 #[cfg(test)]
 mod tests {
+    /// Identification state for the tests (its values are not what they check).
+    fn ids() -> Idents {
+        Idents::with_keys([1, 2, 3, 4])
+    }
+
     use super::*;
     use crate::buf::HeapBuf;
     use crate::pipeline::parse::tests::{udp_bytes, v4_frame};
@@ -487,7 +494,7 @@ mod tests {
             let tuns = vec![tunnel("t", key, seq, csum, port())];
             let orig = inner();
             let mut b = HeapBuf::new(&orig);
-            assert_eq!(encapsulate(&mut b, &tuns, 0, Some(7), 0x1234), Ok(0));
+            assert_eq!(encapsulate(&mut b, &tuns, 0, Some(7), &mut ids()), Ok(0));
             let d = b.data();
             assert_eq!(&d[0..6], &B.0);
             assert_eq!(&d[6..12], &A.0);
@@ -524,7 +531,7 @@ mod tests {
         }];
         let wrap = |seq: u32, inner_bytes: &[u8]| {
             let mut b = HeapBuf::new(inner_bytes);
-            encapsulate(&mut b, &tuns, 0, Some(seq), 1).unwrap();
+            encapsulate(&mut b, &tuns, 0, Some(seq), &mut ids()).unwrap();
             b
         };
         let good = inner();
@@ -555,7 +562,7 @@ mod tests {
         let orig = inner();
         let wrap = |seq: u32| {
             let mut b = HeapBuf::new(&orig);
-            encapsulate(&mut b, &tuns, 0, Some(seq), 1).unwrap();
+            encapsulate(&mut b, &tuns, 0, Some(seq), &mut ids()).unwrap();
             b
         };
         let mut last = vec![None];
@@ -606,7 +613,7 @@ mod tests {
         }];
         let unchecked = |seq: u32| {
             let mut b = HeapBuf::new(&orig);
-            encapsulate(&mut b, &plain, 0, Some(seq), 1).unwrap();
+            encapsulate(&mut b, &plain, 0, Some(seq), &mut ids()).unwrap();
             b
         };
         assert_eq!(
@@ -687,7 +694,7 @@ mod tests {
         let tuns = vec![inner_t, outer];
         let orig = inner();
         let mut b = HeapBuf::new(&orig);
-        assert_eq!(encapsulate(&mut b, &tuns, 0, None, 0), Ok(0));
+        assert_eq!(encapsulate(&mut b, &tuns, 0, None, &mut ids()), Ok(0));
         let d = b.data();
         let o = Ipv4Packet::new_checked(&d[14..]).unwrap();
         assert_eq!(
@@ -714,7 +721,10 @@ mod tests {
             },
         )];
         let mut b = HeapBuf::new(&orig);
-        assert_eq!(encapsulate(&mut b, &small, 0, None, 0), Err(EncapError::TooBig(26)));
+        assert_eq!(
+            encapsulate(&mut b, &small, 0, None, &mut ids()),
+            Err(EncapError::TooBig(26))
+        );
         assert_eq!(b.data(), &orig[..], "untouched when refused");
     }
 
@@ -725,7 +735,7 @@ mod tests {
         t.remote = "2001:db8::2".parse().unwrap();
         let orig = inner();
         let mut b = HeapBuf::new(&orig);
-        encapsulate(&mut b, &[t], 0, None, 0).unwrap();
+        encapsulate(&mut b, &[t], 0, None, &mut ids()).unwrap();
         let d = b.data();
         assert_eq!(&d[12..14], &[0x86, 0xdd]);
         let ip = Ipv6Packet::new_checked(&d[14..]).unwrap();
@@ -823,7 +833,7 @@ mod pipeline_tests {
         let theirs = vec![t(Some(5), seq > 0, "192.0.2.2", "192.0.2.1", (PEER_MAC, ME_MAC))];
         let mut b = HeapBuf::with_room(&ping, 512, 512);
         for _ in 0..layers {
-            encapsulate(&mut b, &theirs, 0, Some(seq), 7).unwrap();
+            encapsulate(&mut b, &theirs, 0, Some(seq), &mut Idents::with_keys([1, 2, 3, 4])).unwrap();
         }
         b
     }

@@ -11,6 +11,7 @@ use super::{handoff_ring, ring, spin, IdlePolicy, Polls, RunControl};
 use crate::buf::{PacketBuf, Tunnelled};
 use crate::dpdk::{Mbuf, Mempool, RxQueue, TxQueue};
 use crate::generation::Published;
+use crate::ident::Idents;
 use crate::pipeline::{service, tunnel, Action, Backends, Tables};
 use crate::socket::{Socket, SocketLcoreCounters};
 use crate::stats::LcoreStats;
@@ -167,8 +168,8 @@ struct Out {
     scratch: Vec<Mbuf>,
     /// What such an answer leaves to free while its pieces are queued (reused likewise).
     spare: Vec<Mbuf>,
-    /// Identification for the fragments and outer headers this worker builds.
-    ident: u16,
+    /// The IP identification of what this worker originates ([`crate::ident`]).
+    idents: Idents,
     /// Advanced every poll: the RX lcore slot whose queue of each socket is drained first, so
     /// that no RX lcore's queue is always served first (round robin over a socket's queues).
     turn: usize,
@@ -184,8 +185,7 @@ impl Out {
         if !needs_fragmenting(&m, mtu) {
             return self.send_whole(cx, port, m, tag);
         }
-        self.ident = self.ident.wrapping_add(1);
-        let ident = self.ident as u32;
+        let ident = self.idents.for_frame(m.data());
         self.send_cut(cx, port, m, mtu, tag, ident)
     }
 
@@ -369,7 +369,6 @@ impl Out {
             handoff[ti].push(m);
             return true;
         }
-        self.ident = self.ident.wrapping_add(1);
         self.encap(cx, m, ti, None, tag);
         false
     }
@@ -470,7 +469,6 @@ impl Out {
         for m in buf.drain(..) {
             let s = *seq;
             *seq = seq.wrapping_add(1);
-            self.ident = self.ident.wrapping_add(1);
             self.encap(cx, m, ti, Some(s), Tag::Tunnel(ti as u32));
             self.free_if_full();
         }
@@ -484,7 +482,7 @@ impl Out {
         let c = &cx.tables.tunnels[ti].counters.workers[self.slot];
         let came_through = m.tunnelled();
         m.set_tunnelled(None);
-        match tunnel::encapsulate(&mut m, &cx.tables.tunnels, ti, seq, self.ident) {
+        match tunnel::encapsulate(&mut m, &cx.tables.tunnels, ti, seq, &mut self.idents) {
             Ok(port) => {
                 if !self.send_whole(cx, port, m, tag) {
                     c.tx_full.inc();
@@ -523,7 +521,7 @@ impl Out {
             &cx.tables.tunnels,
             ti,
             |len| pool.alloc().filter(|x| x.tailroom() >= len),
-            self.ident,
+            &mut self.idents,
             &mut self.scratch,
             &mut self.spare,
             |port, piece, last| match tx.get_mut(port as usize) {
@@ -569,7 +567,7 @@ impl Out {
             let port = m.port();
             let mac = tables.ports.get(port as usize).map(|a| a.mac()).unwrap_or_default();
             if !(icmp_error::eligible(kind, &p, m.data())
-                && icmp_error::build_in_place(&mut m, &p, mac, p.dst, kind, self.ident))
+                && icmp_error::build_in_place(&mut m, &p, mac, p.dst, kind, self.idents.atomic()))
             {
                 self.drops.push(m);
                 return;
@@ -580,7 +578,7 @@ impl Out {
             };
             match tables.tunnel_of(t) {
                 Some(vi) if !tables.tunnels[vi].sequence => {
-                    match tunnel::encapsulate(&mut m, &tables.tunnels, vi, None, self.ident) {
+                    match tunnel::encapsulate(&mut m, &tables.tunnels, vi, None, &mut self.idents) {
                         Ok(out) => {
                             self.send_whole(cx, out, m, Tag::Tunnel(vi as u32));
                         }
@@ -593,14 +591,16 @@ impl Out {
             }
             return;
         }
-        let Ok(out_port) = tunnel::encapsulate_oversize(&mut m, &tables.tunnels, ti, seq, self.ident) else {
+        let Ok(out_port) = tunnel::encapsulate_oversize(&mut m, &tables.tunnels, ti, seq, &mut self.idents) else {
             self.drops.push(m);
             return;
         };
         let mtu = tunnel::path_of(&tables.tunnels, ti).3;
         let has_queue = matches!(self.tx.get(out_port as usize), Some(Some(_)));
         let c = &tables.tunnels[ti].counters.workers[self.slot];
-        if self.send_cut(cx, out_port, m, mtu, Tag::Tunnel(ti as u32), self.ident as u32) {
+        // The outer header's own identification (IPv4 fragments keep their datagram's).
+        let ident = self.idents.for_frame(m.data());
+        if self.send_cut(cx, out_port, m, mtu, Tag::Tunnel(ti as u32), ident) {
             c.fragmented.inc();
         } else if has_queue {
             c.tx_full.inc();
@@ -739,7 +739,7 @@ impl WorkerLcore {
             drops: Vec::with_capacity(BURST),
             scratch: Vec::with_capacity(64),
             spare: Vec::with_capacity(64),
-            ident: (self.slot as u16).wrapping_mul(0x9e37).wrapping_add(0x5555),
+            idents: Idents::from_os(),
             turn: 0,
         };
         let mut buf: Vec<Mbuf> = Vec::with_capacity(BURST);
@@ -751,6 +751,8 @@ impl WorkerLcore {
             // Read before draining: if RX had already stopped, an empty pass means truly empty.
             let finishing = control.stop_requested() && control.rx_all_exited();
             let t0 = polls.start(&self.stats);
+            // TSC ticks for nanoseconds: only the scale of the random increments follows it.
+            out.idents.set_now(crate::pipeline::Instant(t0));
             let mut got = 0usize;
             let mut from_kernel = 0usize;
             {

@@ -49,7 +49,8 @@ pub const IPV4_ERROR_TOS: u8 = 0xc0;
 /// Turns the frame `pkt`, holding the packet `p` describes, into an error of `kind` about it, in
 /// place: from `local_mac` and `local_ip` (a unicast address of ours in the packet's family,
 /// normally the one it was sent to) back to the packet's sender. `ident` is the IPv4
-/// identification (ignored for IPv6).
+/// identification (ignored for IPv6): the datagram is atomic (DF set), so a random one
+/// ([`crate::ident::Idents::atomic`]).
 ///
 /// `false`, with the packet in an unspecified state (drop it), when the error cannot be built:
 /// `kind` does not exist in the packet's family, `local_ip` is of the other family or not
@@ -126,8 +127,10 @@ pub fn build_in_place<B: PacketBuf>(
                 payload_len: msg_len as u16,
                 ttl: HOP_LIMIT,
                 dscp_ecn: IPV4_ERROR_TOS,
+                // Atomic (RFC 6864 §4.1), so `ident` may be random: at most 576 bytes, which
+                // every IPv4 path carries (RFC 1812 §4.3.2.3), it is never cut on the way.
                 ident,
-                dont_frag: false,
+                dont_frag: true,
             }
             .emit(&mut b[l3..]);
             let at = l3 + ipv4::MIN_HEADER_LEN;

@@ -703,8 +703,8 @@ fn port_unreachable_v4_golden() {
     let expect: [u8; 75] = [
         // Ethernet: back to the sender, from us
         0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00,
-        // IPv4: precedence 6, total 61, ident 0xbeef, DF clear, TTL 64, ICMP, us -> them
-        0x45, 0xc0, 0x00, 0x3d, 0xbe, 0xef, 0x00, 0x00, 0x40, 0x01, 0xce, 0xd4,
+        // IPv4: precedence 6, total 61, ident 0xbeef, DF (atomic), TTL 64, ICMP, us -> them
+        0x45, 0xc0, 0x00, 0x3d, 0xbe, 0xef, 0x40, 0x00, 0x40, 0x01, 0x8e, 0xd4,
         0xc0, 0x00, 0x02, 0x01, 0xc6, 0x33, 0x64, 0x07,
         // ICMP Destination Unreachable, Port Unreachable, unused
         0x03, 0x03, 0xa5, 0x8c, 0x00, 0x00, 0x00, 0x00,
@@ -767,7 +767,7 @@ fn check_error(out: &[u8], orig: &[u8], p: &Parsed, local: IpAddr, kind: ErrorKi
             assert_eq!(ip.total_len(), f.payload().len());
             assert!(ip.total_len() <= IPV4_MAX_ERROR_LEN);
             assert_eq!((ip.src_addr(), ip.dst_addr()), (me, them));
-            assert_eq!((ip.ttl(), ip.protocol(), ip.dont_frag()), (64, IpProtocol::ICMP, false));
+            assert_eq!((ip.ttl(), ip.protocol(), ip.dont_frag()), (64, IpProtocol::ICMP, true));
             assert_eq!(ip.header_len(), 20);
             let icmp = Icmpv4Packet::new_checked(ip.payload()).unwrap();
             assert!(icmp.verify_checksum());

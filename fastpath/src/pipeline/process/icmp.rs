@@ -78,8 +78,7 @@ impl Pipeline {
             return Err(otherwise);
         };
         let mac = local.mac();
-        self.ident = self.ident.wrapping_add(1);
-        if !icmp_error::build_in_place(pkt, p, mac, p.dst, kind, self.ident) {
+        if !icmp_error::build_in_place(pkt, p, mac, p.dst, kind, self.idents.atomic()) {
             return Err(Verdict::Drop(Outcome::Malformed));
         }
         Ok(())

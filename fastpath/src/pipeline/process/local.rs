@@ -152,8 +152,7 @@ impl Pipeline {
             return Verdict::Drop(Outcome::NoService);
         };
         let mac = local.mac();
-        self.ident = self.ident.wrapping_add(1);
-        if !tcp_reset::build_in_place(pkt, p, mac, self.ident) {
+        if !tcp_reset::build_in_place(pkt, p, mac, self.idents.atomic()) {
             return Verdict::Drop(Outcome::Malformed);
         }
         self.reset_counters.sent[tcp_reset::family(p)].inc();

@@ -32,6 +32,7 @@ use super::tables::{PortAddrs, PortView, Tables};
 use super::verdict::{Instant, Verdict};
 use super::{arp, flow_limit, icmp_error, source, tcp_reset};
 use crate::buf::{NicChecksum, PacketBuf};
+use crate::ident::Idents;
 use crate::outcome::Outcome;
 use crate::wire::{self, EtherType, EthernetAddress, EthernetFrame, Toeplitz};
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -207,8 +208,8 @@ pub struct Pipeline {
     pub(super) icmp_seed: u64,
     /// Per tunnel: the last sequence number accepted on this lcore (RFC 2890 §2.2).
     pub(super) gre_seq: Vec<Option<u32>>,
-    /// Identification for the outer IPv4 headers this lcore builds.
-    pub(super) ident: u16,
+    /// The IP identification of everything this lcore originates (kept across reloads).
+    pub(super) idents: Idents,
     /// The socket of the last [`Verdict::Deliver`].
     pub(super) delivered_to: u32,
 }
@@ -216,6 +217,11 @@ pub struct Pipeline {
 impl Pipeline {
     /// A pipeline over `tables` for the RX lcore in counter slot `slot`.
     pub fn new(tables: Arc<Tables>, slot: usize) -> Self {
+        Self::with_idents(tables, slot, Idents::from_os())
+    }
+
+    /// [`Pipeline::new`] with the lcore's identification state.
+    fn with_idents(tables: Arc<Tables>, slot: usize, idents: Idents) -> Self {
         let mut fanout = FanoutState::new(tables.sockets.len(), slot, 0x9e37_79b9_7f4a_7c15 ^ slot as u64);
         fanout.flow_limit = tables.flow_limit.for_slot(slot).map(flow_limit::FlowLimit::new);
         let gre_seq = vec![None; tables.tunnels.len()];
@@ -248,7 +254,7 @@ impl Pipeline {
             rng: icmp_seed | 1,
             icmp_seed,
             gre_seq,
-            ident: (slot as u16).wrapping_mul(0x3779),
+            idents,
             delivered_to: 0,
         }
     }
@@ -294,7 +300,8 @@ impl Pipeline {
             .unwrap_or_else(|| tables.tcp_reset.global_bucket(Instant(0)));
         reset.apply(&tables.tcp_reset, reset_global, self.icmp_seed ^ RESET_SEED);
         let (rng, icmp_seed) = (self.rng, self.icmp_seed);
-        *self = Pipeline::new(tables, slot);
+        let idents = std::mem::replace(&mut self.idents, Idents::with_keys([0; 4]));
+        *self = Pipeline::with_idents(tables, slot, idents);
         self.gre_seq = seq;
         self.icmp = icmp;
         self.tcp_reset = reset;
@@ -314,6 +321,18 @@ impl Pipeline {
     #[inline(always)]
     pub fn delivered_to(&self) -> usize {
         self.delivered_to as usize
+    }
+
+    /// The IP identification state of this lcore ([`crate::ident`]).
+    #[inline]
+    pub fn idents(&mut self) -> &mut Idents {
+        &mut self.idents
+    }
+
+    /// The tables in use and the identification state, borrowed together.
+    #[inline]
+    pub fn tables_and_idents(&mut self) -> (&Arc<Tables>, &mut Idents) {
+        (&self.tables, &mut self.idents)
     }
 
     /// This lcore's counter slot.

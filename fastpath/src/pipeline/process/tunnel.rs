@@ -111,8 +111,7 @@ impl Pipeline {
                 outcome: o,
             };
         }
-        self.ident = self.ident.wrapping_add(1);
-        match tunnel::encapsulate(pkt, tunnels, t, None, self.ident) {
+        match tunnel::encapsulate(pkt, tunnels, t, None, &mut self.idents) {
             Ok(port) => {
                 tunnels[t].counters.rx[self.fanout.slot].encap.inc();
                 Verdict::TransmitOn { port, outcome: o }
