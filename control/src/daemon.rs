@@ -154,6 +154,11 @@ fn start_and_serve(
         .build(&cfg, 1)
         .map_err(|e| format!("{e}\n  Give EAL more memory (-m) for the socket rings."))?;
     let published = Arc::new(Published::new(Arc::new(first)));
+    // Where the kernel listens, known before the first packet.
+    let listeners = match crate::config::KernelConfig::enabled(&cfg.ports) {
+        true => Some(control::kernel::ListenerWatch::new(builder.kernel_listeners())?),
+        false => None,
+    };
     let kit = LcoreKit::new(&cfg, &eal, (&ports, &kernel_ports), &published, (&pool, &big));
     let (roles, all_stats, run_control) = lcore_roles(&kit);
     let final_port_stats = FinalPortStats::default();
@@ -194,7 +199,7 @@ fn start_and_serve(
         published.clone(),
         sources.reload.clone(),
     );
-    let control = match spawn_control(opts, signals, &sources, &run_control, (reloader, watch), pin) {
+    let control = match spawn_control(opts, signals, &sources, &run_control, (reloader, watch, listeners), pin) {
         Ok(c) => c,
         Err(e) => {
             run_control.abort();
@@ -746,7 +751,7 @@ fn spawn_control(
     signals: &Signals,
     sources: &Arc<Sources>,
     run_control: &Arc<RunControl>,
-    (mut reloader, mut watch): (Reloader, Watch),
+    (mut reloader, mut watch, mut listeners): (Reloader, Watch, Option<control::kernel::ListenerWatch>),
     pin: impl Fn(&str) + Send + 'static,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let stop = run_control.clone();
@@ -762,7 +767,7 @@ fn spawn_control(
                 &stop,
                 &signals,
                 &sources,
-                (&mut reloader, &mut watch),
+                (&mut reloader, &mut watch, listeners.as_mut()),
                 idle_exit,
                 interval,
             )
@@ -906,7 +911,7 @@ fn control_loop(
     stop: &RunControl,
     signals: &Messages,
     src: &Sources,
-    (reloader, watch): (&mut Reloader, &mut Watch),
+    (reloader, watch, mut listeners): (&mut Reloader, &mut Watch, Option<&mut control::kernel::ListenerWatch>),
     exit_when_idle: Option<Duration>,
     interval: Option<Duration>,
 ) {
@@ -942,6 +947,9 @@ fn control_loop(
         next_tick = (next_tick + tick).max(Instant::now());
         reloader.tick();
         watch_tick(watch, src);
+        if let Some(l) = listeners.as_deref_mut() {
+            l.tick();
+        }
         recursion.tick(src);
         let rx = total_rx(src);
         if rx != last_rx {

@@ -11,6 +11,7 @@
 
 use crate::config::{Config, PortConfig};
 use fastpath::dpdk::{self, Mempool, Port, PortConf};
+use fastpath::pipeline::kernel::KernelListeners;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -155,5 +156,210 @@ pub fn sync_addresses(old: &Config, new: &Config) {
                 tracing::info!("fastpathd: kernel interface {name}: addresses now {}", after.join(" "));
             }
         }
+    }
+}
+
+/// How often the control thread reads the kernel's listening TCP sockets: a service that starts
+/// listening sees its first SYNs answered by fastpathd's reset for at most this long (clients
+/// retry a refused SYN only after a reset, so start services before announcing them).
+pub const LISTENER_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Keeps [`KernelListeners`] current: the TCP ports the kernel listens on (`sock_diag`, the
+/// interface `ss -tl` uses), bound to a wildcard or a non-loopback address, read every
+/// [`LISTENER_INTERVAL`] on the control thread.
+pub struct ListenerWatch {
+    socket: netlink_sys::Socket,
+    listeners: Arc<KernelListeners>,
+    next: std::time::Instant,
+    seq: u32,
+}
+
+/// `SOCK_DIAG_BY_FAMILY` (linux/sock_diag.h).
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const NLM_F_REQUEST: u16 = 1;
+const NLM_F_DUMP: u16 = 0x300;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const TCP_LISTEN: u32 = 10;
+
+impl ListenerWatch {
+    /// A watch writing into `listeners`; reads the kernel's set once before it returns.
+    pub fn new(listeners: Arc<KernelListeners>) -> Result<Self, String> {
+        let mut socket = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_SOCK_DIAG)
+            .map_err(|e| format!("sock_diag socket: {e}"))?;
+        socket.bind_auto().map_err(|e| format!("sock_diag bind: {e}"))?;
+        let mut w = ListenerWatch {
+            socket,
+            listeners,
+            next: std::time::Instant::now(),
+            seq: 0,
+        };
+        w.refresh()?;
+        Ok(w)
+    }
+
+    /// Reads the set again if [`LISTENER_INTERVAL`] has passed (errors are logged, the last
+    /// set stays).
+    pub fn tick(&mut self) {
+        if std::time::Instant::now() < self.next {
+            return;
+        }
+        if let Err(e) = self.refresh() {
+            tracing::warn!("fastpathd: kernel path: cannot read the kernel's listening sockets: {e}");
+        }
+    }
+
+    /// Reads the listening TCP sockets of both families and publishes their ports.
+    pub fn refresh(&mut self) -> Result<(), String> {
+        self.next = std::time::Instant::now() + LISTENER_INTERVAL;
+        let mut ports = Vec::new();
+        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+            self.seq = self.seq.wrapping_add(1);
+            self.dump(family, &mut ports)?;
+        }
+        if self.listeners.set(ports.iter().copied()) {
+            tracing::info!("fastpathd: kernel path: the kernel listens on TCP {ports:?}");
+        }
+        Ok(())
+    }
+
+    fn dump(&mut self, family: u8, ports: &mut Vec<u16>) -> Result<(), String> {
+        let kernel = netlink_sys::SocketAddr::new(0, 0);
+        self.socket
+            .send_to(&listen_request(family, self.seq), &kernel, 0)
+            .map_err(|e| format!("sock_diag request: {e}"))?;
+        loop {
+            let (buf, _) = self
+                .socket
+                .recv_from_full()
+                .map_err(|e| format!("sock_diag answer: {e}"))?;
+            match parse_listeners(&buf, ports) {
+                Dump::More => continue,
+                Dump::Done => return Ok(()),
+                Dump::Error(e) => return Err(format!("sock_diag: error {e}")),
+            }
+        }
+    }
+}
+
+/// A dump request for family `family`'s TCP sockets in LISTEN (netlink header, then
+/// `inet_diag_req_v2`, sock_diag(7)).
+fn listen_request(family: u8, seq: u32) -> Vec<u8> {
+    let mut m = vec![0u8; 16 + 56];
+    m[0..4].copy_from_slice(&(16u32 + 56).to_ne_bytes());
+    m[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    m[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+    m[8..12].copy_from_slice(&seq.to_ne_bytes());
+    m[16] = family;
+    m[17] = libc::IPPROTO_TCP as u8;
+    m[20..24].copy_from_slice(&(1u32 << TCP_LISTEN).to_ne_bytes());
+    m
+}
+
+/// What one answer of a dump held.
+#[derive(Debug, PartialEq)]
+enum Dump {
+    More,
+    Done,
+    Error(i32),
+}
+
+/// Adds the local ports of the `inet_diag_msg`s in `buf` bound to a wildcard or non-loopback
+/// address to `ports`.
+fn parse_listeners(buf: &[u8], ports: &mut Vec<u16>) -> Dump {
+    let mut at = 0;
+    while at + 16 <= buf.len() {
+        let len = u32::from_ne_bytes(buf[at..at + 4].try_into().unwrap_or_default()) as usize;
+        let ty = u16::from_ne_bytes(buf[at + 4..at + 6].try_into().unwrap_or_default());
+        if len < 16 || at + len > buf.len() {
+            return Dump::Error(-libc::EBADMSG);
+        }
+        let body = &buf[at + 16..at + len];
+        match ty {
+            NLMSG_DONE => return Dump::Done,
+            NLMSG_ERROR => {
+                let e = body
+                    .get(..4)
+                    .map_or(0, |b| i32::from_ne_bytes(b.try_into().unwrap_or_default()));
+                return if e == 0 { Dump::Done } else { Dump::Error(e) };
+            }
+            SOCK_DIAG_BY_FAMILY if body.len() >= 24 => {
+                let family = body[0];
+                let sport = u16::from_be_bytes([body[4], body[5]]);
+                let loopback = match family as i32 {
+                    libc::AF_INET => body[8] == 127,
+                    _ => body[8..24] == std::net::Ipv6Addr::LOCALHOST.octets(),
+                };
+                if !loopback && !ports.contains(&sport) {
+                    ports.push(sport);
+                }
+            }
+            _ => {}
+        }
+        at += (len + 3) & !3;
+    }
+    Dump::More
+}
+
+#[cfg(test)]
+mod listener_tests {
+    use super::*;
+
+    /// One `inet_diag_msg` answer for a socket of `family` on `addr` (16 bytes), port `port`.
+    fn answer(family: u8, addr: [u8; 16], port: u16) -> Vec<u8> {
+        let mut m = vec![0u8; 16 + 72];
+        m[0..4].copy_from_slice(&(16u32 + 72).to_ne_bytes());
+        m[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        m[16] = family;
+        m[17] = TCP_LISTEN as u8;
+        m[20..22].copy_from_slice(&port.to_be_bytes());
+        m[24..40].copy_from_slice(&addr);
+        m
+    }
+
+    #[test]
+    fn answers_give_the_ports_of_wildcard_and_outside_listeners_not_loopback_ones() {
+        let mut buf = answer(libc::AF_INET as u8, [0; 16], 22);
+        buf.extend(answer(
+            libc::AF_INET as u8,
+            [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            631,
+        ));
+        buf.extend(answer(
+            libc::AF_INET as u8,
+            [192, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            53,
+        ));
+        buf.extend(answer(
+            libc::AF_INET6 as u8,
+            std::net::Ipv6Addr::LOCALHOST.octets(),
+            8080,
+        ));
+        buf.extend(answer(libc::AF_INET6 as u8, [0; 16], 22));
+        let mut ports = vec![];
+        assert_eq!(parse_listeners(&buf, &mut ports), Dump::More);
+        assert_eq!(ports, [22, 53]);
+        let mut done = vec![0u8; 20];
+        done[0..4].copy_from_slice(&20u32.to_ne_bytes());
+        done[4..6].copy_from_slice(&NLMSG_DONE.to_ne_bytes());
+        assert_eq!(parse_listeners(&done, &mut ports), Dump::Done);
+        assert_eq!(
+            parse_listeners(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], &mut ports),
+            Dump::Error(-libc::EBADMSG)
+        );
+    }
+
+    #[test]
+    fn the_kernel_answers_with_what_listens_here() {
+        // A real listener in this process's namespace, found by the real dump.
+        let l = std::net::TcpListener::bind("0.0.0.0:0").expect("bind");
+        let port = l.local_addr().unwrap().port();
+        let set = Arc::new(KernelListeners::default());
+        let _w = ListenerWatch::new(set.clone()).expect("sock_diag");
+        assert!(set.listening(port), "port {port} not seen: {:?}", set.ports());
+        drop(l);
+        let mut w = ListenerWatch::new(set.clone()).expect("sock_diag");
+        w.refresh().unwrap();
+        assert!(!set.listening(port), "port {port} still seen after close");
     }
 }

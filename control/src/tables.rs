@@ -9,7 +9,7 @@
 use crate::config::{Config, ServiceConfig, KERNEL_SERVICE};
 use fastpath::dpdk::{MbufRing, Mempool};
 use fastpath::pipeline::icmp_error::{GlobalBucket, IcmpCounters};
-use fastpath::pipeline::kernel::{KernelCounters, KernelPath, PuntRules};
+use fastpath::pipeline::kernel::{KernelCounters, KernelListeners, KernelPath, PuntBudget, PuntRules};
 use fastpath::pipeline::service::Action;
 use fastpath::pipeline::tcp_reset::ResetCounters;
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
@@ -46,6 +46,9 @@ pub struct TableBuilder {
     tcp_reset_global: Option<Arc<GlobalBucket>>,
     tcp_reset_counters: Arc<ResetCounters>,
     kernel_counters: Arc<KernelCounters>,
+    /// Where the kernel listens: one set for the daemon's life, kept current by the control
+    /// thread ([`crate::kernel::ListenerWatch`]).
+    kernel_listeners: Arc<KernelListeners>,
     make_queue: MakeQueue,
 }
 
@@ -89,6 +92,7 @@ impl TableBuilder {
         let kernel_counters = Arc::new(KernelCounters::new(workers, ports.len()));
         TableBuilder {
             kernel_counters,
+            kernel_listeners: Arc::default(),
             ports,
             rx_lcores,
             workers,
@@ -125,6 +129,11 @@ impl TableBuilder {
         sync
     }
 
+    /// The TCP ports the kernel listens on, as every generation's kernel path reads them.
+    pub fn kernel_listeners(&self) -> Arc<KernelListeners> {
+        self.kernel_listeners.clone()
+    }
+
     /// The tables of `cfg` as generation `generation`. Fails only if a ring cannot be created.
     pub fn build(&mut self, cfg: &Config, generation: u64) -> Result<Tables, String> {
         let (services, sockets, kernel_service) = self.services(cfg)?;
@@ -155,6 +164,8 @@ impl TableBuilder {
     fn kernel_path(&self, cfg: &Config, service: usize) -> KernelPath {
         let mut k = KernelPath {
             rules: PuntRules::new(cfg.kernel.unhandled, &cfg.kernel.ports),
+            budget: PuntBudget::per_lcore(cfg.kernel.punt_rate, cfg.kernel.punt_burst, self.rx_lcores),
+            listeners: self.kernel_listeners.clone(),
             service,
             counters: self.kernel_counters.clone(),
             ..Default::default()

@@ -88,11 +88,14 @@ pub enum Outcome {
     Kernel,
     /// For the kernel path, but its queue was full: dropped (the RX lcore never waits).
     KernelFull,
+    /// For the kernel path, but over this RX lcore's share of `[kernel] punt_rate` /
+    /// `punt_burst`: dropped before it was queued.
+    KernelLimited,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 34] = [
+    pub const ALL: [Outcome; 35] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -127,6 +130,7 @@ impl Outcome {
         Outcome::TcpBadChecksum,
         Outcome::Kernel,
         Outcome::KernelFull,
+        Outcome::KernelLimited,
     ];
     /// Number of outcomes.
     pub const COUNT: usize = Self::ALL.len();
@@ -174,6 +178,7 @@ impl Outcome {
             Outcome::TcpBadChecksum => "tcp_bad_checksum",
             Outcome::Kernel => "kernel",
             Outcome::KernelFull => "kernel_full",
+            Outcome::KernelLimited => "kernel_limited",
         }
     }
 }

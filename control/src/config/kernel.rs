@@ -13,6 +13,15 @@ use serde::Deserialize;
 /// Packets each worker's socket of the internal `kernel` service holds by default.
 pub const DEFAULT_KERNEL_CAPACITY: usize = 1024;
 
+/// Packets a second all RX lcores together punt into the kernel path by default: ten times
+/// the control traffic a host's SSH, BGP and DNS exchange, a tenth of the 100–115 kpps a
+/// spoofed flood pushed into the kernel without a budget.
+pub const DEFAULT_PUNT_RATE: u32 = 10_000;
+/// The punt budget's burst by default (0.1 s at the rate).
+pub const DEFAULT_PUNT_BURST: u32 = 1_000;
+/// The highest `punt_rate` / `punt_burst` accepted.
+pub const MAX_PUNT: i64 = 100_000_000;
+
 /// The name of the internal service punted packets are queued in (reserved).
 pub const KERNEL_SERVICE: &str = "kernel";
 
@@ -22,6 +31,8 @@ pub const KERNEL_SERVICE: &str = "kernel";
 pub(super) struct KernelSection {
     punt: Option<Vec<String>>,
     socket_capacity: Option<i64>,
+    punt_rate: Option<i64>,
+    punt_burst: Option<i64>,
 }
 
 /// `[kernel]`.
@@ -35,6 +46,10 @@ pub struct KernelConfig {
     pub punt: Vec<String>,
     /// Packets each socket of the internal `kernel` service holds (one socket per worker).
     pub socket_capacity: usize,
+    /// Packets a second punted into the kernel path, all RX lcores together (0: no limit).
+    pub punt_rate: u32,
+    /// Packets punted at once, all RX lcores together.
+    pub punt_burst: u32,
 }
 
 impl KernelConfig {
@@ -75,7 +90,25 @@ pub(super) fn validate(
         ports: Vec::new(),
         punt: punt.clone(),
         socket_capacity: DEFAULT_KERNEL_CAPACITY,
+        punt_rate: DEFAULT_PUNT_RATE,
+        punt_burst: DEFAULT_PUNT_BURST,
     };
+    for (key, value, min, out) in [
+        ("punt_rate", r.punt_rate, 0, &mut out.punt_rate),
+        ("punt_burst", r.punt_burst, 1, &mut out.punt_burst),
+    ] {
+        match value {
+            Some(v) if !(min..=MAX_PUNT).contains(&v) => errs.add(
+                &[Key("kernel"), Key(key)],
+                format!(
+                    "expected {min} to {MAX_PUNT} packets{}",
+                    if min == 0 { " a second (0: no limit)" } else { "" }
+                ),
+            ),
+            Some(v) => *out = v as u32,
+            None => {}
+        }
+    }
     for (i, entry) in punt.iter().enumerate() {
         let at = [Key("kernel"), Key("punt"), Index(i)];
         if entry == "unhandled" {

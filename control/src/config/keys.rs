@@ -277,6 +277,8 @@ pub static KEYS: &[KeySpec] = &[
         "kernel.socket_capacity",
         Get::Top(|c| c.kernel.socket_capacity.to_string()),
     ),
+    live("kernel.punt_rate", Get::Top(|c| c.kernel.punt_rate.to_string())),
+    live("kernel.punt_burst", Get::Top(|c| c.kernel.punt_burst.to_string())),
 ];
 
 /// The entry of `key` (`port.forward_to`), if there is one.

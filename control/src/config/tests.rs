@@ -633,15 +633,18 @@ fn the_kernel_path_config_and_its_errors_with_keys_and_lines() {
     // Default: what no stage handles goes to the kernel.
     assert!(c.kernel.unhandled && c.kernel.ports.is_empty());
     assert_eq!(c.kernel.socket_capacity, 1024);
+    // A budget for what is punted, on by default.
+    assert_eq!((c.kernel.punt_rate, c.kernel.punt_burst), (10_000, 1_000));
     let c = parse(
         &format!(
             "{with}\n[[service]]\nname = \"dns\"\nports = [53]\naction = \"kernel\"\n\n[kernel]\n\
-             punt = [\"tcp:22\", \"udp:5353\"]\nsocket_capacity = 64\n"
+             punt = [\"tcp:22\", \"udp:5353\"]\nsocket_capacity = 64\npunt_rate = 0\npunt_burst = 7\n"
         ),
         "t.toml",
     )
     .unwrap();
     assert!(!c.kernel.unhandled);
+    assert_eq!((c.kernel.punt_rate, c.kernel.punt_burst), (0, 7));
     assert_eq!(
         c.kernel.ports,
         vec![
@@ -654,7 +657,8 @@ fn the_kernel_path_config_and_its_errors_with_keys_and_lines() {
     // Every problem, with its key and line.
     let bad = format!(
         "{}\n[[service]]\nname = \"kernel\"\nports = [53]\naction = \"sink\"\n\n[kernel]\n\
-         punt = [\"tcp:22\", \"udp:53\", \"tcp:0\", \"sctp:9\", \"tcp:22\"]\nsocket_capacity = 0\n",
+         punt = [\"tcp:22\", \"udp:53\", \"tcp:0\", \"sctp:9\", \"tcp:22\"]\nsocket_capacity = 0\n\
+         punt_rate = -1\npunt_burst = 0\n",
         with.replace("\"fp0\"", "\"a/b\"")
     );
     let e = errors(&bad);
@@ -669,6 +673,8 @@ fn the_kernel_path_config_and_its_errors_with_keys_and_lines() {
             ("kernel.punt[3]", Some(23)),
             ("kernel.punt[4]", Some(23)),
             ("kernel.socket_capacity", Some(24)),
+            ("kernel.punt_rate", Some(25)),
+            ("kernel.punt_burst", Some(26)),
         ],
         "{e:#?}"
     );

@@ -28,10 +28,22 @@
 //!   Unreachable), protocols the box does not deliver (instead of a Protocol Unreachable), ICMP
 //!   and ICMPv6 messages the fast path does not answer (errors about the kernel's own
 //!   connections, for instance). Echo, NDP, ARP requests and the services keep their fast path.
+//! - **The kernel keeps our promises.** Under `unhandled`, a TCP connection attempt (SYN
+//!   without ACK) goes to the kernel only where a kernel socket listens on its port
+//!   ([`KernelListeners`], read by the control thread with `sock_diag`); elsewhere it gets
+//!   fastpathd's own closed-port decision, the `[tcp_reset]` limiter, exactly as without a
+//!   kernel interface (Linux would answer every spoofed SYN with a reset). Other segments may
+//!   belong to the kernel's connections, its outgoing ones included, which only it knows: they
+//!   are punted. Everything punted passes a budget first ([`PuntBudget`], `[kernel] punt_rate`
+//!   and `punt_burst`, a share per RX lcore, checked before the enqueue: outcome
+//!   `kernel_limited`), so what reaches the kernel, and what it can be made to answer, is
+//!   bounded.
 
 use super::parse::Parsed;
+use super::verdict::Instant;
 use crate::stats::Counter;
-use crate::wire::IpProtocol;
+use crate::wire::{IpProtocol, TcpFlags};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Which TCP and UDP ports go to the kernel, and whether unhandled local traffic does.
 #[derive(Clone, PartialEq, Eq)]
@@ -99,12 +111,114 @@ impl PuntRules {
     }
 }
 
+/// The TCP ports a kernel socket listens on (bound to a wildcard address or to one of the
+/// mirrored ports' addresses): one bit per port, written by the control thread when the set
+/// changes, read by the RX lcores for a connection attempt to a port without a service.
+#[derive(Debug)]
+pub struct KernelListeners {
+    bits: Box<[AtomicU64]>,
+}
+
+impl Default for KernelListeners {
+    fn default() -> Self {
+        KernelListeners {
+            bits: (0..1024).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl KernelListeners {
+    /// Whether a kernel socket listens on TCP port `port`.
+    #[inline]
+    pub fn listening(&self, port: u16) -> bool {
+        self.bits[port as usize / 64].load(Ordering::Relaxed) & (1 << (port % 64)) != 0
+    }
+
+    /// Makes `ports` the listening set; only the words that change are written. Returns
+    /// whether anything changed.
+    pub fn set(&self, ports: impl IntoIterator<Item = u16>) -> bool {
+        let mut next = [0u64; 1024];
+        for p in ports {
+            next[p as usize / 64] |= 1 << (p % 64);
+        }
+        let mut changed = false;
+        for (w, n) in self.bits.iter().zip(next) {
+            if w.load(Ordering::Relaxed) != n {
+                w.store(n, Ordering::Relaxed);
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// The listening ports, in order.
+    pub fn ports(&self) -> Vec<u16> {
+        (0..=u16::MAX).filter(|&p| self.listening(p)).collect()
+    }
+}
+
+/// One RX lcore's share of `[kernel] punt_rate` / `punt_burst`, as a generic cell rate
+/// (GCRA): a packet costs `cost_ns` of credit and at most `limit_ns` may be owed ahead of now.
+/// `cost_ns` 0: no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PuntBudget {
+    /// Nanoseconds of credit a packet takes (`rx_lcores` × 10⁹ / rate).
+    pub cost_ns: u64,
+    /// The burst in nanoseconds of credit.
+    pub limit_ns: u64,
+}
+
+impl PuntBudget {
+    /// `rate` packets a second and `burst` at once across `rx_lcores` RX lcores (each its share,
+    /// a burst of at least one); `rate` 0: no limit.
+    pub fn per_lcore(rate: u32, burst: u32, rx_lcores: usize) -> Self {
+        if rate == 0 {
+            return PuntBudget::default();
+        }
+        let n = rx_lcores.max(1) as u64;
+        let cost_ns = (1_000_000_000 * n / rate as u64).max(1);
+        let share = (burst as u64 / n).max(1);
+        PuntBudget {
+            cost_ns,
+            limit_ns: cost_ns * share,
+        }
+    }
+}
+
+/// An RX lcore's use of its [`PuntBudget`]: the theoretical arrival time of the next packet
+/// (kept across reloads).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PuntMeter {
+    tat: u64,
+}
+
+impl PuntMeter {
+    /// Whether a packet may be punted at `now`; if so, its credit is taken.
+    #[inline]
+    pub fn admit(&mut self, b: PuntBudget, now: Instant) -> bool {
+        if b.cost_ns == 0 {
+            return true;
+        }
+        let tat = self.tat.max(now.0);
+        let next = tat + b.cost_ns;
+        if next - now.0 > b.limit_ns {
+            return false;
+        }
+        self.tat = next;
+        true
+    }
+}
+
 /// The kernel path of a generation: the rules, the internal `kernel` service and which port
 /// mirrors into which kernel interface.
 #[derive(Clone, Debug, Default)]
 pub struct KernelPath {
     /// What `[kernel] punt` selects.
     pub rules: PuntRules,
+    /// This generation's per-RX-lcore punt budget.
+    pub budget: PuntBudget,
+    /// Where the kernel listens (kept across reloads; the control thread keeps it current).
+    pub listeners: std::sync::Arc<KernelListeners>,
     /// The internal service (index into the service table) whose sockets queue punted packets.
     pub service: usize,
     /// By DPDK port id: the DPDK port id of its kernel interface.
@@ -119,6 +233,29 @@ pub struct KernelPath {
 }
 
 impl KernelPath {
+    /// Whether a TCP segment with `flags` to local port `dport`, which no service has, goes to
+    /// the kernel: listed (`tcp:N`) it does; under `unhandled`, a connection attempt only where
+    /// the kernel listens (else it is fastpathd's to answer, through the reset limiter), any
+    /// other segment always (it may be the kernel's connection's).
+    #[inline]
+    pub fn takes_tcp(&self, dport: u16, flags: TcpFlags) -> bool {
+        if self.rules.listed(IpProtocol::TCP, dport) {
+            return true;
+        }
+        let attempt = flags.0 & (TcpFlags::SYN.0 | TcpFlags::ACK.0 | TcpFlags::RST.0) == TcpFlags::SYN.0;
+        self.rules.unhandled() && (!attempt || self.listeners.listening(dport))
+    }
+
+    /// [`KernelPath::takes_tcp`], or for UDP [`PuntRules::takes`], for the packet `p` to a port
+    /// without a service.
+    #[inline]
+    pub fn takes_port(&self, p: &Parsed) -> bool {
+        match (p.protocol, p.ports) {
+            (IpProtocol::TCP, Some((_, dport))) => self.takes_tcp(dport, p.tcp_flags.unwrap_or(TcpFlags(0))),
+            _ => self.rules.takes_port(p),
+        }
+    }
+
     /// The kernel interface of `port`, if it has one.
     #[inline]
     pub fn interface(&self, port: u16) -> Option<u16> {

@@ -705,7 +705,21 @@ fn an_inner_fragment_from_an_outer_reassembly_is_held_in_a_packet_buffer() {
 /// the internal `kernel` service (socket 1, `capacity` packets), port 0 mirrored into a kernel
 /// interface when `kernel_port`, `[kernel] punt` = `unhandled` (if asked) and `ports`.
 fn kernel_tables(kernel_port: bool, unhandled: bool, ports: &[(IpProtocol, u16)], capacity: usize) -> Arc<Tables> {
-    use crate::pipeline::kernel::{KernelCounters, KernelPath, PuntRules};
+    kernel_tables_with(kernel_port, unhandled, ports, capacity, Default::default(), &[])
+}
+
+/// [`kernel_tables`] with a punt budget and the TCP ports the kernel listens on.
+fn kernel_tables_with(
+    kernel_port: bool,
+    unhandled: bool,
+    ports: &[(IpProtocol, u16)],
+    capacity: usize,
+    budget: crate::pipeline::kernel::PuntBudget,
+    listening: &[u16],
+) -> Arc<Tables> {
+    use crate::pipeline::kernel::{KernelCounters, KernelListeners, KernelPath, PuntRules};
+    let listeners = KernelListeners::default();
+    listeners.set(listening.iter().copied());
     let socket = |name: &str, cap: usize, kernel: bool| {
         let mut s = Socket::new(name, 0, SimQueue::new(cap), 0, Arc::new(SocketCounters::new(1, 1)));
         s.kernel = kernel;
@@ -744,22 +758,21 @@ fn kernel_tables(kernel_port: bool, unhandled: bool, ports: &[(IpProtocol, u16)]
             port_of: vec![None, kernel_port.then_some(0)],
             index_of: vec![Some(0), Some(0)],
             counters: Arc::new(KernelCounters::new(1, 1)),
+            budget,
+            listeners: Arc::new(listeners),
         }),
         ..Default::default()
     })
 }
 
 fn tcp(dport: u16) -> Vec<u8> {
+    tcp_with(dport, TcpFlags::SYN)
+}
+
+/// A TCP segment from THEM with `flags` and a valid checksum.
+fn tcp_with(dport: u16, flags: TcpFlags) -> Vec<u8> {
     use crate::pipeline::parse::tests::tcp_bytes;
-    use crate::wire::TcpFlags;
-    let mut f = v4_frame(
-        THEM,
-        ME,
-        IpProtocol::TCP,
-        &[],
-        0,
-        &tcp_bytes(4000, dport, TcpFlags::SYN),
-    );
+    let mut f = v4_frame(THEM, ME, IpProtocol::TCP, &[], 0, &tcp_bytes(4000, dport, flags));
     // A valid TCP checksum, so a reset is due where one would be sent.
     let (src, dst) = (THEM.octets(), ME.octets());
     let seg_len = f.len() - 34;
@@ -807,28 +820,80 @@ fn one(e: &mut Engine, frame: Vec<u8>) {
 
 #[test]
 fn punted_packets_go_to_the_kernel_sockets_and_count_as_kernel() {
-    // `unhandled`: closed UDP and TCP ports, another protocol, an ARP reply, an NA.
-    let mut e = engine_with(kernel_tables(true, true, &[], 64), Collect::new(0));
+    // `unhandled`: closed UDP and TCP ports (a segment of a connection, a connection attempt
+    // where the kernel listens), another protocol, an ARP reply, an NA.
+    let t = kernel_tables_with(true, true, &[], 64, Default::default(), &[2222]);
+    let mut e = engine_with(t, Collect::new(0));
     for f in [
         udp(9, b"closed"),
-        tcp(23),
+        tcp_with(23, TcpFlags::ACK),
+        tcp(2222),
         v4_frame(THEM, ME, IpProtocol(99), &[], 0, b"other protocol"),
         arp(2),
         neighbour_advert(),
     ] {
         one(&mut e, f);
     }
-    assert_eq!(count(&e, Outcome::Kernel), 5);
-    assert_eq!(e.pipeline().tables().sockets[1].len(), 5);
-    // What the fast path answers itself stays there: echo service, ARP request, ping.
-    for f in [udp(7, b"echo me"), arp(1), ping(8)] {
+    assert_eq!(count(&e, Outcome::Kernel), 6);
+    assert_eq!(e.pipeline().tables().sockets[1].len(), 6);
+    // What the fast path answers itself stays there: echo service, ARP request, ping, and a
+    // connection attempt where the kernel does not listen (our reset, through our limits).
+    for f in [udp(7, b"echo me"), arp(1), ping(8), tcp(23)] {
         one(&mut e, f);
     }
-    assert_eq!(count(&e, Outcome::Kernel), 5);
+    assert_eq!(count(&e, Outcome::Kernel), 6);
     assert_eq!(count(&e, Outcome::Delivered), 1);
     assert_eq!(count(&e, Outcome::ArpReply), 1);
     assert_eq!(count(&e, Outcome::EchoReply), 1);
-    assert_eq!(total(&e), 8);
+    assert_eq!(count(&e, Outcome::TcpReset), 1);
+    assert_eq!(total(&e), 10);
+}
+
+#[test]
+fn a_syn_flood_to_a_closed_port_gets_no_more_resets_through_a_kernel_interface_than_without() {
+    // The same spoofed flood (one burst of 32 SYNs, 40 times, 1 ms apart) at a closed port,
+    // with the kernel path (`unhandled`) and without: the resets are the `[tcp_reset]`
+    // limiter's either way, and nothing reaches the kernel.
+    let flood: Vec<Vec<u8>> = (0..32).map(|_| tcp(23)).collect();
+    let mut resets = vec![];
+    for kernel in [true, false] {
+        let mut e = engine_with(kernel_tables(kernel, true, &[], 1024), Collect::new(0));
+        for i in 0..40u64 {
+            run_burst(&mut e, &flood, Instant(T0.0 + i * 1_000_000));
+            e.end_burst();
+        }
+        assert_eq!(count(&e, Outcome::Kernel), 0, "kernel interface {kernel}");
+        assert_eq!(total(&e), 32 * 40);
+        resets.push(count(&e, Outcome::TcpReset));
+    }
+    assert_eq!(resets[0], resets[1]);
+    // The per-destination limit: one source gets its burst of 10.
+    assert!(resets[0] <= 10, "{} resets to one spoofed source", resets[0]);
+}
+
+#[test]
+fn the_punt_budget_admits_a_burst_then_the_rate_before_anything_is_queued() {
+    use crate::pipeline::kernel::PuntBudget;
+    // 1000 a second, 10 at once: 100 packets at once admit 10; 5 ms later 5 more; a second
+    // later a full burst again, never more.
+    let budget = PuntBudget::per_lcore(1000, 10, 1);
+    let t = kernel_tables_with(true, true, &[], 1024, budget, &[]);
+    let mut e = engine_with(t, Collect::new(0));
+    let flood: Vec<Vec<u8>> = (0..25).map(|_| udp(9, b"flood")).collect();
+    let at = |ms: u64| Instant(T0.0 + ms * 1_000_000);
+    for _ in 0..4 {
+        run_burst(&mut e, &flood, at(0));
+    }
+    assert_eq!(count(&e, Outcome::Kernel), 10);
+    assert_eq!(count(&e, Outcome::KernelLimited), 90);
+    run_burst(&mut e, &flood, at(5));
+    assert_eq!(count(&e, Outcome::Kernel), 15);
+    run_burst(&mut e, &flood, at(1000));
+    assert_eq!(count(&e, Outcome::Kernel), 25);
+    assert_eq!(count(&e, Outcome::KernelLimited), 125);
+    // Checked before the queue: the limited never reached it.
+    assert_eq!(e.pipeline().tables().sockets[1].len(), 25);
+    assert_eq!(count(&e, Outcome::KernelFull), 0);
 }
 
 #[test]

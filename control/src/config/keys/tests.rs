@@ -237,6 +237,8 @@ const EDITS: &[Edit] = &[
     ("control.debounce_ms", &[("debounce_ms = 250", "debounce_ms = 1000")], &["control.debounce_ms"]),
     ("kernel.punt", &[("\"tcp:22\"]", "\"tcp:22\", \"udp:53\"]")], &["kernel.punt"]),
     ("kernel.socket_capacity", &[("socket_capacity = 512", "socket_capacity = 2048")], &["kernel.socket_capacity"]),
+    ("kernel.punt_rate", &[("punt_rate = 20000", "punt_rate = 0")], &["kernel.punt_rate"]),
+    ("kernel.punt_burst", &[("punt_burst = 1500", "punt_burst = 3000")], &["kernel.punt_burst"]),
 ];
 
 fn edited(edits: &[(&str, &str)]) -> String {

@@ -7,7 +7,7 @@
 use super::*;
 use crate::buf::HeapBuf;
 use crate::pipeline::fanout::{FanoutMode, Group};
-use crate::pipeline::kernel::{KernelCounters, KernelPath, PuntRules};
+use crate::pipeline::kernel::{KernelCounters, KernelListeners, KernelPath, PuntBudget, PuntRules};
 use crate::pipeline::service::{Action, Service, ServiceTable};
 use crate::socket::{SimQueue, Socket, SocketCounters};
 use crate::wire::IpProtocol;
@@ -30,8 +30,10 @@ pub(super) struct Shape {
     pub flow_limit: bool,
     /// The port has a kernel interface, `[kernel] punt = ["udp:68", "tcp:8080"]`.
     pub kernel: bool,
-    /// ... and `unhandled`.
+    /// ... and `unhandled` (the kernel listens on TCP 80).
     pub unhandled: bool,
+    /// A punt budget of 2 at once, 1000 a second: some punts are `kernel_limited`.
+    pub tight_punt: bool,
 }
 
 pub(super) fn shape() -> impl Strategy<Value = Shape> {
@@ -41,14 +43,18 @@ pub(super) fn shape() -> impl Strategy<Value = Shape> {
         any::<bool>(),
         any::<bool>(),
         proptest::bool::weighted(0.2),
+        any::<bool>(),
     )
-        .prop_map(|(two_addresses, rollover, flow_limit, kernel, unhandled)| Shape {
-            two_addresses,
-            rollover,
-            flow_limit,
-            kernel,
-            unhandled,
-        })
+        .prop_map(
+            |(two_addresses, rollover, flow_limit, kernel, unhandled, tight_punt)| Shape {
+                two_addresses,
+                rollover,
+                flow_limit,
+                kernel,
+                unhandled,
+                tight_punt,
+            },
+        )
 }
 
 fn service(name: &str, protocol: IpProtocol, sockets: Vec<usize>, addresses: Vec<IpAddr>, rollover: bool) -> Service {
@@ -117,6 +123,16 @@ pub(super) fn tables(s: Shape) -> Arc<Tables> {
         },
         kernel: Some(KernelPath {
             rules: PuntRules::new(s.unhandled, &[(IpProtocol::UDP, 68), (IpProtocol::TCP, 8080)]),
+            budget: if s.tight_punt {
+                PuntBudget::per_lcore(1000, 2, 1)
+            } else {
+                PuntBudget::default()
+            },
+            listeners: {
+                let l = KernelListeners::default();
+                l.set([80]);
+                Arc::new(l)
+            },
             service: 5,
             interface_of: vec![s.kernel.then_some(1)],
             port_of: vec![None, s.kernel.then_some(0)],
@@ -235,6 +251,7 @@ pub(super) fn outcomes_seen<D: std::fmt::Debug>(
                 flow_limit: true,
                 kernel,
                 unhandled: false,
+                tight_punt: false,
             }),
             0,
         );

@@ -50,7 +50,7 @@ impl Pipeline {
         if kernel && v != Verdict::Drop(Outcome::NoService) {
             // The kernel path (`pipeline/kernel.rs`): neighbour advertisements for the kernel's
             // own solicitations; with `unhandled`, what no stage handles.
-            if let Some(k) = self.punt_other(port, parsed, pkt, v) {
+            if let Some(k) = self.punt_other(port, parsed, pkt, v, now) {
                 return Step::Done(k);
             }
         }
@@ -76,7 +76,7 @@ impl Pipeline {
         if v == Verdict::Drop(Outcome::NoService) && kernel {
             // A port no service has: to the kernel if `[kernel] punt` lists it (or `unhandled`),
             // instead of a reset or a Port Unreachable.
-            if let Some(k) = self.punt_port(parsed, pkt.rss_hash()) {
+            if let Some(k) = self.punt_port(parsed, pkt.rss_hash(), now) {
                 return Step::Done(k);
             }
         }
@@ -192,13 +192,24 @@ impl Pipeline {
     /// TCP or UDP to a local port without a service, on a port with a kernel interface: into the
     /// kernel path if the rules take it ([`crate::pipeline::kernel::PuntRules::takes_port`]).
     #[inline(never)]
-    fn punt_port(&mut self, p: &Parsed, nic_hash: Option<u32>) -> Option<Verdict> {
+    fn punt_port(&mut self, p: &Parsed, nic_hash: Option<u32>, now: Instant) -> Option<Verdict> {
         let k = self.tables.kernel.as_ref()?;
-        if !k.rules.takes_port(p) {
+        if !k.takes_port(p) {
             return None;
         }
         let svc = k.service;
+        if !self.punt_admit(now) {
+            return Some(Verdict::Drop(Outcome::KernelLimited));
+        }
         Some(self.fan_out(svc, p, nic_hash))
+    }
+
+    /// Whether this lcore's share of the punt budget (`[kernel] punt_rate`) admits one more
+    /// packet into the kernel path at `now`; asked before anything is queued.
+    #[inline]
+    pub(super) fn punt_admit(&mut self, now: Instant) -> bool {
+        let budget = self.tables.kernel.as_ref().map(|k| k.budget).unwrap_or_default();
+        self.punt.admit(budget, now)
     }
 
     /// A local packet local delivery did not take (verdict `v`), on a port with a kernel
@@ -207,7 +218,14 @@ impl Pipeline {
     /// packet for one of our addresses that nothing here handles (another protocol, an ICMP or
     /// ICMPv6 message the fast path does not answer).
     #[inline(never)]
-    fn punt_other<B: PacketBuf>(&mut self, port: u16, p: &Parsed, pkt: &B, v: Verdict) -> Option<Verdict> {
+    fn punt_other<B: PacketBuf>(
+        &mut self,
+        port: u16,
+        p: &Parsed,
+        pkt: &B,
+        v: Verdict,
+        now: Instant,
+    ) -> Option<Verdict> {
         let k = self.tables.kernel.as_ref()?;
         let local = self.tables.ports.get(port as usize)?;
         let unicast = pkt.data().first().is_some_and(|b| b & 1 == 0);
@@ -224,17 +242,23 @@ impl Pipeline {
             return None;
         }
         let svc = k.service;
+        if !self.punt_admit(now) {
+            return Some(Verdict::Drop(Outcome::KernelLimited));
+        }
         Some(self.fan_out(svc, p, None))
     }
 
     /// An ARP reply to one of our addresses, on a port with a kernel interface: into the kernel
     /// path (it answers the kernel's own request), hashed by its sender's address.
     #[inline(never)]
-    pub(super) fn punt_arp_reply<B: PacketBuf>(&mut self, port: u16, pkt: &B) -> Option<Verdict> {
+    pub(super) fn punt_arp_reply<B: PacketBuf>(&mut self, port: u16, pkt: &B, now: Instant) -> Option<Verdict> {
         let k = self.tables.kernel.as_ref()?;
         let local = self.tables.ports.get(port as usize)?;
         let sender = arp::reply_for(local, pkt.data())?;
         let svc = k.service;
+        if !self.punt_admit(now) {
+            return Some(Verdict::Drop(Outcome::KernelLimited));
+        }
         let t = &*self.tables;
         match self.fanout.choose_quick(
             &t.services.services()[svc].group,

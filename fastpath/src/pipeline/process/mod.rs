@@ -27,6 +27,7 @@ mod udp6;
 mod udp6_tests;
 
 use super::fanout::FanoutState;
+use super::kernel::PuntMeter;
 use super::parse::Parsed;
 use super::tables::{PortAddrs, PortView, Tables};
 use super::verdict::{Instant, Verdict};
@@ -210,6 +211,8 @@ pub struct Pipeline {
     pub(super) gre_seq: Vec<Option<u32>>,
     /// The IP identification of everything this lcore originates (kept across reloads).
     pub(super) idents: Idents,
+    /// This lcore's use of the kernel path's punt budget (kept across reloads).
+    pub(super) punt: PuntMeter,
     /// The socket of the last [`Verdict::Deliver`].
     pub(super) delivered_to: u32,
 }
@@ -255,6 +258,7 @@ impl Pipeline {
             icmp_seed,
             gre_seq,
             idents,
+            punt: PuntMeter::default(),
             delivered_to: 0,
         }
     }
@@ -299,7 +303,7 @@ impl Pipeline {
             .clone()
             .unwrap_or_else(|| tables.tcp_reset.global_bucket(Instant(0)));
         reset.apply(&tables.tcp_reset, reset_global, self.icmp_seed ^ RESET_SEED);
-        let (rng, icmp_seed) = (self.rng, self.icmp_seed);
+        let (rng, icmp_seed, punt) = (self.rng, self.icmp_seed, self.punt);
         let idents = std::mem::replace(&mut self.idents, Idents::with_keys([0; 4]));
         *self = Pipeline::with_idents(tables, slot, idents);
         self.gre_seq = seq;
@@ -307,6 +311,7 @@ impl Pipeline {
         self.tcp_reset = reset;
         self.rng = rng;
         self.icmp_seed = icmp_seed;
+        self.punt = punt;
         if keep.is_some() {
             self.fanout.flow_limit = keep;
         }
@@ -557,7 +562,7 @@ impl Pipeline {
                 Ok(()) => {}
                 Err(Verdict::Drop(Outcome::ArpIgnored)) if local.kernel && depth == 0 => {
                     // An ARP reply may answer the kernel's own request (`pipeline/kernel.rs`).
-                    let v = self.punt_arp_reply(port, pkt);
+                    let v = self.punt_arp_reply(port, pkt, now);
                     return Step::Done(v.unwrap_or(Verdict::Drop(Outcome::ArpIgnored)));
                 }
                 Err(v) => return Step::Done(v),

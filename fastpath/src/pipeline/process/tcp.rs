@@ -70,6 +70,9 @@ impl Pipeline {
                 // `[kernel] punt` takes it (`punt_port`'s decision): the kernel's own
                 // connections, as a service's packets.
                 if let Some(hit) = self.kernel_takes_tcp(h, 36) {
+                    if !self.punt_admit(now) {
+                        return Some(Verdict::Drop(Outcome::KernelLimited));
+                    }
                     return Some(self.tcp4_service(hit, pkt, end));
                 }
             }
@@ -157,6 +160,9 @@ impl Pipeline {
         let Some(hit) = t.services.lookup_tcp6(wire::bytes2(h, 56), &dst) else {
             if view.kernel {
                 if let Some(hit) = self.kernel_takes_tcp(h, 56) {
+                    if !self.punt_admit(now) {
+                        return Some(Verdict::Drop(Outcome::KernelLimited));
+                    }
                     return Some(self.tcp6_service(hit, pkt, end));
                 }
             }
@@ -222,18 +228,20 @@ impl Pipeline {
         self.tcp_reset_send(pkt, &p, port)
     }
 
-    /// The kernel path's service if `[kernel] punt` takes TCP to the destination port at `at`
-    /// in `h` (no service having it). Out of line, the port read here: inline, it stayed live
+    /// The kernel path's service if `[kernel] punt` takes the TCP segment whose destination
+    /// port is at `at` in `h` and flags at `at + 11` ([`crate::pipeline::kernel::KernelPath::takes_tcp`]; no service
+    /// having the port). Out of line, the port read here: inline, it stayed live
     /// past the service lookup and LLVM spilled it on every segment of a SYN flood; a method,
     /// so the tables are found through `self` here (passed, LLVM kept them on the stack for
     /// the call on every segment).
     #[inline(never)]
     fn kernel_takes_tcp(&self, h: &[u8], at: usize) -> Option<Hit> {
         let dport = wire::be16(h.get(..at + 2)?, at);
+        let flags = TcpFlags(*h.get(at + 11)?);
         self.tables
             .kernel
             .as_ref()
-            .filter(|k| k.rules.takes(IpProtocol::TCP, dport))
+            .filter(|k| k.takes_tcp(dport, flags))
             .and_then(|k| self.tables.services.hit_of(k.service))
     }
 }

@@ -269,6 +269,7 @@ fn the_fast_paths_take_their_segments() {
         flow_limit: false,
         kernel: false,
         unhandled: false,
+        tight_punt: false,
     };
     let mut p = Pipeline::new(tables(s), 0);
     let base = Draw {

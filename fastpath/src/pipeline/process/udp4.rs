@@ -84,7 +84,10 @@ impl Pipeline {
                     // `[kernel] punt` takes it (`punt_port`'s decision): into the kernel path's
                     // sockets, as a service's packet, without the general parse (a flood
                     // aimed at the kernel path: rx 13.4 -> 15.3 Mpps in ci/bench-kernel).
-                    let svc = k.service;
+                    let (svc, budget) = (k.service, k.budget);
+                    if !self.punt.admit(budget, now) {
+                        return Some(Verdict::Drop(Outcome::KernelLimited));
+                    }
                     if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
                         return Some(self.deliver(s));
                     }

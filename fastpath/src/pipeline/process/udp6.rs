@@ -88,7 +88,10 @@ impl Pipeline {
                     .filter(|k| k.rules.takes(IpProtocol::UDP, wire::be16(h, 56)))
                 {
                     // `[kernel] punt` takes it (`punt_port`'s decision), as in `udp4`.
-                    let svc = k.service;
+                    let (svc, budget) = (k.service, k.budget);
+                    if !self.punt.admit(budget, now) {
+                        return Some(Verdict::Drop(Outcome::KernelLimited));
+                    }
                     if let Some(s) = self.fanout.choose_fast_single(t.services.single_socket(svc)) {
                         return Some(self.deliver(s));
                     }

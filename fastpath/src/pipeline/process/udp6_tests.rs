@@ -214,6 +214,7 @@ fn the_fast_path_takes_its_frames() {
         flow_limit: false,
         kernel: false,
         unhandled: false,
+        tight_punt: false,
     };
     let mut p = Pipeline::new(tables(s), 0);
     let base = Draw {
