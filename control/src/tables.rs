@@ -9,7 +9,7 @@
 use crate::config::{Config, ServiceConfig, KERNEL_SERVICE};
 use fastpath::dpdk::{MbufRing, Mempool};
 use fastpath::pipeline::icmp_error::{GlobalBucket, IcmpCounters};
-use fastpath::pipeline::kernel::{KernelCounters, KernelPath, PuntRules};
+use fastpath::pipeline::kernel::{KernelCounters, KernelPath, PuntRules, Solicitations};
 use fastpath::pipeline::service::Action;
 use fastpath::pipeline::tcp_reset::ResetCounters;
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
@@ -46,6 +46,8 @@ pub struct TableBuilder {
     tcp_reset_global: Option<Arc<GlobalBucket>>,
     tcp_reset_counters: Arc<ResetCounters>,
     kernel_counters: Arc<KernelCounters>,
+    /// The kernel's solicitations in flight, kept across reloads like its counters.
+    kernel_solicited: Arc<Solicitations>,
     make_queue: MakeQueue,
 }
 
@@ -89,6 +91,7 @@ impl TableBuilder {
         let kernel_counters = Arc::new(KernelCounters::new(workers, ports.len()));
         TableBuilder {
             kernel_counters,
+            kernel_solicited: Arc::new(Solicitations::new(workers, ports.len())),
             ports,
             rx_lcores,
             workers,
@@ -157,6 +160,7 @@ impl TableBuilder {
             rules: PuntRules::new(cfg.kernel.unhandled, &cfg.kernel.ports),
             service,
             counters: self.kernel_counters.clone(),
+            solicited: self.kernel_solicited.clone(),
             ..Default::default()
         };
         let max = self

@@ -88,11 +88,15 @@ pub enum Outcome {
     Kernel,
     /// For the kernel path, but its queue was full: dropped (the RX lcore never waits).
     KernelFull,
+    /// An ARP reply or Neighbor Advertisement to us on a port with a kernel interface that
+    /// answers no solicitation the kernel sent lately: dropped, so nobody on the link rewrites
+    /// the kernel's neighbour entries unasked (RFC 4861 §7.2.5).
+    NeighborUnsolicited,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 34] = [
+    pub const ALL: [Outcome; 35] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -127,6 +131,7 @@ impl Outcome {
         Outcome::TcpBadChecksum,
         Outcome::Kernel,
         Outcome::KernelFull,
+        Outcome::NeighborUnsolicited,
     ];
     /// Number of outcomes.
     pub const COUNT: usize = Self::ALL.len();
@@ -174,6 +179,7 @@ impl Outcome {
             Outcome::TcpBadChecksum => "tcp_bad_checksum",
             Outcome::Kernel => "kernel",
             Outcome::KernelFull => "kernel_full",
+            Outcome::NeighborUnsolicited => "neighbor_unsolicited",
         }
     }
 }

@@ -538,7 +538,7 @@ impl Pipeline {
                 Ok(()) => {}
                 Err(Verdict::Drop(Outcome::ArpIgnored)) if local.kernel && depth == 0 => {
                     // An ARP reply may answer the kernel's own request (`pipeline/kernel.rs`).
-                    let v = self.punt_arp_reply(port, pkt);
+                    let v = self.punt_arp_reply(port, pkt, now);
                     return Step::Done(v.unwrap_or(Verdict::Drop(Outcome::ArpIgnored)));
                 }
                 Err(v) => return Step::Done(v),
