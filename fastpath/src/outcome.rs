@@ -31,7 +31,7 @@ pub enum Outcome {
     /// A Neighbor Solicitation for a local IPv6 address, answered with an advertisement.
     NdpReply,
     /// A Neighbor Discovery message that needs no answer (not for a local target, an
-    /// advertisement, a router message) or that RFC 4861 §7.1.1 says to discard.
+    /// advertisement, a router message) or that RFC 4861 §7.1.1 (§7.1.2) says to discard.
     NdpIgnored,
     /// Enqueued to one of a local service's sockets.
     Delivered,
