@@ -9,7 +9,7 @@
 use crate::config::{Config, ServiceConfig, KERNEL_SERVICE};
 use fastpath::dpdk::{MbufRing, Mempool};
 use fastpath::pipeline::icmp_error::{GlobalBucket, IcmpCounters};
-use fastpath::pipeline::kernel::{KernelCounters, KernelListeners, KernelPath, PuntBudget, PuntRules};
+use fastpath::pipeline::kernel::{KernelCounters, KernelListeners, KernelPath, PuntBudget, PuntRules, Solicitations};
 use fastpath::pipeline::service::Action;
 use fastpath::pipeline::tcp_reset::ResetCounters;
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
@@ -49,6 +49,8 @@ pub struct TableBuilder {
     /// Where the kernel listens: one set for the daemon's life, kept current by the control
     /// thread ([`crate::kernel::ListenerWatch`]).
     kernel_listeners: Arc<KernelListeners>,
+    /// The kernel's solicitations in flight, kept across reloads like its counters.
+    kernel_solicited: Arc<Solicitations>,
     make_queue: MakeQueue,
 }
 
@@ -93,6 +95,7 @@ impl TableBuilder {
         TableBuilder {
             kernel_counters,
             kernel_listeners: Arc::default(),
+            kernel_solicited: Arc::new(Solicitations::new(workers, ports.len())),
             ports,
             rx_lcores,
             workers,
@@ -168,6 +171,7 @@ impl TableBuilder {
             listeners: self.kernel_listeners.clone(),
             service,
             counters: self.kernel_counters.clone(),
+            solicited: self.kernel_solicited.clone(),
             ..Default::default()
         };
         let max = self

@@ -466,6 +466,8 @@ fn dns_http_and_ssh_reach_real_programs_through_the_kernel_interface() {
     assert!(to >= kernel as f64 - 10.0, "to_kernel {to} for {kernel} packets");
     assert!(outcome(&m, "tcp_reset") >= 1, "port 23 was reset by the fast path");
     assert_eq!(outcome(&m, "kernel_full"), 0);
+    // Every neighbour answer the client sent answered one of the kernel's questions.
+    assert_eq!(outcome(&m, "neighbor_unsolicited"), 0);
     for reason in ["interface_full", "port_full", "invalid"] {
         let k = format!("fastpath_kernel_dropped_total{{port=\"net_af_packet0\",reason=\"{reason}\"}}");
         assert_eq!(sample(&m, &k), 0.0, "{k}");
@@ -806,11 +808,127 @@ fn two_workers_each_carry_the_kernel_path_on_their_own_queue_pair() {
         "both workers wrote into the kernel interface"
     );
     assert!(socket(0) > 0.0 && socket(1) > 0.0, "both kernel sockets carried flows");
+    // The kernel's questions left through either worker; the answers found them all.
+    assert_eq!(outcome(&m, "neighbor_unsolicited"), 0);
     // What the kernel sent left on the workers' own TX queues of the port (1 and 2; queue 0 is
     // the RX lcore's), both of them.
     assert!(
         out_of(1) > 100.0 && out_of(2) > 100.0,
         "both workers sent the kernel's segments"
     );
+    stop_clean(d, &s);
+}
+
+/// Forged neighbour answers from the client's namespace, written raw on its interface
+/// (`sys.argv[1]`), all claiming the client's own addresses (192.0.2.2, 2001:db8::2) for the
+/// link-layer address `sys.argv[3]`, sent to fastpathd's MAC `sys.argv[2]` (or to everyone):
+/// each kind an on-link attacker would use to take over the kernel's entry for the client.
+const FORGE: &str = r#"
+import socket, struct, sys
+iface = sys.argv[1]
+port_mac, bogus = (bytes.fromhex(a.replace(":", "")) for a in sys.argv[2:4])
+me4, them4 = socket.inet_aton("192.0.2.2"), socket.inet_aton("192.0.2.1")
+me6, them6 = (socket.inet_pton(socket.AF_INET6, a) for a in ("2001:db8::2", "2001:db8::1"))
+all_nodes = socket.inet_pton(socket.AF_INET6, "ff02::1")
+def csum(b):
+    b += b"\0" * (len(b) % 2)
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16:
+        s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+def advert(flags, dst, eth_dst):
+    # RFC 4861 4.4: flags (R S O), the target, a Target Link-Layer Address option.
+    icmp = struct.pack("!BBHB3x", 136, 0, 0, flags) + me6 + bytes([2, 1]) + bogus
+    c = csum(me6 + dst + struct.pack("!I3xB", len(icmp), 58) + icmp)
+    icmp = icmp[:2] + struct.pack("!H", c) + icmp[4:]
+    ip6 = struct.pack("!IHBB", 6 << 28, len(icmp), 58, 255) + me6 + dst
+    return eth_dst + bogus + b"\x86\xdd" + ip6 + icmp
+def arp(op, eth_dst, tha, tpa):
+    return eth_dst + bogus + b"\x08\x06" + struct.pack("!HHBBH", 1, 0x0800, 6, 4, op) + bogus + me4 + tha + tpa
+bcast = b"\xff" * 6
+frames = {
+    # Unicast to us: each one rewrote the kernel's entry before.
+    "unsolicited NA, override": advert(0x20, them6, port_mac),
+    "NA claiming solicited, override": advert(0x60, them6, port_mac),
+    "unsolicited ARP reply": arp(2, port_mac, port_mac, them4),
+    # To everyone: gratuitous ARP (request and reply), an NA announcing to all nodes.
+    "gratuitous ARP request": arp(1, bcast, b"\0" * 6, me4),
+    "gratuitous ARP reply": arp(2, bcast, bcast, me4),
+    "NA to all nodes, override": advert(0x20, all_nodes, b"\x33\x33\x00\x00\x00\x01"),
+}
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((iface, 0))
+for name, f in frames.items():
+    s.send(f)
+print(len(frames))
+"#;
+
+/// The MAC the host's kernel holds for `addr` on its kernel interface (`ip neigh`), if any.
+fn neighbour_mac(h: &Host, addr: &str) -> String {
+    let out = stdout(&h.exec(&["ip", "neigh", "show", addr, "dev", &h.kif]));
+    out.split_whitespace()
+        .skip_while(|w| *w != "lladdr")
+        .nth(1)
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn unsolicited_neighbour_answers_do_not_rewrite_the_kernels_entries() {
+    let mut h = Host::new();
+    let s = Scratch::new("kernel-neigh");
+    let d = h.start(&s, "kernel-neigh", "\n[kernel]\npunt = [\"tcp:22\"]\n");
+    h.spawn(&["/usr/bin/python3", "-c", BANNER_SERVER, "22"], &s.path("banner.log"));
+    wait_until_listening(&h, "banner server listening", 22, "tcp");
+    // The kernel resolves the client over both families, by itself: its answers (solicited)
+    // are handed to it.
+    for addr in ["192.0.2.1", "2001:db8::1"] {
+        let banner = stdout(&h.client_python(BANNER_CLIENT, &[addr, "22"]));
+        assert_eq!(banner, "SSH-2.0-fastpathd_kernel_path | echo hello kernel", "{addr}");
+    }
+    let client_mac = stdout(&h.client(&["cat", &format!("/sys/class/net/{}/address", h.peer)]));
+    let port_mac = stdout(&h.exec(&["cat", &format!("/sys/class/net/{}/address", h.port)]));
+    for addr in ["192.0.2.2", "2001:db8::2"] {
+        assert_eq!(neighbour_mac(&h, addr), client_mac, "the kernel learned {addr}");
+    }
+    let learned = h.scrape();
+    assert!(outcome(&learned, "kernel") > 0);
+    assert_eq!(
+        outcome(&learned, "neighbor_unsolicited"),
+        0,
+        "the answers were solicited"
+    );
+    // Past the answer window of the kernel's last question (5 s), the forged answers.
+    std::thread::sleep(Duration::from_millis(5_500));
+    let before = h.scrape();
+    let bogus = "02:66:66:66:66:66";
+    let sent = h.client_python(FORGE, &[&h.peer, &port_mac, bogus]);
+    assert!(sent.status.success(), "{}", String::from_utf8_lossy(&sent.stderr));
+    assert_eq!(stdout(&sent), "6");
+    let received = |m: &BTreeMap<String, f64>| family_sum(m, "fastpath_rx_packets_total");
+    wait_for(5, "the forged frames received", || {
+        received(&h.scrape()) >= received(&before) + 6.0
+    });
+    // Let anything the kernel was handed take effect, then look at its entries.
+    std::thread::sleep(Duration::from_millis(300));
+    for addr in ["192.0.2.2", "2001:db8::2"] {
+        let mac = neighbour_mac(&h, addr);
+        assert_eq!(
+            mac, client_mac,
+            "the kernel's entry for {addr} was rewritten (to {bogus}?)"
+        );
+    }
+    let m = h.scrape();
+    live_conservation(&m);
+    let more = |name: &str| outcome(&m, name) - outcome(&before, name);
+    assert_eq!(more("neighbor_unsolicited"), 3, "the NAs and the ARP reply to us");
+    assert_eq!(more("kernel"), 0, "none of them reached the kernel");
+    assert!(more("arp_ignored") >= 2, "the gratuitous ARP");
+    assert!(more("ndp_ignored") >= 1, "the NA to all nodes");
+    // The kernel path still works both ways.
+    for addr in ["192.0.2.1", "2001:db8::1"] {
+        let banner = stdout(&h.client_python(BANNER_CLIENT, &[addr, "22"]));
+        assert_eq!(banner, "SSH-2.0-fastpathd_kernel_path | echo hello kernel", "{addr}");
+    }
     stop_clean(d, &s);
 }

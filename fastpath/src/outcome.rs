@@ -31,7 +31,7 @@ pub enum Outcome {
     /// A Neighbor Solicitation for a local IPv6 address, answered with an advertisement.
     NdpReply,
     /// A Neighbor Discovery message that needs no answer (not for a local target, an
-    /// advertisement, a router message) or that RFC 4861 §7.1.1 says to discard.
+    /// advertisement, a router message) or that RFC 4861 §7.1.1 (§7.1.2) says to discard.
     NdpIgnored,
     /// Enqueued to one of a local service's sockets.
     Delivered,
@@ -91,11 +91,15 @@ pub enum Outcome {
     /// For the kernel path, but over this RX lcore's share of `[kernel] punt_rate` /
     /// `punt_burst`: dropped before it was queued.
     KernelLimited,
+    /// An ARP reply or Neighbor Advertisement to us on a port with a kernel interface that
+    /// answers no solicitation the kernel sent lately: dropped, so nobody on the link rewrites
+    /// the kernel's neighbour entries unasked (RFC 4861 §7.2.5).
+    NeighborUnsolicited,
 }
 
 impl Outcome {
     /// Every outcome, in counter-index order.
-    pub const ALL: [Outcome; 35] = [
+    pub const ALL: [Outcome; 36] = [
         Outcome::Malformed,
         Outcome::Oversize,
         Outcome::NotForUs,
@@ -131,6 +135,7 @@ impl Outcome {
         Outcome::Kernel,
         Outcome::KernelFull,
         Outcome::KernelLimited,
+        Outcome::NeighborUnsolicited,
     ];
     /// Number of outcomes.
     pub const COUNT: usize = Self::ALL.len();
@@ -179,6 +184,7 @@ impl Outcome {
             Outcome::Kernel => "kernel",
             Outcome::KernelFull => "kernel_full",
             Outcome::KernelLimited => "kernel_limited",
+            Outcome::NeighborUnsolicited => "neighbor_unsolicited",
         }
     }
 }

@@ -25,12 +25,23 @@ struct Solicitation {
     source_lladdr: Option<EthernetAddress>,
 }
 
-/// Validates the Neighbor Solicitation `p` describes, per RFC 4861 §7.1.1.
-fn validate(p: &Parsed, frame: &[u8]) -> Result<Solicitation, Outcome> {
+/// A solicitation or advertisement that passed the checks both share: its addresses, the
+/// message.
+struct Checked<'a> {
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    msg: NeighborPacket<&'a [u8]>,
+}
+
+/// The checks RFC 4861 §7.1.1 (solicitations) and §7.1.2 (advertisements) share, on the
+/// message `p` describes: hop limit, length, checksum, code, target.
+fn checked<'a>(p: &Parsed, frame: &'a [u8]) -> Result<Checked<'a>, Outcome> {
     let (IpAddr::V6(src), IpAddr::V6(dst)) = (p.src, p.dst) else {
         return Err(Outcome::Unhandled);
     };
-    let msg = &frame[p.l4_offset as usize..p.ip_end as usize];
+    let Some(msg) = frame.get(p.l4_offset as usize..p.ip_end as usize) else {
+        return Err(Outcome::Malformed);
+    };
     // "The IP Hop Limit field has a value of 255, i.e., the packet could not possibly have been
     // forwarded by a router."
     if p.hop_limit != 255 {
@@ -40,7 +51,7 @@ fn validate(p: &Parsed, frame: &[u8]) -> Result<Solicitation, Outcome> {
     let Ok(icmp) = Icmpv6Packet::new_checked(msg) else {
         return Err(Outcome::Malformed);
     };
-    let Ok(ns) = NeighborPacket::new_checked(msg) else {
+    let Ok(nd) = NeighborPacket::new_checked(msg) else {
         return Err(Outcome::Malformed);
     };
     // "The ICMP Checksum is valid."
@@ -52,10 +63,43 @@ fn validate(p: &Parsed, frame: &[u8]) -> Result<Solicitation, Outcome> {
         return Err(Outcome::NdpIgnored);
     }
     // "Target Address is not a multicast address."
-    let target = ns.target_addr();
-    if target.is_multicast() {
+    if nd.target_addr().is_multicast() {
         return Err(Outcome::NdpIgnored);
     }
+    Ok(Checked { src, dst, msg: nd })
+}
+
+/// What a valid Neighbor Advertisement says.
+pub(super) struct Advert {
+    /// The address it advertises.
+    pub(super) target: Ipv6Addr,
+    /// The Solicited flag: sent in answer to a solicitation (RFC 4861 §4.4).
+    pub(super) solicited: bool,
+}
+
+/// Validates the Neighbor Advertisement `p` describes, per RFC 4861 §7.1.2 (the kernel path
+/// takes only valid answers to its solicitations, `pipeline/kernel.rs`).
+pub(super) fn advert(p: &Parsed, frame: &[u8]) -> Result<Advert, Outcome> {
+    let Checked { dst, msg, .. } = checked(p, frame)?;
+    let solicited = msg.flags().solicited;
+    // "If the IP Destination Address is a multicast address the Solicited flag is zero."
+    if dst.is_multicast() && solicited {
+        return Err(Outcome::NdpIgnored);
+    }
+    // "All included options have a length that is greater than zero."
+    if msg.options().any(|o| o.is_err()) {
+        return Err(Outcome::Malformed);
+    }
+    Ok(Advert {
+        target: msg.target_addr(),
+        solicited,
+    })
+}
+
+/// Validates the Neighbor Solicitation `p` describes, per RFC 4861 §7.1.1.
+fn validate(p: &Parsed, frame: &[u8]) -> Result<Solicitation, Outcome> {
+    let Checked { src, dst, msg: ns } = checked(p, frame)?;
+    let target = ns.target_addr();
     // "All included options have a length that is greater than zero."
     let mut source_lladdr = None;
     for o in ns.options() {

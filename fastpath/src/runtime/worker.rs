@@ -7,12 +7,12 @@
 //! Stopping: RX lcores stop first and say so; workers then drain their sockets to empty, run
 //! the action on every packet, and stop. So at a clean stop no packet is left in a socket.
 
-use super::{handoff_ring, ring, spin, IdlePolicy, Polls, RunControl};
+use super::{handoff_ring, ring, spin, IdlePolicy, Polls, RunControl, TscClock};
 use crate::buf::{PacketBuf, Tunnelled};
 use crate::dpdk::{Mbuf, Mempool, RxQueue, TxQueue};
 use crate::generation::Published;
 use crate::ident::Idents;
-use crate::pipeline::{service, tunnel, Action, Backends, Tables};
+use crate::pipeline::{kernel, service, tunnel, Action, Backends, Tables};
 use crate::socket::{Socket, SocketLcoreCounters};
 use crate::stats::LcoreStats;
 use crate::tx::{fragment_into_tunnel, needs_fragmenting, queue_in_fragments, TxBatch, BURST};
@@ -173,6 +173,8 @@ struct Out {
     /// Advanced every poll: the RX lcore slot whose queue of each socket is drained first, so
     /// that no RX lcore's queue is always served first (round robin over a socket's queues).
     turn: usize,
+    /// Read when the kernel solicits a neighbour, to time the answers it may take.
+    clock: TscClock,
 }
 
 impl Out {
@@ -412,19 +414,25 @@ impl Out {
     }
 
     /// What the kernel wrote on kernel interface queue `q`: out of the port it mirrors, on this
-    /// worker's own TX queue of that port. Returns the packets taken.
+    /// worker's own TX queue of that port. Its ARP requests and neighbour solicitations are
+    /// recorded first, so that the answer, however quick, finds them
+    /// ([`kernel::KernelPath::record_solicitation`]). Returns the packets taken.
     fn out_of_kernel(&mut self, cx: &Ctx, q: &mut RxQueue, buf: &mut Vec<Mbuf>) -> usize {
         let n = q.recv(buf);
         if n == 0 {
             return 0;
         }
-        let port = cx.tables.kernel.as_ref().and_then(|k| k.mirrored(q.port()));
+        let path = cx.tables.kernel.as_ref();
+        let port = path.and_then(|k| k.mirrored(q.port()));
         for m in buf.drain(..) {
-            match port {
-                Some(port) => {
+            match (path, port) {
+                (Some(k), Some(port)) => {
+                    if let Some(target) = kernel::solicitation(m.data()) {
+                        k.record_solicitation(self.slot, q.port(), target, self.clock.now());
+                    }
                     self.send_whole(cx, port, m, Tag::FromKernel { port });
                 }
-                None => self.drops.push(m),
+                _ => self.drops.push(m),
             }
             self.free_if_full();
         }
@@ -741,6 +749,7 @@ impl WorkerLcore {
             spare: Vec::with_capacity(64),
             idents: Idents::from_os(),
             turn: 0,
+            clock: TscClock::new(self.tsc_hz),
         };
         let mut buf: Vec<Mbuf> = Vec::with_capacity(BURST);
         // Next sequence number of each owned sequence tunnel, by name (kept across reloads).

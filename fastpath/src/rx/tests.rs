@@ -717,7 +717,7 @@ fn kernel_tables_with(
     budget: crate::pipeline::kernel::PuntBudget,
     listening: &[u16],
 ) -> Arc<Tables> {
-    use crate::pipeline::kernel::{KernelCounters, KernelListeners, KernelPath, PuntRules};
+    use crate::pipeline::kernel::{KernelCounters, KernelListeners, KernelPath, PuntRules, Solicitations};
     let listeners = KernelListeners::default();
     listeners.set(listening.iter().copied());
     let socket = |name: &str, cap: usize, kernel: bool| {
@@ -760,6 +760,7 @@ fn kernel_tables_with(
             counters: Arc::new(KernelCounters::new(1, 1)),
             budget,
             listeners: Arc::new(listeners),
+            solicited: Arc::new(Solicitations::new(1, 1)),
         }),
         ..Default::default()
     })
@@ -790,27 +791,86 @@ fn tcp_with(dport: u16, flags: TcpFlags) -> Vec<u8> {
 
 /// An ARP packet `op` (1 request, 2 reply) from THEM to ME, unicast to our MAC.
 fn arp(op: u16) -> Vec<u8> {
+    use crate::pipeline::tests::MAC;
+    arp_from(op, MAC, THEM, ME)
+}
+
+/// An ARP packet `op` from PEER claiming `spa`, for `tpa`, to `dst`.
+fn arp_from(op: u16, dst: wire::EthernetAddress, spa: Ipv4Addr, tpa: Ipv4Addr) -> Vec<u8> {
     use crate::pipeline::tests::{MAC, PEER};
     use crate::wire::{arp, ethernet, ArpOperation, EtherType};
     let mut v = vec![0u8; 14 + arp::PACKET_LEN];
-    ethernet::emit_header(&mut v, MAC, PEER, EtherType::ARP);
+    ethernet::emit_header(&mut v, dst, PEER, EtherType::ARP);
     let op = if op == 1 {
         ArpOperation::Request
     } else {
         ArpOperation::Reply
     };
-    arp::emit(&mut v[14..], op, PEER, THEM, MAC, ME);
+    arp::emit(&mut v[14..], op, PEER, spa, MAC, tpa);
     v
 }
 
-/// A neighbour advertisement from 2001:db8::7 for itself, to 2001:db8::1 (unicast).
+/// A neighbour advertisement from 2001:db8::7 for itself, to 2001:db8::1 (unicast), Solicited
+/// and Override set.
 fn neighbour_advert() -> Vec<u8> {
-    use crate::pipeline::parse::tests::v6_frame;
-    let them: std::net::Ipv6Addr = "2001:db8::7".parse().unwrap();
-    let me: std::net::Ipv6Addr = "2001:db8::1".parse().unwrap();
-    let mut na = vec![136, 0, 0, 0, 0x60, 0, 0, 0];
-    na.extend_from_slice(&them.octets());
-    v6_frame(them, me, IpProtocol::ICMPV6, &[], 255, &na)
+    advert(SOLICITED | OVERRIDE, THEM6.parse().unwrap(), ME6.parse().unwrap())
+}
+
+/// The Solicited and Override flags of an advertisement (RFC 4861 §4.4).
+const SOLICITED: u8 = 0x40;
+const OVERRIDE: u8 = 0x20;
+
+/// A neighbour advertisement from 2001:db8::7 for `target` with `flags`, to `dst` (in a group
+/// frame if `dst` is a group), with a Target Link-Layer Address option, checksum right.
+fn advert(flags: u8, target: std::net::Ipv6Addr, dst: std::net::Ipv6Addr) -> Vec<u8> {
+    let them: std::net::Ipv6Addr = THEM6.parse().unwrap();
+    let mut na = vec![136, 0, 0, 0, flags, 0, 0, 0];
+    na.extend_from_slice(&target.octets());
+    na.extend_from_slice(&[2, 1, 2, 0, 0, 0, 0x66, 0x66]);
+    let c = checksum::finish(checksum::sum(
+        checksum::pseudo_v6(&them, &dst, 58, na.len() as u32),
+        &na,
+    ));
+    na[2..4].copy_from_slice(&c.to_be_bytes());
+    let mut v = v6_frame(them, dst, IpProtocol::ICMPV6, &[], 255, &na);
+    if dst.is_multicast() {
+        v[..6].copy_from_slice(&wire::ipv6::multicast_mac(&dst).0);
+    }
+    v
+}
+
+/// The kernel's ARP request for `target`, from ME.
+fn kernel_arp_request(target: Ipv4Addr) -> Vec<u8> {
+    let mut v = arp_from(1, wire::EthernetAddress::BROADCAST, ME, target);
+    v[6..12].copy_from_slice(&crate::pipeline::tests::MAC.0);
+    v
+}
+
+/// The kernel's neighbour solicitation for `target`, from ME6: to its solicited-node group, or
+/// unicast to it (a reachability probe).
+fn kernel_ns(target: std::net::Ipv6Addr, unicast: bool) -> Vec<u8> {
+    use crate::pipeline::ndp::tests::{ns, SLLA};
+    let dst = if unicast {
+        target
+    } else {
+        wire::ipv6::solicited_node(&target)
+    };
+    ns(ME6.parse().unwrap(), dst, target, 255, &SLLA).data().to_vec()
+}
+
+/// The kernel writes `frame` on its interface (DPDK port 1), and worker 0 carries it out at
+/// `now`, recording what it solicits, as `runtime/worker.rs` does.
+fn kernel_sends(e: &Engine, frame: &[u8], now: Instant) {
+    let k = e.pipeline().tables().kernel.as_ref().unwrap();
+    if let Some(target) = crate::pipeline::kernel::solicitation(frame) {
+        k.record_solicitation(0, 1, target, now);
+    }
+}
+
+/// One frame received at `now`.
+fn one_at(e: &mut Engine, frame: Vec<u8>, now: Instant) {
+    run_burst(e, &[frame], now);
+    e.end_burst();
 }
 
 fn one(e: &mut Engine, frame: Vec<u8>) {
@@ -821,9 +881,12 @@ fn one(e: &mut Engine, frame: Vec<u8>) {
 #[test]
 fn punted_packets_go_to_the_kernel_sockets_and_count_as_kernel() {
     // `unhandled`: closed UDP and TCP ports (a segment of a connection, a connection attempt
-    // where the kernel listens), another protocol, an ARP reply, an NA.
+    // where the kernel listens), another protocol, an ARP reply and an NA answering the
+    // kernel's own questions.
     let t = kernel_tables_with(true, true, &[], 64, Default::default(), &[2222]);
     let mut e = engine_with(t, Collect::new(0));
+    kernel_sends(&e, &kernel_arp_request(THEM), T0);
+    kernel_sends(&e, &kernel_ns(THEM6.parse().unwrap(), false), T0);
     for f in [
         udp(9, b"closed"),
         tcp_with(23, TcpFlags::ACK),
@@ -915,10 +978,174 @@ fn only_listed_ports_are_punted_without_unhandled_and_the_rest_keeps_its_answers
     assert_eq!(count(&e, Outcome::TcpReset), 1);
     assert_eq!(count(&e, Outcome::IcmpError), 2);
     // The neighbour replies the kernel asked for go to it whatever the rules.
+    kernel_sends(&e, &kernel_arp_request(THEM), T0);
+    kernel_sends(&e, &kernel_ns(THEM6.parse().unwrap(), false), T0);
     for f in [arp(2), neighbour_advert()] {
         one(&mut e, f);
     }
     assert_eq!(count(&e, Outcome::Kernel), 4);
+}
+
+#[test]
+fn an_unsolicited_neighbour_advert_is_dropped_and_counted() {
+    let mut e = engine_with(kernel_tables(true, true, &[], 64), Collect::new(0));
+    let (me, them): (std::net::Ipv6Addr, std::net::Ipv6Addr) = (ME6.parse().unwrap(), THEM6.parse().unwrap());
+    // Nothing asked: with the Override flag it would rewrite the kernel's entry for `them`
+    // (RFC 4861 §7.2.5), with the Solicited flag too.
+    for flags in [OVERRIDE, SOLICITED | OVERRIDE, SOLICITED, 0] {
+        one(&mut e, advert(flags, them, me));
+    }
+    assert_eq!(count(&e, Outcome::NeighborUnsolicited), 4);
+    assert_eq!(count(&e, Outcome::Kernel), 0);
+    assert_eq!(e.pipeline().tables().sockets[1].len(), 0, "nothing reached the kernel");
+    // Asked about `them`: an advertisement without the Solicited flag is still no answer
+    // (Linux's `drop_unsolicited_na`).
+    kernel_sends(&e, &kernel_ns(them, false), T0);
+    one(&mut e, advert(OVERRIDE, them, me));
+    assert_eq!(count(&e, Outcome::NeighborUnsolicited), 5);
+    assert_eq!(count(&e, Outcome::Kernel), 0);
+    assert_eq!(total(&e), 5);
+}
+
+#[test]
+fn a_solicited_advert_for_a_target_the_kernel_asked_about_is_punted() {
+    let mut e = engine_with(kernel_tables(true, false, &[], 64), Collect::new(0));
+    let me: std::net::Ipv6Addr = ME6.parse().unwrap();
+    let them: std::net::Ipv6Addr = THEM6.parse().unwrap();
+    let probed: std::net::Ipv6Addr = "2001:db8::9".parse().unwrap();
+    // A multicast solicitation for `them`, a unicast reachability probe of `probed`.
+    kernel_sends(&e, &kernel_ns(them, false), T0);
+    kernel_sends(&e, &kernel_ns(probed, true), T0);
+    let later = Instant(T0.0 + 1_000_000);
+    one_at(&mut e, advert(SOLICITED | OVERRIDE, them, me), later);
+    one_at(&mut e, advert(SOLICITED, probed, me), later);
+    assert_eq!(count(&e, Outcome::Kernel), 2);
+    // A second answer within the window is taken too, as Linux takes every answer while the
+    // entry is INCOMPLETE or PROBE.
+    one_at(&mut e, advert(SOLICITED | OVERRIDE, them, me), later);
+    assert_eq!(count(&e, Outcome::Kernel), 3);
+    assert_eq!(e.pipeline().tables().sockets[1].len(), 3);
+    // An address the kernel did not ask about, though others were.
+    one_at(
+        &mut e,
+        advert(SOLICITED | OVERRIDE, "2001:db8::8".parse().unwrap(), me),
+        later,
+    );
+    assert_eq!(count(&e, Outcome::NeighborUnsolicited), 1);
+    // The fast path still answers solicitations for our own address itself.
+    let group = wire::ipv6::solicited_node(&me);
+    let ns = crate::pipeline::ndp::tests::ns(them, group, me, 255, &crate::pipeline::ndp::tests::SLLA);
+    one_at(&mut e, ns.data().to_vec(), later);
+    assert_eq!(count(&e, Outcome::NdpReply), 1);
+    assert_eq!(count(&e, Outcome::Kernel), 3);
+    assert_eq!(total(&e), 5);
+}
+
+#[test]
+fn an_advert_after_the_answer_window_is_dropped() {
+    use crate::pipeline::kernel::ANSWER_WINDOW_NS;
+    let mut e = engine_with(kernel_tables(true, true, &[], 64), Collect::new(0));
+    let (me, them) = (ME6.parse().unwrap(), THEM6.parse().unwrap());
+    kernel_sends(&e, &kernel_ns(them, true), T0);
+    one_at(&mut e, advert(SOLICITED, them, me), Instant(T0.0 + ANSWER_WINDOW_NS));
+    assert_eq!(count(&e, Outcome::Kernel), 1, "the last moment of the window");
+    let expired = Instant(T0.0 + ANSWER_WINDOW_NS + 1);
+    one_at(&mut e, advert(SOLICITED, them, me), expired);
+    assert_eq!(count(&e, Outcome::NeighborUnsolicited), 1, "expired");
+    // The kernel's next probe opens the window again.
+    kernel_sends(&e, &kernel_ns(them, true), expired);
+    one_at(&mut e, advert(SOLICITED, them, me), expired);
+    assert_eq!(count(&e, Outcome::Kernel), 2);
+}
+
+#[test]
+fn an_arp_reply_is_punted_only_if_the_kernel_asked_for_its_sender() {
+    use crate::pipeline::kernel::ANSWER_WINDOW_NS;
+    use crate::pipeline::tests::MAC;
+    let mut e = engine_with(kernel_tables(true, true, &[], 64), Collect::new(0));
+    one(&mut e, arp(2));
+    assert_eq!(count(&e, Outcome::NeighborUnsolicited), 1, "nobody asked");
+    kernel_sends(&e, &kernel_arp_request(THEM), T0);
+    one(&mut e, arp(2));
+    assert_eq!(count(&e, Outcome::Kernel), 1, "the kernel asked for THEM");
+    // Another sender, though the kernel asked for THEM.
+    let other = Ipv4Addr::new(198, 51, 100, 8);
+    one(&mut e, arp_from(2, MAC, other, ME));
+    assert_eq!(count(&e, Outcome::NeighborUnsolicited), 2);
+    // Too late.
+    one_at(&mut e, arp(2), Instant(T0.0 + ANSWER_WINDOW_NS + 1));
+    assert_eq!(count(&e, Outcome::NeighborUnsolicited), 3);
+    assert_eq!(count(&e, Outcome::Kernel), 1);
+    assert_eq!(e.pipeline().tables().sockets[1].len(), 1);
+    // The fast path still answers requests for our address itself.
+    one(&mut e, arp(1));
+    assert_eq!(count(&e, Outcome::ArpReply), 1);
+    assert_eq!(total(&e), 5);
+}
+
+/// Gratuitous ARP (request or reply, sender = target) and unsolicited advertisements to all
+/// nodes (an address announced, or defended in Duplicate Address Detection) never reach the
+/// kernel, even while it is asking about that address.
+#[test]
+fn gratuitous_arp_and_announcements_never_reach_the_kernel() {
+    use crate::pipeline::tests::MAC;
+    use wire::EthernetAddress;
+    let mut e = engine_with(kernel_tables(true, true, &[], 64), Collect::new(0));
+    let them6: std::net::Ipv6Addr = THEM6.parse().unwrap();
+    kernel_sends(&e, &kernel_arp_request(THEM), T0);
+    kernel_sends(&e, &kernel_ns(them6, false), T0);
+    let all_nodes = wire::ipv6::ALL_NODES;
+    for f in [
+        arp_from(1, EthernetAddress::BROADCAST, THEM, THEM),
+        arp_from(2, EthernetAddress::BROADCAST, THEM, THEM),
+        arp_from(1, MAC, THEM, THEM),
+        arp_from(2, MAC, THEM, THEM),
+        arp_from(2, EthernetAddress::BROADCAST, THEM, ME),
+        advert(OVERRIDE, them6, all_nodes),
+        advert(0, them6, all_nodes),
+    ] {
+        one(&mut e, f);
+    }
+    assert_eq!(count(&e, Outcome::ArpIgnored), 5);
+    assert_eq!(count(&e, Outcome::NdpIgnored), 2);
+    assert_eq!(count(&e, Outcome::Kernel), 0);
+    assert_eq!(e.pipeline().tables().sockets[1].len(), 0);
+    // The kernel's own announcements and Duplicate Address Detection ask about nothing.
+    let ours6: std::net::Ipv6Addr = ME6.parse().unwrap();
+    let dad = crate::pipeline::ndp::tests::ns(
+        std::net::Ipv6Addr::UNSPECIFIED,
+        wire::ipv6::solicited_node(&ours6),
+        ours6,
+        255,
+        &[],
+    );
+    kernel_sends(&e, dad.data(), T0);
+    kernel_sends(&e, &kernel_arp_request(ME), T0);
+    for f in [arp_from(2, MAC, ME, ME), advert(SOLICITED | OVERRIDE, ours6, ours6)] {
+        one(&mut e, f);
+    }
+    assert_eq!(count(&e, Outcome::Kernel), 0);
+}
+
+#[test]
+fn an_invalid_advert_is_not_punted_even_when_asked() {
+    let mut e = engine_with(kernel_tables(true, true, &[], 64), Collect::new(0));
+    let (me, them): (std::net::Ipv6Addr, std::net::Ipv6Addr) = (ME6.parse().unwrap(), THEM6.parse().unwrap());
+    kernel_sends(&e, &kernel_ns(them, false), T0);
+    // RFC 4861 §7.1.2: forwarded (hop limit below 255), a wrong checksum, the Solicited flag on
+    // an advertisement to a group.
+    let mut forwarded = advert(SOLICITED, them, me);
+    forwarded[14 + 7] = 64;
+    let mut bad_sum = advert(SOLICITED, them, me);
+    bad_sum[14 + 40 + 2] ^= 0xff;
+    for f in [forwarded, bad_sum, advert(SOLICITED, them, wire::ipv6::ALL_NODES)] {
+        one(&mut e, f);
+    }
+    assert_eq!(count(&e, Outcome::NdpIgnored), 2);
+    assert_eq!(count(&e, Outcome::Malformed), 1);
+    assert_eq!(count(&e, Outcome::Kernel), 0);
+    one(&mut e, advert(SOLICITED, them, me));
+    assert_eq!(count(&e, Outcome::Kernel), 1, "the same answer, valid");
 }
 
 #[test]

@@ -7,7 +7,7 @@
 use super::*;
 use crate::buf::HeapBuf;
 use crate::pipeline::fanout::{FanoutMode, Group};
-use crate::pipeline::kernel::{KernelCounters, KernelListeners, KernelPath, PuntBudget, PuntRules};
+use crate::pipeline::kernel::{KernelCounters, KernelListeners, KernelPath, PuntBudget, PuntRules, Solicitations};
 use crate::pipeline::service::{Action, Service, ServiceTable};
 use crate::socket::{SimQueue, Socket, SocketCounters};
 use crate::wire::IpProtocol;
@@ -138,6 +138,7 @@ pub(super) fn tables(s: Shape) -> Arc<Tables> {
             port_of: vec![None, s.kernel.then_some(0)],
             index_of: vec![Some(0), Some(0)],
             counters: Arc::new(KernelCounters::new(1, 1)),
+            solicited: Arc::new(Solicitations::new(1, 1)),
         }),
         ..Default::default()
     })

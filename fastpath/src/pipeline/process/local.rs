@@ -213,10 +213,9 @@ impl Pipeline {
     }
 
     /// A local packet local delivery did not take (verdict `v`), on a port with a kernel
-    /// interface: a neighbour advertisement to our MAC always goes to the kernel (it answers the
-    /// kernel's own solicitation; the fast path keeps no neighbour table); with `unhandled`, a
-    /// packet for one of our addresses that nothing here handles (another protocol, an ICMP or
-    /// ICMPv6 message the fast path does not answer).
+    /// interface: a neighbour advertisement to our MAC ([`Pipeline::punt_advert`]); with
+    /// `unhandled`, a packet for one of our addresses that nothing here handles (another
+    /// protocol, an ICMP or ICMPv6 message the fast path does not answer).
     #[inline(never)]
     fn punt_other<B: PacketBuf>(
         &mut self,
@@ -231,9 +230,10 @@ impl Pipeline {
         let unicast = pkt.data().first().is_some_and(|b| b & 1 == 0);
         let take = match v {
             Verdict::Drop(Outcome::NdpIgnored) => {
-                unicast
+                let advert = unicast
                     && p.protocol == IpProtocol::ICMPV6
-                    && pkt.data().get(p.l4_offset as usize).copied() == Some(Icmpv6Message::NeighborAdvert.into())
+                    && pkt.data().get(p.l4_offset as usize).copied() == Some(Icmpv6Message::NeighborAdvert.into());
+                return advert.then(|| self.punt_advert(port, p, pkt.data(), now));
             }
             Verdict::Drop(Outcome::Unhandled) => k.rules.unhandled() && unicast && is_local(local, p.dst),
             _ => false,
@@ -248,13 +248,43 @@ impl Pipeline {
         Some(self.fan_out(svc, p, None))
     }
 
+    /// A neighbour advertisement to our MAC, on a port with a kernel interface: into the kernel
+    /// path only if it answers the kernel's own solicitation, the Solicited flag set (RFC 4861
+    /// §4.4; Linux's `drop_unsolicited_na`) and its target one the kernel asked about lately
+    /// ([`crate::pipeline::kernel::KernelPath::solicited`]). Any other valid one is
+    /// `neighbor_unsolicited`: with the Override flag it would rewrite the kernel's entry for its
+    /// target (§7.2.5).
+    fn punt_advert(&mut self, port: u16, p: &Parsed, frame: &[u8], now: Instant) -> Verdict {
+        let a = match ndp::advert(p, frame) {
+            Ok(a) => a,
+            Err(o) => return Verdict::Drop(o),
+        };
+        let Some(k) = self.tables.kernel.as_ref() else {
+            return Verdict::Drop(Outcome::NdpIgnored);
+        };
+        if !(a.solicited && k.solicited(port, IpAddr::V6(a.target), now)) {
+            return Verdict::Drop(Outcome::NeighborUnsolicited);
+        }
+        let svc = k.service;
+        if !self.punt_admit(now) {
+            return Verdict::Drop(Outcome::KernelLimited);
+        }
+        self.fan_out(svc, p, None)
+    }
+
     /// An ARP reply to one of our addresses, on a port with a kernel interface: into the kernel
-    /// path (it answers the kernel's own request), hashed by its sender's address.
+    /// path, hashed by its sender's address, if the kernel asked about its sender lately (it
+    /// answers the kernel's own request); `neighbor_unsolicited` if not, as Linux's
+    /// `arp_accept = 0` keeps an unasked reply from making an entry, and more: here it cannot
+    /// rewrite one either.
     #[inline(never)]
     pub(super) fn punt_arp_reply<B: PacketBuf>(&mut self, port: u16, pkt: &B, now: Instant) -> Option<Verdict> {
         let k = self.tables.kernel.as_ref()?;
         let local = self.tables.ports.get(port as usize)?;
         let sender = arp::reply_for(local, pkt.data())?;
+        if !k.solicited(port, IpAddr::V4(sender), now) {
+            return Some(Verdict::Drop(Outcome::NeighborUnsolicited));
+        }
         let svc = k.service;
         if !self.punt_admit(now) {
             return Some(Verdict::Drop(Outcome::KernelLimited));
