@@ -128,16 +128,29 @@ impl Host {
         lcores: &str,
         extra: &str,
     ) -> Daemon {
+        let kif = format!("kernel_interface = \"{}\"\n{port_keys}", self.kif);
+        self.start_config(s, name, (queues, &kif), lcores, extra)
+    }
+
+    /// Like [`Host::start_with`] with `port_keys` as all of the port's extra keys (no kernel
+    /// interface unless they name one).
+    fn start_config(
+        &self,
+        s: &Scratch,
+        name: &str,
+        (queues, port_keys): (u16, &str),
+        lcores: &str,
+        extra: &str,
+    ) -> Daemon {
         let vdevs = vec![format!("--vdev=net_af_packet0,iface={},qpairs={queues}", self.port)];
         let cfg = s.write(
             "c.toml",
             &format!(
                 "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = {queues}\n\
-                 tx_queues = {queues}\nipv4 = [\"192.0.2.1/24\"]\nipv6 = [\"2001:db8::1/64\"]\nkernel_interface = \"{}\"\n\
+                 tx_queues = {queues}\nipv4 = [\"192.0.2.1/24\"]\nipv6 = [\"2001:db8::1/64\"]\n\
                  {port_keys}\n[lcores]\n{lcores}\nidle_sleep_us = 50\n\n[metrics]\nlisten = \"127.0.0.1:9464\"\ncache_ms = 0\n\
                  [reassembly]\nbuffers = 32\n{extra}",
                 eal_args(name, &vdevs),
-                self.kif
             ),
         );
         let bin = env!("CARGO_BIN_EXE_fastpathd");
@@ -712,6 +725,14 @@ fn a_flood_into_the_kernel_path_leaves_the_fast_paths_echo_service_alone() {
     );
     assert!(got >= 475, "echo answered {got} of {sent} during the flood");
     assert!(kernel > 1000, "the flood reached the kernel path: {kernel}");
+    // ... through its budget (`[kernel] punt_rate` 10,000 a second, burst 1,000), checked first:
+    // the rest was `kernel_limited` before any queue.
+    let limited = outcome(&m, "kernel_limited");
+    assert!(limited > 0, "a flood of {flooded} left the punt budget unused");
+    assert!(
+        kernel <= 10_000 * 8 + 1_000,
+        "{kernel} punted in the flood's few seconds"
+    );
     // The kernel answered the closed ports itself (ICMP, under its own rate limit), through the
     // kernel interface: nothing of the fast path's ICMP machinery ran for them.
     assert_eq!(outcome(&m, "icmp_error") + outcome(&m, "icmp_suppressed"), 0);
@@ -720,6 +741,170 @@ fn a_flood_into_the_kernel_path_leaves_the_fast_paths_echo_service_alone() {
         "fastpath_kernel_packets_total{port=\"net_af_packet0\",direction=\"from_kernel\"}",
     );
     assert!(from > 0.0, "the kernel's own Port Unreachables went out: {from}");
+    stop_clean(d, &s);
+}
+
+/// Spoofed SYNs (random sources in 198.18.0.0/15, valid checksums) to `addr`:`port` for `secs`
+/// seconds from a raw socket; prints how many were sent.
+const SYN_FLOOD: &str = r#"
+import random, socket, struct, sys, time
+dst, port, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+def csum(b):
+    if len(b) % 2: b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16: s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+d = socket.inet_aton(dst)
+pkts = []
+for i in range(2048):
+    src = socket.inet_aton("198.%d.%d.%d" % (18 + (i & 1), random.randrange(256), random.randrange(1, 255)))
+    sport = random.randrange(1024, 65536)
+    tcp = struct.pack("!HHIIBBHHH", sport, port, random.getrandbits(32), 0, 5 << 4, 0x02, 65535, 0, 0)
+    c = csum(src + d + struct.pack("!BBH", 0, 6, len(tcp)) + tcp)
+    tcp = tcp[:16] + struct.pack("!H", c) + tcp[18:]
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 40, random.getrandbits(16), 0, 64, 6, 0, src, d)
+    pkts.append(ip + tcp)
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+n, end = 0, time.time() + secs
+while time.time() < end:
+    for p in pkts[:256]:
+        s.sendto(p, (dst, 0))
+        n += 1
+    pkts = pkts[256:] + pkts[:256]
+print(n)
+"#;
+
+/// Runs [`SYN_FLOOD`] at 192.0.2.1 `port` from the client while a kernel-filtered capture in the
+/// client's namespace keeps the resets coming back; (SYNs sent, resets seen on the wire).
+fn syn_flood_resets(h: &Host, s: &Scratch, port: u16, tag: &str) -> (u64, usize) {
+    let pcap = s.path(&format!("resets-{tag}.pcap"));
+    let mut cap = Command::new("ip")
+        .args(["netns", "exec", &h.client, "dumpcap", "-q", "-i", &h.peer])
+        .args(["-f", "src host 192.0.2.1 and tcp[tcpflags] & tcp-rst != 0", "-w"])
+        .arg(&pcap)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("dumpcap (tshark's) is needed: apt-get install -y tshark (ci/setup does it)");
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = h.client_python(SYN_FLOOD, &["192.0.2.1", &port.to_string(), "3"]);
+    assert!(
+        out.status.success(),
+        "the SYN flood: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent: u64 = stdout(&out).trim().parse().unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = Command::new("kill").args(["-INT", &cap.id().to_string()]).status();
+    let _ = cap.wait();
+    (
+        sent,
+        tshark_fields(&pcap, "tcp.flags.reset == 1", &["frame.number"]).len(),
+    )
+}
+
+#[test]
+fn a_spoofed_syn_flood_at_a_closed_port_gets_no_more_resets_through_the_kernel_interface() {
+    // The same flood at a port nobody listens on, without and with a kernel interface (punt
+    // `unhandled`, the default, and a route back for the kernel's own answers): the resets on
+    // the wire are the `[tcp_reset]` budget's either way, and no SYN reaches the kernel. Linux
+    // behind a punt-everything path answered each one (107,067 resets in 3 s).
+    let mut seen = Vec::new();
+    for kernel in [false, true] {
+        let h = Host::new();
+        let s = Scratch::new(if kernel {
+            "kernel-synflood"
+        } else {
+            "kernel-synflood-bare"
+        });
+        let d = if kernel {
+            let d = h.start(&s, "kernel-synflood", "");
+            ip(&[
+                "-n",
+                &h.host,
+                "route",
+                "add",
+                "default",
+                "via",
+                "192.0.2.2",
+                "dev",
+                &h.kif,
+            ]);
+            d
+        } else {
+            h.start_config(&s, "kernel-synflood-bare", (2, ""), "rx = [0]\nworkers = [1]", "")
+        };
+        let (sent, resets) = syn_flood_resets(&h, &s, 23, if kernel { "kernel" } else { "bare" });
+        let m = h.scrape();
+        live_conservation(&m);
+        let (ours, punted) = (outcome(&m, "tcp_reset"), outcome(&m, "kernel"));
+        eprintln!(
+            "kernel interface {kernel}: {sent} SYNs, {resets} resets on the wire, {ours} fastpathd's, {punted} punted"
+        );
+        assert!(sent > 10_000, "the flood sent only {sent}");
+        assert_eq!(punted, 0, "SYNs for a port the kernel does not listen on reached it");
+        // Every reset on the wire is ours, and within the budget: a burst of 50, 200 a second.
+        assert!(
+            resets as u64 <= ours,
+            "{resets} resets on the wire, {ours} sent by fastpathd"
+        );
+        assert!(ours <= 50 + 200 * 5, "{ours} resets for a {sent}-SYN flood");
+        seen.push(resets);
+        stop_clean(d, &s);
+    }
+    assert!(
+        seen[0] >= 100,
+        "the bare run saw {} resets: the capture missed them",
+        seen[0]
+    );
+    assert!(
+        seen[1] as f64 <= seen[0] as f64 * 1.25 + 20.0,
+        "with a kernel interface {} resets, without {}",
+        seen[1],
+        seen[0]
+    );
+}
+
+#[test]
+fn a_syn_reaches_the_kernel_where_it_listens_and_nowhere_else() {
+    // sock_diag's view in the daemon's namespace: a kernel listener on 2222 gets its SYNs (and
+    // answers with a SYN-ACK), the closed port 2223 gets fastpathd's reset.
+    let mut h = Host::new();
+    let s = Scratch::new("kernel-listen");
+    let d = h.start(&s, "kernel-listen", "");
+    h.spawn(
+        &[
+            "/usr/bin/python3",
+            "-c",
+            "import socket,time\ns=socket.create_server(('0.0.0.0',2222))\ntime.sleep(60)",
+        ],
+        &s.path("listener.log"),
+    );
+    wait_until_listening(&h, "the listener", 2222, "tcp");
+    // The control thread reads the kernel's listeners every 100 ms.
+    std::thread::sleep(Duration::from_millis(300));
+    let connect = r#"
+import socket, sys
+for port in (2222, 2223):
+    try:
+        socket.create_connection(("192.0.2.1", port), timeout=3).close()
+        print(port, "open")
+    except ConnectionRefusedError:
+        print(port, "refused")
+    except OSError as e:
+        print(port, "error", e)
+"#;
+    let out = stdout(&h.client_python(connect, &[]));
+    assert!(out.contains("2222 open") && out.contains("2223 refused"), "{out}");
+    let m = h.scrape();
+    assert!(
+        outcome(&m, "kernel") >= 2,
+        "the connection to 2222 went through the kernel path"
+    );
+    assert_eq!(
+        outcome(&m, "tcp_reset"),
+        1,
+        "the refused connection was fastpathd's reset"
+    );
     stop_clean(d, &s);
 }
 
