@@ -7,7 +7,8 @@ namespace of its own (the kernel's answers go nowhere else):
   every frame in (UDP to a closed port: it answers with rate-limited Port Unreachables);
   figure: the tap's Tx-pps, what testpmd delivered into the kernel.
 - `fastpathd-kernel`: fastpathd on the same capture with `kernel_interface` and `punt =
-  ["unhandled"]`: every frame is punted and a worker writes it into the interface; figure:
+  ["unhandled"]` and no punt budget (`punt_rate = 0`: the path's capacity, not the budget's):
+  every frame is punted and a worker writes it into the interface; figure:
   `fastpath_kernel_packets_total{direction="to_kernel"}` per second (and `kernel_full`, what the
   kernel path refused at its queue while saturated).
 - `fastpathd-mixed-kernel` / `fastpathd-mixed-drop`: half the frames to a `sink` service, half
@@ -238,9 +239,9 @@ def main():
             for rnd in range(reps):
                 results["testpmd-tap"].append(run_testpmd(BENCH_UDP, warmup, seconds, rnd))
                 results["fastpathd-kernel"].append(
-                    run_fastpathd(BENCH_UDP, True, '\n[kernel]\npunt = ["unhandled"]\n', warmup, seconds, rnd, tmp))
+                    run_fastpathd(BENCH_UDP, True, '\n[kernel]\npunt = ["unhandled"]\npunt_rate = 0\n', warmup, seconds, rnd, tmp))
                 results["fastpathd-mixed-kernel"].append(
-                    run_fastpathd(mixed, True, SINK + '\n[kernel]\npunt = ["unhandled"]\n', warmup, seconds, rnd, tmp))
+                    run_fastpathd(mixed, True, SINK + '\n[kernel]\npunt = ["unhandled"]\npunt_rate = 0\n', warmup, seconds, rnd, tmp))
                 results["fastpathd-mixed-drop"].append(
                     run_fastpathd(mixed, False, SINK, warmup, seconds, rnd, tmp))
                 print(f"round {rnd + 1}/{reps}: " + "; ".join(
