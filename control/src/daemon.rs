@@ -98,6 +98,11 @@ pub fn run(opts: Options) -> u8 {
         eprintln!("{}: ok", opts.config.display());
         return EXIT_OK;
     }
+    // Every lcore's seeds come from it (`fastpath::seed`): refused here rather than a panic later.
+    if let Err(e) = fastpath::seed::check() {
+        tracing::error!("fastpathd: {e}; nothing was started");
+        return EXIT_DPDK;
+    }
     // Bind the metrics endpoint before anything starts, so a taken address is a config error.
     let server = match cfg.metrics.listen.map(crate::http::Server::bind).transpose() {
         Ok(s) => s,

@@ -6,6 +6,7 @@
 //! - [`pipeline`]: the per-packet stages. Each is a plain struct that takes `now` and returns a
 //!   [`pipeline::Verdict`]; none reads a clock, allocates per packet or calls DPDK;
 //! - [`outcome`] and [`stats`]: the closed set of packet outcomes and the per-lcore counter blocks;
+//! - [`seed`]: seeds for per-lcore state, from the OS's random source;
 //! - [`socket`] and [`spsc`]: the sockets' queue abstraction, and the lock-free single-producer,
 //!   single-consumer ring of words behind a socket fed by one RX lcore;
 //! - [`dpdk`] (feature `dpdk`): the only module that touches `dpdk-sys` and mbufs — EAL, mempools,
@@ -24,6 +25,7 @@ pub mod generation;
 pub mod outcome;
 pub mod pipeline;
 pub mod rx;
+pub mod seed;
 pub mod socket;
 pub mod spsc;
 pub mod stats;

@@ -186,6 +186,15 @@ fn even_non_zero(x: u64) -> bool {
 /// Mixed into the ICMP seed for the reset limiter's table: its own key, no shared collisions.
 const RESET_SEED: u64 = 0x5bd1_e995_7f4a_7c15;
 
+/// A pipeline's seeds ([`crate::seed`]): drawn once per lcore, kept across generations.
+#[derive(Clone, Copy)]
+struct Seeds {
+    /// The random fanout's generator.
+    fanout: u64,
+    /// The ICMP and TCP-reset per-destination tables' key, and the credit draws.
+    icmp: u64,
+}
+
 /// One lcore's pipeline: the current generation's shared tables plus the lcore's own mutable
 /// state, so nothing is shared for writing on the per-packet path.
 #[derive(Clone, Debug)]
@@ -214,18 +223,24 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// A pipeline over `tables` for the RX lcore in counter slot `slot`.
+    /// A pipeline over `tables` for the RX lcore in counter slot `slot`, its seeds drawn from
+    /// the OS (a constant seed made `fanout = "random"` the same sequence at every start).
     pub fn new(tables: Arc<Tables>, slot: usize) -> Self {
-        let mut fanout = FanoutState::new(tables.sockets.len(), slot, 0x9e37_79b9_7f4a_7c15 ^ slot as u64);
+        let seeds = Seeds {
+            fanout: crate::seed::os_u64(),
+            icmp: crate::seed::os_u64(),
+        };
+        Self::seeded(tables, slot, seeds)
+    }
+
+    /// [`Pipeline::new`] with these seeds: `apply` passes the running ones, so an adoption
+    /// draws nothing from the OS on the lcore.
+    fn seeded(tables: Arc<Tables>, slot: usize, seeds: Seeds) -> Self {
+        let mut fanout = FanoutState::new(tables.sockets.len(), slot, seeds.fanout);
         fanout.flow_limit = tables.flow_limit.for_slot(slot).map(flow_limit::FlowLimit::new);
         let gre_seq = vec![None; tables.tunnels.len()];
         // An unpredictable key for the per-destination table, so nobody can aim collisions at it.
-        let icmp_seed = {
-            use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_usize(slot);
-            h.finish()
-        };
+        let icmp_seed = seeds.icmp;
         let global = tables
             .icmp_global
             .clone()
@@ -280,7 +295,7 @@ impl Pipeline {
         // The ICMP limiter keeps its per-destination table when its size is unchanged.
         let mut icmp = std::mem::replace(
             &mut self.icmp,
-            icmp_error::IcmpLimiter::new(&tables.icmp, tables.icmp.global_bucket(Instant(0)), 1),
+            icmp_error::IcmpLimiter::new(&tables.icmp, tables.icmp.global_bucket(Instant(0)), self.icmp_seed),
         );
         let global = tables
             .icmp_global
@@ -293,13 +308,18 @@ impl Pipeline {
             .clone()
             .unwrap_or_else(|| tables.tcp_reset.global_bucket(Instant(0)));
         reset.apply(&tables.tcp_reset, reset_global, self.icmp_seed ^ RESET_SEED);
-        let (rng, icmp_seed) = (self.rng, self.icmp_seed);
-        *self = Pipeline::new(tables, slot);
+        // The seeds stay: the ICMP key and draws as before, and the random fanout goes on from
+        // where it was.
+        let seeds = Seeds {
+            fanout: self.fanout.random_state(),
+            icmp: self.icmp_seed,
+        };
+        let rng = self.rng;
+        *self = Pipeline::seeded(tables, slot, seeds);
         self.gre_seq = seq;
         self.icmp = icmp;
         self.tcp_reset = reset;
         self.rng = rng;
-        self.icmp_seed = icmp_seed;
         if keep.is_some() {
             self.fanout.flow_limit = keep;
         }
