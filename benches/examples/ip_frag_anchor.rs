@@ -155,7 +155,7 @@ fn run() -> Result<(), String> {
         tx_desc: a.desc,
         mtu: None,
         promiscuous: true,
-        rss_key: [0; 40],
+        rss_key: fastpath::wire::toeplitz::RssKey::default(),
         rss: false,
     };
     let mut port = Port::open(&a.device, &conf, pool.clone()).map_err(|e| e.to_string())?;

@@ -98,6 +98,11 @@ pub fn run(opts: Options) -> u8 {
         eprintln!("{}: ok", opts.config.display());
         return EXIT_OK;
     }
+    // Every lcore's seeds come from it (`fastpath::seed`): refused here rather than a panic later.
+    if let Err(e) = fastpath::seed::check() {
+        tracing::error!("fastpathd: {e}; nothing was started");
+        return EXIT_DPDK;
+    }
     // Bind the metrics endpoint before anything starts, so a taken address is a config error.
     let server = match cfg.metrics.listen.map(crate::http::Server::bind).transpose() {
         Ok(s) => s,
@@ -321,6 +326,12 @@ fn make_pools(cfg: &Config) -> Result<(Arc<Mempool>, Arc<Mempool>), String> {
 
 /// Opens and starts every `[[port]]`, in file order, logging how each was set up.
 fn open_ports(cfg: &Config, pool: &Arc<Mempool>) -> Result<Vec<Port>, String> {
+    let from = match &cfg.rss.source {
+        config::KeySource::Default => "the default".to_string(),
+        config::KeySource::Inline => "[rss] key".to_string(),
+        config::KeySource::File(path) => path.display().to_string(),
+    };
+    tracing::info!("fastpathd: rss key {} from {from}", config::fingerprint(&cfg.rss.key));
     let mut ports = Vec::new();
     for (i, p) in cfg.ports.iter().enumerate() {
         let conf = PortConf {
@@ -350,6 +361,14 @@ fn open_ports(cfg: &Config, pool: &Arc<Mempool>) -> Result<Vec<Port>, String> {
             if port.rss() { "on" } else { "off" },
             port.rx_checksums()
         );
+        if port.rss() && !port.rss_own_key() {
+            tracing::warn!(
+                "fastpathd: port {} ({}) keeps the driver's own RSS key (it takes no key of 40 to 52 bytes): \
+                 its hashes, not the [rss] key's, pick sockets and tunnel backends",
+                p.device,
+                port.driver()
+            );
+        }
         ports.push(port);
     }
     Ok(ports)

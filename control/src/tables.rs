@@ -145,7 +145,7 @@ impl TableBuilder {
         Ok(Tables {
             generation,
             ports: self.port_addrs(cfg),
-            hasher: Toeplitz::new(&cfg.rss.key, cfg.rss.symmetric),
+            hasher: Toeplitz::new(cfg.rss.key.hash_key(), cfg.rss.symmetric),
             services: ServiceTable::new(services),
             sockets,
             flow_limit: cfg.flow_limit.clone(),

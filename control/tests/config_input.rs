@@ -1,7 +1,9 @@
 //! Config input through the real binary: `--check-config` on a config whose holders could take
 //! the whole packet pool (exit 1, every term named), on paths that are not regular files or
 //! are too large (exit 1 at once, never blocked), and a live reload of such configs refused
-//! while the running generation keeps serving and SIGTERM still stops the daemon.
+//! while the running generation keeps serving and SIGTERM still stops the daemon; `[rss]
+//! key_file`: the warning about tunnel services under the public key, a start with a secret key,
+//! and a reload refused when the key file changed, none of them showing the key.
 
 mod common;
 
@@ -171,4 +173,83 @@ fn reloads_over_the_budget_or_to_a_fifo_are_refused_and_the_running_config_stays
     let (code, _) = d.stop();
     assert_eq!(code, Some(0));
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}
+
+/// A tunnel on the one port and a `tunnel` service sending into it.
+const TUNNEL_SERVICE: &str = "\n[[tunnel]]\nname = \"a\"\nlocal = \"192.0.2.1\"\nremote = \"198.51.100.2\"\n\
+                              port = \"net_null0\"\nnext_hop_mac = \"02:00:00:00:00:fe\"\n\n\
+                              [[service]]\nname = \"gw\"\nports = [9000]\naction = \"tunnel\"\ntunnel = \"a\"\n";
+
+/// 52 random bytes as `head -c 52 /dev/urandom | xxd -p -c 52` writes them, mode 0600.
+fn write_key(s: &Scratch, name: &str) -> String {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let mut bytes = [0u8; 52];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut bytes)
+        .unwrap();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let p = s.write(name, &format!("{hex}\n"));
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    hex
+}
+
+#[test]
+fn tunnel_services_under_the_public_key_are_warned_about_and_a_key_file_starts_the_daemon() {
+    let s = Scratch::new("rss-key-file");
+    // No key: --check-config accepts it (exit 0) and warns.
+    let public = s.write("public.toml", &config("rss-key-file", 4095, TUNNEL_SERVICE));
+    let (code, err, _) = check(&public);
+    assert_eq!(code, Some(0), "{err}");
+    let at = format!("warning: {}:", public.display());
+    assert!(
+        err.contains(&at)
+            && err.contains("service[0].action: tunnel services pick a backend by the flow hash")
+            && err.contains("every ECMP node"),
+        "{err}"
+    );
+    // The daemon logs it once as it starts, and runs.
+    let d = Daemon::start(&s, &["--config", public.to_str().unwrap()]);
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0));
+    assert_eq!(log.matches("tunnel services pick a backend").count(), 1, "{log}");
+    assert!(
+        log.contains("rss key public (the Microsoft key) from the default"),
+        "{log}"
+    );
+    // A secret key from a file next to the config (a relative path is the config's directory's):
+    // no warning, and the key is nowhere in what fastpathd writes.
+    let key = write_key(&s, "rss.key");
+    let with_key = format!("{TUNNEL_SERVICE}\n[rss]\nkey_file = \"rss.key\"\n");
+    let cfg = s.write("secret.toml", &config("rss-key-file", 4095, &with_key));
+    let (code, err, _) = check(&cfg);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("warning") && !err.contains(&key[..16]), "{err}");
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let log = d.log_text();
+    assert!(
+        log.contains("rss key secret, sha-256 ") && log.contains(&format!("from {}", s.path("rss.key").display())),
+        "{log}"
+    );
+    assert!(!log.contains("warning"), "{log}");
+    // A new key in the file: a reload reads it and refuses it, naming the key file and its line.
+    let failures = |d: &Daemon| d.scrape()["fastpath_config_reloads_total{result=\"failure\"}"];
+    let new_key = write_key(&s, "rss.key");
+    d.signal("HUP");
+    wait_for(10, "the refused reload", || failures(&d) >= 1.0);
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0));
+    let line = config("rss-key-file", 4095, &with_key)
+        .lines()
+        .position(|l| l.starts_with("key_file"))
+        .unwrap()
+        + 1;
+    assert!(
+        log.contains(&format!("{}:{line}: rss.key_file: ", cfg.display())) && log.contains("only a restart applies it"),
+        "{log}"
+    );
+    for k in [&key, &new_key] {
+        assert!(!log.contains(&k[..16]) && !log.contains(&k[80..]), "{log}");
+    }
 }

@@ -100,4 +100,38 @@ fn a_flooding_source_does_not_steal_other_sources_errors() {
         m["fastpath_icmp_rate_limited_total{family=\"ipv4\",limit=\"peer\"}"],
         1994.0
     );
+
+    // What one host can read from the identification of its own errors says nothing of the
+    // others' (the idle scan of nmap -sI): the 107 IPv4 errors, in the order sent to 102
+    // hosts, are atomic (DF) and their IDs no shared sequence. A counter gives 106 steps of 1;
+    // random IDs one with probability 106/65536.
+    let ids: Vec<(u16, String)> = tshark_fields(&q0, "icmp", &["ip.id", "ip.flags.df"])
+        .iter()
+        .map(|f| {
+            let id = f[0].split(',').next().unwrap().trim_start_matches("0x");
+            (
+                u16::from_str_radix(id, 16).unwrap(),
+                f[1].split(',').next().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(ids.len(), 107);
+    assert!(
+        ids.iter().all(|(_, df)| df == "1" || df == "True"),
+        "ICMP errors without DF: {ids:?}"
+    );
+    let steps: Vec<u16> = ids.windows(2).map(|w| w[1].0.wrapping_sub(w[0].0)).collect();
+    let small = steps.iter().filter(|&&d| d <= 16).count();
+    assert!(
+        small <= 3,
+        "{small} of {} consecutive IDs within 16 of the last: {steps:?}",
+        steps.len()
+    );
+    let distinct: std::collections::BTreeSet<u16> = steps.iter().copied().collect();
+    assert!(
+        distinct.len() >= 95,
+        "{} distinct steps of {}",
+        distinct.len(),
+        steps.len()
+    );
 }

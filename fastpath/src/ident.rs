@@ -56,20 +56,10 @@ impl std::fmt::Debug for Idents {
     }
 }
 
-/// The OS's randomness: `n` 64-bit words (at start, never on the data path).
-pub fn os_random<const N: usize>() -> [u64; N] {
-    let mut bytes = vec![0u8; 8 * N];
-    if let Err(e) = getrandom::fill(&mut bytes) {
-        // No randomness from the kernel means no secret at all: refuse to run without it.
-        panic!("getrandom failed: {e}");
-    }
-    std::array::from_fn(|i| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap_or_default()))
-}
-
 impl Idents {
     /// Keyed from the OS's randomness.
     pub fn from_os() -> Self {
-        Self::with_keys(os_random::<4>())
+        Self::with_keys(std::array::from_fn(|_| crate::seed::os_u64()))
     }
 
     /// Keyed with `keys` (tests that need a repeatable sequence).

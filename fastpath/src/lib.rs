@@ -7,6 +7,7 @@
 //!   [`pipeline::Verdict`]; none reads a clock, allocates per packet or calls DPDK;
 //! - [`ident`]: the IP identification of every packet an lcore originates;
 //! - [`outcome`] and [`stats`]: the closed set of packet outcomes and the per-lcore counter blocks;
+//! - [`seed`]: seeds for per-lcore state, from the OS's random source;
 //! - [`socket`] and [`spsc`]: the sockets' queue abstraction, and the lock-free single-producer,
 //!   single-consumer ring of words behind a socket fed by one RX lcore;
 //! - [`dpdk`] (feature `dpdk`): the only module that touches `dpdk-sys` and mbufs — EAL, mempools,
@@ -26,6 +27,7 @@ pub mod ident;
 pub mod outcome;
 pub mod pipeline;
 pub mod rx;
+pub mod seed;
 pub mod socket;
 pub mod spsc;
 pub mod stats;

@@ -211,7 +211,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             reasm,
             side: ReasmSide {
                 io,
-                rng: 0x2545_f491_4f6c_dd1d ^ (slot as u64 + 1),
+                // From the OS: which datagram a per-source cap evicts must not be foreseeable.
+                rng: crate::seed::os_u64() | 1,
                 released: Vec::with_capacity(256),
             },
             tx: TxBatch::by_port(tx),

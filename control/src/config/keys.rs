@@ -10,7 +10,7 @@
 //! section's place. `Restart` says what reads the key at start-up; check `daemon.rs`'s start-up
 //! (anything it reads from the config rather than from the published tables is restart-only).
 
-use super::{Config, LcoreMode, PortConfig, ServiceConfig, TunnelConfig, TunnelVia};
+use super::{fingerprint, Config, KeySource, LcoreMode, PortConfig, ServiceConfig, TunnelConfig, TunnelVia};
 use fastpath::pipeline::{Action, FanoutMode};
 use fastpath::wire::IpProtocol;
 use std::fmt::{Debug, Display};
@@ -165,7 +165,9 @@ pub static KEYS: &[KeySpec] = &[
         METRICS,
         Get::Top(|c| c.metrics.max_connections.to_string()),
     ),
-    restart("rss.key", NIC_HASH, Get::Top(|c| hex(&c.rss.key))),
+    // The key is secret: the log and the refusal show its fingerprint, never its bytes.
+    restart("rss.key", NIC_HASH, Get::Top(rss_key)),
+    restart("rss.key_file", NIC_HASH, Get::Top(rss_key_file)),
     restart("rss.symmetric", NIC_HASH, Get::Top(|c| c.rss.symmetric.to_string())),
     live("service", Get::Sections),
     live("service.name", Get::Name),
@@ -317,8 +319,21 @@ fn action(a: &Action) -> String {
     }
 }
 
-fn hex(key: &[u8]) -> String {
-    key.iter().map(|b| format!("{b:02x}")).collect()
+/// `rss.key` as written (`none` when it is not): its fingerprint.
+fn rss_key(c: &Config) -> String {
+    match c.rss.source {
+        KeySource::Inline => fingerprint(&c.rss.key),
+        _ => "none".to_string(),
+    }
+}
+
+/// `rss.key_file`: the file and the fingerprint of the key read from it, so a reload sees a
+/// changed file as a changed value.
+fn rss_key_file(c: &Config) -> String {
+    match &c.rss.source {
+        KeySource::File(path) => format!("{} ({})", path.display(), fingerprint(&c.rss.key)),
+        _ => "none".to_string(),
+    }
 }
 
 /// The tunnels a `tunnel` service sends into, by name.

@@ -43,7 +43,7 @@ pub use keys::{spec, KeySpec, Reload, KEYS};
 pub use lcores::{LcoreConfig, LcoreMode, MAX_LCORE};
 pub use metrics::{MetricsConfig, DEFAULT_METRICS_LISTEN};
 pub use port::{PortConfig, MAX_QUEUES};
-pub use rss::RssConfig;
+pub use rss::{fingerprint, KeySource, RssConfig};
 pub use service::{ServiceConfig, MAX_SOCKETS, MAX_SOCKET_CAPACITY};
 pub use tunnel::{TunnelConfig, TunnelVia};
 
@@ -265,7 +265,8 @@ pub fn parse(src: &str, file: &str) -> Result<Config, ConfigErrors> {
     parse_checked(src, file).map(|l| l.config)
 }
 
-/// Parses and validates config text, keeping the warnings; `file` names it in errors.
+/// Parses and validates config text, keeping the warnings; `file` names it in errors, and a
+/// relative `[rss] key_file` is taken from its directory.
 ///
 /// Every problem is reported at once, each with key and line: a TOML syntax error stops the
 /// parse (nothing after it can be trusted), but type errors and unknown keys do not: each is
@@ -305,7 +306,8 @@ pub fn parse_checked(src: &str, file: &str) -> Result<Loaded, ConfigErrors> {
     let Some(raw) = raw else {
         return Err(fail(shape_errors));
     };
-    let cfg = validate(raw, &mut errs);
+    let dir = Path::new(file).parent().unwrap_or(Path::new(""));
+    let cfg = validate(raw, dir, &mut errs);
     if errs.list.is_empty() && shape_errors.is_empty() {
         // Checked last, on a config otherwise valid, so its terms are the real values.
         budget::check(&cfg, &mut errs);
@@ -450,19 +452,21 @@ fn remove(table: &mut toml::Table, path: &[PathSeg]) -> bool {
     }
 }
 
-/// Validates every section, in the order later sections need earlier ones.
-fn validate(raw: FileConfig, errs: &mut Errs) -> Config {
+/// Validates every section, in the order later sections need earlier ones; `dir` is the
+/// config's directory.
+fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
     let dpdk = dpdk::validate(raw.dpdk, errs);
     let lcores = lcores::validate(raw.lcores, errs);
     let ports = port::validate(raw.port, &lcores, errs);
     lcores::check_rx_queues(&lcores, &ports, errs);
     let metrics = metrics::validate(raw.metrics, errs);
-    let rss = rss::validate(raw.rss, errs);
+    let rss = rss::validate(raw.rss, dir, errs);
     let index = port::PortIndex::new(&ports);
     let (mut services, tunnel_refs) = service::validate(raw.service, &index, &lcores, &dpdk, errs);
     let flow_limit = flow_limit::validate(raw.flow_limit, &lcores, errs);
     let tunnels = tunnel::validate(raw.tunnel, &index, errs);
     service::resolve_tunnels(&mut services, &tunnel_refs, &tunnels, errs);
+    rss::warn_public_key(&rss, &services, errs);
     let (mut reassembly, reassembly_buffers) = reassembly::validate(raw.reassembly, errs);
     // Held fragments are charged what their packet buffers really take, which the ports'
     // largest MTU sets (issue 29: a 9000-byte MTU made each held buffer 4x its charge).

@@ -269,10 +269,11 @@ fn metrics_cache_and_connection_cap() {
 #[test]
 fn rss_key() {
     let c = parse(GOOD, "t.toml").unwrap();
-    assert_eq!(c.rss.key[..4], [0x6d, 0x5a, 0x56, 0xda]);
+    assert_eq!(c.rss.key.as_bytes()[..4], [0x6d, 0x5a, 0x56, 0xda]);
+    assert_eq!(c.rss.source, KeySource::Default);
     let k = "6d:5a".repeat(20);
     let c = parse(&format!("{GOOD}\n[rss]\nkey = \"{k}\"\nsymmetric = true\n"), "t.toml").unwrap();
-    assert_eq!(c.rss.key, [0x6d, 0x5a].repeat(20)[..]);
+    assert_eq!(c.rss.key.as_bytes(), &[0x6d, 0x5a].repeat(20)[..]);
     assert!(c.rss.symmetric);
     let e = errors(&format!("{GOOD}\n[rss]\nkey = \"6d5a\"\n"));
     assert_eq!((e[0].key.as_str(), e[0].line), ("rss.key", Some(17)));

@@ -1,6 +1,7 @@
 //! Ethdev ports and the per-lcore queue handles.
 
 use super::{Error, Mbuf, Mempool, Result};
+use crate::wire::toeplitz::{RssKey, KEY_LEN, LONG_KEY_LEN};
 use crate::wire::EthernetAddress;
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
@@ -20,8 +21,8 @@ pub struct PortConf {
     pub mtu: Option<u16>,
     /// Put the port in promiscuous mode (the pipeline filters by MAC itself).
     pub promiscuous: bool,
-    /// The 40-byte Toeplitz key for RSS (the software hash uses the same one).
-    pub rss_key: [u8; 40],
+    /// The Toeplitz key for RSS (the software hash uses its first 40 bytes).
+    pub rss_key: RssKey,
     /// Spread received packets over the RX queues by RSS where the driver can (off for a kernel
     /// interface: the kernel picks the queue of a tap itself).
     pub rss: bool,
@@ -35,6 +36,7 @@ pub struct Port {
     driver: String,
     mac: EthernetAddress,
     rss: bool,
+    own_key: bool,
     checksums: RxChecksums,
     kernel_interface: Option<String>,
     rx_queues: u16,
@@ -144,15 +146,22 @@ impl Port {
         let wanted = unsafe { dpdk_sys::fp_rss_hf_ip_udp_tcp() };
         let rss_hf = wanted & info.flow_type_rss_offloads;
         let rss = conf.rss && rss_hf != 0 && conf.rx_queues > 1;
-        let mut key = conf.rss_key;
+        // The key as the NIC takes it, `hash_key_size` bytes: a 52-byte key whole to a NIC that
+        // takes 52, its first 40 to one that takes 40, and a 40-byte key padded with zeros to a
+        // longer size. Only the first 40 bytes count for any input hashed here (at most 36
+        // bytes: the IPv6 4-tuple), so the NIC's hash is the software hash either way.
+        let mut key = [0u8; LONG_KEY_LEN];
+        let given = conf.rss_key.as_bytes();
+        key[..given.len()].copy_from_slice(given);
+        let key_len = info.hash_key_size as usize;
+        let own_key = rss && (KEY_LEN..=LONG_KEY_LEN).contains(&key_len);
         if rss {
             eth_conf.rxmode.mq_mode = dpdk_sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
             eth_conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
-            // Our key when the NIC takes a 40-byte key; otherwise the driver's default, and the
-            // NIC's hash still spreads flows (the software hash is used only without one).
-            if info.hash_key_size as usize == key.len() {
+            // Any other size: the driver's own key, and the NIC's hash still spreads flows.
+            if own_key {
                 eth_conf.rx_adv_conf.rss_conf.rss_key = key.as_mut_ptr();
-                eth_conf.rx_adv_conf.rss_conf.rss_key_len = key.len() as u8;
+                eth_conf.rx_adv_conf.rss_conf.rss_key_len = key_len as u8;
             }
         }
         // The NIC checks IPv4 header and UDP checksums where it can: the pipeline and the
@@ -243,6 +252,7 @@ impl Port {
             driver,
             mac: EthernetAddress(addr.addr_bytes),
             rss,
+            own_key,
             checksums,
             rx_queues: conf.rx_queues,
             tx_queues: conf.tx_queues,
@@ -271,6 +281,11 @@ impl Port {
     /// Whether RSS spreads packets over the RX queues (in hardware, or the driver's own).
     pub fn rss(&self) -> bool {
         self.rss
+    }
+    /// Whether RSS is on with the configured key; false with RSS on means the driver kept its
+    /// own key (its key size is not 40 to 52 bytes), whose hashes the pipeline then uses.
+    pub fn rss_own_key(&self) -> bool {
+        self.own_key
     }
 
     /// The RX checksum offloads turned on (the ones the driver offers).

@@ -187,7 +187,7 @@ pub struct FanoutState {
 
 impl FanoutState {
     /// State for `sockets` sockets, for the lcore in counter slot `slot`; `seed` seeds the random
-    /// generator (any non-zero value).
+    /// generator (any value; the pipeline's comes from the OS, [`crate::seed`]).
     pub fn new(sockets: usize, slot: usize, seed: u64) -> Self {
         FanoutState {
             slot,
@@ -235,6 +235,12 @@ impl FanoutState {
         v.snap_burst = burst;
         v.fast_end = 0;
         v.snap as usize + v.staged as usize
+    }
+
+    /// The random generator's state, to seed the next generation's state with
+    /// (`Pipeline::apply`), so the sequence goes on rather than starting again.
+    pub fn random_state(&self) -> u64 {
+        self.rng
     }
 
     #[inline]
@@ -1006,6 +1012,63 @@ mod flow_limit_tests {
             1,
         );
         assert_eq!(q.flow_limit_len(), Some(4096));
+    }
+}
+
+/// The random fanout's seed: the OS's, per pipeline, never the slot's.
+#[cfg(test)]
+mod seed_tests {
+    use super::tests::group;
+    use super::*;
+    use crate::pipeline::{Pipeline, Tables};
+
+    /// `n` picks of `p`'s random fanout over `g`, one burst each.
+    fn picks(p: &mut Pipeline, g: &Group, s: &[Arc<Socket>], n: usize) -> Vec<Choice> {
+        (0..n)
+            .map(|_| {
+                let c = p.fanout.choose(g, s, 5);
+                p.fanout.burst_done();
+                c
+            })
+            .collect()
+    }
+
+    /// How many of the picks of `a` and `b` are the same socket.
+    fn agree(a: &[Choice], b: &[Choice]) -> usize {
+        a.iter().zip(b).filter(|(x, y)| x == y).count()
+    }
+
+    /// Two pipelines for one slot over the same tables, as two starts of the daemon make: their
+    /// random fanouts are independent sequences (a constant seed made them the same at every
+    /// start). Over 16 sockets two independent picks agree with probability 1/16, so 256 of
+    /// them agree about 16 times, and 64 or more times (a quarter) with probability below 1e-19
+    /// (Chernoff: exp(-256 D(1/4 || 1/16))); equal seeds agree all 256 times. The same holds
+    /// for the sequence after a reload against the one before: it goes on, it does not start
+    /// again.
+    #[test]
+    fn pipelines_of_one_slot_draw_different_random_fanouts() {
+        let (mut g, s) = group(16, 1 << 20, false);
+        g.mode = FanoutMode::Random;
+        let tables = |generation| {
+            Arc::new(Tables {
+                generation,
+                sockets: s.clone(),
+                ..Default::default()
+            })
+        };
+        let (mut a, mut b) = (Pipeline::new(tables(1), 0), Pipeline::new(tables(1), 0));
+        let (x, y) = (picks(&mut a, &g, &s, 256), picks(&mut b, &g, &s, 256));
+        assert!(agree(&x, &y) < 64, "{} of 256 picks the same", agree(&x, &y));
+        // Every socket is picked in the 512: a spread, not a stuck generator (one missing has
+        // probability below 16 (15/16)^512 < 1e-13).
+        assert!((0..16).all(|i| x.contains(&Choice::Socket(i)) || y.contains(&Choice::Socket(i))));
+        a.apply(tables(2));
+        let z = picks(&mut a, &g, &s, 256);
+        assert!(
+            agree(&x, &z) < 64,
+            "after a reload: {} of 256 picks as at the start",
+            agree(&x, &z)
+        );
     }
 }
 

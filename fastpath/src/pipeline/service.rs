@@ -1078,3 +1078,67 @@ mod tunnelled {
         assert!(per_socket.iter().all(|&n| n > 10), "{per_socket:?}");
     }
 }
+
+/// What the `[rss]` key is for: a `tunnel` service's backend is its Maglev table's pick for the
+/// flow hash, as a worker takes it (`Parsed::parse` of the packet, then [`Backends::pick`]).
+#[cfg(test)]
+mod backend_key {
+    use super::*;
+    use crate::pipeline::maglev::Backend;
+    use crate::pipeline::parse::tests::{udp_bytes, v4_frame};
+    use crate::pipeline::Parsed;
+    use crate::wire::toeplitz::{RssKey, LONG_KEY_LEN};
+    use crate::wire::Toeplitz;
+
+    const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
+
+    /// Flows aimed offline at one backend through the public key spread over the backends once
+    /// the key is secret.
+    ///
+    /// 50 UDP flows (random sources and source ports) that all reach backend 0 of 3 under the
+    /// Microsoft key; then a random 52-byte key, as `head -c 52 /dev/urandom` makes one. Under it
+    /// each flow reaches backend 0 with probability its share of the table, 21846 of 65537 slots
+    /// at most (~1/3), so 40 or more of the 50 (80%) there has probability 1.7e-11 (the
+    /// binomial tail: 1 - P(X <= 39) for X ~ B(50, 21846/65537)), while the public key sends all
+    /// 50 there every time.
+    #[test]
+    fn flows_aimed_at_one_backend_under_the_public_key_spread_under_a_secret_one() {
+        let backends: Vec<Backend> = ["a", "b", "c"]
+            .iter()
+            .map(|n| Backend {
+                name: n.to_string(),
+                weight: 1,
+                drain: false,
+            })
+            .collect();
+        let set = Backends::new(vec![0, 1, 2], &backends);
+        let pick = |t: &Toeplitz, (src, sport): (Ipv4Addr, u16)| {
+            let frame = v4_frame(src, VIP, IpProtocol::UDP, &[], 0, &udp_bytes(sport, 9000, b"x"));
+            set.pick(Parsed::parse(&frame, t, None).unwrap().hash)
+        };
+        // What an attacker computes offline: the tables' hasher without an `[rss]` key.
+        let public = Toeplitz::default();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let aimed: Vec<(Ipv4Addr, u16)> = std::iter::repeat_with(|| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (
+                Ipv4Addr::from(0x0a00_0000 | ((x >> 32) as u32 & 0x00ff_ffff)),
+                x as u16 | 1024,
+            )
+        })
+        .filter(|&f| pick(&public, f) == Some(0))
+        .take(50)
+        .collect();
+        assert!(aimed.iter().all(|&f| pick(&public, f) == Some(0)));
+        let mut key = [0u8; LONG_KEY_LEN];
+        getrandom::fill(&mut key).unwrap();
+        let secret = Toeplitz::new(RssKey::new(&key).unwrap().hash_key(), false);
+        let mut per_backend = [0; 3];
+        for &f in &aimed {
+            per_backend[pick(&secret, f).unwrap()] += 1;
+        }
+        assert!(per_backend[0] < 40, "{per_backend:?} of 50 under a secret key");
+    }
+}

@@ -19,6 +19,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Length of an RSS key.
 pub const KEY_LEN: usize = 40;
+/// Length of the longer key some NICs take (Intel's i40e and ice, `hash_key_size` 52).
+pub const LONG_KEY_LEN: usize = 52;
 /// The longest input: IPv6 addresses and ports.
 pub const MAX_INPUT_LEN: usize = 36;
 
@@ -28,6 +30,66 @@ pub const MICROSOFT_KEY: [u8; KEY_LEN] = [
     0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c, 0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac,
     0x01, 0xfa,
 ];
+
+/// An RSS key as configured: 40 bytes, or 52 for NICs that take that many.
+///
+/// The hash of an `n`-byte input reads the key's first `n + 4` bytes, so for every input RSS
+/// hashes here (at most [`MAX_INPUT_LEN`] bytes) only the first 40 count: a NIC given all 52
+/// computes what [`Toeplitz`] computes with [`RssKey::hash_key`]. A key meant to be secret (so
+/// nobody can choose flows that share a hash) stays out of logs: `Debug` shows no byte of it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct RssKey {
+    bytes: [u8; LONG_KEY_LEN],
+    len: u8,
+}
+
+impl RssKey {
+    /// The key of `bytes`: `None` unless it has [`KEY_LEN`] or [`LONG_KEY_LEN`] bytes.
+    pub fn new(bytes: &[u8]) -> Option<RssKey> {
+        if bytes.len() != KEY_LEN && bytes.len() != LONG_KEY_LEN {
+            return None;
+        }
+        let mut k = RssKey {
+            bytes: [0; LONG_KEY_LEN],
+            len: bytes.len() as u8,
+        };
+        k.bytes[..bytes.len()].copy_from_slice(bytes);
+        Some(k)
+    }
+
+    /// Every byte, as configured (40 or 52).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+
+    /// The first 40 bytes: all the hash of any RSS input reads.
+    pub fn hash_key(&self) -> &[u8; KEY_LEN] {
+        match self.bytes[..KEY_LEN].try_into() {
+            Ok(k) => k,
+            Err(_) => unreachable!("a key has at least KEY_LEN bytes"),
+        }
+    }
+
+    /// Whether it hashes as the published [`MICROSOFT_KEY`] does: anyone can then compute every
+    /// flow's hash offline.
+    pub fn is_public(&self) -> bool {
+        *self.hash_key() == MICROSOFT_KEY
+    }
+}
+
+impl Default for RssKey {
+    /// [`MICROSOFT_KEY`], the default of many drivers: public.
+    fn default() -> Self {
+        RssKey::new(&MICROSOFT_KEY).unwrap_or_else(|| unreachable!("KEY_LEN bytes"))
+    }
+}
+
+impl fmt::Debug for RssKey {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let what = if self.is_public() { "public" } else { "secret" };
+        write!(f, "RssKey({} bytes, {what})", self.len)
+    }
+}
 
 /// A Toeplitz hasher for one key.
 ///
@@ -47,8 +109,10 @@ pub struct Toeplitz {
 
 impl fmt::Debug for Toeplitz {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        // The key may be secret: whether it is the public one, never its bytes.
+        let key = if self.key == MICROSOFT_KEY { "public" } else { "secret" };
         f.debug_struct("Toeplitz")
-            .field("key", &self.key)
+            .field("key", &key)
             .field("symmetric", &self.symmetric)
             .finish_non_exhaustive()
     }
@@ -313,6 +377,23 @@ mod tests {
             let (lo, hi) = if s <= d { (s, d) } else { (d, s) };
             prop_assert_eq!(t.hash_v4(s, d, None), plain.hash_v4(lo, hi, None));
         }
+    }
+
+    #[test]
+    fn keys_of_40_or_52_bytes_hash_with_their_first_40_and_debug_shows_none() {
+        let long: Vec<u8> = (0..LONG_KEY_LEN as u8).map(|i| i.wrapping_mul(37) ^ 0xa5).collect();
+        let k = RssKey::new(&long).unwrap();
+        assert_eq!((k.as_bytes(), &k.hash_key()[..]), (&long[..], &long[..KEY_LEN]));
+        let short = RssKey::new(&long[..KEY_LEN]).unwrap();
+        assert_eq!(short.hash_key(), k.hash_key());
+        assert_ne!(short, k, "the NIC may take all 52");
+        assert!(RssKey::new(&long[..41]).is_none() && RssKey::new(&[]).is_none());
+        assert!(!k.is_public() && RssKey::default().is_public());
+        let t = Toeplitz::new(k.hash_key(), true);
+        assert_eq!(format!("{k:?}"), "RssKey(52 bytes, secret)");
+        assert_eq!(format!("{short:?}"), "RssKey(40 bytes, secret)");
+        assert_eq!(format!("{t:?}"), "Toeplitz { key: \"secret\", symmetric: true, .. }");
+        assert_eq!(format!("{:?}", RssKey::default()), "RssKey(40 bytes, public)");
     }
 
     #[test]

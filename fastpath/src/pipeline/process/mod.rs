@@ -188,6 +188,15 @@ fn even_non_zero(x: u64) -> bool {
 /// Mixed into the ICMP seed for the reset limiter's table: its own key, no shared collisions.
 const RESET_SEED: u64 = 0x5bd1_e995_7f4a_7c15;
 
+/// A pipeline's seeds ([`crate::seed`]): drawn once per lcore, kept across generations.
+#[derive(Clone, Copy)]
+struct Seeds {
+    /// The random fanout's generator.
+    fanout: u64,
+    /// The ICMP and TCP-reset per-destination tables' key, and the credit draws.
+    icmp: u64,
+}
+
 /// One lcore's pipeline: the current generation's shared tables plus the lcore's own mutable
 /// state, so nothing is shared for writing on the per-packet path.
 #[derive(Clone, Debug)]
@@ -218,23 +227,24 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// A pipeline over `tables` for the RX lcore in counter slot `slot`.
+    /// A pipeline over `tables` for the RX lcore in counter slot `slot`, its seeds drawn from
+    /// the OS (a constant seed made `fanout = "random"` the same sequence at every start).
     pub fn new(tables: Arc<Tables>, slot: usize) -> Self {
-        Self::with_idents(tables, slot, Idents::from_os())
+        let seeds = Seeds {
+            fanout: crate::seed::os_u64(),
+            icmp: crate::seed::os_u64(),
+        };
+        Self::seeded(tables, slot, seeds, Idents::from_os())
     }
 
-    /// [`Pipeline::new`] with the lcore's identification state.
-    fn with_idents(tables: Arc<Tables>, slot: usize, idents: Idents) -> Self {
-        let mut fanout = FanoutState::new(tables.sockets.len(), slot, 0x9e37_79b9_7f4a_7c15 ^ slot as u64);
+    /// [`Pipeline::new`] with these seeds and identification state: `apply` passes the running
+    /// ones, so an adoption draws nothing from the OS on the lcore.
+    fn seeded(tables: Arc<Tables>, slot: usize, seeds: Seeds, idents: Idents) -> Self {
+        let mut fanout = FanoutState::new(tables.sockets.len(), slot, seeds.fanout);
         fanout.flow_limit = tables.flow_limit.for_slot(slot).map(flow_limit::FlowLimit::new);
         let gre_seq = vec![None; tables.tunnels.len()];
         // An unpredictable key for the per-destination table, so nobody can aim collisions at it.
-        let icmp_seed = {
-            use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_usize(slot);
-            h.finish()
-        };
+        let icmp_seed = seeds.icmp;
         let global = tables
             .icmp_global
             .clone()
@@ -290,7 +300,7 @@ impl Pipeline {
         // The ICMP limiter keeps its per-destination table when its size is unchanged.
         let mut icmp = std::mem::replace(
             &mut self.icmp,
-            icmp_error::IcmpLimiter::new(&tables.icmp, tables.icmp.global_bucket(Instant(0)), 1),
+            icmp_error::IcmpLimiter::new(&tables.icmp, tables.icmp.global_bucket(Instant(0)), self.icmp_seed),
         );
         let global = tables
             .icmp_global
@@ -303,14 +313,19 @@ impl Pipeline {
             .clone()
             .unwrap_or_else(|| tables.tcp_reset.global_bucket(Instant(0)));
         reset.apply(&tables.tcp_reset, reset_global, self.icmp_seed ^ RESET_SEED);
-        let (rng, icmp_seed, punt) = (self.rng, self.icmp_seed, self.punt);
+        // The seeds stay: the ICMP key and draws as before, and the random fanout goes on from
+        // where it was; so do the identifications and the punt meter.
+        let seeds = Seeds {
+            fanout: self.fanout.random_state(),
+            icmp: self.icmp_seed,
+        };
+        let (rng, punt) = (self.rng, self.punt);
         let idents = std::mem::replace(&mut self.idents, Idents::with_keys([0; 4]));
-        *self = Pipeline::with_idents(tables, slot, idents);
+        *self = Pipeline::seeded(tables, slot, seeds, idents);
         self.gre_seq = seq;
         self.icmp = icmp;
         self.tcp_reset = reset;
         self.rng = rng;
-        self.icmp_seed = icmp_seed;
         self.punt = punt;
         if keep.is_some() {
             self.fanout.flow_limit = keep;
