@@ -127,6 +127,11 @@ fn set_up(name: &str, p: &PortConfig) -> Result<(), String> {
     // announce itself or run DAD for addresses the fast path answers for.
     let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/accept_dad"), "0");
     let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/accept_ra"), "0");
+    // Nor take a route from a redirect (`unhandled` punts ICMP the fast path does not answer):
+    // a forged one would move the kernel's traffic for a destination (RFC 1122 §3.2.2.2 lets a
+    // host ignore them; Linux accepts them on a host by default).
+    let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{name}/accept_redirects"), "0");
+    let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/accept_redirects"), "0");
     for a in addresses(p) {
         let mut args = vec!["address", "replace", a.as_str(), "dev", name];
         if a.contains(':') {

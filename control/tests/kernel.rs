@@ -326,6 +326,12 @@ fn dns_http_and_ssh_reach_real_programs_through_the_kernel_interface() {
     );
     let link = stdout(&h.exec(&["ip", "-o", "link", "show", "dev", &h.kif]));
     assert!(link.contains(",UP"), "{link}");
+    // It takes no route from a redirect, whoever forged it.
+    for family in ["ipv4", "ipv6"] {
+        let key = format!("net.{family}.conf.{}.accept_redirects", h.kif);
+        let v = stdout(&h.exec(&["sysctl", "-n", &key]));
+        assert_eq!(v.trim(), "0", "{key}");
+    }
     start_dnsmasq(&mut h, &s);
     let www = web.to_str().unwrap().to_string();
     h.spawn(

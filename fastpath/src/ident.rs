@@ -47,7 +47,13 @@ pub struct Idents {
     /// The owner's clock in units of 2^20 ns (about a millisecond), set each poll.
     now: u32,
     buckets: Box<[Bucket]>,
+    /// The bucket last found for the key of each of a few slots the callers name (a tunnel's
+    /// index): a GRE outer header's bucket without the keyed hash on every packet.
+    recent: [Option<(IpAddr, IpAddr, u8, u32)>; RECENT],
 }
+
+/// Slots of [`Idents::reserve_in_slot`]'s memory.
+const RECENT: usize = 16;
 
 impl std::fmt::Debug for Idents {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -73,6 +79,7 @@ impl Idents {
             now: 0,
             // Zeroed (stamp 0: never used); a bucket draws its random start at first use.
             buckets: vec![Bucket::default(); BUCKETS].into_boxed_slice(),
+            recent: [None; RECENT],
         }
     }
 
@@ -133,6 +140,26 @@ impl Idents {
     /// random amount below the time it stood idle, then by `n`.
     pub fn reserve(&mut self, src: IpAddr, dst: IpAddr, protocol: u8, n: u32) -> u32 {
         let i = self.bucket(src, dst, protocol);
+        self.reserve_bucket(i, n)
+    }
+
+    /// [`Idents::reserve`] for a key that comes back often under the same `slot` (a tunnel's
+    /// index): its bucket is remembered, so the keyed hash runs when the slot's key changes only.
+    #[inline]
+    pub fn reserve_in_slot(&mut self, slot: usize, src: IpAddr, dst: IpAddr, protocol: u8) -> u32 {
+        let r = slot % RECENT;
+        let i = match self.recent[r] {
+            Some((s, d, p, i)) if (s, d, p) == (src, dst, protocol) => i as usize,
+            _ => {
+                let i = self.bucket(src, dst, protocol);
+                self.recent[r] = Some((src, dst, protocol, i as u32));
+                i
+            }
+        };
+        self.reserve_bucket(i, 1)
+    }
+
+    fn reserve_bucket(&mut self, i: usize, n: u32) -> u32 {
         let now = self.now.max(1);
         let Bucket { next, stamp } = self.buckets[i];
         let start = if stamp == 0 {
@@ -233,6 +260,20 @@ mod tests {
             last = Some(id);
         }
         assert!(steps.len() > 150, "{} distinct steps of 198", steps.len());
+    }
+
+    #[test]
+    fn a_slot_remembers_its_bucket_and_follows_a_new_key() {
+        let mut i = Idents::with_keys([5, 6, 7, 8]);
+        i.set_now(Instant(3 << 20));
+        let a = i.reserve_in_slot(2, v4(1), v4(2), 47);
+        // The same counter as `reserve` for that key: the slot only remembers where it is.
+        assert_eq!(i.reserve(v4(1), v4(2), 47, 1), a.wrapping_add(1));
+        assert_eq!(i.reserve_in_slot(2, v4(1), v4(2), 47), a.wrapping_add(2));
+        // Another key under the slot: its own bucket, found anew.
+        let b = i.reserve_in_slot(2, v4(1), v4(3), 47);
+        assert_eq!(i.reserve(v4(1), v4(3), 47, 1), b.wrapping_add(1));
+        assert_eq!(i.reserve_in_slot(2, v4(1), v4(2), 47), a.wrapping_add(3));
     }
 
     #[test]

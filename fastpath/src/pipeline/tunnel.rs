@@ -270,7 +270,7 @@ fn encapsulate_inner<B: PacketBuf>(
                     ttl: tun.ttl,
                     dscp_ecn: 0,
                     // Not atomic (a router may cut it): unique per backend (RFC 6864 §4.2).
-                    ident: idents.reserve(IpAddr::V4(src), IpAddr::V4(dst), IpProtocol::GRE.0, 1) as u16,
+                    ident: idents.reserve_in_slot(cur, IpAddr::V4(src), IpAddr::V4(dst), IpProtocol::GRE.0) as u16,
                     dont_frag: false,
                 }
                 .emit(b);
