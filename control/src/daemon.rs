@@ -369,6 +369,17 @@ fn open_ports(cfg: &Config, pool: &Arc<Mempool>) -> Result<Vec<Port>, String> {
                 port.driver()
             );
         }
+        if p.device.starts_with("net_af_packet") {
+            // What fastpathd cannot check from here fails silently otherwise (docs/operating.md,
+            // "On a veth or a VM's interface").
+            tracing::info!(
+                "fastpathd: port {} is an af_packet socket on a kernel interface: the peer must put \
+                 checksums on the wire (a veth peer: `ethtool -K PEER tx off`), else every TCP/UDP \
+                 packet is dropped as a bad checksum (here `udp_bad_checksum`/`tcp_bad_checksum`, \
+                 or by the kernel behind a kernel interface)",
+                p.device
+            );
+        }
         ports.push(port);
     }
     Ok(ports)

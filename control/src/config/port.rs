@@ -147,7 +147,18 @@ fn port(pi: usize, p: PortSection, transmitters: usize, devices: &mut BTreeSet<S
         "ipv4",
         "192.0.2.1",
         32,
-        |a: &Ipv4Addr| a.is_unspecified() || a.is_multicast() || a.is_broadcast(),
+        |a: &Ipv4Addr| a.is_unspecified() || a.is_multicast() || a.is_broadcast() || a.is_loopback(),
+        |a: &Ipv4Addr, len| {
+            // RFC 919/922, RFC 3021: below /31 the all-zeros host is the network and the all-ones
+            // one its broadcast; answering as either takes traffic meant for every host.
+            let host = u32::MAX.checked_shr(len as u32).unwrap_or(0);
+            match u32::from(*a) & host {
+                _ if len >= 31 => None,
+                0 => Some("the network address of its prefix"),
+                h if h == host => Some("the broadcast address of its prefix"),
+                _ => None,
+            }
+        },
         errs,
     );
     let (ipv6, ipv6_prefix) = local_addrs(
@@ -157,6 +168,11 @@ fn port(pi: usize, p: PortSection, transmitters: usize, devices: &mut BTreeSet<S
         "2001:db8::1",
         128,
         |a: &Ipv6Addr| a.is_unspecified() || a.is_multicast() || a.is_loopback(),
+        |a: &Ipv6Addr, len| {
+            // RFC 4291 §2.6.1: the all-zeros host of a prefix is its Subnet-Router anycast address.
+            let host = u128::MAX.checked_shr(len as u32).unwrap_or(0);
+            (len < 127 && u128::from(*a) & host == 0).then_some("the Subnet-Router anycast address of its prefix")
+        },
         errs,
     );
     let kernel_interface = p.kernel_interface.clone();
@@ -265,6 +281,7 @@ fn local_addrs<A: std::str::FromStr + Eq + std::hash::Hash + Clone + fmt::Displa
     example: &str,
     max_prefix: u8,
     not_unicast: impl Fn(&A) -> bool,
+    in_prefix: impl Fn(&A, u8) -> Option<&'static str>,
     errs: &mut Errs,
 ) -> (Vec<A>, Vec<u8>) {
     let mut out: Vec<A> = Vec::new();
@@ -287,6 +304,13 @@ fn local_addrs<A: std::str::FromStr + Eq + std::hash::Hash + Clone + fmt::Displa
         };
         match text.parse::<A>() {
             Ok(a) if not_unicast(&a) => errs.add(&at, format!("{a} cannot be a local unicast address")),
+            Ok(a) if in_prefix(&a, prefix).is_some() => errs.add(
+                &at,
+                format!(
+                    "{s:?}: {a} is {}, not a host's",
+                    in_prefix(&a, prefix).unwrap_or_default()
+                ),
+            ),
             Ok(a) if !seen.insert(a.clone()) => errs.add(&at, format!("{a} is listed twice")),
             Ok(a) => {
                 out.push(a);
@@ -302,4 +326,43 @@ fn local_addrs<A: std::str::FromStr + Eq + std::hash::Hash + Clone + fmt::Displa
         }
     }
     (out, prefixes)
+}
+
+/// `net_af_packet` vdevs in `eal_args` (`--vdev=net_af_packet0,iface=eth1,qpairs=2`): a port on
+/// one must poll every queue pair, or the kernel's fanout hands packets to a queue nobody reads
+/// and a service behind it is silently dead.
+pub(super) fn check_af_packet_queues(eal_args: &[String], ports: &[PortConfig], errs: &mut Errs) {
+    let mut args = eal_args.iter();
+    while let Some(a) = args.next() {
+        let spec = match a.strip_prefix("--vdev=") {
+            Some(s) => s,
+            None if a == "--vdev" => match args.next() {
+                Some(s) => s,
+                None => break,
+            },
+            None => continue,
+        };
+        let mut parts = spec.split(',');
+        let name = parts.next().unwrap_or_default();
+        if !name.starts_with("net_af_packet") {
+            continue;
+        }
+        let qpairs = parts
+            .filter_map(|kv| kv.strip_prefix("qpairs="))
+            .next_back()
+            .and_then(|n| n.parse::<u16>().ok())
+            .unwrap_or(1);
+        for (pi, p) in ports.iter().enumerate().filter(|(_, p)| p.device == name) {
+            if p.rx_queues != qpairs {
+                errs.add(
+                    &[Key("port"), Index(pi), Key("rx_queues")],
+                    format!(
+                        "{name} has qpairs={qpairs} in [dpdk] eal_args, so rx_queues must be {qpairs}: \
+                         the kernel spreads packets over every queue pair, and those of a queue \
+                         nobody polls are lost"
+                    ),
+                );
+            }
+        }
+    }
 }

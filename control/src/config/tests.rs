@@ -720,3 +720,52 @@ fn reassembly_policy_defaults_to_probation_and_names_key_and_line() {
         "{e:?}"
     );
 }
+
+#[test]
+fn port_addresses_must_be_a_hosts() {
+    // Loopback, the network and broadcast addresses of the prefix, the Subnet-Router anycast
+    // address: accepted, fastpathd would answer for traffic meant for every host, or none.
+    for (v4, v6, bad) in [
+        ("127.0.0.1/8", "2001:db8::1/64", "cannot be a local unicast address"),
+        ("192.0.2.0/24", "2001:db8::1/64", "the network address"),
+        ("192.0.2.255/24", "2001:db8::1/64", "the broadcast address"),
+        ("192.0.2.1/24", "2001:db8::/64", "Subnet-Router anycast"),
+    ] {
+        let e = errors(
+            &GOOD
+                .replace("ipv4 = [\"192.0.2.1\"]", &format!("ipv4 = [\"{v4}\"]"))
+                .replace("ipv6 = [\"2001:db8::1\"]", &format!("ipv6 = [\"{v6}\"]")),
+        );
+        assert_eq!(e.len(), 1, "{v4} {v6}: {e:#?}");
+        assert!(e[0].key.starts_with("port[0].ipv"), "{}", e[0].key);
+        assert!(e[0].message.contains(bad), "{v4} {v6}: {}", e[0].message);
+    }
+    // The ends of a /31 (RFC 3021), a /32, a /127 and a /128 are hosts.
+    for (v4, v6) in [("192.0.2.0/31", "2001:db8::/127"), ("192.0.2.255/32", "2001:db8::/128")] {
+        let c = GOOD
+            .replace("ipv4 = [\"192.0.2.1\"]", &format!("ipv4 = [\"{v4}\"]"))
+            .replace("ipv6 = [\"2001:db8::1\"]", &format!("ipv6 = [\"{v6}\"]"));
+        parse(&c, "t.toml").unwrap();
+    }
+}
+
+#[test]
+fn an_af_packet_port_polls_every_queue_pair() {
+    let af = |qpairs: &str, rx: u16| {
+        GOOD.replace(
+            "\"--vdev=net_null0\"",
+            &format!("\"--vdev=net_af_packet0,iface=veth0{qpairs}\""),
+        )
+        .replace(
+            "device = \"net_null0\"\nrx_queues = 1",
+            &format!("device = \"net_af_packet0\"\nrx_queues = {rx}"),
+        )
+    };
+    let e = errors(&af(",qpairs=2", 1));
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert_eq!((e[0].key.as_str(), e[0].line), ("port[0].rx_queues", Some(7)));
+    assert!(e[0].message.contains("qpairs=2"), "{}", e[0].message);
+    // qpairs defaults to 1.
+    assert_eq!(errors(&af("", 2))[0].key, "port[0].rx_queues");
+    parse(&af("", 1), "t.toml").unwrap();
+}
