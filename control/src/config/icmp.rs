@@ -39,7 +39,7 @@ pub(super) fn validate(raw: Option<IcmpSection>, errs: &mut Errs) -> IcmpConfig 
     if let Some(b) = ic.build_first {
         icmp.build_first = b;
     }
-    exempt(ic.exempt.as_deref().unwrap_or_default(), &mut icmp, errs);
+    icmp.exempt = exempt_set("icmp", ic.exempt.as_deref().unwrap_or_default(), errs);
     if let Err(msg) = icmp.validate() {
         // The message starts with the key, "icmp.<key>: ...".
         let key = msg
@@ -56,22 +56,23 @@ pub(super) fn validate(raw: Option<IcmpSection>, errs: &mut Errs) -> IcmpConfig 
     icmp
 }
 
-/// `icmp.exempt`: at most [`MAX_EXEMPT`] prefixes, built into the set the RX lcores search; a
-/// repeated prefix and `0.0.0.0/0` / `::/0` are accepted with a warning.
-fn exempt(list: &[String], icmp: &mut IcmpConfig, errs: &mut Errs) {
+/// `<section>.exempt` (`icmp`, `tcp_reset`): at most [`MAX_EXEMPT`] prefixes, built into the
+/// set the RX lcores search; a repeated prefix and `0.0.0.0/0` / `::/0` are accepted with a
+/// warning.
+pub(super) fn exempt_set(section: &'static str, list: &[String], errs: &mut Errs) -> ExemptSet {
     if list.len() > MAX_EXEMPT {
         errs.add(
-            &[Key("icmp"), Key("exempt")],
+            &[Key(section), Key("exempt")],
             format!("{} prefixes: at most {MAX_EXEMPT}", list.len()),
         );
-        return;
+        return ExemptSet::default();
     }
     let mut prefixes = Vec::with_capacity(list.len());
     for (i, e) in list.iter().enumerate() {
         match e.parse() {
             Ok(prefix) => prefixes.push(prefix),
             Err(err) => errs.add(
-                &[Key("icmp"), Key("exempt"), Index(i)],
+                &[Key(section), Key("exempt"), Index(i)],
                 format!("{e:?}: {err}: expected a prefix like \"198.51.100.0/24\" or \"2001:db8:1::/48\""),
             ),
         }
@@ -80,21 +81,25 @@ fn exempt(list: &[String], icmp: &mut IcmpConfig, errs: &mut Errs) {
         for w in ExemptSet::warnings(&prefixes) {
             match w {
                 ExemptWarning::Duplicate(i, first) => errs.warn(
-                    &[Key("icmp"), Key("exempt"), Index(i)],
-                    format!("{}: listed twice (also at icmp.exempt[{first}])", prefixes[i]),
+                    &[Key(section), Key("exempt"), Index(i)],
+                    format!("{}: listed twice (also at {section}.exempt[{first}])", prefixes[i]),
                 ),
                 ExemptWarning::Everything(i) => errs.warn(
-                    &[Key("icmp"), Key("exempt"), Index(i)],
+                    &[Key(section), Key("exempt"), Index(i)],
                     format!(
-                        "{}: every source of the family skips every ICMP rate limit",
-                        prefixes[i]
+                        "{}: every source of the family skips every {} rate limit",
+                        prefixes[i],
+                        if section == "icmp" { "ICMP" } else { "reset" }
                     ),
                 ),
             }
         }
     }
     match ExemptSet::new(prefixes) {
-        Ok(set) => icmp.exempt = set,
-        Err(e) => errs.add(&[Key("icmp"), Key("exempt")], e.to_string()),
+        Ok(set) => set,
+        Err(e) => {
+            errs.add(&[Key(section), Key("exempt")], e.to_string());
+            ExemptSet::default()
+        }
     }
 }

@@ -252,6 +252,7 @@ pub static KEYS: &[KeySpec] = &[
     ),
     live("icmp.peer_burst", Get::Top(|c| c.icmp.peer_burst.to_string())),
     live("icmp.exempt", Get::Top(|c| list(c.icmp.exempt.prefixes()))),
+    live("tcp_reset.exempt", Get::Top(|c| list(c.tcp_reset.exempt.prefixes()))),
     live("icmp.peer_table_size", Get::Top(|c| c.icmp.peer_table_size.to_string())),
     live("icmp.build_first", Get::Top(|c| c.icmp.build_first.to_string())),
     live("tcp_reset.enabled", Get::Top(|c| c.tcp_reset.enabled.to_string())),

@@ -15,6 +15,7 @@ pub(super) struct TcpResetSection {
     peer_interval_ms: Option<u32>,
     peer_burst: Option<u32>,
     peer_table_size: Option<u32>,
+    exempt: Option<Vec<String>>,
 }
 
 /// Validates `[tcp_reset]` (absent keys: [`TcpResetConfig::default`]).
@@ -28,6 +29,7 @@ pub(super) fn validate(raw: Option<TcpResetSection>, errs: &mut Errs) -> TcpRese
         peer_interval_ms: r.peer_interval_ms.unwrap_or(d.peer_interval_ms),
         peer_burst: r.peer_burst.unwrap_or(d.peer_burst),
         peer_table_size: r.peer_table_size.map_or(d.peer_table_size, |v| v as usize),
+        exempt: super::icmp::exempt_set("tcp_reset", r.exempt.as_deref().unwrap_or_default(), errs),
     };
     if let Err(msg) = cfg.validate() {
         // "tcp_reset.<key>: ..."

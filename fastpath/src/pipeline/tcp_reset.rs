@@ -23,6 +23,7 @@
 //! sender, a fresh option-less IP header, a 20-byte TCP header with no options and no data.
 
 use super::icmp_error::limit::{GlobalBucket, GlobalView, PeerRate, PeerTable};
+use super::icmp_error::ExemptSet;
 use super::icmp_error::{family_index, validate_peer_limits, Limit};
 use super::parse::{IpVersion, Parsed};
 use super::verdict::Instant;
@@ -51,6 +52,10 @@ pub struct TcpResetConfig {
     pub peer_burst: u32,
     /// Per-destination table slots per RX lcore (a power of two).
     pub peer_table_size: usize,
+    /// Sources that skip every limit (an operator's own scanner), as `[icmp] exempt`. With
+    /// none, a SYN flood's segments cost what they did: the global refusal is remembered; with
+    /// some, each refusal is asked of the bucket so an exempt source can be seen.
+    pub exempt: ExemptSet,
 }
 
 impl Default for TcpResetConfig {
@@ -65,6 +70,7 @@ impl Default for TcpResetConfig {
             peer_interval_ms: 100,
             peer_burst: 10,
             peer_table_size: 4096,
+            exempt: ExemptSet::default(),
         }
     }
 }
@@ -138,11 +144,21 @@ pub enum ResetDecision {
     Send,
 }
 
+/// The limiter's view of the global bucket: remembering refusals unless sources are exempt.
+fn view(cfg: &TcpResetConfig, global: Arc<GlobalBucket>) -> GlobalView {
+    if cfg.exempt.is_empty() {
+        GlobalView::new(global)
+    } else {
+        GlobalView::forgetful(global)
+    }
+}
+
 /// One RX lcore's reset limiter: its own per-destination table and a handle on the global
 /// bucket the lcores share.
 #[derive(Clone, Debug)]
 pub struct ResetLimiter {
     enabled: bool,
+    exempt: ExemptSet,
     global: GlobalView,
     peers: PeerTable,
     rate: PeerRate,
@@ -156,7 +172,8 @@ impl ResetLimiter {
     pub fn new(cfg: &TcpResetConfig, global: Arc<GlobalBucket>, seed: u64) -> Self {
         ResetLimiter {
             enabled: cfg.enabled,
-            global: GlobalView::new(global),
+            exempt: cfg.exempt.clone(),
+            global: view(cfg, global),
             peers: PeerTable::new(cfg.peer_table_size, seed),
             rate: cfg.peer_rate(),
             granted: usize::MAX,
@@ -174,7 +191,8 @@ impl ResetLimiter {
             self.peers = PeerTable::new(cfg.peer_table_size, seed);
         }
         self.enabled = cfg.enabled;
-        self.global = GlobalView::new(global);
+        self.exempt = cfg.exempt.clone();
+        self.global = view(cfg, global);
         self.rate = cfg.peer_rate();
         self.granted = usize::MAX;
     }
@@ -216,9 +234,20 @@ impl ResetLimiter {
             return ResetDecision::Ineligible;
         }
         if !self.global.peek(now) {
-            return ResetDecision::Suppressed(Limit::Global);
+            return self.unless_exempt(&src(), ResetDecision::Suppressed(Limit::Global));
         }
         self.decide_peer(now, &src(), draw)
+    }
+
+    /// `d`, or [`ResetDecision::Send`] for an exempt source (which takes no credit).
+    #[cold]
+    #[inline(never)]
+    fn unless_exempt(&mut self, src: &IpAddr, d: ResetDecision) -> ResetDecision {
+        if self.exempt.contains(src) {
+            self.granted = usize::MAX;
+            return ResetDecision::Send;
+        }
+        d
     }
 
     /// The rest of [`ResetLimiter::decide`] once the global budget has credit: the
@@ -227,7 +256,7 @@ impl ResetLimiter {
     fn decide_peer(&mut self, now: Instant, src: &IpAddr, draw: impl FnOnce() -> u32) -> ResetDecision {
         let (ok, slot) = self.peers.allow_at(now, src, self.rate);
         if !ok {
-            return ResetDecision::Suppressed(Limit::Peer);
+            return self.unless_exempt(src, ResetDecision::Suppressed(Limit::Peer));
         }
         if !self.global.try_consume(draw()) {
             self.peers.refund(slot, self.rate.interval_ns);

@@ -246,6 +246,7 @@ const EDITS: &[Edit] = &[
     ("icmp.peer_interval_ms", &[("peer_interval_ms = 1000", "peer_interval_ms = 0")], &["icmp.peer_interval_ms"]),
     ("icmp.peer_burst", &[("peer_burst = 6", "peer_burst = 2")], &["icmp.peer_burst"]),
     ("icmp.exempt", &[("[\"198.51.100.0/24\"]", "[]")], &["icmp.exempt"]),
+    ("tcp_reset.exempt", &[("[\"203.0.113.0/24\"]", "[\"203.0.113.0/25\"]")], &["tcp_reset.exempt"]),
     ("icmp.peer_table_size", &[("peer_table_size = 4096", "peer_table_size = 1024")], &["icmp.peer_table_size"]),
     ("icmp.build_first", &[("build_first = false", "build_first = true")], &["icmp.build_first"]),
     ("tcp_reset.enabled", &[("enabled = true\nmsgs_per_sec = 200", "enabled = false\nmsgs_per_sec = 200")], &["tcp_reset.enabled"]),

@@ -224,12 +224,29 @@ impl GlobalBucket {
 pub struct GlobalView {
     bucket: Arc<GlobalBucket>,
     quiet_until: u64,
+    /// Whether a refusal's deadline is remembered (off: every [`GlobalView::peek`] asks the
+    /// bucket, so a caller can look at what it refuses, e.g. for exempt sources).
+    remember: bool,
 }
 
 impl GlobalView {
     /// A view of `bucket`, knowing nothing yet.
     pub fn new(bucket: Arc<GlobalBucket>) -> Self {
-        GlobalView { bucket, quiet_until: 0 }
+        GlobalView {
+            bucket,
+            quiet_until: 0,
+            remember: true,
+        }
+    }
+
+    /// [`GlobalView::new`] that never answers from a remembered deadline ([`GlobalView::quiet`]
+    /// is then always false).
+    pub fn forgetful(bucket: Arc<GlobalBucket>) -> Self {
+        GlobalView {
+            bucket,
+            quiet_until: 0,
+            remember: false,
+        }
     }
 
     /// The bucket.
@@ -258,7 +275,9 @@ impl GlobalView {
         match self.bucket.peek_quiet(now) {
             Ok(()) => true,
             Err(until) => {
-                self.quiet_until = until;
+                if self.remember {
+                    self.quiet_until = until;
+                }
                 false
             }
         }

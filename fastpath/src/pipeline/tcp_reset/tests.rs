@@ -234,3 +234,54 @@ fn the_global_budget_holds_over_many_sources() {
     assert_eq!(run(&mut p, &syn).0, Verdict::Drop(Outcome::NoService));
     assert_eq!(p.reset_counters.limited[0][Limit::Global.index()].get(), held + 1);
 }
+
+#[test]
+fn an_exempt_source_skips_every_limit_and_the_rest_keep_theirs() {
+    // An operator's scanner in 198.51.100.0/24: every SYN answered, through a per-destination
+    // burst of 2 and a global budget of 5 that a flood from elsewhere has spent; by the fast
+    // path and the general one alike.
+    use crate::pipeline::icmp_error::ExemptSet;
+    let cfg = TcpResetConfig {
+        peer_burst: 2,
+        peer_interval_ms: 1000,
+        msgs_per_sec: 1,
+        burst: 5,
+        exempt: ExemptSet::new(vec!["198.51.100.0/24".parse().unwrap()]).unwrap(),
+        ..Default::default()
+    };
+    let syn = |src: Ipv4Addr| {
+        let mut f = segment(false, &[], 80, TcpFlags::SYN, 1, 0, b"");
+        f[26..30].copy_from_slice(&src.octets());
+        f[24..26].copy_from_slice(&[0, 0]);
+        let c = checksum::checksum(&f[14..34]);
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        let mut t = TcpPacket::new_checked(&mut f[34..]).unwrap();
+        t.fill_checksum_v4(src, ME);
+        f
+    };
+    for general in [false, true] {
+        let mut p = pipeline();
+        p.tcp_reset.apply(&cfg, cfg.global_bucket(Instant(0)), 1);
+        let mut go = |f: &[u8]| {
+            let mut b = HeapBuf::new(f);
+            let v = if general {
+                p.process_general(0, &mut b, Instant(1_000_000_000))
+            } else {
+                p.process(0, &mut b, Instant(1_000_000_000))
+            };
+            v.outcome()
+        };
+        let flood: Vec<Outcome> = (0..20u8).map(|i| go(&syn(Ipv4Addr::new(203, 0, 113, i)))).collect();
+        assert_eq!(
+            flood.iter().filter(|&&o| o == Outcome::TcpReset).count(),
+            5,
+            "general {general}"
+        );
+        let scanner: Vec<Outcome> = (0..20).map(|_| go(&syn(THEM))).collect();
+        assert!(
+            scanner.iter().all(|&o| o == Outcome::TcpReset),
+            "general {general}: {scanner:?}"
+        );
+        assert_eq!(go(&syn(Ipv4Addr::new(203, 0, 113, 99))), Outcome::TcpResetSuppressed);
+    }
+}
