@@ -59,7 +59,7 @@ fn main() {
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
         // Only what the fast path and its control code use.
         .allowlist_function("fp_.*")
-        .allowlist_function("rte_eal_(init|cleanup|mp_remote_launch|remote_launch|wait_lcore|mp_wait_lcore|process_type)")
+        .allowlist_function("rte_eal_(init|cleanup|mp_remote_launch|remote_launch|wait_lcore|mp_wait_lcore|process_type|get_runtime_dir)")
         .allowlist_function("rte_lcore_(count|is_enabled|to_socket_id)")
         .allowlist_function("rte_get_(main_lcore|next_lcore|tsc_hz)")
         .allowlist_function("rte_socket_id")

@@ -897,7 +897,11 @@ fn shutdown(d: Dataplane, opts: &Options, started: Instant, failed_lcores: Vec<u
     if let Ok(pool) = Arc::try_unwrap(pool) {
         drop(pool);
     }
+    let runtime = eal.runtime_dir();
     eal.cleanup();
+    if let Some(dir) = runtime {
+        remove_runtime_files(&dir);
+    }
     if !failed_lcores.is_empty() {
         return Err(format!("lcores {failed_lcores:?} stopped abnormally"));
     }
@@ -909,6 +913,35 @@ fn shutdown(d: Dataplane, opts: &Options, started: Instant, failed_lcores: Vec<u
 
 /// Keeps the ports' last counters for the final metrics (rendered once the ports are closed),
 /// then stops and closes every port (drivers flush their output there). Returns what failed.
+/// What DPDK 22.11 leaves behind a primary process that stopped cleanly: its runtime directory
+/// and, on hugepages, the files backing its memory (`<prefix>map_*` on every hugetlbfs mount).
+/// A stop is the last of them (no secondary attaches to a primary that is gone), so both go.
+fn remove_runtime_files(dir: &std::path::Path) {
+    let Some(prefix) = dir.file_name().and_then(|n| n.to_str()).map(String::from) else {
+        return;
+    };
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        tracing::debug!("fastpathd: runtime directory {} not removed: {e}", dir.display());
+    }
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    for mount in mounts.lines().filter_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(2) == Some(&"hugetlbfs"))
+            .then(|| f.get(1).map(|m| m.to_string()))
+            .flatten()
+    }) {
+        let Ok(entries) = std::fs::read_dir(&mount) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if name.to_str().is_some_and(|n| n.starts_with(&format!("{prefix}map_"))) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 fn close_ports(ports: &mut [Port], sources: &Sources, final_port_stats: &FinalPortStats) -> Vec<String> {
     *final_port_stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(
         (0..sources.port_names.len() as u16)

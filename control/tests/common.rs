@@ -478,6 +478,29 @@ impl HugePrefix {
     }
 }
 
+impl HugePrefix {
+    /// What a run under this prefix left: hugepage files and the runtime directory.
+    pub fn leftovers(&self) -> Vec<PathBuf> {
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let mut out: Vec<PathBuf> = mounts
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.get(2) == Some(&"hugetlbfs")).then(|| f[1].to_string())
+            })
+            .filter_map(|dir| std::fs::read_dir(dir).ok())
+            .flat_map(|rd| rd.flatten())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&self.prefix))
+            .map(|e| e.path())
+            .collect();
+        let run = PathBuf::from(format!("/var/run/dpdk/{}", self.prefix));
+        if run.exists() {
+            out.push(run);
+        }
+        out
+    }
+}
+
 impl Drop for HugePrefix {
     fn drop(&mut self) {
         let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();

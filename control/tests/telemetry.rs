@@ -199,5 +199,7 @@ fn telemetry_and_proc_info_agree_with_the_metrics_on_hugepages() {
     let (code, log) = d.stop();
     assert_eq!(code, Some(0), "{log}");
     assert!(!log.contains("BUG"), "{log}");
+    // A clean stop leaves neither hugepage files nor the runtime directory behind.
+    assert_eq!(huge.leftovers(), Vec::<std::path::PathBuf>::new());
     assert_conservation(&parse_metrics(&std::fs::read_to_string(&dump).unwrap()));
 }

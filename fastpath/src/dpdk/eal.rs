@@ -53,6 +53,20 @@ impl Eal {
         Ok(())
     }
 
+    /// The runtime directory (`/var/run/dpdk/<file-prefix>` for root): where DPDK's tools
+    /// attach; `None` if the EAL has none.
+    pub fn runtime_dir(&self) -> Option<std::path::PathBuf> {
+        // SAFETY: a getter valid after init; the string is a static buffer of the EAL's, copied
+        // here before anything can change it.
+        let p = unsafe { dpdk_sys::rte_eal_get_runtime_dir() };
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: non-null, NUL-terminated by the EAL (checked just above).
+        let s = unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        (!s.is_empty()).then(|| s.into())
+    }
+
     /// Releases EAL resources. Call after every port is closed and every lcore has returned.
     pub fn cleanup(self) {
         // SAFETY: called once, from the main thread, after all lcores finished (caller's
