@@ -860,13 +860,16 @@ fn shutdown(d: Dataplane, opts: &Options, started: Instant, failed_lcores: Vec<u
         registry,
         final_port_stats,
     } = d;
-    // The kernel interfaces first (closing one removes the interface), then the ports.
+    // The final port counters while every port is open (a closed kernel interface's id is
+    // invalid: DPDK said so at every stop), then the kernel interfaces (closing one removes the
+    // interface), then the ports.
+    snapshot_port_stats(&sources, &final_port_stats);
     let mut close_errors: Vec<String> = kernel_ports
         .iter_mut()
         .filter_map(|k| k.close().err())
         .map(|e| e.to_string())
         .collect();
-    close_errors.extend(close_ports(&mut ports, &sources, &final_port_stats));
+    close_errors.extend(close_ports(&mut ports));
     let text = metrics::render(&registry);
     if let Some(path) = &opts.metrics_dump {
         if let Err(e) = std::fs::write(path, &text) {
@@ -942,12 +945,16 @@ fn remove_runtime_files(dir: &std::path::Path) {
     }
 }
 
-fn close_ports(ports: &mut [Port], sources: &Sources, final_port_stats: &FinalPortStats) -> Vec<String> {
+/// Every port's counters as they stand, kept for the final metrics.
+fn snapshot_port_stats(sources: &Sources, final_port_stats: &FinalPortStats) {
     *final_port_stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(
         (0..sources.port_names.len() as u16)
             .map(|id| dpdk::port::stats_of(id).ok())
             .collect(),
     );
+}
+
+fn close_ports(ports: &mut [Port]) -> Vec<String> {
     let mut close_errors = Vec::new();
     for p in ports.iter_mut() {
         if let Err(e) = p.close() {
