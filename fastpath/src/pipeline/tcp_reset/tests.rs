@@ -271,11 +271,13 @@ fn an_exempt_source_skips_every_limit_and_the_rest_keep_theirs() {
             };
             v.outcome()
         };
-        let flood: Vec<Outcome> = (0..20u8).map(|i| go(&syn(Ipv4Addr::new(203, 0, 113, i)))).collect();
-        assert_eq!(
-            flood.iter().filter(|&&o| o == Outcome::TcpReset).count(),
-            5,
-            "general {general}"
+        // 200 sources once each: the global budget (5 credits, each reset taking 0, 1 or 2 at
+        // random) lets a few through; 40 would need 35 draws of 0 in 40 (probability < 1e-10).
+        let flood: Vec<Outcome> = (0..200u32).map(|i| go(&syn(Ipv4Addr::from(0xcb00_7100 + i)))).collect();
+        let sent = flood.iter().filter(|&&o| o == Outcome::TcpReset).count();
+        assert!(
+            (1..40).contains(&sent),
+            "general {general}: {sent} of the flood answered"
         );
         let scanner: Vec<Outcome> = (0..20).map(|_| go(&syn(THEM))).collect();
         assert!(
