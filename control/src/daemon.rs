@@ -1086,6 +1086,9 @@ struct Snapshot {
     at: Instant,
     rx: Vec<(u16, u64)>,
     tx: Vec<(u16, u64)>,
+    /// By kernel interface id: packets the kernel wrote (sent out of the port by a worker) and
+    /// packets written into it; the workers count them, not the queues' counters.
+    kernel: Vec<(u16, u64, u64)>,
     outcomes: Vec<(Outcome, u64)>,
 }
 
@@ -1097,10 +1100,26 @@ impl Snapshot {
             rx.extend(l.rx.iter().map(|q| (q.port, q.packets.get())));
             tx.extend(l.tx.iter().map(|q| (q.port, q.packets.get())));
         }
+        let tables = src.published.current();
+        let kernel = tables.kernel.as_ref().map_or_else(Vec::new, |k| {
+            k.port_of
+                .iter()
+                .enumerate()
+                .filter_map(|(id, port)| {
+                    port.and_then(|_| k.index_of.get(id).copied().flatten())
+                        .map(|i| (i as usize, id as u16))
+                })
+                .map(|(i, id)| {
+                    let c = &k.counters;
+                    (id, c.sum(i, |x| &x.from_kernel), c.sum(i, |x| &x.to_kernel))
+                })
+                .collect()
+        });
         Snapshot {
             at: Instant::now(),
             rx,
             tx,
+            kernel,
             outcomes: outcome_totals(src),
         }
     }
@@ -1114,6 +1133,18 @@ fn stats_line(src: &Sources, a: &Snapshot, b: &Snapshot, up: Duration) -> String
             continue;
         }
         let sum = |v: &Vec<(u16, u64)>| v.iter().filter(|(p, _)| *p as usize == id).map(|(_, n)| n).sum::<u64>();
+        let kernel = |s: &Snapshot| s.kernel.iter().find(|k| k.0 as usize == id).map(|k| (k.1, k.2));
+        if let (Some(kb), Some(ka)) = (kernel(b), kernel(a)) {
+            // A kernel interface: what the kernel sent, what it was given.
+            let from = kb.0.saturating_sub(ka.0) as f64 / secs;
+            let to = kb.1.saturating_sub(ka.1) as f64 / secs;
+            line.push_str(&format!(
+                " {name}: from kernel {} to kernel {} |",
+                human(from),
+                human(to)
+            ));
+            continue;
+        }
         let rx = (sum(&b.rx) - sum(&a.rx)) as f64 / secs;
         let tx = (sum(&b.tx) - sum(&a.tx)) as f64 / secs;
         line.push_str(&format!(" {name}: rx {} tx {} |", human(rx), human(tx)));

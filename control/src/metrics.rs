@@ -421,6 +421,11 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         "Packets of the kernel path the workers dropped, by reason (interface_full, port_full, invalid); a full kernel queue is the outcome kernel_full.",
         MetricType::COUNTER,
     ),
+    (
+        "fastpath_kernel_interface_dropped_total",
+        "Packets the kernel dropped at each port's kernel interface, as the kernel counts them: written by fastpathd and dropped at once (to_kernel, rx_dropped), or refused on their way to fastpathd (from_kernel, tx_dropped).",
+        MetricType::COUNTER,
+    ),
 ];
 
 /// One sample per port that has counters to give: `field` of its [`PortStats`].
@@ -725,12 +730,28 @@ fn socket_families(tables: &Tables) -> Named {
 fn kernel_families(s: &Sources, tables: &Tables) -> Named {
     let mut packets = Vec::new();
     let mut dropped = Vec::new();
+    let mut in_kernel = Vec::new();
     if let Some(k) = &tables.kernel {
         for (id, interface) in k.interface_of.iter().enumerate() {
-            let (Some(_), Some(Some(i))) = (interface, k.index_of.get(id)) else {
+            let (Some(kif), Some(Some(i))) = (interface, k.index_of.get(id)) else {
                 continue;
             };
             let (c, i, port) = (&k.counters, *i as usize, s.port(id as u16));
+            // The kernel's own counters of the interface (its name is the kernel interface's
+            // port name), read from sysfs at the scrape.
+            let name = s.port(*kif);
+            for (direction, file) in [("to_kernel", "rx_dropped"), ("from_kernel", "tx_dropped")] {
+                let path = format!("/sys/class/net/{name}/statistics/{file}");
+                if let Some(n) = std::fs::read_to_string(path)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u64>().ok())
+                {
+                    in_kernel.push((
+                        vec![("port", port.clone()), ("direction", direction.to_string())],
+                        n as f64,
+                    ));
+                }
+            }
             for (direction, n) in [
                 ("to_kernel", c.sum(i, |x| &x.to_kernel)),
                 ("from_kernel", c.sum(i, |x| &x.from_kernel)),
@@ -752,6 +773,7 @@ fn kernel_families(s: &Sources, tables: &Tables) -> Named {
     vec![
         ("fastpath_kernel_packets_total", packets),
         ("fastpath_kernel_dropped_total", dropped),
+        ("fastpath_kernel_interface_dropped_total", in_kernel),
     ]
 }
 

@@ -749,6 +749,18 @@ fn a_flood_into_the_kernel_path_leaves_the_fast_paths_echo_service_alone() {
         "fastpath_kernel_packets_total{port=\"net_af_packet0\",direction=\"from_kernel\"}",
     );
     assert!(from > 0.0, "the kernel's own Port Unreachables went out: {from}");
+    // The kernel's own drop counters of the interface are exported as it counts them.
+    for (direction, file) in [("to_kernel", "rx_dropped"), ("from_kernel", "tx_dropped")] {
+        let key =
+            format!("fastpath_kernel_interface_dropped_total{{port=\"net_af_packet0\",direction=\"{direction}\"}}");
+        let exported = sample(&h.scrape(), &key);
+        let path = format!("/sys/class/net/{}/statistics/{file}", h.kif);
+        let kernel: f64 = stdout(&h.exec(&["cat", &path])).trim().parse().unwrap();
+        assert!(
+            exported <= kernel && kernel - exported <= 64.0,
+            "{key} {exported}, the kernel's {kernel}"
+        );
+    }
     stop_clean(d, &s);
 }
 
