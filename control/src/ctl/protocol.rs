@@ -79,7 +79,21 @@ pub fn parse_request(line: &[u8]) -> Result<Request, String> {
     if text.is_empty() {
         return Err("empty request: one JSON object on one line, e.g. {\"command\":\"status\"}".into());
     }
-    serde_json::from_str(text).map_err(|e| format!("bad request: {e}"))
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("bad request: {e}"))?;
+    // serde ignores extra keys beside a unit variant's tag: every key is checked here.
+    let allowed: &[&str] = match v.get("command").and_then(|c| c.as_str()) {
+        Some("show") => &["command", "what"],
+        Some("flow") => &["command", "protocol", "src", "dst"],
+        Some("reload") => &["command", "dry_run"],
+        _ => &["command"],
+    };
+    if let Some(extra) = v
+        .as_object()
+        .and_then(|o| o.keys().find(|k| !allowed.contains(&k.as_str())))
+    {
+        return Err(format!("bad request: unknown key {extra:?}"));
+    }
+    serde_json::from_value(v).map_err(|e| format!("bad request: {e}"))
 }
 
 /// `ADDR[:PORT]`: an IPv4 address, an IPv6 address, or either with a port (IPv6 in brackets:
