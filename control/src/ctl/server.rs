@@ -391,6 +391,11 @@ mod tests {
         let e = ControlSocket::bind(&path).err().unwrap();
         assert!(e.contains("not a socket"), "{e}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "x");
+        // A directory that is not there yet is made.
+        let fresh = dir.join("new/deeper/c.sock");
+        let s = ControlSocket::bind(&fresh).unwrap();
+        assert!(std::fs::symlink_metadata(&fresh).unwrap().file_type().is_socket());
+        drop(s);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
