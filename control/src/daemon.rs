@@ -115,6 +115,14 @@ pub fn run(opts: Options) -> u8 {
             return EXIT_CONFIG;
         }
     };
+    // The control socket too: another daemon answering on it refuses this start, naming it.
+    let ctl = match control::ctl::ControlSocket::bind(&cfg.control.socket) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{}: control.socket: {e}", opts.config.display());
+            return EXIT_CONFIG;
+        }
+    };
     let signals = match Signals::install() {
         Ok(s) => s,
         Err(e) => {
@@ -122,7 +130,7 @@ pub fn run(opts: Options) -> u8 {
             return EXIT_DPDK;
         }
     };
-    match start_and_serve(cfg, &opts, &signals, server) {
+    match start_and_serve(cfg, &opts, &signals, (server, ctl)) {
         Ok(()) => EXIT_OK,
         Err(msg) => {
             tracing::error!("fastpathd: {msg}");
@@ -140,7 +148,7 @@ fn start_and_serve(
     cfg: Config,
     opts: &Options,
     signals: &Signals,
-    server: Option<crate::http::Server>,
+    (server, ctl): (Option<crate::http::Server>, control::ctl::ControlSocket),
 ) -> Result<(), String> {
     let started = Instant::now();
     let start_time = SystemTime::now()
@@ -204,7 +212,10 @@ fn start_and_serve(
         published.clone(),
         sources.reload.clone(),
     );
-    let control = match spawn_control(opts, signals, &sources, &run_control, (reloader, watch, listeners), pin) {
+    let ctl = start_ctl(ctl, opts, &sources, (&reloader, started), signals, &pin);
+    let control = match ctl.and_then(|ctl| {
+        spawn_control(opts, signals, &sources, &run_control, (reloader, watch, listeners), pin).map(|c| (c, ctl))
+    }) {
         Ok(c) => c,
         Err(e) => {
             run_control.abort();
@@ -739,6 +750,28 @@ fn start_http(
         .map_err(|e| format!("cannot start the metrics thread: {e}"))
 }
 
+/// Serves the control socket from its own thread (`fastpathctl`), reading what the metrics
+/// read and the running config; its reloads go to the control thread like SIGHUP's.
+fn start_ctl(
+    ctl: control::ctl::ControlSocket,
+    opts: &Options,
+    sources: &Arc<Sources>,
+    (reloader, started): (&Reloader, Instant),
+    signals: &Signals,
+    pin: &(impl Fn(&str) + Clone + Send + 'static),
+) -> Result<control::ctl::Running, String> {
+    tracing::info!("fastpathd: control socket {}", ctl.path().display());
+    let view = control::ctl::view::View {
+        sources: sources.clone(),
+        config: reloader.running(),
+        config_path: opts.config.clone(),
+        started,
+    };
+    let pin = pin.clone();
+    ctl.spawn(view, signals.submitter(), move || pin("control socket"))
+        .map_err(|e| format!("cannot start the control socket's thread: {e}"))
+}
+
 /// Launches every role but the main lcore's, which is returned to run on this thread, with the
 /// lcores launched, and logs that the daemon runs. If one cannot be launched, the others are
 /// stopped and waited for.
@@ -812,7 +845,7 @@ fn serve(
     main_role: Option<Role>,
     launched: &[u32],
     run_control: &RunControl,
-    control: std::thread::JoinHandle<()>,
+    (control, ctl): (std::thread::JoinHandle<()>, control::ctl::Running),
     http: Option<crate::http::Running>,
 ) -> Vec<u32> {
     if let Some(role) = main_role {
@@ -825,6 +858,7 @@ fn serve(
         }
     }
     let _ = control.join();
+    ctl.stop();
     if let Some(h) = http {
         h.stop();
     }
@@ -1001,6 +1035,22 @@ fn control_loop(
             Some(ControlMsg::Stop(sig)) => {
                 tracing::info!("fastpathd: stop requested by signal ({sig})");
                 break;
+            }
+            Some(ControlMsg::Ctl(req)) => {
+                let report = if req.dry_run {
+                    reloader.dry_run()
+                } else {
+                    notify.reloading();
+                    let report = reloader.reload_reporting("fastpathctl reload");
+                    notify.reloaded(if report.applied {
+                        "running; the last reload was applied"
+                    } else {
+                        "running; the last reload was refused, the previous config runs"
+                    });
+                    report
+                };
+                let _ = req.reply.send(report);
+                continue;
             }
             Some(ControlMsg::Reload(why)) => {
                 notify.reloading();

@@ -8,6 +8,7 @@
 
 pub mod announce;
 pub mod config;
+pub mod ctl;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod health;

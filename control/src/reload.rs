@@ -17,7 +17,7 @@ use fastpath::generation::{Published, Retired};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Reload counters, read by the metrics collector.
@@ -42,6 +42,74 @@ impl ReloadStats {
     /// Unix time of the last success.
     pub fn last_success_seconds(&self) -> f64 {
         f64::from_bits(self.last_success.load(Ordering::Relaxed))
+    }
+}
+
+/// The running config, shared with the control socket's thread: replaced whole at every
+/// applied reload, read by cloning the `Arc` (never held across anything else).
+pub type RunningConfig = Arc<RwLock<Arc<Config>>>;
+
+/// What `fastpathctl reload` reports: a reload's (or a dry run's) result.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ReloadReport {
+    /// The config file.
+    pub file: String,
+    /// Nothing was changed, only planned.
+    pub dry_run: bool,
+    /// A new generation was published.
+    pub applied: bool,
+    /// The generation running before.
+    pub generation_before: u64,
+    /// The generation running after (the same unless applied).
+    pub generation_after: u64,
+    /// Every key whose value changes, in the reload-key table's order.
+    pub changes: Vec<ReportChange>,
+    /// The changes only a restart applies, as the refusal logs them.
+    pub refused: Vec<ReportError>,
+    /// Why the file is invalid, if it is.
+    pub errors: Vec<ReportError>,
+    /// The reload's log line: what was (or would be) published, or why it is refused.
+    pub message: String,
+}
+
+/// One changed key.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ReportChange {
+    /// As errors name it: `lcores.mode`, `port[0].ipv4`, `service[1]` (added).
+    pub key: String,
+    /// The service or tunnel: `service "dns"`.
+    pub element: Option<String>,
+    /// The value before (`None`: a section added).
+    pub old: Option<String>,
+    /// The value after (`None`: a section removed).
+    pub new: Option<String>,
+    /// `live` or `restart` (the reload-key table's class).
+    pub reload: &'static str,
+    /// Its line in the new file.
+    pub line: Option<usize>,
+}
+
+/// One problem with key and line.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ReportError {
+    /// The key (empty when the file could not be read).
+    pub key: String,
+    /// Its line.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ReportError {
+    fn all(e: &config::ConfigErrors) -> Vec<ReportError> {
+        e.errors
+            .iter()
+            .map(|e| ReportError {
+                key: e.key.clone(),
+                line: e.line,
+                message: e.message.clone(),
+            })
+            .collect()
     }
 }
 
@@ -75,6 +143,7 @@ pub struct Reloader {
     loaded_sig: Option<FileSig>,
     seen_sig: Option<FileSig>,
     changed_at: Option<Instant>,
+    shared: RunningConfig,
 }
 
 impl Reloader {
@@ -88,6 +157,7 @@ impl Reloader {
     ) -> Self {
         stats.mark_success_now();
         let sig = signature(&path);
+        let shared = Arc::new(RwLock::new(Arc::new(running.clone())));
         Reloader {
             path,
             running,
@@ -98,6 +168,7 @@ impl Reloader {
             loaded_sig: sig,
             seen_sig: sig,
             changed_at: None,
+            shared,
         }
     }
 
@@ -130,50 +201,119 @@ impl Reloader {
 
     /// Reads, validates and applies the config file. Returns whether it was applied.
     pub fn reload(&mut self, why: &str) -> bool {
+        self.run(why, false).applied
+    }
+
+    /// What a reload of the file now would do, changing nothing: the file read and validated,
+    /// every changed key with its class and line, the refusals as a reload would log them.
+    pub fn dry_run(&mut self) -> ReloadReport {
+        self.run("fastpathctl reload --dry-run", true)
+    }
+
+    /// A reload asked for by `fastpathctl reload`: exactly SIGHUP's, reported.
+    pub fn reload_reporting(&mut self, why: &str) -> ReloadReport {
+        self.run(why, false)
+    }
+
+    /// The reload (or, `dry_run`, its plan), as a report.
+    fn run(&mut self, why: &str, dry_run: bool) -> ReloadReport {
         let sig = signature(&self.path);
         let file = self.path.display().to_string();
+        let before = self.published.generation();
+        let mut report = ReloadReport {
+            file: file.clone(),
+            dry_run,
+            applied: false,
+            generation_before: before,
+            generation_after: before,
+            ..Default::default()
+        };
         let loaded = config::read(&self.path).and_then(|src| Ok((config::parse_checked(&src, &file)?, src)));
         let (new, src) = match loaded {
             Ok((loaded, src)) => {
-                loaded.log_warnings();
+                if !dry_run {
+                    loaded.log_warnings();
+                }
                 (loaded.config, src)
             }
             Err(e) => {
-                self.loaded_sig = sig;
-                return self.fail(why, &format!("the new config is invalid:\n{e}"));
+                report.errors = ReportError::all(&e);
+                report.message = format!("the new config is invalid:\n{e}");
+                if !dry_run {
+                    self.loaded_sig = sig;
+                    self.fail(why, &report.message);
+                }
+                return report;
             }
         };
-        self.loaded_sig = sig;
+        report.changes = self
+            .running
+            .located_changes(&new, &src)
+            .into_iter()
+            .map(|(c, line)| ReportChange {
+                key: c.key,
+                element: c.element,
+                old: c.old,
+                new: c.new,
+                reload: match c.spec.reload {
+                    config::Reload::Live => "live",
+                    config::Reload::Restart(_) => "restart",
+                },
+                line,
+            })
+            .collect();
+        if !dry_run {
+            self.loaded_sig = sig;
+        }
         // Keys only read at start-up (config::KEYS says which): named with their lines.
         if let Some(restart) = self.running.restart_errors(&new, &src, &file) {
             let keys: Vec<&str> = restart.errors.iter().map(|e| e.key.as_str()).collect();
-            return self.fail(
-                why,
-                &format!(
-                    "these settings need a restart, not a reload: {}; edit them back or restart\n{restart}",
-                    keys.join(", ")
-                ),
+            report.message = format!(
+                "these settings need a restart, not a reload: {}; edit them back or restart\n{restart}",
+                keys.join(", ")
             );
+            report.refused = ReportError::all(&restart);
+            if !dry_run {
+                self.fail(why, &report.message);
+            }
+            return report;
         }
-        let generation = self.published.generation() + 1;
-        let tables = match self.builder.build(&new, generation) {
-            Ok(t) => Arc::new(t),
-            Err(e) => return self.fail(why, &format!("cannot build the new tables: {e}")),
-        };
-        let old = self.published.publish(tables);
-        self.retired.retire(old);
         let changes = self.running.describe_changes(&new);
-        crate::kernel::sync_addresses(&self.running, &new);
-        self.running = new;
-        self.stats.success.fetch_add(1, Ordering::Relaxed);
-        self.stats.mark_success_now();
         let what = if changes.is_empty() {
             "no table changed".to_string()
         } else {
             changes.join("; ")
         };
+        if dry_run {
+            report.message = format!("would publish generation {}: {what}", before + 1);
+            return report;
+        }
+        let generation = before + 1;
+        let tables = match self.builder.build(&new, generation) {
+            Ok(t) => Arc::new(t),
+            Err(e) => {
+                report.message = format!("cannot build the new tables: {e}");
+                self.fail(why, &report.message);
+                return report;
+            }
+        };
+        let old = self.published.publish(tables);
+        self.retired.retire(old);
+        crate::kernel::sync_addresses(&self.running, &new);
+        self.running = new;
+        *self.shared.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(self.running.clone());
+        self.stats.success.fetch_add(1, Ordering::Relaxed);
+        self.stats.mark_success_now();
         tracing::info!("fastpathd: reload ({why}): generation {generation} published: {what}");
-        true
+        report.applied = true;
+        report.generation_after = generation;
+        report.message = format!("generation {generation} published: {what}");
+        report
+    }
+
+    /// The running config, as the control socket reads it (replaced at every applied reload).
+    pub fn running(&self) -> RunningConfig {
+        self.shared.clone()
     }
 
     fn fail(&mut self, why: &str, msg: &str) -> bool {

@@ -3,22 +3,25 @@
 //! [`ControlMsg`] on a bounded `crossbeam-channel`, which the control thread waits on between
 //! its ticks. A SIGHUP is acted on as it arrives, not at the next tick, and nothing polls a flag.
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use std::time::Duration;
 
 /// What the control thread is asked to do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ControlMsg {
     /// Stop cleanly (the signal's name).
     Stop(&'static str),
     /// Reload the config (why: the signal's name).
     Reload(&'static str),
+    /// `fastpathctl reload [--dry-run]`, from the control socket's thread: answered on its
+    /// channel.
+    Ctl(control::ctl::server::ReloadRequest),
 }
 
 /// The signal thread and the receiving end of its messages.
 pub struct Signals {
     rx: Receiver<ControlMsg>,
+    tx: Sender<ControlMsg>,
     handle: signal_hook::iterator::Handle,
 }
 
@@ -31,6 +34,7 @@ impl Signals {
         // Signals that arrive while the control thread is busy wait here; a burst of more than
         // 64 SIGHUPs is one reload anyway, so a full channel drops the newest.
         let (tx, rx) = crossbeam_channel::bounded(64);
+        let sender = tx.clone();
         std::thread::Builder::new().name("fp-signals".into()).spawn(move || {
             for s in signals.forever() {
                 let msg = match s {
@@ -41,16 +45,26 @@ impl Signals {
                 // A stop always gets through: block for it, drop only surplus reloads.
                 let sent = match msg {
                     ControlMsg::Stop(_) => tx.send(msg).is_ok(),
-                    ControlMsg::Reload(_) => {
-                        !matches!(tx.try_send(msg), Err(crossbeam_channel::TrySendError::Disconnected(_)))
-                    }
+                    _ => !matches!(tx.try_send(msg), Err(crossbeam_channel::TrySendError::Disconnected(_))),
                 };
                 if !sent {
                     break;
                 }
             }
         })?;
-        Ok(Signals { rx, handle })
+        Ok(Signals { rx, tx: sender, handle })
+    }
+
+    /// Hands the control socket's reload requests to the control thread on the same channel,
+    /// never waiting: a full channel gives the request back.
+    pub fn submitter(&self) -> control::ctl::server::Submit {
+        let tx = self.tx.clone();
+        Box::new(move |r| {
+            tx.try_send(ControlMsg::Ctl(r)).map_err(|e| match e.into_inner() {
+                ControlMsg::Ctl(r) => r,
+                _ => unreachable!("only a request was sent"),
+            })
+        })
     }
 
     /// The receiving end, for the control thread.

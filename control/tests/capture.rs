@@ -60,7 +60,7 @@ fn start_looping(huge: &HugePrefix, s: &Scratch) -> (Daemon, std::path::PathBuf)
         "c.toml",
         &format!(
             "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 1\n\
-             ipv4 = [\"192.0.2.1\"]\nmac = \"02:00:00:00:00:01\"\n\n[lcores]\nrx = [0]\n\n[metrics]\nenabled = false\n",
+             ipv4 = [\"192.0.2.1\"]\nmac = \"02:00:00:00:00:01\"\n\n[lcores]\nrx = [0]\n\n[control]\nsocket = \"control.sock\"\n\n[metrics]\nenabled = false\n",
             huge.eal_args(&[vdev])
         ),
     );

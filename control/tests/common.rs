@@ -270,8 +270,13 @@ pub fn eal_args(name: &str, vdevs: &[String]) -> String {
     )
 }
 
-/// `[metrics]` for tests: an ephemeral loopback port, so tests can run in parallel.
-pub const METRICS_ANY_PORT: &str = "\n[metrics]\nlisten = \"127.0.0.1:0\"\n";
+/// `[control] socket` for tests: in the config's own directory (a relative path is taken from
+/// there), so daemons of tests running in parallel never share one.
+pub const CONTROL_HERE: &str = "\n[control]\nsocket = \"control.sock\"\n";
+
+/// `[metrics]` for tests: an ephemeral loopback port, so tests can run in parallel; after
+/// [`CONTROL_HERE`]'s section (keys written after it still go into `[metrics]`).
+pub const METRICS_ANY_PORT: &str = "\n[control]\nsocket = \"control.sock\"\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n";
 
 /// A running daemon whose stderr goes to a file.
 pub struct Daemon {

@@ -895,20 +895,21 @@ fn fifty_stops_with_scrapes_in_flight_exit_cleanly() {
 fn the_file_watch_can_be_turned_off_and_debounces_writes_in_steps() {
     let s = Scratch::new("watch");
     let base = std::fs::read_to_string(null_config(&s, "watch")).unwrap();
-    let path = s.write("c.toml", &format!("{base}\n[control]\nwatch = false\n"));
+    let path = s.write("c.toml", &base.replace("[control]\n", "[control]\nwatch = false\n"));
     let d = Daemon::start(&s, &["--config", path.to_str().unwrap()]);
     let reloads = |d: &Daemon| family_sum(&d.scrape(), "fastpath_config_reloads_total");
     // An edit (a new address) with the watch off: nothing happens for well past the debounce.
     std::fs::write(
         &path,
-        format!("{base}\n[control]\nwatch = false\n").replace("\"192.0.2.1\"", "\"192.0.2.1\", \"192.0.2.9\""),
+        base.replace("[control]\n", "[control]\nwatch = false\n")
+            .replace("\"192.0.2.1\"", "\"192.0.2.1\", \"192.0.2.9\""),
     )
     .unwrap();
     std::thread::sleep(Duration::from_millis(1200));
     assert_eq!(reloads(&d), 0.0, "{}", d.log_text());
     // SIGHUP always reloads; this one also turns the watch on, debounced by 600 ms.
     let stepped = |step: usize| {
-        format!("{base}\n[control]\nwatch = true\ndebounce_ms = 600\n")
+        base.replace("[control]\n", "[control]\nwatch = true\ndebounce_ms = 600\n")
             .replace("\"192.0.2.1\"", &format!("\"192.0.2.1\", \"192.0.2.{}\"", 10 + step))
     };
     std::fs::write(&path, stepped(0)).unwrap();

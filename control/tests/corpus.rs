@@ -213,6 +213,11 @@ fn full_config(e: &Entry, inputs: &[PathBuf], outputs: &dyn Fn(usize) -> PathBuf
         "metrics".into(),
         toml::Value::Table(toml::from_str("listen = \"127.0.0.1:0\"").unwrap()),
     );
+    // The control socket in the scratch directory: corpus entries run in parallel.
+    t.insert(
+        "control".into(),
+        toml::Value::Table(toml::from_str("socket = \"control.sock\"").unwrap()),
+    );
     (toml::to_string(&t).unwrap(), tx_queues)
 }
 

@@ -54,7 +54,7 @@ impl Pair {
             &format!(
                 "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_af_packet{i}\"\n\
                  rx_queues = 2\ntx_queues = 2\nipv4 = [\"{addr}\"]\n\n[lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 50\n\n\
-                 [metrics]\nenabled = false\n\n[[service]]\nname = \"echo\"\nports = [5000]\nsockets = 1\n\
+                 [control]\nsocket = \"control{i}.sock\"\n\n[metrics]\nenabled = false\n\n[[service]]\nname = \"echo\"\nports = [5000]\nsockets = 1\n\
                  action = \"echo\"\n",
                 eal_args(&format!("loop{i}"), &[vdev])
             ),

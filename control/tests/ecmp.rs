@@ -253,7 +253,7 @@ fn node_config(name: &str, i: usize, ns_iface: &str, metrics_port: u16) -> Strin
     format!(
         "[dpdk]\neal_args = {}\nmbufs = 16383\nrx_desc = 256\ntx_desc = 256\n\n\
          [[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\ntx_queues = 2\nipv4 = [\"10.0.{i}.3\", \"{VIP}\"]\n\n\
-         [lcores]\nrx = [0]\nworkers = [1]\n\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\ncache_ms = 0\n\n\
+         [lcores]\nrx = [0]\nworkers = [1]\n\n[control]\nsocket = \"control.sock\"\n\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\ncache_ms = 0\n\n\
          [reassembly]\nbuffers = 32\n\n\
          [[service]]\nname = \"vip\"\nports = [{SERVICE_PORT}]\naddresses = [\"{VIP}\"]\nsockets = 2\n\
          action = \"tunnel\"\ntunnels = [\"backend0\", \"backend1\", \"backend2\"]\n\n{tunnels}",

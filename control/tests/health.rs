@@ -102,7 +102,7 @@ fn a_veth_whose_peer_goes_down_and_up_turns_healthz_503_and_back() {
         "c.toml",
         &format!(
             "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\ntx_queues = 2\n\
-             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\nworkers = [1]\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\ncache_ms = 0\n\
+             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\nworkers = [1]\n\n[control]\nsocket = \"control.sock\"\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\ncache_ms = 0\n\
              [reassembly]\nbuffers = 32\n",
             eal_args("health-link", &[format!("--vdev=net_af_packet0,iface={},qpairs=2", l.if_a)])
         ),
@@ -196,7 +196,7 @@ fn a_tap_set_down_and_up_turns_healthz_503_and_back() {
         "c.toml",
         &format!(
             "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_tap0\"\ntx_queues = 1\n\
-             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\ncache_ms = 0\n\
+             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\n\n[control]\nsocket = \"control.sock\"\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\ncache_ms = 0\n\
              [reassembly]\nbuffers = 32\n",
             eal_args("health-tap", &[format!("--vdev=net_tap0,iface={}", t.tap)])
         ),

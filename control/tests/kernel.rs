@@ -148,7 +148,7 @@ impl Host {
             &format!(
                 "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = {queues}\n\
                  tx_queues = {queues}\nipv4 = [\"192.0.2.1/24\"]\nipv6 = [\"2001:db8::1/64\"]\n\
-                 {port_keys}\n[lcores]\n{lcores}\nidle_sleep_us = 50\n\n[metrics]\nlisten = \"127.0.0.1:9464\"\ncache_ms = 0\n\
+                 {port_keys}\n[lcores]\n{lcores}\nidle_sleep_us = 50\n\n[control]\nsocket = \"control.sock\"\n\n[metrics]\nlisten = \"127.0.0.1:9464\"\ncache_ms = 0\n\
                  [reassembly]\nbuffers = 32\n{extra}",
                 eal_args(name, &vdevs),
             ),

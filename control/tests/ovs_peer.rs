@@ -699,7 +699,7 @@ impl OvsPeer {
             &format!(
                 "[dpdk]\neal_args = {eal}\nmbufs = 16383\n\n[[port]]\ndevice = \"{device}\"\nrx_queues = 2\n\
                  tx_queues = 2\nipv4 = [\"{FP_UNDERLAY}\", \"{FP_INNER}\", \"{VIP}\"]\n\n[lcores]\nrx = [0]\n\
-                 workers = [1]\nidle_sleep_us = 50\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n\n\
+                 workers = [1]\nidle_sleep_us = 50\n\n[control]\nsocket = \"control.sock\"\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n\n\
                  [[service]]\nname = \"echo\"\nports = [7]\nsockets = 2\nsocket_capacity = 256\naction = \"echo\"\n\n\
                  [[service]]\nname = \"fwd\"\nports = [9000]\naddresses = [\"{VIP}\"]\nsockets = 2\n\
                  action = \"tunnel\"\ntunnel = \"ovs\"\n\n{tunnel}"

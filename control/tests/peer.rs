@@ -94,7 +94,7 @@ impl Peer {
             &format!(
                 "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\n\
                  tx_queues = 2\nipv4 = [\"192.0.2.1\"{more_ipv4}]\nipv6 = [\"2001:db8::1\"]\n\n[lcores]\nrx = [0]\n\
-                 workers = [1]\nidle_sleep_us = 50\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n{extra}",
+                 workers = [1]\nidle_sleep_us = 50\n\n[control]\nsocket = \"control.sock\"\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n{extra}",
                 eal_args(name, &vdevs)
             ),
         );
@@ -342,7 +342,7 @@ impl TapPeer {
             &format!(
                 "[dpdk]\neal_args = {}\n{dpdk}\n\n[[port]]\ndevice = \"net_tap0\"\nrx_queues = 2\n\
                  tx_queues = 2\nipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\n\n[lcores]\nrx = [0]\n\
-                 workers = [1]\nidle_sleep_us = 50\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n{extra}",
+                 workers = [1]\nidle_sleep_us = 50\n\n[control]\nsocket = \"control.sock\"\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n{extra}",
                 // The tap PMD wants as many RX as TX queues; one RX lcore polls both.
                 eal_args(name, &[format!("--vdev=net_tap0,iface={}", self.tap)])
             ),

@@ -142,7 +142,7 @@ fn telemetry_and_proc_info_agree_with_the_metrics_on_hugepages() {
         "c.toml",
         &format!(
             "[dpdk]\neal_args = {eal:?}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_af_packet0\"\ntx_queues = 1\n\
-             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\ncache_ms = 0\n\
+             ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\n\n[control]\nsocket = \"control.sock\"\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\ncache_ms = 0\n\
              [reassembly]\nbuffers = 32\n"
         ),
     );

@@ -82,6 +82,19 @@ impl Config {
         out
     }
 
+    /// [`Config::changes`], each with its line in `new`'s text `src` (what `fastpathctl reload`
+    /// shows).
+    pub fn located_changes(&self, new: &Config, src: &str) -> Vec<(Change, Option<usize>)> {
+        let loc = Locator::new(src);
+        self.changes(new)
+            .into_iter()
+            .map(|c| {
+                let line = loc.line_of(&c.path);
+                (c, line)
+            })
+            .collect()
+    }
+
     /// The keys, as errors name them, that `new` changes but only a restart can apply.
     pub fn restart_only_changes(&self, new: &Config) -> Vec<String> {
         self.changes(new)

@@ -275,6 +275,11 @@ pub static KEYS: &[KeySpec] = &[
         "control.debounce_ms",
         Get::Top(|c| c.control.debounce.as_millis().to_string()),
     ),
+    restart(
+        "control.socket",
+        "the control socket is bound at start-up",
+        Get::Top(|c| c.control.socket.display().to_string()),
+    ),
     live("kernel.punt", Get::Top(|c| dbg(&c.kernel.punt))),
     live(
         "kernel.socket_capacity",

@@ -10,7 +10,7 @@
 mod budget;
 mod changes;
 mod control;
-pub use control::ControlConfig;
+pub use control::{ControlConfig, DEFAULT_SOCKET};
 mod dpdk;
 pub use dpdk::virtio_user_memory;
 mod errors;
@@ -475,7 +475,7 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
     reassembly.buffer_truesize = packet_buffer_truesize(max_mtu);
     let icmp = icmp::validate(raw.icmp, errs);
     let tcp_reset = tcp_reset::validate(raw.tcp_reset, errs);
-    let control = control::validate(raw.control, errs);
+    let control = control::validate(raw.control, dir, errs);
     let kernel = kernel::validate(raw.kernel, &ports, &services, &lcores, errs);
     Config {
         dpdk,

@@ -769,3 +769,20 @@ fn an_af_packet_port_polls_every_queue_pair() {
     assert_eq!(errors(&af("", 2))[0].key, "port[0].rx_queues");
     parse(&af("", 1), "t.toml").unwrap();
 }
+
+#[test]
+fn control_socket_default_relative_and_bad_paths() {
+    let c = parse(GOOD, "/etc/fp/t.toml").unwrap();
+    assert_eq!(
+        c.control.socket,
+        std::path::PathBuf::from("/run/fastpathd/control.sock")
+    );
+    let c = parse(&format!("{GOOD}\n[control]\nsocket = \"ctl.sock\"\n"), "/etc/fp/t.toml").unwrap();
+    assert_eq!(c.control.socket, std::path::PathBuf::from("/etc/fp/ctl.sock"));
+    let long = format!("/run/{}.sock", "x".repeat(110));
+    for bad in ["", "/run/fastpathd/", long.as_str()] {
+        let e = errors(&format!("{GOOD}\n[control]\nsocket = {bad:?}\n"));
+        assert_eq!(e.len(), 1, "{bad:?}: {e:?}");
+        assert_eq!((e[0].key.as_str(), e[0].line), ("control.socket", Some(17)), "{e:?}");
+    }
+}

@@ -99,6 +99,26 @@ pub struct Group {
     pub huge_flows: bool,
 }
 
+impl Group {
+    /// The group position a flow of `hash` takes before rollover, when the mode alone decides
+    /// it (hash mode, or a single socket); `None` for round robin and random over several,
+    /// which the RX lcore's cursor or generator decide. What `fastpathctl flow` names.
+    pub fn hash_position(&self, hash: u32) -> Option<usize> {
+        match self.mode {
+            _ if self.sockets.len() == 1 => Some(0),
+            FanoutMode::Hash if !self.sockets.is_empty() => Some(self.hash_position_of(hash)),
+            _ => None,
+        }
+    }
+
+    /// Hash mode's position: multiply-shift maps the hash onto 0..n without a division (Linux's
+    /// reciprocal_scale).
+    #[inline(always)]
+    fn hash_position_of(&self, hash: u32) -> usize {
+        ((hash as u64 * self.sockets.len() as u64) >> 32) as usize
+    }
+}
+
 /// Where a packet goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Choice {
@@ -385,8 +405,7 @@ impl FanoutState {
         let n = group.sockets.len();
         match group.mode {
             _ if n == 1 => 0,
-            // Multiply-shift maps the hash onto 0..n without a division (Linux's reciprocal_scale).
-            FanoutMode::Hash => ((hash.get() as u64 * n as u64) >> 32) as usize,
+            FanoutMode::Hash => group.hash_position_of(hash.get()),
             FanoutMode::RoundRobin => {
                 self.rr = self.rr.wrapping_add(1);
                 self.rr as usize % n

@@ -9,6 +9,8 @@
 //!   [`Verdict`]) and `tables` ([`PortAddrs`], [`Tables`]);
 //! - the stages, each knowing only the vocabulary and the stages it calls: `parse`, `arp`,
 //!   `echo`, `ndp`, `service`, `source`, `fanout`, `flow_limit`, `icmp_error`, `tunnel`, `reasm`, `kernel`;
+//! - `explain`: what the tables would do with one flow, from the stages' own pure functions
+//!   (no packet, no state: `fastpathctl flow`);
 //! - the orchestrator, `process`: one lcore's [`Pipeline`], which calls the stages in order.
 //!
 //! This file only declares them and re-exports the names used elsewhere.
@@ -18,6 +20,7 @@
 
 mod arp;
 pub(crate) mod echo;
+pub mod explain;
 pub mod fanout;
 pub mod flow_limit;
 pub mod icmp_error;

@@ -257,6 +257,7 @@ const EDITS: &[Edit] = &[
     ("tcp_reset.peer_table_size", &[("peer_table_size = 2048", "peer_table_size = 1024")], &["tcp_reset.peer_table_size"]),
     ("control.watch", &[("watch = true", "watch = false")], &["control.watch"]),
     ("control.debounce_ms", &[("debounce_ms = 250", "debounce_ms = 1000")], &["control.debounce_ms"]),
+    ("control.socket", &[("full.sock", "other.sock")], &["control.socket"]),
     ("kernel.punt", &[("\"tcp:22\"]", "\"tcp:22\", \"udp:53\"]")], &["kernel.punt"]),
     ("kernel.socket_capacity", &[("socket_capacity = 512", "socket_capacity = 2048")], &["kernel.socket_capacity"]),
     ("kernel.punt_rate", &[("punt_rate = 20000", "punt_rate = 0")], &["kernel.punt_rate"]),

@@ -1,0 +1,616 @@
+//! `fastpathctl` against the real daemon over DPDK vdevs: every subcommand's JSON checked
+//! against the metrics and against what the data plane did with a replayed capture, reloads
+//! (a dry run moves nothing, a reload moves the generation), one daemon per socket, a stale
+//! socket replaced, and 64 hostile clients that leave the metrics, reloads, the data path and
+//! the socket itself working.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn ctl(socket: &Path, args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_fastpathctl"))
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .output()
+        .expect("run fastpathctl");
+    eprintln!(
+        "--- fastpathctl {args:?} exit {:?}\n{}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `fastpathctl ARGS --json`, which must exit `code`: the parsed answer.
+fn json(socket: &Path, args: &[&str], code: i32) -> Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let out = ctl(socket, &a);
+    assert_eq!(out.status.code(), Some(code), "fastpathctl {args:?}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e})"))
+}
+
+const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+
+/// An Ethernet/IPv4/UDP frame to us (no UDP checksum).
+fn udp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&MAC);
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let total = (20 + 8 + payload.len()) as u16;
+    let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0];
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&dst);
+    let sum = ip
+        .chunks(2)
+        .map(|w| u16::from_be_bytes([w[0], w[1]]) as u32)
+        .sum::<u32>();
+    let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A classic pcap of `frames`.
+fn pcap(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for w in [
+        0xa1b2_c3d4u32.to_le_bytes().to_vec(),
+        vec![2, 0, 4, 0],
+        vec![0; 8],
+        65535u32.to_le_bytes().to_vec(),
+        1u32.to_le_bytes().to_vec(),
+    ] {
+        v.extend_from_slice(&w);
+    }
+    for (i, f) in frames.iter().enumerate() {
+        v.extend_from_slice(&(i as u32).to_le_bytes());
+        v.extend_from_slice(&0u32.to_le_bytes());
+        v.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        v.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        v.extend_from_slice(f);
+    }
+    v
+}
+
+const FLOW_A: ([u8; 4], u16) = ([198, 51, 100, 7], 5353);
+const FLOW_B: ([u8; 4], u16) = ([203, 0, 113, 9], 40001);
+const N: usize = 20;
+
+/// A daemon over a replayed capture (net_pcap0: 20 packets of one flow to the 4-socket sink
+/// `dns` on 53, 20 of one flow to the tunnel service `lb` on 9000 over three tunnels, one to
+/// closed port 9) and endless zeroed frames (net_null0, for rates); `[control] socket` in the
+/// scratch directory, no file watch (reloads come when the test asks).
+fn config(s: &Scratch, name: &str, socket: &str, sockets: usize, tx_queues: u16) -> String {
+    let mut frames = Vec::new();
+    for i in 0..N {
+        frames.push(udp_frame(
+            FLOW_A.0,
+            [192, 0, 2, 1],
+            FLOW_A.1,
+            53,
+            format!("a{i}").as_bytes(),
+        ));
+        frames.push(udp_frame(
+            FLOW_B.0,
+            [192, 0, 2, 1],
+            FLOW_B.1,
+            9000,
+            format!("b{i}").as_bytes(),
+        ));
+    }
+    frames.push(udp_frame(FLOW_A.0, [192, 0, 2, 1], FLOW_A.1, 9, b"closed"));
+    let cap = s.write_bytes("in.pcap", &pcap(&frames));
+    let vdevs = [
+        format!(
+            "--vdev=net_pcap0,rx_pcap={},tx_pcap=/dev/null,tx_pcap=/dev/null",
+            cap.display()
+        ),
+        "--vdev=net_null0,size=64".to_string(),
+    ];
+    let tunnels: String = (0..3)
+        .map(|i| {
+            format!(
+                "\n[[tunnel]]\nname = \"t{i}\"\nlocal = \"192.0.2.1\"\nremote = \"203.0.113.{}\"\nport = \"net_pcap0\"\n\
+                 next_hop_mac = \"02:00:00:00:00:fe\"\nweight = {}\n",
+                10 + i,
+                1 + i
+            )
+        })
+        .collect();
+    format!(
+        "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = {tx_queues}\n\
+         ipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\nmac = \"02:00:00:00:00:01\"\n\n\
+         [[port]]\ndevice = \"net_null0\"\ntx_queues = 2\nipv4 = [\"192.0.2.2\"]\n\n\
+         [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 100\n\n\
+         [control]\nsocket = \"{socket}\"\nwatch = false\n\n[metrics]\nlisten = \"127.0.0.1:0\"\ncache_ms = 0\n\n\
+         [reassembly]\nbuffers = 32\n\n\
+         [[service]]\nname = \"dns\"\nports = [53]\nsockets = {sockets}\naction = \"sink\"\n\n\
+         [[service]]\nname = \"lb\"\nports = [9000]\nsockets = 2\naction = \"tunnel\"\ntunnels = [\"t0\", \"t1\", \"t2\"]\n{tunnels}",
+        eal_args(name, &vdevs)
+    )
+}
+
+fn metric(m: &BTreeMap<String, f64>, series: &str) -> f64 {
+    *m.get(series).unwrap_or_else(|| panic!("no {series}"))
+}
+
+fn socket_path(s: &Scratch) -> PathBuf {
+    s.path("control.sock")
+}
+
+#[test]
+fn every_subcommand_answers_what_the_metrics_and_the_data_plane_say_and_reloads_are_reported() {
+    let s = Scratch::new("ctl-all");
+    let cfg = s.write("c.toml", &config(&s, "ctl-all", "control.sock", 4, 2));
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let sock = socket_path(&s);
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&sock).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o660, "the socket's mode");
+    // The capture replayed and every queued packet taken by the workers.
+    let pcap_rx = "fastpath_rx_packets_total{port=\"net_pcap0\",queue=\"0\"}";
+    wait_for(20, "the capture replayed and drained", || {
+        let m = d.scrape();
+        m.get(pcap_rx) == Some(&(2.0 * N as f64 + 1.0))
+            && family_sum(&m, "fastpath_socket_queue_depth") == 0.0
+            && family_sum(&m, "fastpath_gre_encap_total") == N as f64
+    });
+    let m = d.scrape();
+
+    // status
+    let st = json(&sock, &["status"], 0);
+    assert_eq!(st["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(st["config"]["generation"], 1);
+    assert_eq!(st["config"]["path"], cfg.display().to_string());
+    assert_eq!(st["health"]["ok"], true, "{st}");
+    assert!(st["uptime_seconds"].as_f64().unwrap() > 0.0);
+    let ports = st["ports"].as_array().unwrap();
+    assert_eq!(ports.len(), 2);
+    assert_eq!(
+        (ports[0]["device"].as_str(), ports[0]["driver"].as_str()),
+        (Some("net_pcap0"), Some("net_pcap"))
+    );
+    assert_eq!(ports[0]["mac"], "02:00:00:00:00:01");
+    assert_eq!(ports[0]["ipv4"][0], "192.0.2.1");
+    assert_eq!(ports[0]["rx_packets"], 2 * N as u64 + 1);
+    assert_eq!(ports[1]["device"], "net_null0");
+    let lcores = st["lcores"].as_array().unwrap();
+    assert_eq!(
+        (lcores[0]["role"].as_str(), lcores[1]["role"].as_str()),
+        (Some("rx"), Some("worker"))
+    );
+    assert_eq!(lcores[0]["rx_queues"].as_array().unwrap().len(), 2, "{st}");
+    // net_null never stops: the RX lcore is busy most of the time.
+    assert!(lcores[0]["busy_share"].as_f64().unwrap() > 0.05, "{st}");
+    let human = ctl(&sock, &["status"]);
+    assert!(human.status.success() && String::from_utf8_lossy(&human.stdout).contains("net_pcap0"));
+
+    // show sockets: what the metrics say, socket by socket.
+    let socks = json(&sock, &["show", "sockets"], 0);
+    let list = socks["sockets"].as_array().unwrap();
+    assert_eq!(list.len(), 6, "4 dns + 2 lb: {socks}");
+    let mut fed = Vec::new();
+    for so in list {
+        let lb = format!(
+            "{{service=\"{}\",socket=\"{}\"}}",
+            so["service"].as_str().unwrap(),
+            so["socket"]
+        );
+        for (field, family) in [
+            ("delivered", "fastpath_socket_delivered_total"),
+            ("full", "fastpath_socket_full_total"),
+            ("depth", "fastpath_socket_queue_depth"),
+            ("capacity", "fastpath_socket_capacity"),
+            ("rollover", "fastpath_rollover_total"),
+        ] {
+            assert_eq!(
+                so[field].as_f64(),
+                Some(metric(&m, &format!("{family}{lb}"))),
+                "{field} of {lb}"
+            );
+        }
+        if so["delivered"].as_u64().unwrap() > 0 {
+            fed.push((
+                so["service"].as_str().unwrap().to_string(),
+                so["socket"].as_u64().unwrap(),
+            ));
+        }
+    }
+    // One flow each: one socket of each service got all of it.
+    assert_eq!(fed.len(), 2, "{fed:?}");
+
+    // flow: the socket the metrics saw flow A go to, the backend they saw flow B go to.
+    let a = json(&sock, &["flow", "udp", "198.51.100.7:5353", "192.0.2.1:53"], 0);
+    assert_eq!(a["decision"], "service");
+    assert_eq!(a["detail"]["service"], "dns");
+    let a_socket = a["detail"]["socket"]["socket"].as_u64().unwrap();
+    assert!(
+        fed.contains(&("dns".into(), a_socket)),
+        "flow names dns #{a_socket}, the metrics {fed:?}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            &format!("fastpath_socket_delivered_total{{service=\"dns\",socket=\"{a_socket}\"}}")
+        ),
+        N as f64
+    );
+    assert_eq!(a["port"], "net_pcap0");
+    assert_eq!((a["rx_queue"].as_u64(), a["rx_lcore"].as_u64()), (Some(0), Some(0)));
+    let b = json(&sock, &["flow", "udp", "203.0.113.9:40001", "192.0.2.1:9000"], 0);
+    let backend = b["detail"]["backend"].as_str().unwrap().to_string();
+    assert_eq!(
+        metric(&m, &format!("fastpath_gre_encap_total{{tunnel=\"{backend}\"}}")),
+        N as f64,
+        "flow names {backend}: {b}"
+    );
+    let b_socket = b["detail"]["socket"]["socket"].as_u64().unwrap();
+    assert!(fed.contains(&("lb".into(), b_socket)), "{fed:?}");
+    // Closed ports, another address, IPv6, bad input.
+    let closed = json(&sock, &["flow", "udp", "198.51.100.7:5353", "192.0.2.1:9"], 0);
+    assert_eq!(
+        (closed["decision"].as_str(), closed["detail"]["rate_limited"].as_bool()),
+        (Some("icmp_error"), Some(true))
+    );
+    assert_eq!(metric(&m, "fastpath_packets_total{outcome=\"icmp_error\"}"), 1.0);
+    assert_eq!(
+        json(&sock, &["flow", "tcp", "198.51.100.7:40000", "192.0.2.1:22"], 0)["decision"],
+        "tcp_reset"
+    );
+    assert_eq!(
+        json(&sock, &["flow", "udp", "198.51.100.7", "192.0.2.99:53"], 0)["decision"],
+        "not_local"
+    );
+    assert_eq!(
+        json(&sock, &["flow", "udp", "127.0.0.1:1", "192.0.2.1:53"], 0)["decision"],
+        "martian"
+    );
+    assert_eq!(
+        json(&sock, &["flow", "udp", "[2001:db8:1::7]:5353", "[2001:db8::1]:53"], 0)["detail"]["service"],
+        "dns"
+    );
+    let bad = json(&sock, &["flow", "udp", "198.51.100.7", "[2001:db8::1]:53"], 1);
+    assert_eq!(bad["ok"], false);
+    assert!(bad["error"].as_str().unwrap().contains("one family"), "{bad}");
+    let human = String::from_utf8(ctl(&sock, &["flow", "udp", "198.51.100.7:5353", "192.0.2.1:53"]).stdout).unwrap();
+    assert!(human.contains(&format!("socket dns #{a_socket}")), "{human}");
+
+    // show services, tunnels, limits, reassembly, kernel.
+    let svcs = json(&sock, &["show", "services"], 0);
+    let dns = svcs["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "dns")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (
+            dns["sockets"].as_u64(),
+            dns["delivered"].as_u64(),
+            dns["fanout"].as_str()
+        ),
+        (Some(4), Some(N as u64), Some("hash"))
+    );
+    assert_eq!(dns["ports"], serde_json::json!([53]));
+    let tun = json(&sock, &["show", "tunnels"], 0);
+    for t in tun["tunnels"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        assert_eq!(
+            t["encap"].as_f64(),
+            Some(metric(&m, &format!("fastpath_gre_encap_total{{tunnel=\"{name}\"}}")))
+        );
+        assert_eq!(t["weight"].as_u64(), Some(1 + name[1..].parse::<u64>().unwrap()));
+        assert_eq!(t["drain"], false);
+        assert_eq!(t["services"], serde_json::json!(["lb"]));
+    }
+    let lim = json(&sock, &["show", "limits"], 0);
+    assert_eq!(
+        (lim["icmp"]["ratemask"].as_str(), lim["icmp"]["msgs_per_sec"].as_u64()),
+        (Some("0x1818"), Some(1000))
+    );
+    assert_eq!(lim["icmp"]["sent"]["ipv4"]["port_unreachable"], 1);
+    assert_eq!(
+        lim["icmp"]["sent"]["ipv4"]["port_unreachable"].as_f64(),
+        Some(metric(
+            &m,
+            "fastpath_icmp_sent_total{family=\"ipv4\",type=\"port_unreachable\"}"
+        ))
+    );
+    assert_eq!(lim["tcp_reset"]["enabled"], true);
+    let re = json(&sock, &["show", "reassembly"], 0);
+    assert_eq!(
+        (
+            re["policy"].as_str(),
+            re["buffers"].as_u64(),
+            re["memory_bytes"].as_u64()
+        ),
+        (Some("probation"), Some(32), Some(0))
+    );
+    assert_eq!(json(&sock, &["show", "kernel"], 0)["enabled"], false);
+    for what in ["services", "sockets", "tunnels", "limits", "reassembly", "kernel"] {
+        assert!(ctl(&sock, &["show", what]).status.success(), "show {what}");
+    }
+
+    // stats: rates over an interval, net_null's moving.
+    let st = json(&sock, &["stats", "--interval", "0.3"], 0);
+    assert!((0.25..2.0).contains(&st["interval_seconds"].as_f64().unwrap()), "{st}");
+    let rx0 = &st["lcores"][0];
+    assert!(rx0["rx_pps"].as_f64().unwrap() > 1000.0, "{st}");
+    assert!(st["outcomes"]["not_for_us"].as_f64().unwrap() > 1000.0, "{st}");
+    assert!(st["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|q| q["port"] == "net_null0" && q["direction"] == "rx"));
+    assert!(String::from_utf8(ctl(&sock, &["stats", "--interval", "0.1"]).stdout)
+        .unwrap()
+        .contains("LCORE"));
+
+    // reload --dry-run: a live change and a restart change listed with class and line; the
+    // refusal as the reload logs it; nothing moves.
+    std::fs::write(&cfg, config(&s, "ctl-all", "control.sock", 2, 3)).unwrap();
+    let dry = json(&sock, &["reload", "--dry-run"], 1);
+    let changes = dry["changes"].as_array().unwrap();
+    let find = |k: &str| {
+        changes
+            .iter()
+            .find(|c| c["key"] == k)
+            .unwrap_or_else(|| panic!("{k} in {dry}"))
+            .clone()
+    };
+    let (txq, socks) = (find("port[0].tx_queues"), find("service[0].sockets"));
+    assert_eq!(
+        (
+            txq["reload"].as_str(),
+            txq["old"].as_str(),
+            txq["new"].as_str(),
+            txq["line"].as_u64()
+        ),
+        (Some("restart"), Some("2"), Some("3"), Some(7))
+    );
+    assert_eq!(
+        (socks["reload"].as_str(), socks["new"].as_str()),
+        (Some("live"), Some("2"))
+    );
+    assert_eq!(dry["refused"][0]["key"], "port[0].tx_queues");
+    assert!(
+        dry["refused"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("only a restart applies it"),
+        "{dry}"
+    );
+    assert_eq!(
+        (
+            dry["dry_run"].as_bool(),
+            dry["applied"].as_bool(),
+            dry["generation_after"].as_u64()
+        ),
+        (Some(true), Some(false), Some(1))
+    );
+    // Invalid: every error with key and line; nothing moves either.
+    std::fs::write(&cfg, config(&s, "ctl-all", "control.sock", 99, 2)).unwrap();
+    let dry = json(&sock, &["reload", "--dry-run"], 1);
+    assert_eq!(dry["errors"][0]["key"], "service[0].sockets", "{dry}");
+    // Only the live change left: the dry run would apply it, and does not.
+    std::fs::write(&cfg, config(&s, "ctl-all", "control.sock", 2, 2)).unwrap();
+    let dry = json(&sock, &["reload", "--dry-run"], 0);
+    assert_eq!(dry["changes"].as_array().unwrap().len(), 1, "{dry}");
+    assert_eq!(dry["generation_after"], 1);
+    let human = String::from_utf8(ctl(&sock, &["reload", "--dry-run"]).stdout).unwrap();
+    assert!(
+        human.contains("service[0].sockets") && human.contains("live") && human.contains("dry run"),
+        "{human}"
+    );
+    let m = d.scrape();
+    assert_eq!(
+        metric(&m, "fastpath_config_generation"),
+        1.0,
+        "a dry run publishes nothing"
+    );
+    assert_eq!(
+        family_sum(&m, "fastpath_config_reloads_total"),
+        0.0,
+        "a dry run is no reload"
+    );
+    assert_eq!(json(&sock, &["status"], 0)["config"]["generation"], 1);
+
+    // reload: applied as SIGHUP would, the generation moves, the new socket count shows.
+    let r = json(&sock, &["reload"], 0);
+    assert_eq!(
+        (r["applied"].as_bool(), r["generation_after"].as_u64()),
+        (Some(true), Some(2)),
+        "{r}"
+    );
+    let m = d.scrape();
+    assert_eq!(metric(&m, "fastpath_config_generation"), 2.0);
+    assert_eq!(metric(&m, "fastpath_config_reloads_total{result=\"success\"}"), 1.0);
+    assert_eq!(
+        json(&sock, &["show", "sockets"], 0)["sockets"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    // A refused reload is reported refused, exit 1, and counted as SIGHUP's would be.
+    std::fs::write(&cfg, config(&s, "ctl-all", "control.sock", 2, 3)).unwrap();
+    let r = json(&sock, &["reload"], 1);
+    assert_eq!(
+        (r["applied"].as_bool(), r["generation_after"].as_u64()),
+        (Some(false), Some(2))
+    );
+    assert_eq!(
+        metric(&d.scrape(), "fastpath_config_reloads_total{result=\"failure\"}"),
+        1.0
+    );
+    assert!(
+        d.log_text().contains("reload (fastpathctl reload) refused"),
+        "{}",
+        d.log_text()
+    );
+    let (code, _) = d.stop();
+    assert_eq!(code, Some(0));
+    assert!(!sock.exists(), "the socket file is removed at exit");
+    // No daemon: one line naming the socket, exit 3.
+    let out = ctl(&sock, &["status"]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&sock.display().to_string()) && err.lines().count() == 1,
+        "{err}"
+    );
+}
+
+/// A daemon on net_null with its socket at `socket`.
+fn null_config(name: &str, socket: &Path) -> String {
+    format!(
+        "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_null0\"\ntx_queues = 1\n\
+         ipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\nidle_sleep_us = 100\n\n\
+         [control]\nsocket = \"{}\"\nwatch = false\n\n[metrics]\nlisten = \"127.0.0.1:0\"\ncache_ms = 0\n\n[reassembly]\nbuffers = 32\n",
+        eal_args(name, &["--vdev=net_null0,size=64".to_string()]),
+        socket.display()
+    )
+}
+
+#[test]
+fn one_daemon_per_socket_and_a_crashed_runs_socket_is_replaced() {
+    let s = Scratch::new("ctl-one");
+    let sock = s.path("run/ctl.sock");
+    // A socket left behind by a run that crashed: bound, nobody answering.
+    std::fs::create_dir_all(s.path("run")).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let a = s.write("a.toml", &null_config("ctl-one-a", &sock));
+    let mut d = Daemon::start(&s, &["--config", a.to_str().unwrap()]);
+    assert!(
+        d.log_text().contains("replaced the stale control socket"),
+        "{}",
+        d.log_text()
+    );
+    assert_eq!(json(&sock, &["status"], 0)["config"]["path"], a.display().to_string());
+    // Killed outright: its socket stays behind, and the next start replaces it.
+    d.signal("KILL");
+    let _ = d.child.wait();
+    assert!(sock.exists());
+    let s2 = Scratch::new("ctl-one-2");
+    let d2 = Daemon::start(&s2, &["--config", a.to_str().unwrap()]);
+    assert_eq!(json(&sock, &["status"], 0)["pid"], d2.child.id());
+    // A second daemon on the same socket: refused at start, naming the path, exit 1.
+    let b = s.write("b.toml", &null_config("ctl-one-b", &sock));
+    let out = run(&["--config", b.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("control.socket")
+            && err.contains("another fastpathd")
+            && err.contains(&sock.display().to_string()),
+        "{err}"
+    );
+    // The first one still answers, on the same socket file.
+    assert_eq!(json(&sock, &["status"], 0)["pid"], d2.child.id());
+    let (code, _) = d2.stop();
+    assert_eq!(code, Some(0));
+    assert!(!sock.exists());
+}
+
+/// Reads whatever the server sends until it closes (or `within` passes).
+fn read_all(mut c: UnixStream, within: Duration) -> String {
+    c.set_read_timeout(Some(within)).unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    out
+}
+
+#[test]
+fn hostile_clients_leave_metrics_reloads_the_data_path_and_the_socket_working() {
+    let s = Scratch::new("ctl-hostile");
+    let sock = s.path("control.sock");
+    let cfg = s.write("c.toml", &null_config("ctl-hostile", &sock));
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let rx = |m: &BTreeMap<String, f64>| family_sum(m, "fastpath_rx_packets_total");
+    let before = d.scrape();
+    // 64 at once: a third connect and send nothing, a third send a huge request, a third
+    // garbage.
+    let mut silent = Vec::new();
+    let mut talkers = Vec::new();
+    for i in 0..64 {
+        let mut c = UnixStream::connect(&sock).unwrap();
+        match i % 3 {
+            0 => silent.push(c),
+            1 => talkers.push(std::thread::spawn(move || {
+                c.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+                let _ = c.write_all(&vec![b'{'; 1 << 20]);
+                (1, read_all(c, Duration::from_secs(5)))
+            })),
+            _ => talkers.push(std::thread::spawn(move || {
+                let _ = c.write_all(b"\x00\xffnot json at all\n");
+                (2, read_all(c, Duration::from_secs(5)))
+            })),
+        }
+    }
+    // Meanwhile: metrics answer, the data path moves, a SIGHUP reload is applied.
+    let t = Instant::now();
+    let during = d.scrape();
+    assert!(t.elapsed() < Duration::from_secs(2), "a scrape took {:?}", t.elapsed());
+    // The data path moves (on a shared machine the lcore may wait for its CPU a while).
+    wait_for(10, "the data path to move", || rx(&d.scrape()) > rx(&before));
+    std::fs::write(
+        &cfg,
+        null_config("ctl-hostile", &sock).replace("\"192.0.2.1\"", "\"192.0.2.1\", \"192.0.2.9\""),
+    )
+    .unwrap();
+    d.signal("HUP");
+    wait_for(10, "the SIGHUP reload", || {
+        d.scrape().get("fastpath_config_generation") == Some(&2.0)
+    });
+    // A normal request gets through while the silent ones still hold their connections
+    // (the one waiting longest for its request makes room).
+    assert_eq!(json(&sock, &["status"], 0)["config"]["generation"], 2);
+    for t in talkers {
+        let (kind, answer) = t.join().unwrap();
+        if answer.is_empty() {
+            // Closed for room before it was read: allowed, it was waiting.
+            continue;
+        }
+        let v: Value = serde_json::from_str(answer.trim()).unwrap_or_else(|_| panic!("kind {kind}: {answer:?}"));
+        assert_eq!(v["ok"], false, "{v}");
+        let e = v["error"].as_str().unwrap();
+        match kind {
+            1 => assert!(e.contains("longer than 4096"), "{e}"),
+            _ => assert!(e.contains("bad request") || e.contains("UTF-8"), "{e}"),
+        }
+    }
+    // The silent ones are closed at the request deadline (or for room), not held.
+    let t = Instant::now();
+    for c in silent {
+        assert_eq!(read_all(c, Duration::from_secs(5)), "");
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "closed within the 2 s request deadline: {:?}",
+        t.elapsed()
+    );
+    // And afterwards: the socket answers, a reload through it works, the data path moved on.
+    assert_eq!(json(&sock, &["reload"], 0)["generation_after"], 3);
+    wait_for(10, "the data path to move on", || rx(&d.scrape()) > rx(&during));
+    assert_eq!(d.scrape()["fastpath_config_generation"], 3.0);
+    let (code, _) = d.stop();
+    assert_eq!(code, Some(0));
+}
