@@ -1,15 +1,15 @@
 //! The worker engine: everything a worker lcore decides, free of DPDK.
 //!
 //! A worker drains the service sockets assigned to its slot (each socket's per-RX-lcore queues
-//! round robin) and runs their actions, one method each: [`Out::sink`] counts and frees,
-//! [`Out::echo`] answers in place, [`Out::tunnel`] encapsulates to the flow's backend or hands a
-//! sequence tunnel's packet to its owner, [`Out::kernel`] writes into the kernel interface of the
+//! round robin) and runs their actions, one method each: `sink` counts and frees, `echo`
+//! answers in place, `tunnel` encapsulates to the flow's backend or hands a sequence tunnel's
+//! packet to its owner, `kernel` writes into the kernel interface of the
 //! port the packet came in on. It owns the sequence tunnels assigned to its slot and numbers what
 //! every lcore hands it, sends out of each port what the kernel wrote on its interface (recording
 //! the kernel's own solicitations first), and decides, for a packet too big for a tunnel, between
 //! an ICMP error and fragmenting (RFC 1191 / RFC 8201). Every answer leaves on the worker's own
-//! TX queue of a port through one helper, [`Out::send`], which cuts it into fragments when it is
-//! larger than the port's MTU.
+//! TX queue of a port through one helper, `send`, which cuts it into fragments when it is larger
+//! than the port's MTU.
 //!
 //! Generic over the buffer ([`LcoreBuf`]) and over the queues it drains, sends on and allocates
 //! from ([`WorkerIo`]): the same code runs in the daemon over mbufs and DPDK rings
@@ -857,7 +857,9 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> WorkerEngine<B, Io> {
 /// The worker engine over heap buffers, for unit tests and the in-process corpus runner: TX
 /// queues are [`Collect`](crate::tx::Collect)ors, a socket's queue must be a
 /// [`SimQueue`](crate::socket::SimQueue) (its length, which the fanout reads) with the packets
-/// kept here (a socket of another kind gives nothing), buffers come from the heap.
+/// kept here (a socket of another kind gives nothing), a sequence tunnel's hand-off queue is
+/// kept here by the tunnel's name (its `handoff` field is not looked at), buffers come from the
+/// heap, the cost of a service is counted, not spun.
 #[derive(Debug, Default)]
 pub struct HeapWorkerIo {
     /// Packets in each socket queue, by the socket's address and the RX lcore slot.
@@ -874,6 +876,8 @@ pub struct HeapWorkerIo {
     pub packet_buffers: u64,
     /// Cycles spun ([`WorkerIo::spin`]).
     pub spun: u64,
+    /// Packets taken without being read ([`WorkerIo::dequeue_and_free`]).
+    pub unread: u64,
     /// Sockets released ([`WorkerIo::release`]).
     pub released: usize,
 }
@@ -950,6 +954,7 @@ impl WorkerIo<crate::buf::HeapBuf> for HeapWorkerIo {
         let q = self.queue_of(socket, slot)?;
         let n = max.min(q.len());
         q.drain(..n);
+        self.unread += n as u64;
         socket.queue(slot).sim()?.pop(n);
         Some(n)
     }

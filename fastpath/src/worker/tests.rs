@@ -298,6 +298,7 @@ fn a_sink_without_a_cost_takes_everything_ready_and_returns_the_buffers() {
     deliver(&mut e, 0, &frames);
     assert_eq!(e.poll(T0).taken, 50, "more than a burst at once");
     assert_eq!(processed(&e), [50, 0, 50, 0, 0, 0, 0]);
+    assert_eq!(e.io().unread, 50, "freed where they are, never read");
     assert!(e.tables().sockets[0].is_empty());
     assert_eq!(e.io().spun, 0);
     assert!(sent(&mut e, 0).is_empty());
