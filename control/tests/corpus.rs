@@ -8,8 +8,9 @@
 //!   builder (sockets are `SimQueue`s), the daemon's own RX engine, pcap timestamps as the
 //!   clock; then the daemon's own worker engine drains the sockets, as workers do at a stop
 //!   (a stalled worker until then). It checks the outcome counts, which RX lcores count, and
-//!   `fastpath_socket_processed_total` by result, which workers count; the output captures and
-//!   the metric series are the daemon runner's alone.
+//!   `fastpath_socket_processed_total` by result, which workers count, and of the metric series
+//!   the tunnels' (`fastpath_gre_*_total{tunnel}`); the output captures and the other metric
+//!   series are the daemon runner's alone.
 //!
 //! Both print every mismatch of every entry at once, expected against got. `FASTPATH_CORPUS=a,b`
 //! runs only the named entries; `FASTPATH_CORPUS_JOBS=N` daemons at a time (default 2).
@@ -607,7 +608,7 @@ fn corpus_in_process() {
             }
         };
         let frames: Vec<Vec<Frame>> = queues.iter().map(|q| read_pcap(q)).collect();
-        let (got, processed) = in_process(&cfg, &frames, e.idle_ms);
+        let (got, processed, gre) = in_process(&cfg, &frames, e.idle_ms);
         let total: u64 = got.values().sum();
         let mut diff = String::new();
         let sent: usize = frames.iter().map(Vec::len).sum();
@@ -620,6 +621,14 @@ fn corpus_in_process() {
             &processed,
             &mut diff,
         );
+        // Of the metric series, the tunnels' counters (RX lcores' and workers').
+        for (k, w) in &e.metrics {
+            if let Some(&g) = gre.get(k) {
+                if !w.holds(g) {
+                    writeln!(diff, "    {k:<60} {:>12} {g:>8}   <-- MISMATCH", w.to_string()).unwrap();
+                }
+            }
+        }
         if !diff.is_empty() {
             failures.push(format!("capture {:?} ({}), in process:\n{diff}", e.name, e.pcap));
         }
@@ -640,13 +649,13 @@ fn sim_queue(capacity: usize, _: QueueSync) -> Result<SocketQueue, String> {
 /// as from the NIC. The clock is the capture's timestamps (from 1 s, never 0). Then one worker
 /// engine per worker lcore (`fastpath::worker::WorkerEngine`) takes what the RX lcores gave
 /// each socket and handed each sequence tunnel's owner, and drains it all, as workers do at a
-/// stop. Returns the outcome counts, summed over the lcores, and the sockets' processed
-/// results, summed over the sockets.
+/// stop. Returns the outcome counts, summed over the lcores, the sockets' processed results,
+/// summed over the sockets, and the tunnels' counters as the daemon's metric series.
 fn in_process(
     cfg: &config::Config,
     queues: &[Vec<Frame>],
     idle_ms: u64,
-) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+) -> (BTreeMap<String, u64>, BTreeMap<String, u64>, BTreeMap<String, u64>) {
     const DATA_ROOM: usize = 2048; // the daemon's mbuf data room: larger frames are `oversize`
     let port = OpenedPort {
         id: 0,
@@ -747,7 +756,22 @@ fn in_process(
         .iter()
         .map(|o| (o.name().to_string(), c[o.index()]))
         .collect();
-    (outcomes, drain_in_workers(&tables, &mut lcores, Instant(end)))
+    let processed = drain_in_workers(&tables, &mut lcores, Instant(end));
+    let mut gre = BTreeMap::new();
+    for t in &tables.tunnels {
+        let c = &t.counters;
+        for (family, n) in [
+            ("encap", c.sum(|x| &x.encap)),
+            ("decap", c.sum(|x| &x.decap)),
+            ("seq_dropped", c.sum(|x| &x.seq_dropped)),
+            ("too_big", c.sum(|x| &x.too_big)),
+            ("handoff", c.sum(|x| &x.handed_off)),
+            ("tx_full", c.sum(|x| &x.tx_full)),
+        ] {
+            gre.insert(format!("fastpath_gre_{family}_total{{tunnel=\"{}\"}}", t.name), n);
+        }
+    }
+    (outcomes, processed, gre)
 }
 
 /// The workers' part of [`in_process`]: what the RX lcores' engines left in each socket and
