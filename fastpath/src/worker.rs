@@ -3,13 +3,13 @@
 //! A worker drains the service sockets assigned to its slot (each socket's per-RX-lcore queues
 //! round robin) and runs their actions, one method each: `sink` counts and frees, `echo`
 //! answers in place, `tunnel` encapsulates to the flow's backend or hands a sequence tunnel's
-//! packet to its owner, `kernel` writes into the kernel interface of the
-//! port the packet came in on. It owns the sequence tunnels assigned to its slot and numbers what
-//! every lcore hands it, sends out of each port what the kernel wrote on its interface (recording
-//! the kernel's own solicitations first), and decides, for a packet too big for a tunnel, between
-//! an ICMP error and fragmenting (RFC 1191 / RFC 8201). Every answer leaves on the worker's own
-//! TX queue of a port through one helper, `send`, which cuts it into fragments when it is larger
-//! than the port's MTU.
+//! packet to its owner, `kernel` writes into the kernel interface of the port the packet came in
+//! on. It owns the sequence tunnels assigned to its slot and numbers what every lcore hands it,
+//! sends out of each port what the kernel wrote on its interface (recording the kernel's own
+//! solicitations first), and decides, for a packet too big for a tunnel, between an ICMP error
+//! and fragmenting (RFC 1191 / RFC 8201). Every answer leaves on the worker's own TX queue of a
+//! port through one helper, `send`, which cuts it into fragments when it is larger than the
+//! port's MTU.
 //!
 //! Generic over the buffer ([`LcoreBuf`]) and over the queues it drains, sends on and allocates
 //! from ([`WorkerIo`]): the same code runs in the daemon over mbufs and DPDK rings
