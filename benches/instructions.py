@@ -37,12 +37,14 @@ scenario's (the backlog a worker scheduled in turn leaves makes the fanout decid
 would not), so read the lines of `MbufRing::enqueue` and what it calls
 (INSTRUCTIONS_DUMP_INSTR=1, INSTRUCTIONS_KEEP).
 
-INSTRUCTIONS_LCORE=worker collects inside the worker lcore's loop (`WorkerLcore::run`) instead,
-and reads its polls from the exit's metrics dump: under valgrind the worker runs its time slice
-whatever it finds, so its count is mostly empty polls. `INSTRUCTIONS_IDLE_SERVICE=1` moves the
-sink to a port the traffic never reaches (the worker polls one empty socket: instructions per
-empty poll); the open-sink run's count, less its empty polls at that price, over its packets is
-the worker's cost per packet (busy polls' own overhead included, spread over the packets each took).
+INSTRUCTIONS_LCORE=worker collects inside the worker lcore's loop (`WorkerLcore::run`) instead
+(a sink scenario then needs INSTRUCTIONS_SINK_CAPACITY, or the RX lcore frees everything), and
+reads the worker's polls from the exit's metrics dump: under valgrind the worker polls whenever
+it is scheduled, and a sink fed by one RX lcore only moves its queue's index per busy poll
+(thousands of packets), so its count follows its polls, not the packets: compare instructions
+per poll. INSTRUCTIONS_IDLE_SERVICE=1 moves the sink to a port the traffic never reaches, so the
+worker polls one empty socket (its empty polls past `spin_polls` sleep, so that price includes
+the sleep and is not an empty poll's in a busy run).
 
 Capturing costs nothing until a tool attaches (issue 31): `fastpathd-open-sink-free-on-rx-pdump`
 is `fastpathd-open-sink-free-on-rx` on hugepages with the shared runtime directory, where
