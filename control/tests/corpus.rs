@@ -756,7 +756,7 @@ fn in_process(
         .iter()
         .map(|o| (o.name().to_string(), c[o.index()]))
         .collect();
-    let processed = drain_in_workers(&tables, &mut lcores, Instant(end));
+    let processed = drain_in_workers(&tables, cfg.lcores.workers.len(), &mut lcores, Instant(end));
     let mut gre = BTreeMap::new();
     for t in &tables.tunnels {
         let c = &t.counters;
@@ -779,10 +779,10 @@ fn in_process(
 /// nothing is left. Returns `fastpath_socket_processed_total` by result, summed over sockets.
 fn drain_in_workers(
     tables: &Arc<Tables>,
+    workers: usize,
     lcores: &mut [(RxEngine<HeapBuf, HeapIo>, Arc<LcoreStats>)],
     now: Instant,
 ) -> BTreeMap<String, u64> {
-    let workers = tables.sockets.first().map_or(1, |s| s.counters.workers.len());
     let mut engines: Vec<WorkerEngine<HeapBuf, HeapWorkerIo>> = (0..workers)
         .map(|slot| {
             let stats = Arc::new(LcoreStats::new(slot as u32, vec![], vec![QueueCounters::new(0, 1)]));
