@@ -37,6 +37,15 @@ scenario's (the backlog a worker scheduled in turn leaves makes the fanout decid
 would not), so read the lines of `MbufRing::enqueue` and what it calls
 (INSTRUCTIONS_DUMP_INSTR=1, INSTRUCTIONS_KEEP).
 
+INSTRUCTIONS_LCORE=worker collects inside the worker lcore's loop (`WorkerLcore::run`) instead
+(a sink scenario then needs INSTRUCTIONS_SINK_CAPACITY, or the RX lcore frees everything), and
+reads the worker's polls from the exit's metrics dump: under valgrind the worker polls whenever
+it is scheduled, and a sink fed by one RX lcore only moves its queue's index per busy poll
+(thousands of packets), so its count follows its polls, not the packets: compare instructions
+per poll. INSTRUCTIONS_IDLE_SERVICE=1 moves the sink to a port the traffic never reaches, so the
+worker polls one empty socket (its empty polls past `spin_polls` sleep, so that price includes
+the sleep and is not an empty poll's in a busy run).
+
 Capturing costs nothing until a tool attaches (issue 31): `fastpathd-open-sink-free-on-rx-pdump`
 is `fastpathd-open-sink-free-on-rx` on hugepages with the shared runtime directory, where
 fastpathd initialises DPDK's capture framework (`rte_pdump_init`; with --no-shconf it cannot), and
@@ -120,12 +129,16 @@ def run(sc, seconds, tmp):
     # INSTRUCTIONS_DUMP_INSTR=1: counts per machine instruction too (callgrind_annotate, or
     # `benches/hot_instructions.py`, then says which instructions of a function take them).
     dump = ["--dump-instr=yes"] if os.environ.get("INSTRUCTIONS_DUMP_INSTR") else []
-    cmd = ["valgrind", "--tool=callgrind", "--fair-sched=yes", f"--callgrind-out-file={out}", *dump,
-           # The RX lcore's loop; the second pattern is where it lived before the runtime split,
-           # so binaries from before and after compare.
-           "--toggle-collect=fastpath::runtime::rx::RxLcore::run*",
-           "--toggle-collect=fastpath::runtime::RxLcore::run*",
-           mb.fastpathd_binary(), "--config", cfg, "--stats-interval", "1000"]
+    worker = os.environ.get("INSTRUCTIONS_LCORE") == "worker"
+    # The RX lcore's loop; the second pattern is where it lived before the runtime split, so
+    # binaries from before and after compare. Or the worker's (module docs).
+    collect = (["--toggle-collect=fastpath::runtime::worker::WorkerLcore::run*"] if worker else
+               ["--toggle-collect=fastpath::runtime::rx::RxLcore::run*",
+                "--toggle-collect=fastpath::runtime::RxLcore::run*"])
+    metrics_dump = os.path.join(tmp, f"{sc['name']}.prom")
+    cmd = ["valgrind", "--tool=callgrind", "--fair-sched=yes", f"--callgrind-out-file={out}", *dump, *collect,
+           mb.fastpathd_binary(), "--config", cfg, "--stats-interval", "1000",
+           *(["--metrics-dump", metrics_dump] if worker else [])]
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp)
     err = mb.Reader(p.stderr)
     # Packets received before the counters were zeroed: (just before, just after).
@@ -182,6 +195,15 @@ def run(sc, seconds, tmp):
         # No split by object: after a zeroing callgrind charges the frames that were on the
         # stack then (the thread's start, the EAL's lcore loop) with the whole count as their own.
         return dict(r, packets=n, total=total / n, dpdk=None, ours=None)
+    if worker:
+        # The worker lcores' polls (`[lcores] workers` of the config written for the run).
+        lcores = re.search(r"^workers = \[([\d, ]*)\]", open(cfg).read(), re.M).group(1)
+        dumped = open(metrics_dump).read()
+        for state in ("idle", "busy"):
+            r[f"{state}_polls"] = sum(
+                float(v) for k, v in re.findall(r'^fastpath_lcore_' + state + r'_polls_total\{lcore="(\d+)"\} (\S+)',
+                                                 dumped, re.M)
+                if k in [x.strip() for x in lcores.split(",")])
     dpdk = dpdk_share(out)
     keep = os.environ.get("INSTRUCTIONS_KEEP")
     if keep:
@@ -257,6 +279,8 @@ def main():
                 known[name] = dict(sc, extra=extra, mbufs=max(sc.get("mbufs", 0), 65535))
             else:
                 known[name] = dict(sc, extra=extra.replace(SINK_ACTION, SINK_ACTION + "\nfree_on_rx = true"))
+            if os.environ.get("INSTRUCTIONS_IDLE_SERVICE"):
+                known[name] = dict(known[name], extra=known[name]["extra"].replace("ports = [9]", "ports = [19]"))
     mb.check_hugepages([known[n] for n in names])
     seconds = mb.env_num("BENCH_SECONDS", 20.0)
     rows = []
@@ -265,6 +289,10 @@ def main():
             r = run_testpmd(known[name], seconds, tmp) if name == "testpmd-io" else run(known[name], seconds, tmp)
             rows.append((name, r))
             split = "" if r["dpdk"] is None else f" (DPDK {r['dpdk']:.1f}, fastpathd {r['ours']:.1f})"
+            if "idle_polls" in r:
+                polls = r["idle_polls"] + r["busy_polls"]
+                split += (f"; worker: {r['idle_polls']:.0f} empty polls, {r['busy_polls']:.0f} busy, "
+                          f"{r['total'] * r['packets'] / max(polls, 1):.1f} instructions/poll")
             if "uncertainty" in r:
                 split += f", counted after dpdk-dumpcap detached (packets ±{100 * r['uncertainty']:.3f}%)"
             print(f"{name}: {r['packets']:.0f} packets, {r['total']:.1f} instructions/packet{split}", flush=True)

@@ -5,10 +5,12 @@
 //!   display-filter counts on each output queue's capture;
 //! - `corpus_in_process`: every entry through the pipeline over heap buffers, no DPDK: the same
 //!   config parsed by the daemon's own parser, the same tables built by the daemon's own
-//!   builder (sockets are `SimQueue`s nobody drains), the daemon's own RX engine, pcap
-//!   timestamps as the clock. It checks the outcome counts, which RX lcores count;
-//!   what workers do (echo answers sent, tunnel encapsulation, `socket_processed`), the output
-//!   captures and the metric series are the daemon runner's alone.
+//!   builder (sockets are `SimQueue`s), the daemon's own RX engine, pcap timestamps as the
+//!   clock; then the daemon's own worker engine drains the sockets, as workers do at a stop
+//!   (a stalled worker until then). It checks the outcome counts, which RX lcores count, and
+//!   `fastpath_socket_processed_total` by result, which workers count, and of the metric series
+//!   the tunnels' (`fastpath_gre_*_total{tunnel}`); the output captures and the other metric
+//!   series are the daemon runner's alone.
 //!
 //! Both print every mismatch of every entry at once, expected against got. `FASTPATH_CORPUS=a,b`
 //! runs only the named entries; `FASTPATH_CORPUS_JOBS=N` daemons at a time (default 2).
@@ -20,11 +22,12 @@ use control::config;
 use control::tables::{OpenedPort, TableBuilder};
 use fastpath::buf::HeapBuf;
 use fastpath::outcome::Outcome;
-use fastpath::pipeline::Instant;
+use fastpath::pipeline::{Instant, Tables};
 use fastpath::rx::{HeapIo, RxEngine};
 use fastpath::socket::{QueueSync, SimQueue, SocketQueue};
 use fastpath::stats::{LcoreStats, QueueCounters};
 use fastpath::tx::{Collect, BURST};
+use fastpath::worker::{HeapWorkerIo, WorkerEngine};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -56,9 +59,17 @@ struct Entry {
     idle_ms: u64,
     /// Every outcome that is not 0 (any outcome not listed must be 0).
     outcomes: BTreeMap<String, Count>,
-    /// The in-process runner's outcomes, where they differ (its sockets are never drained).
+    /// The in-process runner's outcomes, where they differ (its sockets are drained only once
+    /// the capture is over).
     #[serde(default)]
     inproc_outcomes: Option<BTreeMap<String, Count>>,
+    /// Every `fastpath_socket_processed_total` result that is not 0, summed over the sockets
+    /// (any result not listed must be 0).
+    #[serde(default)]
+    processed: BTreeMap<String, Count>,
+    /// The in-process runner's, where they differ.
+    #[serde(default)]
+    inproc_processed: Option<BTreeMap<String, Count>>,
     /// Metric series in the daemon's dump, e.g. `'fastpath_gre_decap_total{tunnel="t1"}' = 7`.
     #[serde(default)]
     metrics: BTreeMap<String, Count>,
@@ -138,6 +149,17 @@ fn entries() -> Vec<Entry> {
             assert!(
                 Outcome::ALL.iter().any(|o| o.name() == name),
                 "corpus.toml: {}: no outcome {name:?}",
+                e.name
+            );
+        }
+        for name in e
+            .processed
+            .keys()
+            .chain(e.inproc_processed.iter().flat_map(|o| o.keys()))
+        {
+            assert!(
+                PROCESSED.contains(&name.as_str()),
+                "corpus.toml: {}: no processed result {name:?}",
                 e.name
             );
         }
@@ -241,6 +263,30 @@ fn diff_outcomes(want: &BTreeMap<String, Count>, got: &BTreeMap<String, u64>, ta
     }
     if bad {
         writeln!(table, "    {:<22} {:>12} {:>8}", "outcome", "expected", "got").unwrap();
+        table.push_str(&lines);
+    }
+    bad
+}
+
+/// The `result` label of `fastpath_socket_processed_total`.
+const PROCESSED: [&str; 6] = ["echoed", "sunk", "kernel", "tx_full", "invalid", "refused"];
+
+/// Every processed result expected or counted, one line each; mismatches marked.
+fn diff_processed(want: &BTreeMap<String, Count>, got: &BTreeMap<String, u64>, table: &mut String) -> bool {
+    let mut bad = false;
+    let mut lines = String::new();
+    for name in PROCESSED {
+        let w = want.get(name).copied().unwrap_or(Count::Exact(0));
+        let g = got.get(name).copied().unwrap_or(0);
+        let ok = w.holds(g);
+        bad |= !ok;
+        if !ok || w != Count::Exact(0) || g != 0 {
+            let mark = if ok { "" } else { "   <-- MISMATCH" };
+            writeln!(lines, "    {name:<22} {:>12} {g:>8}{mark}", w.to_string()).unwrap();
+        }
+    }
+    if bad {
+        writeln!(table, "    {:<22} {:>12} {:>8}", "socket processed", "expected", "got").unwrap();
         table.push_str(&lines);
     }
     bad
@@ -363,6 +409,20 @@ fn daemon_run(e: &Entry) -> Option<String> {
         nonzero.join(", ")
     );
     diff_outcomes(&e.outcomes, &got, &mut diff);
+    let processed: BTreeMap<String, u64> = PROCESSED
+        .iter()
+        .map(|r| {
+            let n: f64 = m
+                .iter()
+                .filter(|(k, _)| {
+                    k.starts_with("fastpath_socket_processed_total{") && k.contains(&format!("result=\"{r}\""))
+                })
+                .map(|(_, v)| v)
+                .sum();
+            (r.to_string(), n as u64)
+        })
+        .collect();
+    diff_processed(&e.processed, &processed, &mut diff);
 
     let mut series = String::new();
     for (k, w) in &e.metrics {
@@ -553,7 +613,7 @@ fn corpus_in_process() {
             }
         };
         let frames: Vec<Vec<Frame>> = queues.iter().map(|q| read_pcap(q)).collect();
-        let got = in_process(&cfg, &frames, e.idle_ms);
+        let (got, processed, gre) = in_process(&cfg, &frames, e.idle_ms);
         let total: u64 = got.values().sum();
         let mut diff = String::new();
         let sent: usize = frames.iter().map(Vec::len).sum();
@@ -561,6 +621,19 @@ fn corpus_in_process() {
             writeln!(diff, "  {sent} frames, {total} outcomes").unwrap();
         }
         diff_outcomes(e.inproc_outcomes.as_ref().unwrap_or(&e.outcomes), &got, &mut diff);
+        diff_processed(
+            e.inproc_processed.as_ref().unwrap_or(&e.processed),
+            &processed,
+            &mut diff,
+        );
+        // Of the metric series, the tunnels' counters (RX lcores' and workers').
+        for (k, w) in &e.metrics {
+            if let Some(&g) = gre.get(k) {
+                if !w.holds(g) {
+                    writeln!(diff, "    {k:<60} {:>12} {g:>8}   <-- MISMATCH", w.to_string()).unwrap();
+                }
+            }
+        }
         if !diff.is_empty() {
             failures.push(format!("capture {:?} ({}), in process:\n{diff}", e.name, e.pcap));
         }
@@ -578,9 +651,16 @@ fn sim_queue(capacity: usize, _: QueueSync) -> Result<SocketQueue, String> {
 /// (`fastpath::rx::RxEngine`) in bursts of 32 with one `now` each, the lcores taking turns
 /// burst by burst, a TX queue that takes everything, then `idle_ms` of simulated quiet time and
 /// the clean stop. A frame larger than the daemon's mbuf data room arrives in several segments,
-/// as from the NIC. The clock is the capture's timestamps (from 1 s, never 0). Returns the
-/// outcome counts, summed over the lcores.
-fn in_process(cfg: &config::Config, queues: &[Vec<Frame>], idle_ms: u64) -> BTreeMap<String, u64> {
+/// as from the NIC. The clock is the capture's timestamps (from 1 s, never 0). Then one worker
+/// engine per worker lcore (`fastpath::worker::WorkerEngine`) takes what the RX lcores gave
+/// each socket and handed each sequence tunnel's owner, and drains it all, as workers do at a
+/// stop. Returns the outcome counts, summed over the lcores, the sockets' processed results,
+/// summed over the sockets, and the tunnels' counters as the daemon's metric series.
+fn in_process(
+    cfg: &config::Config,
+    queues: &[Vec<Frame>],
+    idle_ms: u64,
+) -> (BTreeMap<String, u64>, BTreeMap<String, u64>, BTreeMap<String, u64>) {
     const DATA_ROOM: usize = 2048; // the daemon's mbuf data room: larger frames are `oversize`
     let port = OpenedPort {
         id: 0,
@@ -604,7 +684,12 @@ fn in_process(cfg: &config::Config, queues: &[Vec<Frame>], idle_ms: u64) -> BTre
             ));
             let mut tx = Collect::new(0);
             tx.keep = false;
-            let rx = RxEngine::new(tables.clone(), slot, vec![tx], HeapIo::default(), stats.clone());
+            // Kept, for the workers.
+            let io = HeapIo {
+                keep_delivered: true,
+                ..Default::default()
+            };
+            let rx = RxEngine::new(tables.clone(), slot, vec![tx], io, stats.clone());
             (rx, stats)
         })
         .collect();
@@ -672,8 +757,90 @@ fn in_process(cfg: &config::Config, queues: &[Vec<Frame>], idle_ms: u64) -> BTre
         rx.stop(Instant(end));
     }
     let c = counts(&lcores);
-    Outcome::ALL
+    let outcomes = Outcome::ALL
         .iter()
         .map(|o| (o.name().to_string(), c[o.index()]))
+        .collect();
+    let processed = drain_in_workers(&tables, cfg.lcores.workers.len(), &mut lcores, Instant(end));
+    let mut gre = BTreeMap::new();
+    for t in &tables.tunnels {
+        let c = &t.counters;
+        for (family, n) in [
+            ("encap", c.sum(|x| &x.encap)),
+            ("decap", c.sum(|x| &x.decap)),
+            ("seq_dropped", c.sum(|x| &x.seq_dropped)),
+            ("too_big", c.sum(|x| &x.too_big)),
+            ("handoff", c.sum(|x| &x.handed_off)),
+            ("tx_full", c.sum(|x| &x.tx_full)),
+        ] {
+            gre.insert(format!("fastpath_gre_{family}_total{{tunnel=\"{}\"}}", t.name), n);
+        }
+    }
+    (outcomes, processed, gre)
+}
+
+/// The workers' part of [`in_process`]: what the RX lcores' engines left in each socket and
+/// handed to each sequence tunnel's owner, through one worker engine per worker slot until
+/// nothing is left. Returns `fastpath_socket_processed_total` by result, summed over sockets.
+fn drain_in_workers(
+    tables: &Arc<Tables>,
+    workers: usize,
+    lcores: &mut [(RxEngine<HeapBuf, HeapIo>, Arc<LcoreStats>)],
+    now: Instant,
+) -> BTreeMap<String, u64> {
+    let mut engines: Vec<WorkerEngine<HeapBuf, HeapWorkerIo>> = (0..workers)
+        .map(|slot| {
+            let stats = Arc::new(LcoreStats::new(slot as u32, vec![], vec![QueueCounters::new(0, 1)]));
+            let mut tx = Collect::new(0);
+            tx.keep = false;
+            WorkerEngine::new(
+                tables.clone(),
+                slot,
+                vec![tx],
+                HeapWorkerIo::default(),
+                stats,
+                1_000_000_000,
+            )
+        })
+        .collect();
+    for (slot, (rx, _)) in lcores.iter_mut().enumerate() {
+        let io = rx.io_mut();
+        for ((_, p), at) in io.delivered.drain(..).zip(io.delivered_to.drain(..)) {
+            let s = tables
+                .sockets
+                .iter()
+                .find(|s| Arc::as_ptr(s).addr() == at)
+                .expect("a socket of the tables");
+            assert!(engines[s.worker].io_mut().place(s, slot, p));
+        }
+        for (name, p) in io.handed_off.drain(..) {
+            let t = tables.tunnels.iter().find(|t| t.name == name).expect("a tunnel");
+            engines[t.owner].io_mut().hand(&name, p);
+        }
+    }
+    // Workers hand sequence tunnels' packets to each other: until a round takes nothing.
+    while engines.iter_mut().map(|w| w.poll(now).taken).sum::<usize>() > 0 {}
+    for w in engines.iter_mut() {
+        w.stop();
+    }
+    PROCESSED
+        .iter()
+        .map(|r| {
+            let n: u64 = tables
+                .sockets
+                .iter()
+                .map(|s| {
+                    s.counters.sum(|c| match *r {
+                        "echoed" => &c.echoed,
+                        "sunk" => &c.sunk,
+                        "kernel" => &c.kernel,
+                        "tx_full" => &c.tx_full,
+                        "invalid" => &c.invalid,
+                        _ => &c.refused,
+                    })
+                })
+                .sum();
+            (r.to_string(), n)
+        })
         .collect()
 }

@@ -8,6 +8,8 @@
 //! - [`ident`]: the IP identification of every packet an lcore originates;
 //! - [`outcome`] and [`stats`]: the closed set of packet outcomes and the per-lcore counter blocks;
 //! - [`seed`]: seeds for per-lcore state, from the OS's random source;
+//! - [`rx`] and [`worker`]: the RX and worker engines, everything the lcores decide, generic over
+//!   the buffer and their I/O (no DPDK);
 //! - [`socket`] and [`spsc`]: the sockets' queue abstraction, and the lock-free single-producer,
 //!   single-consumer ring of words behind a socket fed by one RX lcore;
 //! - [`dpdk`] (feature `dpdk`): the only module that touches `dpdk-sys` and mbufs — EAL, mempools,
@@ -33,6 +35,7 @@ pub mod spsc;
 pub mod stats;
 pub mod tx;
 pub mod wire;
+pub mod worker;
 
 #[cfg(feature = "dpdk")]
 #[allow(unsafe_code)]

@@ -889,6 +889,9 @@ pub struct HeapIo {
     pub keep_delivered: bool,
     /// What the sockets took, in order, with the socket's [`Socket::index`], if kept.
     pub delivered: Vec<(usize, crate::buf::HeapBuf)>,
+    /// The address of the socket each packet of `delivered` went to (which socket of which
+    /// service: for a runner that hands them on to the workers' engines).
+    pub delivered_to: Vec<usize>,
     /// What was handed to sequence tunnels' owners, with the tunnel's name, if kept (with
     /// `keep_delivered`).
     pub handed_off: Vec<(String, crate::buf::HeapBuf)>,
@@ -926,6 +929,7 @@ impl RxIo<crate::buf::HeapBuf> for HeapIo {
         for p in pkts.drain(..took) {
             if self.keep_delivered {
                 self.delivered.push((socket.index, p));
+                self.delivered_to.push(std::ptr::from_ref(socket).addr());
             }
         }
         if hold {

@@ -1,7 +1,8 @@
 //! The lcore loops, thin drivers of DPDK queues: the RX lcore ([`RxLcore`], `rx.rs`) polls its
 //! RX queues and hands each burst to the DPDK-free [`crate::rx::RxEngine`]; the plain forward
 //! mode (`forward.rs`) sends bursts back out unchanged; the worker ([`WorkerLcore`],
-//! `worker.rs`) drains service sockets and runs their actions. This file holds what they share:
+//! `worker.rs`) polls the DPDK-free [`crate::worker::WorkerEngine`], which drains service sockets
+//! and runs their actions. This file holds what they share:
 //! start/stop coordination, the poll accounting and idle policy, the TSC clock.
 //!
 //! Each loop owns its queue handles, its pipeline copy and its counter block, so the per-packet

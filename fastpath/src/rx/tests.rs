@@ -858,13 +858,24 @@ fn kernel_ns(target: std::net::Ipv6Addr, unicast: bool) -> Vec<u8> {
     ns(ME6.parse().unwrap(), dst, target, 255, &SLLA).data().to_vec()
 }
 
-/// The kernel writes `frame` on its interface (DPDK port 1), and worker 0 carries it out at
-/// `now`, recording what it solicits, as `runtime/worker.rs` does.
+/// The kernel writes `frame` on its interface (DPDK port 1), and worker 0's engine carries it
+/// out of port 0 at `now`, recording what it solicits.
 fn kernel_sends(e: &Engine, frame: &[u8], now: Instant) {
-    let k = e.pipeline().tables().kernel.as_ref().unwrap();
-    if let Some(target) = crate::pipeline::kernel::solicitation(frame) {
-        k.record_solicitation(0, 1, target, now);
-    }
+    use crate::worker::{HeapWorkerIo, WorkerEngine};
+    let stats = Arc::new(LcoreStats::new(1, vec![], vec![QueueCounters::new(0, 1)]));
+    let t = e.pipeline().tables().clone();
+    let mut w = WorkerEngine::new(
+        t,
+        0,
+        vec![Collect::new(0)],
+        HeapWorkerIo::default(),
+        stats,
+        1_000_000_000,
+    );
+    w.io_mut().now = now;
+    w.io_mut().kernel = vec![(1, [HeapBuf::new(frame)].into())];
+    assert_eq!(w.poll(now).from_kernel, 1);
+    assert_eq!(w.tx_queue_mut(0).unwrap().sent.len(), 1, "out of the port");
 }
 
 /// One frame received at `now`.
