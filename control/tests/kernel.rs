@@ -731,7 +731,10 @@ fn a_flood_into_the_kernel_path_leaves_the_fast_paths_echo_service_alone() {
         delivered >= f64::from(got) && delivered - f64::from(got) <= 2.0,
         "echo: {delivered} delivered to the service, {got} answers came back"
     );
-    assert!(got >= 475, "echo answered {got} of {sent} during the flood");
+    // End to end, 90%: the flood's sender, the echo client and the two lcores share two CPUs,
+    // and what the host's af_packet ring drops while they do never reaches fastpathd (seen:
+    // 454 to 500 of 500, every one that arrived answered).
+    assert!(got >= 450, "echo answered {got} of {sent} during the flood");
     assert!(kernel > 1000, "the flood reached the kernel path: {kernel}");
     // ... through its budget (`[kernel] punt_rate` 10,000 a second, burst 1,000), checked first:
     // the rest was `kernel_limited` before any queue.
