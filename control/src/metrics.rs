@@ -156,6 +156,11 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::COUNTER,
     ),
     (
+        "fastpath_lcore_cycles_total",
+        "TSC cycles of each lcore's loop by state: busy (iterations that received packets) and idle (iterations that found none, the idle policy's sleep included); their sum is the lcore's time, busy / sum its load.",
+        MetricType::COUNTER,
+    ),
+    (
         "fastpath_lcore_packets_total",
         "Packets received by the RX queues an lcore polls, per lcore.",
         MetricType::COUNTER,
@@ -537,12 +542,19 @@ fn lcore_families(s: &Sources, outcomes: &[u64; Outcome::COUNT]) -> Named {
     let mut per_packet = Vec::new();
     let mut idle_ratio = Vec::new();
     let mut flow_limited = Vec::new();
+    let mut by_state = Vec::new();
     for l in &s.lcores {
         let lb = vec![("lcore", l.lcore.to_string())];
         let (idle_n, busy_n, busy_c) = (l.idle_polls.get(), l.busy_polls.get(), l.busy_cycles.get());
         idle.push((lb.clone(), idle_n as f64));
         busy.push((lb.clone(), busy_n as f64));
         cycles.push((lb.clone(), busy_c as f64));
+        for (state, c) in [("busy", busy_c), ("idle", l.idle_cycles.get())] {
+            by_state.push((
+                vec![("lcore", l.lcore.to_string()), ("state", state.to_string())],
+                c as f64,
+            ));
+        }
         let polls = idle_n + busy_n;
         idle_ratio.push((lb.clone(), if polls == 0 { 0.0 } else { idle_n as f64 / polls as f64 }));
         if !l.rx.is_empty() {
@@ -562,6 +574,7 @@ fn lcore_families(s: &Sources, outcomes: &[u64; Outcome::COUNT]) -> Named {
         ("fastpath_lcore_idle_polls_total", idle),
         ("fastpath_lcore_busy_polls_total", busy),
         ("fastpath_lcore_busy_cycles_total", cycles),
+        ("fastpath_lcore_cycles_total", by_state),
         ("fastpath_lcore_packets_total", lcore_pkts),
         ("fastpath_lcore_cycles_per_packet", per_packet),
         ("fastpath_lcore_idle_poll_ratio", idle_ratio),

@@ -28,6 +28,12 @@ fn replays_arp_and_junk_and_answers_arp() {
     );
     let m = run_to_idle(&s, &cfg, 300);
     assert_eq!(assert_conservation(&m), 22, "demo.pcap holds 22 frames");
+    // 22 frames, then 300 ms of nothing before the exit: the RX lcore was idle nearly all of
+    // its life, and its idle cycles (its sleeps included) say so.
+    let busy = m["fastpath_lcore_cycles_total{lcore=\"0\",state=\"busy\"}"];
+    let idle = m["fastpath_lcore_cycles_total{lcore=\"0\",state=\"idle\"}"];
+    assert!(idle / m["fastpath_tsc_hz"] > 0.25, "idle {idle} cycles");
+    assert!(busy < idle, "busy {busy}, idle {idle}");
     // Expected outcomes, one per frame of configs/captures/gen_demo.py.
     for (name, n) in [
         ("arp_reply", 6),
@@ -236,6 +242,17 @@ fn sigterm_under_load_stops_cleanly_and_counts_every_packet() {
     assert!(rx > 1000, "traffic flowed: {rx}");
     // Zeroed frames are unicast to 00:00:00:00:00:00, not us.
     assert_eq!(outcome(&m, "not_for_us"), rx);
+    // The lcore's cycles by state add up to its ~1.5 s of life, nearly all busy (net_null never
+    // runs dry).
+    let hz = m["fastpath_tsc_hz"];
+    let busy = m["fastpath_lcore_cycles_total{lcore=\"0\",state=\"busy\"}"];
+    let idle = m["fastpath_lcore_cycles_total{lcore=\"0\",state=\"idle\"}"];
+    let secs = (busy + idle) / hz;
+    assert!(
+        (1.0..4.0).contains(&secs),
+        "busy {busy} + idle {idle} cycles = {secs} s"
+    );
+    assert!(busy / (busy + idle) > 0.9, "busy {busy}, idle {idle}");
 }
 
 #[test]

@@ -109,6 +109,9 @@ pub struct LcoreStats {
     pub busy_polls: Counter,
     /// TSC cycles spent in iterations that received packets.
     pub busy_cycles: Counter,
+    /// TSC cycles of the iterations that received nothing, their idle policy's sleep included:
+    /// busy and idle together are the lcore's time since its loop started.
+    pub idle_cycles: Counter,
     /// The config generation this lcore runs (it stores it after adopting one).
     pub generation: AtomicU64,
     /// Reassembly (RX lcores).
@@ -126,6 +129,7 @@ impl LcoreStats {
             idle_polls: Counter::default(),
             busy_polls: Counter::default(),
             busy_cycles: Counter::default(),
+            idle_cycles: Counter::default(),
             generation: AtomicU64::new(0),
             reasm: ReasmCounters::default(),
         }

@@ -58,6 +58,9 @@ impl IdlePolicy {
 #[derive(Default)]
 pub(crate) struct Polls {
     busy_since: Option<u64>,
+    /// The start of the last poll that received nothing (its cycles, sleep included, are
+    /// counted idle when the next poll starts).
+    idle_since: Option<u64>,
     empty_in_a_row: u32,
 }
 
@@ -68,6 +71,8 @@ impl Polls {
         let t0 = eal::rdtsc();
         if let Some(t) = self.busy_since.take() {
             stats.busy_cycles.add(t0.wrapping_sub(t));
+        } else if let Some(t) = self.idle_since.take() {
+            stats.idle_cycles.add(t0.wrapping_sub(t));
         }
         t0
     }
@@ -77,6 +82,7 @@ impl Polls {
     pub(crate) fn end(&mut self, t0: u64, got: usize, stats: &LcoreStats, idle: &IdlePolicy) {
         if got == 0 {
             stats.idle_polls.inc();
+            self.idle_since = Some(t0);
             self.empty_in_a_row = self.empty_in_a_row.saturating_add(1);
             idle.idle(self.empty_in_a_row);
         } else {
@@ -90,6 +96,8 @@ impl Polls {
     pub(crate) fn finish(self, stats: &LcoreStats) {
         if let Some(t) = self.busy_since {
             stats.busy_cycles.add(eal::rdtsc().wrapping_sub(t));
+        } else if let Some(t) = self.idle_since {
+            stats.idle_cycles.add(eal::rdtsc().wrapping_sub(t));
         }
     }
 }
