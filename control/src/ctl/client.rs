@@ -356,7 +356,11 @@ pub fn rates(a: &Value, b: &Value) -> Value {
         lcores.push(json!({
             "lcore": y["lcore"],
             "role": y["role"],
-            "busy_share": (d("busy_cycles") / (secs * hz)).min(1.0),
+            // Of the lcore's loop cycles over the interval; wall time where idle is not counted.
+            "busy_share": match d("busy_cycles") + d("idle_cycles") {
+                total if total > 0.0 => d("busy_cycles") / total,
+                _ => (d("busy_cycles") / (secs * hz)).min(1.0),
+            },
             "busy_poll_share": if polls > 0.0 { d("busy_polls") / polls } else { 0.0 },
             "rx_pps": (q_sum(y, "rx") - q_sum(x, "rx")).max(0.0) / secs,
             "tx_pps": (q_sum(y, "tx") - q_sum(x, "tx")).max(0.0) / secs,
@@ -911,7 +915,7 @@ mod tests {
     fn rates_between_two_samples() {
         let s = |t: f64, rx: u64, cyc: u64| {
             json!({"uptime_seconds": t, "tsc_hz": 1000, "generation": 1,
-                "lcores": [{"lcore": 0, "role": "rx", "busy_cycles": cyc, "busy_polls": 0, "idle_polls": 0,
+                "lcores": [{"lcore": 0, "role": "rx", "busy_cycles": cyc, "idle_cycles": cyc, "busy_polls": 0, "idle_polls": 0,
                     "rx": [{"port": "p", "queue": 0, "packets": rx, "bytes": rx * 100}], "tx": []}],
                 "outcomes": {"delivered": rx, "malformed": 0}})
         };

@@ -64,13 +64,13 @@ impl View {
             .map(|i| i as u16)
     }
 
-    /// The share of wall time since start an lcore spent in busy iterations.
+    /// The share of an lcore's loop cycles spent in busy iterations (of busy and idle together).
     fn busy_share(&self, l: &LcoreStats) -> f64 {
-        let cycles = self.uptime() * self.sources.tsc_hz as f64;
-        if cycles <= 0.0 {
+        let (busy, idle) = (l.busy_cycles.get() as f64, l.idle_cycles.get() as f64);
+        if busy + idle <= 0.0 {
             return 0.0;
         }
-        (l.busy_cycles.get() as f64 / cycles).min(1.0)
+        busy / (busy + idle)
     }
 
     /// `status`: version, uptime, config, ports, lcores, health.
@@ -515,6 +515,7 @@ impl View {
                     "lcore": l.lcore,
                     "role": if l.rx.is_empty() { "worker" } else { "rx" },
                     "busy_cycles": l.busy_cycles.get(),
+                    "idle_cycles": l.idle_cycles.get(),
                     "busy_polls": l.busy_polls.get(),
                     "idle_polls": l.idle_polls.get(),
                     "rx": queues(l, false),
