@@ -113,6 +113,8 @@ pub struct LcoreStats {
     pub generation: AtomicU64,
     /// Reassembly (RX lcores).
     pub reasm: ReasmCounters,
+    /// The per-packet trace's switch (RX lcores): armed by the control side, read once a burst.
+    pub trace: crate::trace::TraceTap,
 }
 
 impl LcoreStats {
@@ -128,6 +130,7 @@ impl LcoreStats {
             busy_cycles: Counter::default(),
             generation: AtomicU64::new(0),
             reasm: ReasmCounters::default(),
+            trace: Default::default(),
         }
     }
 
