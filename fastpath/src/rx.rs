@@ -693,6 +693,9 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                     if let Some(t) = via {
                         meta.key = meta.key.through(t.to_word());
                     }
+                    if self.trace_on {
+                        self.trace.set_current(trace::frag_id(&meta));
+                    }
                     if datagram_buffer {
                         // A reassembled datagram that is itself a fragment (fragments in a
                         // fragmented tunnel packet): held as it is, it would pin a 64 KiB
@@ -862,15 +865,16 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     fn settle_reassembly(&mut self, now: Instant) {
         let mut released = std::mem::take(&mut self.side.released);
         for mut r in released.drain(..) {
+            // Before an answer rewrites it: the fragment's identity for the trace.
+            let id = if self.trace_on { trace::released_id(&r.buf) } else { 0 };
             if r.fate == (Fate::TimedOut { first: true }) {
                 // RFC 792 / RFC 8200 §4.5: Time Exceeded code 1 about the first fragment,
                 // through the ICMP rate limits; it is that fragment's outcome when sent.
                 let port = r.buf.port();
-                let at = r.buf.data().as_ptr().addr();
                 let v = self.pipeline.reassembly_timeout(port, &mut r.buf, now);
                 if self.trace_on {
                     if let Some(o) = v.filter(|v| !matches!(v, Verdict::Drop(_))).map(Verdict::outcome) {
-                        self.trace_released(at, Some(o));
+                        self.trace_released(id, Some(o));
                     }
                 }
                 match v {
@@ -901,7 +905,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                 Fate::Drained => Some(Outcome::ReassemblyFlushed),
             };
             if self.trace_on {
-                self.trace_released(r.buf.data().as_ptr().addr(), o);
+                self.trace_released(id, o);
             }
             if let Some(o) = o {
                 self.stats.outcome(o);

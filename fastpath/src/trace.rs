@@ -318,6 +318,7 @@ impl Note {
                 o => format!("held, then {}", o.name()),
             },
             Note::Service { socket: i } => socket(i),
+            Note::Fanout { from, to } if from == to => format!("picked {}", sock_index(to)),
             Note::Fanout { from, to } => format!("{} → {}", sock_index(from), sock_index(to)),
             Note::RolloverHuge { from, seen } => format!("{} ROOM_LOW and flow huge ({seen} of 16)", sock_index(from)),
             Note::RolloverFull { from } => format!("{} ROOM_NONE", sock_index(from)),
@@ -725,14 +726,12 @@ impl Filter {
         if words.is_empty() {
             return Ok(f);
         }
-        let mut n = 0;
-        for chunk in words.split(|w| w.eq_ignore_ascii_case("and")) {
+        for (n, chunk) in words.split(|w| w.eq_ignore_ascii_case("and")).enumerate() {
             let term = Self::term(chunk)?;
             if n == MAX_TERMS {
                 return Err(format!("at most {MAX_TERMS} terms"));
             }
             f.terms[n] = Some(term);
-            n += 1;
         }
         Ok(f)
     }

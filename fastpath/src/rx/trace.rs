@@ -11,7 +11,7 @@ const SOCKETS: usize = 64;
 /// Tunnels whose counters a probe reads.
 const TUNNELS: usize = 32;
 /// Fragments held for a record each, whose fate the trace waits for.
-const PENDING: usize = 16;
+const PENDING: usize = 256;
 /// Records finished outside a traced burst (a held fragment's fate), waiting to be emitted.
 const READY: usize = 32;
 /// Fragments released while one packet is handled that the trace keeps apart.
@@ -19,13 +19,15 @@ const RELEASED: usize = 64;
 
 /// The trace's per-engine state, made with the engine (nothing allocated while armed).
 pub(super) struct TraceScratch {
-    /// The traced packet's data address while it is handled (its buffer's identity).
-    cur: usize,
-    /// Fragments the reassembler released while the packet was handled: address, outcome.
-    released: [(usize, Option<Outcome>); RELEASED],
+    /// The identity ([`frag_id`]) of the fragment the traced packet last put into the
+    /// reassembler (0: none), which a held fragment's record waits for.
+    cur: u64,
+    /// Fragments the reassembler released while the packet was handled: identity, outcome.
+    released: [(u64, Option<Outcome>); RELEASED],
     n_released: usize,
-    /// Held fragments' records: data address, record.
-    pending: [Option<(usize, Record)>; PENDING],
+    /// Held fragments' records: identity, record.
+    pending: Box<[Option<(u64, Record)>]>,
+    n_pending: usize,
     /// Records a held fragment's fate finished.
     ready: [Option<Record>; READY],
     /// Records that found no room in `pending` or `ready` (reported as lost).
@@ -38,16 +40,47 @@ impl TraceScratch {
             cur: 0,
             released: [(0, None); RELEASED],
             n_released: 0,
-            pending: [None; PENDING],
+            pending: vec![None; PENDING].into_boxed_slice(),
+            n_pending: 0,
             ready: [None; READY],
             dropped: 0,
         })
     }
 
+    /// The traced packet put the fragment of identity `id` into the reassembler.
+    pub(super) fn set_current(&mut self, id: u64) {
+        self.cur = id;
+    }
+
     /// Whether held fragments' records wait for their fate.
     #[inline(always)]
     pub(super) fn waiting(&self) -> bool {
-        self.pending.iter().any(Option::is_some) || self.ready.iter().any(Option::is_some)
+        self.n_pending > 0
+    }
+}
+
+/// A fragment's identity for the trace: its datagram (through its tunnel, as the reassembler
+/// keys it) and offset, which stay the same from its insertion to its release whatever buffer
+/// holds it.
+pub(super) fn frag_id(meta: &FragMeta) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    meta.key.hash(&mut h);
+    meta.offset.hash(&mut h);
+    meta.more.hash(&mut h);
+    h.finish() | 1
+}
+
+/// [`frag_id`] of a fragment the reassembler hands back.
+pub(super) fn released_id<B: LcoreBuf>(buf: &B) -> u64 {
+    match FragMeta::from_ethernet(buf.data()) {
+        Some(mut meta) => {
+            if let Some(t) = buf.tunnelled() {
+                meta.key = meta.key.through(t.to_word());
+            }
+            frag_id(&meta)
+        }
+        None => 0,
     }
 }
 
@@ -124,7 +157,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             self.flush_tx();
             let rec = Record::new(stats.lcore, port, queue, now.0, self.pipeline.generation(), summary);
             let before = self.probe();
-            self.trace.cur = m.data().as_ptr().addr();
+            self.trace.cur = 0;
             self.trace.n_released = 0;
             self.receive(port, m, now);
             self.end_burst();
@@ -146,8 +179,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     fn finish(&mut self, mut rec: Record, b: &Probe, a: &Probe, session: &TraceSession) {
         let mut delta: [u64; Outcome::COUNT] = std::array::from_fn(|i| a.outcomes[i] - b.outcomes[i]);
         // Other fragments whose datagram this packet completed or ended count their own.
-        for &(at, o) in &self.trace.released[..self.trace.n_released] {
-            if let (true, Some(o)) = (at != self.trace.cur, o) {
+        for &(id, o) in &self.trace.released[..self.trace.n_released] {
+            if let (true, Some(o)) = (id != self.trace.cur, o) {
                 delta[o.index()] = delta[o.index()].saturating_sub(1);
             }
         }
@@ -175,9 +208,13 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                 held: self.reasm.held_fragments() as u32,
                 datagrams: self.reasm.datagrams() as u32,
             });
+            let id = self.trace.cur;
             match self.trace.pending.iter_mut().find(|p| p.is_none()) {
-                Some(slot) => *slot = Some((self.trace.cur, rec)),
-                None => self.trace.dropped += 1,
+                Some(slot) if id != 0 => {
+                    *slot = Some((id, rec));
+                    self.trace.n_pending += 1;
+                }
+                _ => self.trace.dropped += 1,
             }
             return;
         };
@@ -315,21 +352,22 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// datagram): kept apart from the traced packet's own, and a held fragment's record is
     /// finished.
     #[cold]
-    pub(super) fn trace_released(&mut self, at: usize, o: Option<Outcome>) {
+    pub(super) fn trace_released(&mut self, id: u64, o: Option<Outcome>) {
         let tr = &mut *self.trace;
         if tr.n_released < RELEASED {
-            tr.released[tr.n_released] = (at, o);
+            tr.released[tr.n_released] = (id, o);
             tr.n_released += 1;
         }
-        if at == tr.cur {
+        if id == tr.cur || tr.n_pending == 0 {
             return;
         }
-        let Some(slot) = tr.pending.iter_mut().find(|p| p.is_some_and(|(q, _)| q == at)) else {
+        let Some(slot) = tr.pending.iter_mut().find(|p| p.is_some_and(|(q, _)| q == id)) else {
             return;
         };
         let Some((_, mut rec)) = slot.take() else {
             return;
         };
+        tr.n_pending -= 1;
         let Some(o) = o else {
             return;
         };
@@ -366,7 +404,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         match guard.as_deref() {
             Some(s) if stats.trace.is_armed() => self.emit_ready(s),
             _ => {
-                self.trace.pending = [None; PENDING];
+                self.trace.pending.fill(None);
+                self.trace.n_pending = 0;
                 self.trace.ready = [None; READY];
                 self.trace.dropped = 0;
             }
