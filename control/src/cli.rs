@@ -44,6 +44,17 @@ pub struct Args {
     /// The least severe messages logged, fastpathd's and DPDK's alike.
     #[arg(long, value_name = "LEVEL", value_enum, default_value_t = LogLevel::Info)]
     pub log_level: LogLevel,
+    /// Run every packet of CAPTURE (pcap or pcapng) through the config's pipeline offline (no
+    /// DPDK, no root): one trace record per packet, then a summary by outcome; exit 0.
+    #[arg(long, value_name = "CAPTURE")]
+    pub explain: Option<PathBuf>,
+    /// With --explain: one JSON object per line instead of text.
+    #[arg(long, requires = "explain")]
+    pub json: bool,
+    /// With --explain: time follows the capture's timestamps (default: as fast as it reads,
+    /// as the daemon replaying it through net_pcap).
+    #[arg(long, requires = "explain")]
+    pub capture_time: bool,
     /// Print fastpathd's version, the commit it was built from and the DPDK version it runs on.
     #[arg(short = 'V', long)]
     pub version: bool,
@@ -102,6 +113,12 @@ pub struct Options {
     pub stats_interval: Option<Duration>,
     /// After `--`.
     pub extra_eal_args: Vec<String>,
+    /// `--explain CAPTURE`.
+    pub explain: Option<PathBuf>,
+    /// `--json`.
+    pub json: bool,
+    /// `--capture-time`.
+    pub capture_time: bool,
 }
 
 /// What the command line asks for.
@@ -143,6 +160,9 @@ where
             metrics_dump: a.metrics_dump,
             stats_interval: a.stats_interval,
             extra_eal_args: a.extra_eal_args,
+            explain: a.explain,
+            json: a.json,
+            capture_time: a.capture_time,
         },
         level,
     ))

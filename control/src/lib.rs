@@ -18,4 +18,6 @@ pub mod kernel;
 pub mod locate;
 pub mod metrics;
 pub mod reload;
+pub mod replay;
 pub mod tables;
+pub mod trace;

@@ -24,6 +24,15 @@ fn main() -> ExitCode {
         Ok(cli::Command::Version) => write(format!("{}\n", cli::version_text()).as_bytes()),
         Ok(cli::Command::Man) => write(&cli::man_page()),
         Ok(cli::Command::Completions(shell)) => write(&cli::completions(shell)),
+        Ok(cli::Command::Run(opts, _)) if opts.explain.is_some() => {
+            let clock = match opts.capture_time {
+                true => control::replay::Clock::Capture,
+                false => control::replay::Clock::Wall,
+            };
+            let idle = opts.exit_when_idle.map(|d| d.as_millis() as u64);
+            let capture = opts.explain.as_deref().unwrap_or(std::path::Path::new(""));
+            ExitCode::from(control::replay::explain(&opts.config, capture, opts.json, clock, idle))
+        }
         Ok(cli::Command::Run(opts, level)) => {
             logging::init(level);
             ExitCode::from(daemon::run(opts))

@@ -191,32 +191,6 @@ pub fn packet_count(pcap: &Path) -> usize {
     tshark_fields(pcap, "", &["frame.number"]).len()
 }
 
-/// The flow key RSS would hash for a frame: IPv4/IPv6 addresses, and the ports of a TCP/UDP
-/// datagram that is not a fragment (NICs hash fragments by addresses only); `None` for others.
-fn flow_key(f: &[u8]) -> Option<Vec<u8>> {
-    let ethertype = u16::from_be_bytes([*f.get(12)?, *f.get(13)?]);
-    match ethertype {
-        0x0800 => {
-            let ihl = (*f.get(14)? as usize & 0xf) * 4;
-            let frag = u16::from_be_bytes([*f.get(20)?, *f.get(21)?]) & 0x3fff != 0;
-            let proto = *f.get(23)?;
-            let mut k = f.get(26..34)?.to_vec();
-            if !frag && (proto == 6 || proto == 17) {
-                k.extend_from_slice(f.get(14 + ihl..18 + ihl)?);
-            }
-            Some(k)
-        }
-        0x86dd => {
-            let mut k = f.get(22..54)?.to_vec();
-            if matches!(f.get(20)?, 6 | 17) {
-                k.extend_from_slice(f.get(54..58)?);
-            }
-            Some(k)
-        }
-        _ => None,
-    }
-}
-
 /// Splits the classic little-endian pcap at `path` into `n` pcaps, one per RX queue, the way RSS
 /// spreads flows: each frame to the queue its flow hashes to, frames without a flow key (ARP,
 /// junk) round robin. Returns each pcap's bytes and how many frames it got.
@@ -233,16 +207,7 @@ pub fn split_by_flow(path: &Path, n: usize) -> Vec<(Vec<u8>, usize)> {
     while off + 16 <= data.len() {
         let caplen = u32::from_le_bytes(data[off + 8..off + 12].try_into().unwrap()) as usize;
         let rec = &data[off..off + 16 + caplen];
-        let q = match flow_key(&rec[16..]) {
-            // FNV-1a, its well-mixed high half mapped onto 0..n (its low bits mix poorly).
-            Some(k) => {
-                let h = k.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-                    (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-                });
-                (((h >> 32) * n as u64) >> 32) as usize
-            }
-            None => i % n,
-        };
+        let q = control::replay::queue_of(&rec[16..], i, n);
         out[q].0.extend_from_slice(rec);
         out[q].1 += 1;
         off += 16 + caplen;

@@ -19,20 +19,13 @@ mod common;
 
 use common::*;
 use control::config;
-use control::tables::{OpenedPort, TableBuilder};
-use fastpath::buf::HeapBuf;
+use control::replay::{self, Frame, PROCESSED};
 use fastpath::outcome::Outcome;
-use fastpath::pipeline::{Instant, Tables};
-use fastpath::rx::{HeapIo, RxEngine};
-use fastpath::socket::{QueueSync, SimQueue, SocketQueue};
-use fastpath::stats::{LcoreStats, QueueCounters};
-use fastpath::tx::{Collect, BURST};
-use fastpath::worker::{HeapWorkerIo, WorkerEngine};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 // ---------------------------------------------------------------------------------------------
 // The manifest.
@@ -267,9 +260,6 @@ fn diff_outcomes(want: &BTreeMap<String, Count>, got: &BTreeMap<String, u64>, ta
     }
     bad
 }
-
-/// The `result` label of `fastpath_socket_processed_total`.
-const PROCESSED: [&str; 6] = ["echoed", "sunk", "kernel", "tx_full", "invalid", "refused"];
 
 /// Every processed result expected or counted, one line each; mismatches marked.
 fn diff_processed(want: &BTreeMap<String, Count>, got: &BTreeMap<String, u64>, table: &mut String) -> bool {
@@ -558,40 +548,8 @@ fn io_stat(pcap: &Path, filters: &[&str]) -> Result<Vec<u64>, String> {
     Ok(frames)
 }
 
-// ---------------------------------------------------------------------------------------------
-// A classic libpcap reader: little-endian, microsecond or nanosecond timestamps, Ethernet.
-
-/// One frame: its timestamp in ns since the epoch and its bytes.
-struct Frame {
-    ts_ns: u64,
-    data: Vec<u8>,
-}
-
 fn read_pcap(path: &Path) -> Vec<Frame> {
-    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
-    assert!(b.len() >= 24, "{}: no pcap header", path.display());
-    let ns = match u32_at(0) {
-        0xa1b2_c3d4 => false,
-        0xa1b2_3c4d => true,
-        m => panic!("{}: magic {m:#x}: not a little-endian classic pcap", path.display()),
-    };
-    assert_eq!(u32_at(20), 1, "{}: linktype must be 1 (Ethernet)", path.display());
-    let mut frames = Vec::new();
-    let mut i = 24;
-    while i < b.len() {
-        assert!(i + 16 <= b.len(), "{}: truncated record header at {i}", path.display());
-        let (sec, frac, incl) = (u32_at(i) as u64, u32_at(i + 4) as u64, u32_at(i + 8) as usize);
-        let data = b
-            .get(i + 16..i + 16 + incl)
-            .unwrap_or_else(|| panic!("{}: truncated record at {i}", path.display()));
-        frames.push(Frame {
-            ts_ns: sec * 1_000_000_000 + if ns { frac } else { frac * 1000 },
-            data: data.to_vec(),
-        });
-        i += 16 + incl;
-    }
-    frames
+    replay::read_capture(path).unwrap_or_else(|e| panic!("{e}"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -612,7 +570,10 @@ fn corpus_in_process() {
                 continue;
             }
         };
-        let frames: Vec<Vec<Frame>> = queues.iter().map(|q| read_pcap(q)).collect();
+        let frames: Vec<Vec<Frame>> = queues
+            .iter()
+            .map(|q| replay::read_capture(q).unwrap_or_else(|e| panic!("{e}")))
+            .collect();
         let (got, processed, gre) = in_process(&cfg, &frames, e.idle_ms);
         let total: u64 = got.values().sum();
         let mut diff = String::new();
@@ -642,205 +603,83 @@ fn corpus_in_process() {
     report(&failures);
 }
 
-fn sim_queue(capacity: usize, _: QueueSync) -> Result<SocketQueue, String> {
-    Ok(SimQueue::new(capacity).into())
-}
-
-/// One RX engine per RX lcore (slot `i` replays `queues[i]`) over heap buffers, sharing one
-/// generation of tables as the daemon's lcores do: the daemon's own RX engine
-/// (`fastpath::rx::RxEngine`) in bursts of 32 with one `now` each, the lcores taking turns
-/// burst by burst, a TX queue that takes everything, then `idle_ms` of simulated quiet time and
-/// the clean stop. A frame larger than the daemon's mbuf data room arrives in several segments,
-/// as from the NIC. The clock is the capture's timestamps (from 1 s, never 0). Then one worker
-/// engine per worker lcore (`fastpath::worker::WorkerEngine`) takes what the RX lcores gave
-/// each socket and handed each sequence tunnel's owner, and drains it all, as workers do at a
-/// stop. Returns the outcome counts, summed over the lcores, the sockets' processed results,
-/// summed over the sockets, and the tunnels' counters as the daemon's metric series.
+/// [`control::replay::run`] over the entry's frames: capture timestamps as the clock, `idle_ms`
+/// of quiet time, no trace.
 fn in_process(
     cfg: &config::Config,
     queues: &[Vec<Frame>],
     idle_ms: u64,
 ) -> (BTreeMap<String, u64>, BTreeMap<String, u64>, BTreeMap<String, u64>) {
-    const DATA_ROOM: usize = 2048; // the daemon's mbuf data room: larger frames are `oversize`
-    let port = OpenedPort {
-        id: 0,
-        mac: cfg.ports[0].mac.unwrap_or_default(),
-        kernel: None,
-    };
-    let mut builder = TableBuilder::with_queues(
-        vec![port],
-        cfg.lcores.rx.len(),
-        cfg.lcores.workers.len(),
-        Box::new(sim_queue),
-    );
-    let tables = Arc::new(builder.build(cfg, 1).expect("tables"));
-    assert_eq!(queues.len(), cfg.lcores.rx.len(), "one RX queue per RX lcore");
-    let mut lcores: Vec<(RxEngine<HeapBuf, HeapIo>, Arc<LcoreStats>)> = (0..queues.len())
-        .map(|slot| {
-            let stats = Arc::new(LcoreStats::new(
-                slot as u32,
-                vec![QueueCounters::new(0, 0)],
-                vec![QueueCounters::new(0, 0)],
-            ));
-            let mut tx = Collect::new(0);
-            tx.keep = false;
-            // Kept, for the workers.
-            let io = HeapIo {
-                keep_delivered: true,
-                ..Default::default()
-            };
-            let rx = RxEngine::new(tables.clone(), slot, vec![tx], io, stats.clone());
-            (rx, stats)
-        })
-        .collect();
-    let counts = |lcores: &[(RxEngine<HeapBuf, HeapIo>, Arc<LcoreStats>)]| -> [u64; Outcome::COUNT] {
-        std::array::from_fn(|i| lcores.iter().map(|(_, st)| st.outcomes[i].get()).sum())
-    };
-    let t0 = queues
-        .iter()
-        .filter_map(|q| q.first())
-        .map(|f| f.ts_ns)
-        .min()
-        .unwrap_or(0);
-    let at = |ts: u64| Instant(1_000_000_000 + ts.saturating_sub(t0));
-    // FASTPATH_CORPUS_FRAMES=1 prints the outcomes counted while each frame was handled (a
-    // fragment's come later, with the fragment that completes or refuses its datagram; answers
-    // are sent at once to show theirs).
-    let show = std::env::var_os("FASTPATH_CORPUS_FRAMES").is_some();
-    let bursts = queues.iter().map(|q| q.len().div_ceil(BURST)).max().unwrap_or(0);
-    for b in 0..bursts {
-        for slot in 0..queues.len() {
-            let Some(burst) = queues[slot].chunks(BURST).nth(b) else {
-                continue;
-            };
-            let now = at(burst[0].ts_ns);
-            for (i, f) in burst.iter().enumerate() {
-                let before = counts(&lcores);
-                let mut buf = HeapBuf::new(&f.data);
-                if f.data.len() > DATA_ROOM {
-                    buf.set_segments(2);
-                }
-                lcores[slot].0.receive(0, buf, now);
-                if show {
-                    lcores[slot].0.flush_tx();
-                    let after = counts(&lcores);
-                    let what: Vec<&str> = Outcome::ALL
-                        .iter()
-                        .filter(|o| after[o.index()] != before[o.index()])
-                        .map(|o| o.name())
-                        .collect();
-                    let staged = if what.is_empty() { "staged for a socket" } else { "" };
-                    eprintln!(
-                        "  lcore {slot} frame {}: {}{staged}",
-                        b * BURST + i + 1,
-                        what.join(", ")
-                    );
-                }
-            }
-            let rx = &mut lcores[slot].0;
-            rx.end_burst();
-            rx.poll_done(now);
-        }
-    }
-    // Quiet time after the last packet, then the clean stop.
-    let last = queues
-        .iter()
-        .filter_map(|q| q.last())
-        .map(|f| f.ts_ns)
-        .max()
-        .unwrap_or(0);
-    let end = at(last).0 + idle_ms * 1_000_000;
-    for (rx, _) in lcores.iter_mut() {
-        while let Some(d) = rx.next_deadline().filter(|d| d.0 <= end) {
-            rx.poll_done(d);
-        }
-        rx.stop(Instant(end));
-    }
-    let c = counts(&lcores);
-    let outcomes = Outcome::ALL
-        .iter()
-        .map(|o| (o.name().to_string(), c[o.index()]))
-        .collect();
-    let processed = drain_in_workers(&tables, cfg.lcores.workers.len(), &mut lcores, Instant(end));
-    let mut gre = BTreeMap::new();
-    for t in &tables.tunnels {
-        let c = &t.counters;
-        for (family, n) in [
-            ("encap", c.sum(|x| &x.encap)),
-            ("decap", c.sum(|x| &x.decap)),
-            ("seq_dropped", c.sum(|x| &x.seq_dropped)),
-            ("too_big", c.sum(|x| &x.too_big)),
-            ("handoff", c.sum(|x| &x.handed_off)),
-            ("tx_full", c.sum(|x| &x.tx_full)),
-        ] {
-            gre.insert(format!("fastpath_gre_{family}_total{{tunnel=\"{}\"}}", t.name), n);
-        }
-    }
-    (outcomes, processed, gre)
+    let r = replay::run(cfg, queues, replay::Clock::Capture, Some(idle_ms), None);
+    (r.outcomes, r.processed, r.gre)
 }
 
-/// The workers' part of [`in_process`]: what the RX lcores' engines left in each socket and
-/// handed to each sequence tunnel's owner, through one worker engine per worker slot until
-/// nothing is left. Returns `fastpath_socket_processed_total` by result, summed over sockets.
-fn drain_in_workers(
-    tables: &Arc<Tables>,
-    workers: usize,
-    lcores: &mut [(RxEngine<HeapBuf, HeapIo>, Arc<LcoreStats>)],
-    now: Instant,
-) -> BTreeMap<String, u64> {
-    let mut engines: Vec<WorkerEngine<HeapBuf, HeapWorkerIo>> = (0..workers)
-        .map(|slot| {
-            let stats = Arc::new(LcoreStats::new(slot as u32, vec![], vec![QueueCounters::new(0, 1)]));
-            let mut tx = Collect::new(0);
-            tx.keep = false;
-            WorkerEngine::new(
-                tables.clone(),
-                slot,
-                vec![tx],
-                HeapWorkerIo::default(),
-                stats,
-                1_000_000_000,
-            )
-        })
-        .collect();
-    for (slot, (rx, _)) in lcores.iter_mut().enumerate() {
-        let io = rx.io_mut();
-        for ((_, p), at) in io.delivered.drain(..).zip(io.delivered_to.drain(..)) {
-            let s = tables
-                .sockets
-                .iter()
-                .find(|s| Arc::as_ptr(s).addr() == at)
-                .expect("a socket of the tables");
-            assert!(engines[s.worker].io_mut().place(s, slot, p));
+// ---------------------------------------------------------------------------------------------
+// Runner C: `fastpathd --explain --json`, whose records must count what the runners count.
+
+#[test]
+fn corpus_explained() {
+    let mut failures = Vec::new();
+    for e in entries() {
+        let s = Scratch::new(&format!("corpus-explain-{}", e.name));
+        let whole = captures_dir().join(&e.pcap);
+        let (text, _) = full_config(&e, std::slice::from_ref(&whole), &|q| {
+            PathBuf::from(format!("/dev/null/q{q}"))
+        });
+        let cfg = s.write("fastpathd.toml", &text);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fastpathd"))
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--explain")
+            .arg(&whole)
+            .args(["--json", "--capture-time", "--exit-when-idle", &e.idle_ms.to_string()])
+            .output()
+            .expect("fastpathd runs");
+        if !out.status.success() {
+            failures.push(format!(
+                "capture {:?}: --explain exit {:?}: {}",
+                e.name,
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+            continue;
         }
-        for (name, p) in io.handed_off.drain(..) {
-            let t = tables.tunnels.iter().find(|t| t.name == name).expect("a tunnel");
-            engines[t.owner].io_mut().hand(&name, p);
+        let mut got: BTreeMap<String, u64> = BTreeMap::new();
+        let mut summary = None;
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let v: serde_json::Value = serde_json::from_str(line).expect("one JSON object a line");
+            if let Some(sum) = v.get("summary").filter(|s| s.is_object()) {
+                summary = Some(sum.clone());
+                continue;
+            }
+            assert!(v["lcore"].is_u64(), "{line}");
+            assert!(v["stages"].as_array().is_some_and(|a| !a.is_empty()), "{line}");
+            *got.entry(v["outcome"].as_str().expect("outcome").to_string())
+                .or_default() += 1;
+        }
+        let summary = summary.expect("a summary line");
+        let mut diff = String::new();
+        let frames = summary["frames"].as_u64().unwrap_or(0);
+        let total: u64 = got.values().sum();
+        if total != frames {
+            writeln!(diff, "  {frames} frames, {total} records").unwrap();
+        }
+        if summary["lost"] != 0 {
+            writeln!(diff, "  {} records lost", summary["lost"]).unwrap();
+        }
+        let counted: BTreeMap<String, u64> = summary["outcomes"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+            .collect();
+        if counted != got {
+            writeln!(diff, "  records {got:?}\n  counted {counted:?}").unwrap();
+        }
+        diff_outcomes(e.inproc_outcomes.as_ref().unwrap_or(&e.outcomes), &got, &mut diff);
+        if !diff.is_empty() {
+            failures.push(format!("capture {:?} ({}), explained:\n{diff}", e.name, e.pcap));
         }
     }
-    // Workers hand sequence tunnels' packets to each other: until a round takes nothing.
-    while engines.iter_mut().map(|w| w.poll(now).taken).sum::<usize>() > 0 {}
-    for w in engines.iter_mut() {
-        w.stop();
-    }
-    PROCESSED
-        .iter()
-        .map(|r| {
-            let n: u64 = tables
-                .sockets
-                .iter()
-                .map(|s| {
-                    s.counters.sum(|c| match *r {
-                        "echoed" => &c.echoed,
-                        "sunk" => &c.sunk,
-                        "kernel" => &c.kernel,
-                        "tx_full" => &c.tx_full,
-                        "invalid" => &c.invalid,
-                        _ => &c.refused,
-                    })
-                })
-                .sum();
-            (r.to_string(), n)
-        })
-        .collect()
+    report(&failures);
 }

@@ -10,6 +10,8 @@
 //! - [`seed`]: seeds for per-lcore state, from the OS's random source;
 //! - [`rx`] and [`worker`]: the RX and worker engines, everything the lcores decide, generic over
 //!   the buffer and their I/O (no DPDK);
+//! - [`trace`]: the per-packet trace's records, filter and per-lcore ring (what the RX engine
+//!   did with a packet and why);
 //! - [`socket`] and [`spsc`]: the sockets' queue abstraction, and the lock-free single-producer,
 //!   single-consumer ring of words behind a socket fed by one RX lcore;
 //! - [`dpdk`] (feature `dpdk`): the only module that touches `dpdk-sys` and mbufs — EAL, mempools,
@@ -33,6 +35,7 @@ pub mod seed;
 pub mod socket;
 pub mod spsc;
 pub mod stats;
+pub mod trace;
 pub mod tx;
 pub mod wire;
 pub mod worker;

@@ -27,6 +27,7 @@ use std::sync::Arc;
 mod attack_tests;
 #[cfg(test)]
 mod tests;
+mod trace;
 
 /// Datagrams reassembled per poll at most, when timing out (bounded work).
 pub const EXPIRE_BUDGET: usize = 4;
@@ -161,6 +162,10 @@ pub struct RxEngine<B: LcoreBuf, Io: RxIo<B>> {
     /// The socket whose queue holds packets its consumer has not been shown ([`HOLD_BURSTS`]),
     /// and for how many bursts.
     held: Option<(usize, u32)>,
+    /// The per-packet trace's state ([`crate::trace`]).
+    trace: Box<trace::TraceScratch>,
+    /// Whether the reassembler's releases are reported to the trace now.
+    trace_on: bool,
 }
 
 /// The longest frame a port with `mtu` takes: the MTU, the Ethernet header and two VLAN tags
@@ -229,6 +234,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             spare: Vec::with_capacity(64),
             warm: None,
             held: None,
+            trace: trace::TraceScratch::new(),
+            trace_on: false,
         }
     }
 
@@ -288,8 +295,20 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// packets are reordered only across the two loops: a flow's keep their order unless some
     /// of them take the other loop (an IP option, a fragment), which then follow the rest, as
     /// IP allows.
+    ///
+    /// While a trace is armed ([`crate::trace`]; one relaxed load a burst, as the generation
+    /// check) the burst takes the traced variant instead.
     #[inline]
     pub fn burst(&mut self, qi: usize, port: u16, now: Instant, burst: &mut Vec<B>) {
+        if self.stats.trace.is_armed() {
+            return self.burst_traced(qi, port, now, burst);
+        }
+        self.burst_untraced(qi, port, now, burst)
+    }
+
+    /// [`RxEngine::burst`] without the trace.
+    #[inline(always)]
+    fn burst_untraced(&mut self, qi: usize, port: u16, now: Instant, burst: &mut Vec<B>) {
         match self.lead {
             Lead::Udp4 => self.burst_led::<{ Lead::UDP4 }>(qi, port, now, burst),
             Lead::Tcp4 => self.burst_led::<{ Lead::TCP4 }>(qi, port, now, burst),
@@ -497,8 +516,12 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     pub fn poll_done(&mut self, now: Instant) {
         self.pipeline.idents().set_now(now);
         if self.reasm.next_deadline().is_some_and(|d| d <= now) {
+            self.trace_on = self.trace.waiting();
             self.reasm.expire(now, EXPIRE_BUDGET, &mut self.side);
             self.settle_reassembly(now);
+            if self.trace_on {
+                self.trace_settled();
+            }
         }
         self.flush_tx();
         B::free_bulk(&mut self.drops);
@@ -604,8 +627,12 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// Clean stop: fragments still held are handed back and counted, and whatever is queued
     /// is sent. Afterwards every packet received has been counted once.
     pub fn stop(&mut self, now: Instant) {
+        self.trace_on = self.trace.waiting();
         self.reasm.drain_all(&mut self.side);
         self.settle_reassembly(now);
+        if self.trace_on {
+            self.trace_settled();
+        }
         self.flush_tx();
         B::free_bulk(&mut self.drops);
         self.publish_held();
@@ -665,6 +692,9 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                     let via = m.tunnelled();
                     if let Some(t) = via {
                         meta.key = meta.key.through(t.to_word());
+                    }
+                    if self.trace_on {
+                        self.trace.set_current(trace::frag_id(&meta));
                     }
                     if datagram_buffer {
                         // A reassembled datagram that is itself a fragment (fragments in a
@@ -835,11 +865,19 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     fn settle_reassembly(&mut self, now: Instant) {
         let mut released = std::mem::take(&mut self.side.released);
         for mut r in released.drain(..) {
+            // Before an answer rewrites it: the fragment's identity for the trace.
+            let id = if self.trace_on { trace::released_id(&r.buf) } else { 0 };
             if r.fate == (Fate::TimedOut { first: true }) {
                 // RFC 792 / RFC 8200 §4.5: Time Exceeded code 1 about the first fragment,
                 // through the ICMP rate limits; it is that fragment's outcome when sent.
                 let port = r.buf.port();
-                match self.pipeline.reassembly_timeout(port, &mut r.buf, now) {
+                let v = self.pipeline.reassembly_timeout(port, &mut r.buf, now);
+                if self.trace_on {
+                    if let Some(o) = v.filter(|v| !matches!(v, Verdict::Drop(_))).map(Verdict::outcome) {
+                        self.trace_released(id, Some(o));
+                    }
+                }
+                match v {
                     Some(Verdict::Transmit(o)) => {
                         self.transmit(port, r.buf, o);
                         continue;
@@ -866,6 +904,9 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                 Fate::TimedOut { .. } => Some(Outcome::ReassemblyTimeout),
                 Fate::Drained => Some(Outcome::ReassemblyFlushed),
             };
+            if self.trace_on {
+                self.trace_released(id, o);
+            }
             if let Some(o) = o {
                 self.stats.outcome(o);
             }

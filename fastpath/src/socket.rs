@@ -486,6 +486,11 @@ impl Socket {
         }
     }
 
+    /// How many of the last [`HISTORY_LEN`] recorded hashes equal `hash` (read only: the trace).
+    pub fn flow_seen(&self, hash: u32) -> usize {
+        self.history.0.iter().filter(|h| h.load(Relaxed) == hash).count()
+    }
+
     /// Whether more than half of the last [`HISTORY_LEN`] recorded hashes equal `hash`; records
     /// `hash` in slot `slot` (the caller's random number), with no lock and no index.
     #[inline]

@@ -116,6 +116,8 @@ pub struct LcoreStats {
     pub generation: AtomicU64,
     /// Reassembly (RX lcores).
     pub reasm: ReasmCounters,
+    /// The per-packet trace's switch (RX lcores): armed by the control side, read once a burst.
+    pub trace: crate::trace::TraceTap,
 }
 
 impl LcoreStats {
@@ -132,6 +134,7 @@ impl LcoreStats {
             idle_cycles: Counter::default(),
             generation: AtomicU64::new(0),
             reasm: ReasmCounters::default(),
+            trace: Default::default(),
         }
     }
 

@@ -1433,3 +1433,5 @@ proptest::proptest! {
         }
     }
 }
+
+mod trace_tests;

@@ -355,6 +355,16 @@ impl Pipeline {
         (&self.tables, &mut self.idents)
     }
 
+    /// This lcore's ICMP error counters (what the trace reads before and after a packet).
+    pub fn icmp_counters(&self) -> &icmp_error::IcmpLcoreCounters {
+        &self.icmp_counters
+    }
+
+    /// This lcore's TCP reset counters (likewise).
+    pub fn reset_counters(&self) -> &tcp_reset::ResetLcoreCounters {
+        &self.reset_counters
+    }
+
     /// This lcore's counter slot.
     pub fn slot(&self) -> usize {
         self.fanout.slot
