@@ -1040,6 +1040,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_contract_lists_every_family_and_nothing_else() {
+        let contract = include_str!("../../docs/contract.md");
+        let section = contract
+            .split("## Metric families")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("docs/contract.md has a Metric families section");
+        // The first column of the tables' rows: one family, or several in backticks.
+        let mut listed: Vec<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split(" |").next())
+            .flat_map(|cell| cell.split('`'))
+            .filter(|t| t.starts_with("fastpath_"))
+            .collect();
+        listed.sort_unstable();
+        listed.dedup();
+        let mut ours: Vec<&str> = FAMILIES
+            .iter()
+            .map(|f| f.0)
+            .chain(CONTRACT_FAMILIES.iter().copied())
+            .collect();
+        ours.sort_unstable();
+        ours.dedup();
+        assert_eq!(
+            listed, ours,
+            "docs/contract.md's metric tables and the families emitted differ"
+        );
+    }
+
+    #[test]
     fn dashboard_charts_only_known_families() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/grafana-dashboard.json");
         let dash: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();

@@ -402,3 +402,44 @@ fn the_log_line_describes_tunnels_and_services() {
         ]
     );
 }
+
+#[test]
+fn the_contract_lists_every_key_and_nothing_else() {
+    // Each `### [section]` / `### [[section]]` table of docs/contract.md's "Config keys", its
+    // rows' first cells (`key` or `a` / `b`), against the reload-key table (arrays of tables
+    // alone, `port`, `service`, `tunnel`, stand for adding or removing one and have no row).
+    let contract = include_str!("../../../../docs/contract.md");
+    let keys_section = contract
+        .split("## Config keys")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("docs/contract.md has a Config keys section");
+    let mut listed = Vec::new();
+    for sec in keys_section.split("\n### ").skip(1) {
+        let head = sec.lines().next().unwrap_or_default();
+        let Some(name) = head.split('`').nth(1).map(|h| h.trim_matches(|c| c == '[' || c == ']')) else {
+            continue;
+        };
+        for cell in sec
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split(" |").next())
+        {
+            for key in cell.split('`').map(str::trim).filter(|t| !t.is_empty() && *t != "/") {
+                listed.push(format!("{name}.{key}"));
+            }
+        }
+    }
+    listed.sort();
+    listed.dedup();
+    let mut ours: Vec<String> = KEYS
+        .iter()
+        .map(|k| k.key.to_string())
+        .filter(|k| k.contains('.'))
+        .collect();
+    ours.sort();
+    assert_eq!(
+        listed, ours,
+        "docs/contract.md's key tables and the reload-key table differ"
+    );
+}
