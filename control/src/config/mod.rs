@@ -336,6 +336,27 @@ pub fn parse_checked(src: &str, file: &str) -> Result<Loaded, ConfigErrors> {
 /// more pass over the file); past it, the ones found are reported.
 const MAX_SHAPE_ERRORS: usize = 50;
 
+/// serde's type names in words an operator reads (`invalid type: string "two", expected u16` said
+/// nothing to someone who never met Rust's integer types).
+fn in_words(message: &str) -> String {
+    let mut m = message.to_string();
+    for (rust, words) in [
+        ("expected i64", "expected a whole number"),
+        ("expected u64", "expected a whole number, 0 or more"),
+        ("expected u32", "expected a whole number from 0 to 4294967295"),
+        ("expected u16", "expected a whole number from 0 to 65535"),
+        ("expected u8", "expected a whole number from 0 to 255"),
+        ("expected f64", "expected a number"),
+        ("expected usize", "expected a whole number, 0 or more"),
+        ("expected a boolean", "expected true or false"),
+        ("a sequence", "a list in [ ]"),
+        ("a map", "a table"),
+    ] {
+        m = m.replace(rust, words);
+    }
+    m
+}
+
 /// Deserializes the file's sections, recording each type error or unknown key with its line
 /// and setting that key aside, until what is left deserializes. Returns the sections (`None`
 /// when a required key is missing or a problem cannot be set aside), the problems, and the keys
@@ -382,7 +403,7 @@ fn deserialize_all(mut table: toml::Table, loc: &Locator) -> (Option<FileConfig>
                 Some((head, expected)) => format!("{head}; known keys here: {expected}"),
                 None => message,
             },
-            None => message,
+            None => in_words(&message),
         };
         errors.push(ConfigError {
             key: key.clone(),

@@ -81,6 +81,17 @@ fn type_errors_unknown_keys_and_meaning_errors_are_all_reported_at_once() {
     );
     assert!(e[0].message.contains("unknown field `rx_queue`") && e[0].message.contains("known keys here"));
     assert!(e[1].message.contains("invalid type"), "{:?}", e[1]);
+    // In words, not Rust's type names.
+    assert!(
+        !e[1].message.contains("expected u") && !e[1].message.contains("expected i64"),
+        "{:?}",
+        e[1]
+    );
+    assert!(
+        e[1].message.contains("whole number") || e[1].message.contains("true or false"),
+        "{:?}",
+        e[1]
+    );
     // A missing required key ends the reading of the sections; what was found is still listed.
     let e = errors(
         &GOOD
