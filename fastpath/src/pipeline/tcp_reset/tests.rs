@@ -43,6 +43,18 @@ fn segment(v6: bool, options: &[u8], dport: u16, flags: TcpFlags, seq: u32, ack:
     f
 }
 
+/// A SYN to port 80 from `src` over IPv4, checksums right.
+fn syn_from(src: Ipv4Addr) -> Vec<u8> {
+    let mut f = segment(false, &[], 80, TcpFlags::SYN, 1, 0, b"");
+    f[26..30].copy_from_slice(&src.octets());
+    f[24..26].copy_from_slice(&[0, 0]);
+    let c = checksum::checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+    let mut t = TcpPacket::new_checked(&mut f[34..]).unwrap();
+    t.fill_checksum_v4(src, ME);
+    f
+}
+
 /// What a reset read back from the wire says: (seq, ack, flags), after checking everything
 /// else about it (addresses, ports, lengths, checksums, MACs).
 fn read_reset(frame: &[u8], v6: bool) -> (u32, u32, u8) {
@@ -162,18 +174,8 @@ fn limits_per_destination_then_global_and_off_when_disabled() {
     };
     let mut p = pipeline();
     p.tcp_reset.apply(&cfg, cfg.global_bucket(Instant(0)), 1);
-    let syn = |src: Ipv4Addr| {
-        let mut f = segment(false, &[], 80, TcpFlags::SYN, 1, 0, b"");
-        f[26..30].copy_from_slice(&src.octets());
-        f[24..26].copy_from_slice(&[0, 0]);
-        let c = checksum::checksum(&f[14..34]);
-        f[24..26].copy_from_slice(&c.to_be_bytes());
-        let mut t = TcpPacket::new_checked(&mut f[34..]).unwrap();
-        t.fill_checksum_v4(src, ME);
-        f
-    };
-    let a = syn(THEM);
-    let b = syn(Ipv4Addr::new(198, 51, 100, 8));
+    let a = syn_from(THEM);
+    let b = syn_from(Ipv4Addr::new(198, 51, 100, 8));
     let outcomes = |p: &mut Pipeline, f: &[u8], n: usize| (0..n).map(|_| run(p, f).0.outcome()).collect::<Vec<_>>();
     use Outcome::{TcpReset as R, TcpResetSuppressed as S};
     // A: its burst of 3, then held back per destination.
@@ -249,16 +251,6 @@ fn an_exempt_source_skips_every_limit_and_the_rest_keep_theirs() {
         exempt: ExemptSet::new(vec!["198.51.100.0/24".parse().unwrap()]).unwrap(),
         ..Default::default()
     };
-    let syn = |src: Ipv4Addr| {
-        let mut f = segment(false, &[], 80, TcpFlags::SYN, 1, 0, b"");
-        f[26..30].copy_from_slice(&src.octets());
-        f[24..26].copy_from_slice(&[0, 0]);
-        let c = checksum::checksum(&f[14..34]);
-        f[24..26].copy_from_slice(&c.to_be_bytes());
-        let mut t = TcpPacket::new_checked(&mut f[34..]).unwrap();
-        t.fill_checksum_v4(src, ME);
-        f
-    };
     for general in [false, true] {
         let mut p = pipeline();
         p.tcp_reset.apply(&cfg, cfg.global_bucket(Instant(0)), 1);
@@ -273,17 +265,22 @@ fn an_exempt_source_skips_every_limit_and_the_rest_keep_theirs() {
         };
         // 200 sources once each: the global budget (5 credits, each reset taking 0, 1 or 2 at
         // random) lets a few through; 40 would need 35 draws of 0 in 40 (probability < 1e-10).
-        let flood: Vec<Outcome> = (0..200u32).map(|i| go(&syn(Ipv4Addr::from(0xcb00_7100 + i)))).collect();
+        let flood: Vec<Outcome> = (0..200u32)
+            .map(|i| go(&syn_from(Ipv4Addr::from(0xcb00_7100 + i))))
+            .collect();
         let sent = flood.iter().filter(|&&o| o == Outcome::TcpReset).count();
         assert!(
             (1..40).contains(&sent),
             "general {general}: {sent} of the flood answered"
         );
-        let scanner: Vec<Outcome> = (0..20).map(|_| go(&syn(THEM))).collect();
+        let scanner: Vec<Outcome> = (0..20).map(|_| go(&syn_from(THEM))).collect();
         assert!(
             scanner.iter().all(|&o| o == Outcome::TcpReset),
             "general {general}: {scanner:?}"
         );
-        assert_eq!(go(&syn(Ipv4Addr::new(203, 0, 113, 99))), Outcome::TcpResetSuppressed);
+        assert_eq!(
+            go(&syn_from(Ipv4Addr::new(203, 0, 113, 99))),
+            Outcome::TcpResetSuppressed
+        );
     }
 }
