@@ -42,15 +42,24 @@ fn json(socket: &Path, args: &[&str], code: i32) -> Value {
 
 const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 
-/// An Ethernet/IPv4/UDP frame to us (no UDP checksum).
-fn udp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+/// An Ethernet/IPv4 frame to us: `proto`, identification `id`, flags and fragment offset
+/// `frag` (the header's 16-bit field), carrying `l4`.
+fn ipv4_frame(src: [u8; 4], dst: [u8; 4], proto: u8, id: u16, frag: u16, l4: &[u8]) -> Vec<u8> {
     let mut f = Vec::new();
     f.extend_from_slice(&MAC);
     f.extend_from_slice(&[2, 0, 0, 0, 0, 2]);
     f.extend_from_slice(&[0x08, 0x00]);
-    let total = (20 + 8 + payload.len()) as u16;
-    let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0];
+    f.extend_from_slice(&ipv4_packet(src, dst, proto, id, frag, l4));
+    f
+}
+
+/// An IPv4 packet (header checksum filled in).
+fn ipv4_packet(src: [u8; 4], dst: [u8; 4], proto: u8, id: u16, frag: u16, l4: &[u8]) -> Vec<u8> {
+    let total = (20 + l4.len()) as u16;
+    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 64, proto, 0, 0];
     ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip[4..6].copy_from_slice(&id.to_be_bytes());
+    ip[6..8].copy_from_slice(&frag.to_be_bytes());
     ip.extend_from_slice(&src);
     ip.extend_from_slice(&dst);
     let sum = ip
@@ -59,13 +68,24 @@ fn udp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8])
         .sum::<u32>();
     let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
     ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&dport.to_be_bytes());
-    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(payload);
-    f
+    ip.extend_from_slice(l4);
+    ip
+}
+
+/// A UDP header and payload (no checksum).
+fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut u = Vec::new();
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+/// An Ethernet/IPv4/UDP frame to us (no UDP checksum).
+fn udp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    ipv4_frame(src, dst, 17, 1, 0, &udp(sport, dport, payload))
 }
 
 /// A classic pcap of `frames`.
@@ -118,13 +138,23 @@ fn config(s: &Scratch, name: &str, socket: &str, sockets: usize, tx_queues: u16)
     }
     frames.push(udp_frame(FLOW_A.0, [192, 0, 2, 1], FLOW_A.1, 9, b"closed"));
     let cap = s.write_bytes("in.pcap", &pcap(&frames));
-    let vdevs = [
-        format!(
-            "--vdev=net_pcap0,rx_pcap={},tx_pcap=/dev/null,tx_pcap=/dev/null",
-            cap.display()
-        ),
-        "--vdev=net_null0,size=64".to_string(),
-    ];
+    config_on(name, socket, sockets, tx_queues, &cap, true)
+}
+
+/// [`config`]'s daemon reading `rx_pcap`, with or without the net_null0 port.
+fn config_on(name: &str, socket: &str, sockets: usize, tx_queues: u16, rx_pcap: &Path, null_port: bool) -> String {
+    let mut vdevs = vec![format!(
+        "--vdev=net_pcap0,rx_pcap={},tx_pcap=/dev/null,tx_pcap=/dev/null",
+        rx_pcap.display()
+    )];
+    if null_port {
+        vdevs.push("--vdev=net_null0,size=64".to_string());
+    }
+    let null_port = if null_port {
+        "[[port]]\ndevice = \"net_null0\"\ntx_queues = 2\nipv4 = [\"192.0.2.2\"]\n\n"
+    } else {
+        ""
+    };
     let tunnels: String = (0..3)
         .map(|i| {
             format!(
@@ -138,8 +168,7 @@ fn config(s: &Scratch, name: &str, socket: &str, sockets: usize, tx_queues: u16)
     format!(
         "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = {tx_queues}\n\
          ipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\nmac = \"02:00:00:00:00:01\"\n\n\
-         [[port]]\ndevice = \"net_null0\"\ntx_queues = 2\nipv4 = [\"192.0.2.2\"]\n\n\
-         [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 100\n\n\
+         {null_port}[lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 100\n\n\
          [control]\nsocket = \"{socket}\"\nwatch = false\n\n[metrics]\nlisten = \"127.0.0.1:0\"\ncache_ms = 0\n\n\
          [reassembly]\nbuffers = 32\n\n\
          [[service]]\nname = \"dns\"\nports = [53]\nsockets = {sockets}\naction = \"sink\"\n\n\
@@ -613,4 +642,215 @@ fn hostile_clients_leave_metrics_reloads_the_data_path_and_the_socket_working() 
     assert_eq!(d.scrape()["fastpath_config_generation"], 3.0);
     let (code, _) = d.stop();
     assert_eq!(code, Some(0));
+}
+
+/// `fastpathctl trace ARGS --json` started, once the daemon says the trace is armed: the child
+/// (stdout piped) and the rest of its stderr.
+fn trace_started(sock: &Path, args: &[&str]) -> (std::process::Child, std::io::BufReader<std::process::ChildStderr>) {
+    use std::io::BufRead;
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fastpathctl"))
+        .arg("--socket")
+        .arg(sock)
+        .arg("trace")
+        .args(args)
+        .arg("--json")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run fastpathctl trace");
+    let mut err = std::io::BufReader::new(c.stderr.take().unwrap());
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    assert!(first.starts_with("fastpathctl: tracing "), "{first:?}");
+    (c, err)
+}
+
+/// The trace over the control socket, against a daemon whose capture arrives only once the
+/// trace is armed (its `rx_pcap` is a FIFO the test writes): a record per packet, whose
+/// outcomes are exactly the counters' and whose reasons name the socket `flow` names, the
+/// Maglev backend, the ICMP limits (per destination and global), reassembly and GRE
+/// decapsulation; a client that goes away disarms the lcores.
+#[test]
+fn trace_records_every_packet_with_the_counted_outcome_and_the_reasons() {
+    let s = Scratch::new("ctl-trace");
+    let fifo = s.path("in.fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let me = [192, 0, 2, 1];
+    let mut frames = Vec::new();
+    for i in 0..N {
+        frames.push(udp_frame(FLOW_A.0, me, FLOW_A.1, 53, format!("a{i}").as_bytes()));
+        frames.push(udp_frame(FLOW_B.0, me, FLOW_B.1, 9000, format!("b{i}").as_bytes()));
+    }
+    // One source at a closed port: 6 errors (peer_burst), the rest held back for it.
+    for _ in 0..12 {
+        frames.push(udp_frame(FLOW_A.0, me, FLOW_A.1, 9, b"closed"));
+    }
+    // 150 sources: past the global burst (50, randomized up to twice that).
+    for i in 0..150u8 {
+        frames.push(udp_frame([198, 18, 1, i], me, 1000, 9, b"closed"));
+    }
+    // A datagram to dns in two fragments.
+    let whole = udp(FLOW_A.1, 53, &[7u8; 40]);
+    frames.push(ipv4_frame(FLOW_A.0, me, 17, 77, 0x2000, &whole[..24]));
+    frames.push(ipv4_frame(FLOW_A.0, me, 17, 77, 3, &whole[24..]));
+    // GRE from tunnel t0's far end, holding a datagram to dns.
+    let mut gre = vec![0, 0, 0x08, 0x00];
+    gre.extend_from_slice(&ipv4_packet(FLOW_A.0, me, 17, 5, 0, &udp(4444, 53, b"in gre")));
+    frames.push(ipv4_frame([203, 0, 113, 10], me, 47, 9, 0, &gre));
+    let total = frames.len();
+
+    // The daemon opens the FIFO at start and reads the header; the frames wait for the trace.
+    let header = pcap(&[]);
+    let body = pcap(&frames)[header.len()..].to_vec();
+    let fifo_w = fifo.clone();
+    // The config check opens the file too, and closes it unread: a header written to that
+    // reader fails (EPIPE) and is written again to DPDK's.
+    let writer = std::thread::spawn(move || loop {
+        let mut f = std::fs::OpenOptions::new().write(true).open(&fifo_w).unwrap();
+        match f.write_all(&header) {
+            Ok(()) => break f,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => continue,
+            Err(e) => panic!("{e}"),
+        }
+    });
+    let cfg = s.write("c.toml", &config_on("ctl-trace", "control.sock", 4, 2, &fifo, false));
+    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
+    let mut fifo_w = writer.join().unwrap();
+    let sock = socket_path(&s);
+    let m0 = d.scrape();
+    assert_eq!(
+        family_sum(&m0, "fastpath_packets_total"),
+        0.0,
+        "nothing before the trace"
+    );
+
+    // A bad filter or lcore is refused, exit 1, and arms nothing.
+    for (args, want) in [
+        (&["--filter", "port banana"][..], "filter: "),
+        (&["--lcore", "1"][..], "lcore 1 is not an RX lcore"),
+    ] {
+        let mut a = vec!["trace"];
+        a.extend_from_slice(args);
+        let out = ctl(&sock, &a);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains(want), "{args:?}");
+    }
+
+    let count = total.to_string();
+    let (child, mut err) = trace_started(&sock, &["--count", &count]);
+    fifo_w.write_all(&body).unwrap();
+    drop(fifo_w);
+    let out = wait_output(child, 30);
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(out.status.success(), "{rest}");
+    assert!(rest.contains(&format!("{total} records, 0 lost")), "{rest}");
+    let recs: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(recs.len(), total);
+
+    // Every packet's outcome is the one the counters show, packet for packet.
+    wait_for(20, "every packet counted", || {
+        family_sum(&d.scrape(), "fastpath_packets_total") == total as f64
+    });
+    let m = d.scrape();
+    let mut traced: BTreeMap<String, f64> = BTreeMap::new();
+    for r in &recs {
+        assert_eq!(r["lcore"], 0);
+        assert!(!r["stages"].as_array().unwrap().is_empty(), "{r}");
+        *traced.entry(r["outcome"].as_str().unwrap().to_string()).or_default() += 1.0;
+    }
+    let counted: BTreeMap<String, f64> = m
+        .iter()
+        .filter_map(|(k, v)| {
+            let o = k
+                .strip_prefix("fastpath_packets_total{outcome=\"")?
+                .strip_suffix("\"}")?;
+            (*v > 0.0).then(|| (o.to_string(), *v))
+        })
+        .collect();
+    assert_eq!(traced, counted);
+
+    let reasons = |r: &Value| -> Vec<String> {
+        r["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| format!("{}: {}", x["stage"].as_str().unwrap(), x["reason"].as_str().unwrap()))
+            .collect()
+    };
+    let with = |want: &str| recs.iter().filter(|r| reasons(r).iter().any(|x| x == want)).count();
+    // Flow A: the socket `flow` names, all 20.
+    let a = json(&sock, &["flow", "udp", "198.51.100.7:5353", "192.0.2.1:53"], 0);
+    let a_socket = a["detail"]["socket"]["socket"].as_u64().unwrap();
+    let flow_a_to = |want: &str| {
+        recs.iter()
+            .filter(|r| r["sport"] == FLOW_A.1 && r["dport"] == 53)
+            .filter(|r| reasons(r).iter().any(|x| x.starts_with(want)))
+            .count()
+    };
+    assert_eq!(flow_a_to(&format!("service: dns socket {a_socket}")), N);
+    assert_eq!(flow_a_to("service: "), N, "and to no other socket");
+    // Flow B: the backend `flow` names.
+    let b = json(&sock, &["flow", "udp", "203.0.113.9:40001", "192.0.2.1:9000"], 0);
+    let backend = b["detail"]["backend"].as_str().unwrap();
+    assert_eq!(with(&format!("maglev: backend {backend}")), N);
+    assert_eq!(
+        with("icmp: suppressed, per-destination budget of 198.51.100.7 empty"),
+        6
+    );
+    let global = with("icmp: suppressed, global budget empty");
+    let sent = with("icmp: sent port unreachable");
+    assert!(global > 0 && sent >= 6 + 50, "{global} held back, {sent} sent");
+    assert_eq!(
+        global + sent,
+        12 + 150 - 6,
+        "every probe but those held per destination"
+    );
+    assert_eq!(with("reassembly: completed the datagram, which went on"), 1);
+    assert_eq!(with("reassembly: held, then its datagram completed"), 1);
+    assert_eq!(with("gre: decap tunnel t0, depth 1"), 1);
+
+    // A client that goes away mid-trace disarms the lcore: the next trace arms.
+    let (mut follow, _) = trace_started(&sock, &["--follow", "--filter", "proto udp"]);
+    let _ = follow.kill();
+    let _ = follow.wait();
+    wait_for(10, "the lcore disarmed", || {
+        let mut c = UnixStream::connect(&sock).unwrap();
+        c.write_all(b"{\"command\":\"trace\",\"count\":1}\n").unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(c), &mut line).unwrap();
+        line.starts_with("{\"ok\":true")
+    });
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+/// The child's output once it exits, within `secs` (killed after); its stdout read as it
+/// comes, so a long trace never fills the pipe.
+fn wait_output(mut c: std::process::Child, secs: u64) -> Output {
+    let mut stdout = c.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        stdout.read_to_end(&mut v).unwrap();
+        v
+    });
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(secs) {
+            let _ = c.kill();
+            panic!("fastpathctl trace did not end within {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: reader.join().unwrap(),
+        stderr: Vec::new(),
+    }
 }

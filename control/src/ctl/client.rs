@@ -76,6 +76,25 @@ pub enum Cmd {
         #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = parse_interval)]
         interval: f64,
     },
+    /// Record what the RX lcores do with the next packets and why, one line each: the stages
+    /// that decided and the outcome (the `fastpath_packets_total` label). Records stream as
+    /// they come; a reader that falls behind loses records (reported), never packets.
+    Trace {
+        /// Packets to record before the trace ends.
+        #[arg(long, value_name = "N", default_value_t = super::protocol::DEFAULT_TRACE_COUNT,
+              value_parser = clap::value_parser!(u64).range(1..))]
+        count: u64,
+        /// Only this RX lcore (its lcore id).
+        #[arg(long, value_name = "L")]
+        lcore: Option<u32>,
+        /// Which packets: terms joined by `and`: src|dst|host ADDR, [src|dst] port N,
+        /// proto tcp|udp|icmp|icmp6|gre|N, outcome NAME, rxport N, rxqueue N.
+        #[arg(long, value_name = "EXPR", default_value = "")]
+        filter: String,
+        /// Keep recording past --count, until interrupted.
+        #[arg(long)]
+        follow: bool,
+    },
     /// Reload the config file as SIGHUP does and report it, key by key.
     Reload {
         /// Only say what a reload would change (live or restart), changing nothing.
@@ -146,6 +165,9 @@ What the running config does with such a packet.
 \fBstats\fR [\-\-interval \fISECONDS\fR]
 Per-lcore and per-queue rates over the interval.
 .TP
+\fBtrace\fR [\-\-count \fIN\fR] [\-\-lcore \fIL\fR] [\-\-filter \fIEXPR\fR] [\-\-follow]
+Record what the RX lcores do with the next packets, and why: one line per packet.
+.TP
 \fBreload\fR [\-\-dry\-run]
 Reload the config as SIGHUP does, or only list what would change.
 .SH FILES
@@ -174,15 +196,7 @@ pub struct Unreachable(pub String);
 pub fn ask(socket: &Path, req: &Request, within: Duration) -> Result<Value, Unreachable> {
     let shown = socket.display();
     let fail = |what: String| Unreachable(format!("fastpathctl: {shown}: {what}"));
-    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
-        fail(match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                "no such socket: is fastpathd running (and is this its [control] socket)?".into()
-            }
-            std::io::ErrorKind::ConnectionRefused => "nobody answers: fastpathd is not running".into(),
-            _ => format!("cannot connect: {e}"),
-        })
-    })?;
+    let mut s = connect(socket)?;
     s.set_read_timeout(Some(within)).ok();
     s.set_write_timeout(Some(within)).ok();
     let mut line = serde_json::to_string(req).expect("requests serialize");
@@ -194,6 +208,22 @@ pub fn ask(socket: &Path, req: &Request, within: Duration) -> Result<Value, Unre
         .read_to_string(&mut answer)
         .map_err(|e| fail(format!("no answer: {e}")))?;
     serde_json::from_str(answer.trim()).map_err(|e| fail(format!("not an answer ({e}): {:?}", truncate(&answer, 200))))
+}
+
+fn connect(socket: &Path) -> Result<std::os::unix::net::UnixStream, Unreachable> {
+    std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
+        Unreachable(format!(
+            "fastpathctl: {}: {}",
+            socket.display(),
+            match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    "no such socket: is fastpathd running (and is this its [control] socket)?".into()
+                }
+                std::io::ErrorKind::ConnectionRefused => "nobody answers: fastpathd is not running".into(),
+                _ => format!("cannot connect: {e}"),
+            }
+        ))
+    })
 }
 
 fn truncate(s: &str, n: usize) -> &str {
@@ -244,6 +274,20 @@ fn execute(socket: &Path, cmd: &Cmd, as_json: bool) -> Result<(String, u8), Unre
             dst: dst.clone(),
         },
         Cmd::Stats { interval } => return stats(socket, *interval, as_json, within),
+        Cmd::Trace {
+            count,
+            lcore,
+            filter,
+            follow,
+        } => {
+            let req = Request::Trace {
+                count: *count,
+                lcore: *lcore,
+                filter: filter.clone(),
+                follow: *follow,
+            };
+            return trace(socket, &req, as_json, &mut std::io::stdout(), &mut std::io::stderr());
+        }
         Cmd::Reload { dry_run } => Request::Reload { dry_run: *dry_run },
     };
     let within = match cmd {
@@ -283,9 +327,100 @@ fn execute(socket: &Path, cmd: &Cmd, as_json: bool) -> Result<(String, u8), Unre
         Cmd::Show { what } => render_show(*what, r),
         Cmd::Flow { .. } => render_flow(r),
         Cmd::Reload { .. } => render_reload(r),
-        Cmd::Stats { .. } => unreachable!("stats returned above"),
+        Cmd::Stats { .. } | Cmd::Trace { .. } => unreachable!("returned above"),
     };
     Ok((text, code))
+}
+
+/// `trace`: sends the request, then copies the daemon's stream: each record to `out` as it
+/// comes (a line, or with `--json` the record's object on one line), what else the stream says
+/// (armed, records lost, the end) to `note`. What is left to print when it ends is returned.
+fn trace(
+    socket: &Path,
+    req: &Request,
+    as_json: bool,
+    out: &mut dyn Write,
+    note: &mut dyn Write,
+) -> Result<(String, u8), Unreachable> {
+    use std::io::BufRead;
+    let shown = socket.display();
+    let fail = |what: String| Unreachable(format!("fastpathctl: {shown}: {what}"));
+    let mut s = connect(socket)?;
+    s.set_write_timeout(Some(Duration::from_secs(10))).ok();
+    let mut line = serde_json::to_string(req).expect("requests serialize");
+    line.push('\n');
+    s.write_all(line.as_bytes())
+        .map_err(|e| fail(format!("cannot send the request: {e}")))?;
+    // The first line within the usual time; then records may be a long time coming.
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let mut lines = std::io::BufReader::new(s.try_clone().map_err(|e| fail(e.to_string()))?).lines();
+    let head: Value = match lines.next() {
+        Some(Ok(l)) => {
+            serde_json::from_str(&l).map_err(|e| fail(format!("not an answer ({e}): {:?}", truncate(&l, 200))))?
+        }
+        Some(Err(e)) => return Err(fail(format!("no answer: {e}"))),
+        None => return Err(fail("closed without an answer".into())),
+    };
+    if head["ok"] != true {
+        let msg = head["error"].as_str().unwrap_or("the daemon refused");
+        return Ok(if as_json {
+            (format!("{head}\n"), EXIT_REFUSED)
+        } else {
+            (format!("fastpathctl: {msg}\n"), EXIT_REFUSED)
+        });
+    }
+    let r = &head["result"];
+    let _ = writeln!(
+        note,
+        "fastpathctl: tracing {} on lcore{} {}{}",
+        if r["follow"] == true {
+            "until interrupted".to_string()
+        } else {
+            format!("{} packet{}", r["count"], if r["count"] == 1 { "" } else { "s" })
+        },
+        if r["lcores"].as_array().is_some_and(|a| a.len() > 1) {
+            "s"
+        } else {
+            ""
+        },
+        r["lcores"]
+            .as_array()
+            .map(|a| a.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", "))
+            .unwrap_or_default(),
+        match r["filter"].as_str() {
+            Some(f) if !f.is_empty() => format!(" matching {f:?}"),
+            _ => String::new(),
+        }
+    );
+    let _ = note.flush();
+    s.set_read_timeout(None).ok();
+    for l in lines {
+        let l = l.map_err(|e| fail(format!("the trace broke off: {e}")))?;
+        let v: Value =
+            serde_json::from_str(&l).map_err(|e| fail(format!("not a trace line ({e}): {:?}", truncate(&l, 200))))?;
+        if let Some(rec) = v.get("record") {
+            let text = if as_json {
+                rec.to_string()
+            } else {
+                crate::trace::line(rec)
+            };
+            if writeln!(out, "{text}").and_then(|_| out.flush()).is_err() {
+                // The reader of our output went away (a pipe to `head`): so do we.
+                return Ok((String::new(), EXIT_OK));
+            }
+        } else if let Some(n) = v.get("lost") {
+            let _ = writeln!(
+                note,
+                "fastpathctl: {n} records lost so far: this reader fell behind (no packet was)"
+            );
+        } else if let Some(d) = v.get("done") {
+            let _ = writeln!(note, "fastpathctl: {} records, {} lost", d["records"], d["lost"]);
+            return Ok((String::new(), EXIT_OK));
+        }
+    }
+    Err(fail(
+        "the trace ended without its last line: did fastpathd stop?".into(),
+    ))
 }
 
 /// Two samples `interval` apart and the rates between them.
@@ -889,11 +1024,21 @@ mod tests {
             parse("stats --interval 0.5").unwrap().command,
             Some(Cmd::Stats { interval: 0.5 })
         );
+        assert_eq!(
+            parse("trace --filter anything --lcore 2 --follow").unwrap().command,
+            Some(Cmd::Trace {
+                count: 10,
+                lcore: Some(2),
+                filter: "anything".into(),
+                follow: true
+            })
+        );
         for bad in [
             "show everything",
             "flow icmp a b",
             "stats --interval 0",
-            "trace",
+            "trace --count 0",
+            "trace --lcore x",
             "status --bogus",
         ] {
             assert!(parse(bad).is_err(), "{bad}");

@@ -13,10 +13,13 @@
 //! - `{"command": "flow", "protocol": "udp" | "tcp", "src": "ADDR[:PORT]", "dst": "ADDR[:PORT]"}`
 //! - `{"command": "stats"}`: the counters `fastpathctl stats` takes two samples of
 //! - `{"command": "reload", "dry_run": true | false}`
+//! - `{"command": "trace", "count": N, "lcore": L, "filter": "EXPR", "follow": true | false}`:
+//!   the one request answered by a stream of lines ([`trace`]) rather than one object
 
 pub mod client;
 pub mod protocol;
 pub mod server;
+pub mod trace;
 pub mod view;
 
 pub use protocol::{parse_request, Request, Show};

@@ -43,12 +43,34 @@ pub enum Request {
     },
     /// The per-lcore and per-queue counters, for rates between two samples.
     Stats,
+    /// Record what the RX lcores do with the next packets (a stream: see [`super::trace`]).
+    Trace {
+        /// Records to print before the trace ends (with `follow`: no end).
+        #[serde(default = "default_trace_count")]
+        count: u64,
+        /// Only this RX lcore (its EAL lcore id).
+        #[serde(default)]
+        lcore: Option<u32>,
+        /// Which packets ([`fastpath::trace::Filter`]'s language); none: every packet.
+        #[serde(default)]
+        filter: String,
+        /// Stream until the client closes the connection.
+        #[serde(default)]
+        follow: bool,
+    },
     /// Reload the config file as SIGHUP does, or only say what that would change.
     Reload {
         /// Change nothing.
         #[serde(default)]
         dry_run: bool,
     },
+}
+
+/// Records a trace prints unless told otherwise.
+pub const DEFAULT_TRACE_COUNT: u64 = 10;
+
+fn default_trace_count() -> u64 {
+    DEFAULT_TRACE_COUNT
 }
 
 /// What `show` shows.
@@ -85,6 +107,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, String> {
         Some("show") => &["command", "what"],
         Some("flow") => &["command", "protocol", "src", "dst"],
         Some("reload") => &["command", "dry_run"],
+        Some("trace") => &["command", "count", "lcore", "filter", "follow"],
         _ => &["command"],
     };
     if let Some(extra) = v
@@ -161,15 +184,31 @@ mod tests {
                 dst: "192.0.2.1:53".into()
             })
         );
+        assert_eq!(
+            parse_request(br#"{"command":"trace"}"#),
+            Ok(Request::Trace {
+                count: DEFAULT_TRACE_COUNT,
+                lcore: None,
+                filter: String::new(),
+                follow: false
+            })
+        );
         // Every request round-trips through its own JSON (what the client sends).
-        for r in [Request::Stats, Request::Show { what: Show::Kernel }] {
+        let trace = Request::Trace {
+            count: 5,
+            lcore: Some(2),
+            filter: "proto udp and port 53".into(),
+            follow: true,
+        };
+        for r in [Request::Stats, Request::Show { what: Show::Kernel }, trace] {
             assert_eq!(parse_request(serde_json::to_string(&r).unwrap().as_bytes()), Ok(r));
         }
         for bad in [
             &b""[..],
             b"\n",
             b"status",
-            b"{\"command\":\"trace\"}",
+            b"{\"command\":\"trace\",\"count\":-1}",
+            b"{\"command\":\"trace\",\"grep\":\"x\"}",
             b"{\"command\":\"show\",\"what\":\"everything\"}",
             b"{\"command\":\"show\"}",
             b"{\"command\":\"status\",\"extra\":1}",

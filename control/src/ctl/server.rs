@@ -18,6 +18,7 @@
 use super::protocol::{
     self, Request, ANSWER_TIME, MAX_CONNECTIONS, MAX_REQUEST, RELOAD_GAP, RELOAD_TIME, REQUEST_TIME,
 };
+use super::trace::Armed;
 use super::view::View;
 use crate::reload::ReloadReport;
 use std::cell::{Cell, RefCell};
@@ -29,6 +30,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+
+/// How often a trace takes the records the lcores made.
+const TRACE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A reload (or dry run) the socket asks of the control thread, and where its report goes.
 pub struct ReloadRequest {
@@ -221,7 +225,93 @@ impl Endpoint {
                 Err(e) => protocol::error(e),
             },
             Request::Reload { dry_run } => self.reload(dry_run).await,
+            Request::Trace { .. } => protocol::error("trace is answered by a stream"),
         }
+    }
+
+    /// `trace`: arms the lcores, streams their records ([`super::trace`]) until the count, the
+    /// client's close, a write that stalls past [`ANSWER_TIME`], or the daemon's stop.
+    async fn trace(&self, mut stream: UnixStream, count: u64, lcore: Option<u32>, filter: &str, follow: bool) {
+        let armed = match self.arm_trace(count, lcore, filter, follow) {
+            Ok(a) => a,
+            Err(e) => return write_answer(&mut stream, &protocol::error(e)).await,
+        };
+        let head = protocol::ok(serde_json::json!({
+            "lcores": armed.lcores(),
+            "count": count,
+            "follow": follow,
+            "filter": filter,
+        }));
+        let (mut rd, mut wr) = stream.split();
+        let mut sent = 0u64;
+        let mut lost = 0u64;
+        let mut out = format!("{head}\n");
+        let mut tick = tokio::time::interval(TRACE_POLL);
+        let mut scratch = [0u8; 256];
+        let mut open = true;
+        loop {
+            if !out.is_empty() {
+                let w = tokio::time::timeout(ANSWER_TIME, wr.write_all(out.as_bytes())).await;
+                if !matches!(w, Ok(Ok(()))) {
+                    open = false;
+                    break;
+                }
+                out.clear();
+            }
+            if !follow && sent >= count {
+                break;
+            }
+            tokio::select! {
+                _ = tick.tick() => {}
+                // Anything the client sends is ignored; its close ends the trace.
+                r = rd.read(&mut scratch) => if !matches!(r, Ok(n) if n > 0) {
+                    open = false;
+                    break;
+                },
+            }
+            let want = if follow { usize::MAX } else { (count - sent) as usize };
+            let tables = self.view.sources.published.current();
+            for r in armed.take(want) {
+                let v = serde_json::json!({ "record": crate::trace::to_json(&r, Some(&tables)) });
+                out.push_str(&v.to_string());
+                out.push('\n');
+                sent += 1;
+            }
+            if armed.lost() > lost {
+                lost = armed.lost();
+                out.push_str(&serde_json::json!({ "lost": lost }).to_string());
+                out.push('\n');
+            }
+        }
+        let released = armed.disarm();
+        if open {
+            let done = serde_json::json!({ "done": { "records": sent, "lost": lost } });
+            let _ = tokio::time::timeout(ANSWER_TIME, async {
+                wr.write_all(format!("{done}\n").as_bytes()).await?;
+                wr.shutdown().await
+            })
+            .await;
+        }
+        // The sessions go here, once no lcore holds them (an lcore lets go at its next burst).
+        let deadline = Instant::now() + ANSWER_TIME;
+        while !released.released() && Instant::now() < deadline {
+            tokio::time::sleep(TRACE_POLL).await;
+        }
+    }
+
+    fn arm_trace(&self, count: u64, lcore: Option<u32>, filter: &str, follow: bool) -> Result<Armed, String> {
+        if count == 0 && !follow {
+            return Err("count 0: nothing to trace".into());
+        }
+        let filter = fastpath::trace::Filter::parse(filter).map_err(|e| format!("filter: {e}"))?;
+        let cfg = self.view.config.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if cfg.lcores.mode == crate::config::LcoreMode::Forward {
+            return Err(
+                "the lcores forward without the RX engine ([lcores] mode = \"forward\"): nothing to trace".into(),
+            );
+        }
+        let per_lcore = if follow { u64::MAX } else { count };
+        Armed::arm(&self.view.sources.lcores, &cfg.lcores.rx, lcore, filter, per_lcore)
     }
 
     /// A reload through the control thread: one at a time, [`RELOAD_GAP`] apart.
@@ -324,6 +414,12 @@ async fn serve(mut stream: UnixStream, ep: Rc<Endpoint>, id: u64, busy: Rc<Cell<
     };
     busy.set(true);
     let answer = match protocol::parse_request(&request) {
+        Ok(Request::Trace {
+            count,
+            lcore,
+            filter,
+            follow,
+        }) => return ep.trace(stream, count, lcore, &filter, follow).await,
         Ok(r) => ep.answer(r).await,
         Err(e) => protocol::error(e),
     };
