@@ -105,7 +105,7 @@ outcomes! {
     /// TCP to a closed port with a wrong checksum, once the limits would have let a reset go:
     /// discarded, not answered (RFC 9293 §3.1).
     TcpBadChecksum => "tcp_bad_checksum",
-    /// Handed to the kernel path (issue 33): queued for a port's kernel interface, by a
+    /// Handed to the kernel path: queued for a port's kernel interface, by a
     /// `[kernel] punt` rule, an `action = "kernel"` service, or a neighbour reply the kernel
     /// asked for.
     Kernel => "kernel",
@@ -118,6 +118,9 @@ outcomes! {
     /// answers no solicitation the kernel sent lately: dropped, so nobody on the link rewrites
     /// the kernel's neighbour entries unasked (RFC 4861 §7.2.5).
     NeighborUnsolicited => "neighbor_unsolicited",
+    /// From a source a prefix filter refuses (`[filter]` or the service's own lists: in a deny
+    /// list, or not in an allow list), dropped before any other work.
+    Filtered => "filtered",
 }
 
 impl Outcome {

@@ -422,6 +422,7 @@ pub fn outcome_stage(o: Outcome) -> &'static str {
         Martian | SourceRouted => "source",
         TcpReset | TcpResetSuppressed | TcpBadChecksum => "tcp_reset",
         Kernel | KernelFull | KernelLimited | NeighborUnsolicited => "kernel",
+        Filtered => "filter",
     }
 }
 
@@ -474,6 +475,10 @@ fn outcome_reason(o: Outcome, s: &Summary) -> String {
         KernelFull => "the kernel socket was full".into(),
         KernelLimited => "limited by punt budget".into(),
         NeighborUnsolicited => "a neighbour answer the kernel did not ask for".into(),
+        Filtered => match ip {
+            Some(ip) => format!("source {} refused: in a deny list, or not in an allow list", ip.src),
+            None => "refused by a prefix filter".into(),
+        },
     }
 }
 

@@ -8,7 +8,7 @@
 //! - the vocabulary every stage speaks, which stages import directly: `verdict` ([`Instant`],
 //!   [`Verdict`]) and `tables` ([`PortAddrs`], [`Tables`]);
 //! - the stages, each knowing only the vocabulary and the stages it calls: `parse`, `arp`,
-//!   `echo`, `ndp`, `service`, `source`, `fanout`, `flow_limit`, `icmp_error`, `tunnel`, `reasm`, `kernel`;
+//!   `echo`, `ndp`, `service`, `source`, `filter` (with `prefix`, its sets), `fanout`, `flow_limit`, `icmp_error`, `tunnel`, `reasm`, `kernel`;
 //! - `explain`: what the tables would do with one flow, from the stages' own pure functions
 //!   (no packet, no state: `fastpathctl flow`);
 //! - the orchestrator, `process`: one lcore's [`Pipeline`], which calls the stages in order.
@@ -22,12 +22,14 @@ mod arp;
 pub(crate) mod echo;
 pub mod explain;
 pub mod fanout;
+pub mod filter;
 pub mod flow_limit;
 pub mod icmp_error;
 pub mod kernel;
 pub mod maglev;
 pub(crate) mod ndp;
 pub mod parse;
+pub mod prefix;
 mod process;
 pub mod reasm;
 pub mod service;

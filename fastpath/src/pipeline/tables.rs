@@ -28,6 +28,8 @@ pub struct PortView {
     pub(crate) v6: Option<Ipv6Addr>,
     /// [`PortAddrs::kernel`].
     pub(crate) kernel: bool,
+    /// A port-wide prefix filter is configured ([`super::filter`]): the fast paths ask it.
+    pub(crate) filtered: bool,
 }
 
 impl PortView {
@@ -45,6 +47,7 @@ impl PortView {
             v4: Self::LISTED,
             v6: None,
             kernel: false,
+            filtered: false,
         }
     }
 }
@@ -102,6 +105,7 @@ impl PortAddrs {
                 _ => None,
             },
             kernel: self.kernel,
+            filtered: false,
         }
     }
 
@@ -206,6 +210,8 @@ pub struct Tables {
     pub tcp_reset_counters: Arc<tcp_reset::ResetCounters>,
     /// The exception path into the kernel, if any port has a kernel interface.
     pub kernel: Option<super::kernel::KernelPath>,
+    /// Prefix filters, port-wide and per service.
+    pub filters: super::filter::Filters,
 }
 
 impl Tables {
@@ -217,9 +223,12 @@ impl Tables {
 
     /// What the fast paths read of `port` on every packet ([`PortView`]).
     pub fn port_view(&self, port: u16) -> PortView {
-        self.ports
+        let mut v = self
+            .ports
             .get(port as usize)
-            .map_or_else(PortView::unknown, PortAddrs::view)
+            .map_or_else(PortView::unknown, PortAddrs::view);
+        v.filtered = self.filters.global.is_some();
+        v
     }
 
     /// The MTU of `port`.

@@ -34,6 +34,8 @@ pub(super) struct Shape {
     pub unhandled: bool,
     /// A punt budget of 2 at once, 1000 a second: some punts are `kernel_limited`.
     pub tight_punt: bool,
+    /// Prefix filters ([`filters`]).
+    pub filtered: bool,
 }
 
 pub(super) fn shape() -> impl Strategy<Value = Shape> {
@@ -44,15 +46,17 @@ pub(super) fn shape() -> impl Strategy<Value = Shape> {
         any::<bool>(),
         proptest::bool::weighted(0.2),
         any::<bool>(),
+        any::<bool>(),
     )
         .prop_map(
-            |(two_addresses, rollover, flow_limit, kernel, unhandled, tight_punt)| Shape {
+            |(two_addresses, rollover, flow_limit, kernel, unhandled, tight_punt, filtered)| Shape {
                 two_addresses,
                 rollover,
                 flow_limit,
                 kernel,
                 unhandled,
                 tight_punt,
+                filtered,
             },
         )
 }
@@ -140,8 +144,40 @@ pub(super) fn tables(s: Shape) -> Arc<Tables> {
             counters: Arc::new(KernelCounters::new(1, 1)),
             solicited: Arc::new(Solicitations::new(1, 1)),
         }),
+        filters: if s.filtered { filters() } else { Default::default() },
         ..Default::default()
     })
+}
+
+/// `[filter] deny` one IPv4 and one IPv6 test source; "two" (UDP 53) and "ssh" (TCP 22) allow
+/// only some of the others.
+fn filters() -> crate::pipeline::filter::Filters {
+    use crate::pipeline::filter::{Filter, FilterCounters, Filters};
+    use crate::pipeline::prefix::{Prefix, PrefixSet};
+    let set = |l: &[&str]| {
+        Some(PrefixSet::new(
+            &l.iter().map(|p| Prefix::parse(p).unwrap()).collect::<Vec<_>>(),
+        ))
+    };
+    let f = |deny, allow| {
+        Some(Arc::new(Filter {
+            name: "f".into(),
+            deny,
+            allow,
+            counters: Arc::new(FilterCounters::new(1)),
+        }))
+    };
+    let allow = || {
+        f(
+            None,
+            set(&["203.0.113.0/31", "198.51.100.0/24", "2001:db8:1::/127", "::ffff:0:0/96"]),
+        )
+    };
+    Filters {
+        global: f(set(&["203.0.113.1", "2001:db8:1::2", "198.51.100.9"]), None),
+        services: vec![None, allow(), None, allow(), None, None],
+        any_service: true,
+    }
 }
 
 /// A fast pipeline and a general one in the same state: the general one a clone (its random
@@ -253,6 +289,7 @@ pub(super) fn outcomes_seen<D: std::fmt::Debug>(
                 kernel,
                 unhandled: false,
                 tight_punt: false,
+                filtered: kernel,
             }),
             0,
         );

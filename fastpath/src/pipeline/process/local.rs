@@ -38,6 +38,12 @@ impl Pipeline {
         if let Some(v) = refusal(local, pkt.data(), parsed) {
             return Step::Done(v);
         }
+        // Then the port-wide prefix filter (`pipeline/filter.rs`), also for what a tunnel held.
+        if self.tables.filters.global.is_some() {
+            if let Some(o) = self.filter_general(local, pkt.data(), parsed) {
+                return Step::Done(Verdict::Drop(o));
+            }
+        }
         if parsed.fragment.is_some() && is_local(local, parsed.dst) {
             // RFC 791 §3.2 / RFC 8200 §4.5: fragments are reassembled before anything else
             // looks at the datagram (service lookup, echo, GRE).
@@ -113,6 +119,11 @@ impl Pipeline {
         let Some(hit) = self.tables.services.lookup(p.protocol, dport, &p.dst) else {
             return Verdict::Drop(Outcome::NoService);
         };
+        if self.tables.filters.any_service {
+            if let Some(o) = self.service_filter(hit.svc(), p.src) {
+                return Verdict::Drop(o);
+            }
+        }
         // One socket with room to spare (the common case): no decision to make, no call.
         if let Some(s) = self.fanout.choose_fast_single(hit.single()) {
             return self.deliver(s);
@@ -301,6 +312,27 @@ impl Pipeline {
                 Some(Verdict::Drop(Outcome::KernelFull))
             }
             Choice::FlowLimited(_) => Some(Verdict::Drop(Outcome::FlowLimited)),
+        }
+    }
+}
+
+impl Pipeline {
+    /// The port-wide filter for a packet the general path has for us (a local unicast
+    /// destination; Neighbor Discovery passes, as ARP does: the link keeps working).
+    #[inline(never)]
+    fn filter_general(&self, local: &PortAddrs, frame: &[u8], p: &Parsed) -> Option<Outcome> {
+        match (p.src, p.dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) if local.has_ipv4(dst) => self.filter_v4(src),
+            (IpAddr::V6(src), IpAddr::V6(dst)) if local.ipv6.contains(&dst) => {
+                let ndp = p.protocol == IpProtocol::ICMPV6
+                    && p.fragment.is_none()
+                    && frame.get(p.l4_offset as usize).is_some_and(|t| (133..=137).contains(t));
+                if ndp {
+                    return None;
+                }
+                self.filter_v6(&src)
+            }
+            _ => None,
         }
     }
 }

@@ -494,6 +494,47 @@ impl Pipeline {
         }
     }
 
+    /// The port-wide prefix filter's verdict on an IPv4 source ([`crate::pipeline::filter`]),
+    /// counted: `Filtered`, or `None` to go on. Asked only where one is configured.
+    #[inline(never)]
+    fn filter_v4(&self, src: Ipv4Addr) -> Option<Outcome> {
+        let f = self.tables.filters.global.as_deref()?;
+        let l = f.refuses_v4(src)?;
+        f.count(self.fanout.slot, l);
+        Some(Outcome::Filtered)
+    }
+
+    /// [`Pipeline::filter_v4`] for IPv6.
+    #[inline(never)]
+    fn filter_v6(&self, src: &Ipv6Addr) -> Option<Outcome> {
+        let f = self.tables.filters.global.as_deref()?;
+        let l = f.refuses_v6(src)?;
+        f.count(self.fanout.slot, l);
+        Some(Outcome::Filtered)
+    }
+
+    /// Service `svc`'s own prefix filter on `src`, counted. Asked only where some service has
+    /// one.
+    #[inline(never)]
+    fn service_filter(&self, svc: usize, src: std::net::IpAddr) -> Option<Outcome> {
+        let f = self.tables.filters.service(svc)?;
+        let l = f.refuses(src)?;
+        f.count(self.fanout.slot, l);
+        Some(Outcome::Filtered)
+    }
+
+    /// [`Pipeline::service_filter`] for a fast path's untagged frame, its source read from
+    /// the frame (IPv6 if `v6`), so the fast path keeps no value live for it.
+    #[inline(never)]
+    fn service_filter_frame(&self, svc: usize, frame: &[u8], v6: bool) -> Option<Outcome> {
+        let src = if v6 {
+            std::net::IpAddr::V6(crate::wire::ipv6_at(frame.get(..38)?, 22))
+        } else {
+            std::net::IpAddr::V4(crate::wire::ipv4_at(frame.get(..30)?, 26))
+        };
+        self.service_filter(svc, src)
+    }
+
     /// [`Pipeline::v4_to_local_listed`] for IPv6 ([`source::v6_to_local`]).
     #[cold]
     #[inline(never)]

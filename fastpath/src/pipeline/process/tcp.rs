@@ -62,6 +62,11 @@ impl Pipeline {
         if let Some(o) = source::v4_to_local_view(view, dst, src, || self.v4_to_local_listed(port, dst, src)) {
             return Some(Verdict::Drop(o));
         }
+        if view.filtered {
+            if let Some(o) = self.filter_v4(src) {
+                return Some(Verdict::Drop(o));
+            }
+        }
         // The rest read where it is used: held from above, LLVM spilled it to the stack on
         // every packet, and a SYN flood's packets use only the destination port and flags.
         let t = &*self.tables;
@@ -107,6 +112,11 @@ impl Pipeline {
     #[inline(always)]
     fn tcp4_service<B: PacketBuf>(&mut self, hit: Hit, pkt: &mut B, end: usize) -> Verdict {
         pkt.trim_to(end);
+        if self.tables.filters.any_service {
+            if let Some(o) = self.service_filter_frame(hit.svc(), pkt.data(), false) {
+                return Verdict::Drop(o);
+            }
+        }
         if let Some(s) = self.fanout.choose_fast_single(hit.single()) {
             return self.deliver(s);
         }
@@ -155,6 +165,11 @@ impl Pipeline {
         if let Some(o) = source::v6_to_local_view(view, &dst, &src, || self.v6_to_local_listed(port, &dst, &src)) {
             return Some(Verdict::Drop(o));
         }
+        if view.filtered {
+            if let Some(o) = self.filter_v6(&src) {
+                return Some(Verdict::Drop(o));
+            }
+        }
         // As in `tcp4`: the rest read where it is used, the padding trimmed only for what is kept.
         let t = &*self.tables;
         let Some(hit) = t.services.lookup_tcp6(wire::bytes2(h, 56), &dst) else {
@@ -193,6 +208,11 @@ impl Pipeline {
     #[inline(always)]
     fn tcp6_service<B: PacketBuf>(&mut self, hit: Hit, pkt: &mut B, end: usize) -> Verdict {
         pkt.trim_to(end);
+        if self.tables.filters.any_service {
+            if let Some(o) = self.service_filter_frame(hit.svc(), pkt.data(), true) {
+                return Verdict::Drop(o);
+            }
+        }
         if let Some(s) = self.fanout.choose_fast_single(hit.single()) {
             return self.deliver(s);
         }

@@ -251,6 +251,7 @@ fn the_draws_reach_every_verdict() {
         "NotLocal",
         "NotForUs",
         "Martian",
+        "Filtered",
         "Malformed",
         "Reassembled",
         "Unhandled",
@@ -270,6 +271,7 @@ fn the_fast_paths_take_their_segments() {
         kernel: false,
         unhandled: false,
         tight_punt: false,
+        filtered: false,
     };
     let mut p = Pipeline::new(tables(s), 0);
     let base = Draw {

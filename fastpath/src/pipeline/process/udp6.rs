@@ -79,6 +79,12 @@ impl Pipeline {
         if let Some(o) = source::v6_to_local_view(view, &dst, &src, || self.v6_to_local_listed(port, &dst, &src)) {
             return Some(Verdict::Drop(o));
         }
+        // The port-wide prefix filter (`pipeline/filter.rs`), before any other work.
+        if view.filtered {
+            if let Some(o) = self.filter_v6(&src) {
+                return Some(Verdict::Drop(o));
+            }
+        }
         let t = &*self.tables;
         let Some(hit) = t.services.lookup_udp6(wire::bytes2(h, 56), &dst) else {
             if view.kernel {
@@ -121,6 +127,11 @@ impl Pipeline {
                 icmp_error::Decision::Send => self.udp6_port_unreachable(pkt, port, no_service),
             });
         };
+        if t.filters.any_service {
+            if let Some(o) = self.service_filter_frame(hit.svc(), pkt.data(), true) {
+                return Some(Verdict::Drop(o));
+            }
+        }
         // `service_socket`'s two steps, written out as in `udp4`.
         if let Some(s) = self.fanout.choose_fast_single(hit.single()) {
             return Some(self.deliver(s));

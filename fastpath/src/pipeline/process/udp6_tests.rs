@@ -196,6 +196,7 @@ fn the_draws_reach_every_verdict() {
         "NotLocal",
         "NotForUs",
         "Martian",
+        "Filtered",
         "Malformed",
         "Unhandled",
     ] {
@@ -215,6 +216,7 @@ fn the_fast_path_takes_its_frames() {
         kernel: false,
         unhandled: false,
         tight_punt: false,
+        filtered: false,
     };
     let mut p = Pipeline::new(tables(s), 0);
     let base = Draw {
