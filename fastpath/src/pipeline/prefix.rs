@@ -482,7 +482,7 @@ mod tests {
                     });
                 } else {
                     let len = (r >> 8) as u8 % 33;
-                    let a = (0xc000_0000u32 | (rnd() as u32 & 0x00ff_ffff)) as u32;
+                    let a = 0xc000_0000u32 | (rnd() as u32 & 0x00ff_ffff);
                     list.push(Prefix {
                         addr: mask(IpAddr::V4(a.into()), len),
                         len,
