@@ -431,6 +431,16 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         "Packets the kernel dropped at each port's kernel interface, as the kernel counts them: written by fastpathd and dropped at once (to_kernel, rx_dropped), or refused on their way to fastpathd (from_kernel, tx_dropped).",
         MetricType::COUNTER,
     ),
+    (
+        "fastpath_filtered_total",
+        "Packets a prefix filter refused (outcome filtered), per filter ([filter]: filter; a service's: service:NAME) and list (deny: in it; allow: not in it).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_filter_prefixes",
+        "Prefixes in each filter's list (inline and file, repeats removed).",
+        MetricType::GAUGE,
+    ),
 ];
 
 /// One sample per port that has counters to give: `field` of its [`PortStats`].
@@ -473,6 +483,7 @@ impl Collector for DataPlaneCollector {
         named.extend(icmp_families(&tables));
         named.extend(tcp_reset_families(&tables));
         named.extend(kernel_families(s, &tables));
+        named.extend(filter_families(&tables));
         // Every family by name, so the order of FAMILIES and of the samples can never drift.
         let mut by_name: std::collections::HashMap<&str, Samples> = named.into_iter().collect();
         let out: Vec<MetricFamily> = FAMILIES
@@ -787,6 +798,29 @@ fn kernel_families(s: &Sources, tables: &Tables) -> Named {
         ("fastpath_kernel_packets_total", packets),
         ("fastpath_kernel_dropped_total", dropped),
         ("fastpath_kernel_interface_dropped_total", in_kernel),
+    ]
+}
+
+/// Each prefix filter of the published generation: what each list refused, and its size.
+fn filter_families(tables: &Tables) -> Named {
+    use fastpath::pipeline::filter::List;
+    let f = &tables.filters;
+    let mut refused = Vec::new();
+    let mut sizes = Vec::new();
+    for flt in f.global.iter().chain(f.services.iter().flatten()) {
+        for (list, set) in [(List::Deny, &flt.deny), (List::Allow, &flt.allow)] {
+            let Some(set) = set else { continue };
+            let lb = vec![
+                ("filter", flt.name.clone()),
+                ("list", List::LABELS[list as usize].to_string()),
+            ];
+            refused.push((lb.clone(), flt.counters.total(list) as f64));
+            sizes.push((lb, set.len() as f64));
+        }
+    }
+    vec![
+        ("fastpath_filtered_total", refused),
+        ("fastpath_filter_prefixes", sizes),
     ]
 }
 

@@ -6,10 +6,13 @@
 //! counters. A socket that changes capacity gets a new ring but keeps its counters; a removed
 //! socket's ring is drained by its worker and freed once no lcore can reach it.
 
-use crate::config::{Config, ServiceConfig, KERNEL_SERVICE};
+use crate::config::ListConfig;
+use crate::config::{Config, FilterConfig, ServiceConfig, KERNEL_SERVICE};
 use fastpath::dpdk::{MbufRing, Mempool};
+use fastpath::pipeline::filter::{Filter, FilterCounters, Filters};
 use fastpath::pipeline::icmp_error::{GlobalBucket, IcmpCounters};
 use fastpath::pipeline::kernel::{KernelCounters, KernelListeners, KernelPath, PuntBudget, PuntRules, Solicitations};
+use fastpath::pipeline::prefix::PrefixSet;
 use fastpath::pipeline::service::Action;
 use fastpath::pipeline::tcp_reset::ResetCounters;
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
@@ -51,6 +54,10 @@ pub struct TableBuilder {
     kernel_listeners: Arc<KernelListeners>,
     /// The kernel's solicitations in flight, kept across reloads like its counters.
     kernel_solicited: Arc<Solicitations>,
+    /// The filters of the last generation by name (`filter`, `service:NAME`), with the lists
+    /// they were built from: an unchanged list is not built again (a million prefixes take a
+    /// second), and a filter's counters outlive reloads.
+    filters: HashMap<String, (FilterConfig, Arc<Filter>)>,
     make_queue: MakeQueue,
 }
 
@@ -107,6 +114,7 @@ impl TableBuilder {
             icmp_counters: Arc::new(IcmpCounters::new(rx_lcores)),
             tcp_reset_global: None,
             tcp_reset_counters: Arc::new(ResetCounters::new(rx_lcores)),
+            filters: HashMap::new(),
             make_queue,
         }
     }
@@ -142,6 +150,7 @@ impl TableBuilder {
         let (services, sockets, kernel_service) = self.services(cfg)?;
         let tunnels = self.tunnels(cfg)?;
         let kernel = kernel_service.map(|service| self.kernel_path(cfg, service));
+        let filters = self.filters(cfg, &services);
         Ok(Tables {
             generation,
             ports: self.port_addrs(cfg),
@@ -159,7 +168,51 @@ impl TableBuilder {
             tcp_reset_global: Some(self.tcp_reset_global(cfg)),
             tcp_reset_counters: self.tcp_reset_counters.clone(),
             kernel,
+            filters,
         })
+    }
+
+    /// `[filter]` and each service's own, by the services' order in the table.
+    fn filters(&mut self, cfg: &Config, services: &[Listening]) -> Filters {
+        let mut kept = HashMap::new();
+        let mut make = |name: String, c: &FilterConfig| -> Option<Arc<Filter>> {
+            if c.is_empty() {
+                return None;
+            }
+            let old = self.filters.remove(&name);
+            let f = match old {
+                Some((oc, f)) if oc == *c => f,
+                old => {
+                    let set = |l: &Option<ListConfig>| l.as_ref().map(|l| PrefixSet::new(&l.all()));
+                    Arc::new(Filter {
+                        name: name.clone(),
+                        deny: set(&c.deny),
+                        allow: set(&c.allow),
+                        counters: old
+                            .map(|(_, f)| f.counters.clone())
+                            .unwrap_or_else(|| Arc::new(FilterCounters::new(self.rx_lcores))),
+                    })
+                }
+            };
+            kept.insert(name, (c.clone(), f.clone()));
+            Some(f)
+        };
+        let global = make("filter".to_string(), &cfg.filter);
+        let by_name: HashMap<&str, &FilterConfig> = cfg.services.iter().map(|s| (s.name.as_str(), &s.filter)).collect();
+        let per_service: Vec<Option<Arc<Filter>>> = services
+            .iter()
+            .map(|(s, _)| {
+                by_name
+                    .get(s.name.as_str())
+                    .and_then(|c| make(format!("service:{}", s.name), c))
+            })
+            .collect();
+        self.filters = kept;
+        Filters {
+            global,
+            any_service: per_service.iter().any(Option::is_some),
+            services: per_service,
+        }
     }
 
     /// The kernel path: `[kernel] punt`, the internal service at index `service`, and which
@@ -210,6 +263,7 @@ impl TableBuilder {
             cost_ns: 0,
             free_on_rx: false,
             echo_allow_low_ports: false,
+            filter: Default::default(),
         }
     }
 

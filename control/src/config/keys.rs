@@ -197,6 +197,22 @@ pub static KEYS: &[KeySpec] = &[
         "service.huge_flow_rollover",
         Get::Service(|_, s| s.huge_flows.to_string()),
     ),
+    live(
+        "service.deny",
+        Get::Service(|_, s| super::filter::inline_shown(&s.filter.deny)),
+    ),
+    live(
+        "service.allow",
+        Get::Service(|_, s| super::filter::inline_shown(&s.filter.allow)),
+    ),
+    live(
+        "service.deny_file",
+        Get::Service(|_, s| super::filter::file_shown(&s.filter.deny)),
+    ),
+    live(
+        "service.allow_file",
+        Get::Service(|_, s| super::filter::file_shown(&s.filter.allow)),
+    ),
     live("flow_limit.enabled", Get::Top(|c| c.flow_limit.enabled.to_string())),
     live("flow_limit.table_len", Get::Top(|c| c.flow_limit.table_len.to_string())),
     live("flow_limit.lcores", Get::Top(flow_limit_lcores)),
@@ -287,6 +303,19 @@ pub static KEYS: &[KeySpec] = &[
     ),
     live("kernel.punt_rate", Get::Top(|c| c.kernel.punt_rate.to_string())),
     live("kernel.punt_burst", Get::Top(|c| c.kernel.punt_burst.to_string())),
+    live("filter.deny", Get::Top(|c| super::filter::inline_shown(&c.filter.deny))),
+    live(
+        "filter.allow",
+        Get::Top(|c| super::filter::inline_shown(&c.filter.allow)),
+    ),
+    live(
+        "filter.deny_file",
+        Get::Top(|c| super::filter::file_shown(&c.filter.deny)),
+    ),
+    live(
+        "filter.allow_file",
+        Get::Top(|c| super::filter::file_shown(&c.filter.allow)),
+    ),
 ];
 
 /// The entry of `key` (`port.forward_to`), if there is one.

@@ -14,6 +14,8 @@ pub use control::{ControlConfig, DEFAULT_SOCKET};
 mod dpdk;
 pub use dpdk::virtio_user_memory;
 mod errors;
+mod filter;
+pub use filter::{FilterConfig, ListConfig, ListFile, MAX_PREFIXES};
 mod flow_limit;
 mod icmp;
 mod kernel;
@@ -76,6 +78,7 @@ struct FileConfig {
     tcp_reset: Option<tcp_reset::TcpResetSection>,
     control: Option<control::ControlSection>,
     kernel: Option<kernel::KernelSection>,
+    filter: Option<filter::FilterSection>,
 }
 
 /// A validated config.
@@ -109,6 +112,8 @@ pub struct Config {
     pub control: ControlConfig,
     /// `[kernel]`: the exception path (meaningful when a port has a kernel interface).
     pub kernel: KernelConfig,
+    /// `[filter]`: source prefixes refused (or the only ones admitted) on every port.
+    pub filter: FilterConfig,
 }
 
 impl Config {
@@ -484,20 +489,21 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
     let metrics = metrics::validate(raw.metrics, errs);
     let rss = rss::validate(raw.rss, dir, errs);
     let index = port::PortIndex::new(&ports);
-    let (mut services, tunnel_refs) = service::validate(raw.service, &index, &lcores, &dpdk, errs);
+    let (mut services, tunnel_refs) = service::validate(raw.service, &index, &lcores, &dpdk, dir, errs);
     let flow_limit = flow_limit::validate(raw.flow_limit, &lcores, errs);
     let tunnels = tunnel::validate(raw.tunnel, &index, errs);
     service::resolve_tunnels(&mut services, &tunnel_refs, &tunnels, errs);
     rss::warn_public_key(&rss, &services, errs);
     let (mut reassembly, reassembly_buffers) = reassembly::validate(raw.reassembly, errs);
     // Held fragments are charged what their packet buffers really take, which the ports'
-    // largest MTU sets (issue 29: a 9000-byte MTU made each held buffer 4x its charge).
+    // largest MTU sets (a 9000-byte MTU made each held buffer 4x its charge).
     let max_mtu = ports.iter().filter_map(|p| p.mtu).max().unwrap_or(1500) as u32;
     reassembly.buffer_truesize = packet_buffer_truesize(max_mtu);
     let icmp = icmp::validate(raw.icmp, errs);
     let tcp_reset = tcp_reset::validate(raw.tcp_reset, errs);
     let control = control::validate(raw.control, dir, errs);
     let kernel = kernel::validate(raw.kernel, &ports, &services, &lcores, errs);
+    let filter = filter::validate(raw.filter, dir, errs);
     Config {
         dpdk,
         ports,
@@ -513,6 +519,7 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
         tcp_reset,
         control,
         kernel,
+        filter,
     }
 }
 

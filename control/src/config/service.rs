@@ -36,6 +36,10 @@ pub(super) struct ServiceSection {
     free_on_rx: Option<bool>,
     huge_flow_rollover: Option<bool>,
     echo_allow_low_ports: Option<bool>,
+    deny: Option<Vec<String>>,
+    allow: Option<Vec<String>>,
+    deny_file: Option<String>,
+    allow_file: Option<String>,
 }
 
 /// One `[[service]]`.
@@ -71,6 +75,8 @@ pub struct ServiceConfig {
     /// `echo_allow_low_ports` (default false): the echo action answers source ports 1 to 1023
     /// too (never 0, 7, 13, 17, 19 or 37). Read by the echo action only.
     pub echo_allow_low_ports: bool,
+    /// Its own prefix filter (`deny`, `allow`, `deny_file`, `allow_file`), after `[filter]`.
+    pub filter: super::FilterConfig,
 }
 
 /// The tunnel names a `tunnel` service sends into, by service index: resolved once the
@@ -91,6 +97,7 @@ pub(super) fn validate(
     ports: &PortIndex,
     lcores: &LcoreConfig,
     dpdk: &DpdkConfig,
+    dir: &std::path::Path,
     errs: &mut Errs,
 ) -> (Vec<ServiceConfig>, TunnelRefs) {
     let mut tunnel_refs = Vec::new();
@@ -106,7 +113,7 @@ pub(super) fn validate(
         errs.add(&[Key("service")], format!("{} services: at most 65535", raw.len()));
     }
     for (si, r) in raw.into_iter().enumerate() {
-        let (service, tunnels) = service(si, r, ports, dpdk, &mut taken, errs);
+        let (service, tunnels) = service(si, r, ports, dpdk, dir, &mut taken, errs);
         if let Some(names) = tunnels {
             tunnel_refs.push((si, names));
         }
@@ -121,6 +128,7 @@ fn service(
     r: ServiceSection,
     ports: &PortIndex,
     dpdk: &DpdkConfig,
+    dir: &std::path::Path,
     taken: &mut Taken,
     errs: &mut Errs,
 ) -> (ServiceConfig, Option<Vec<String>>) {
@@ -160,6 +168,17 @@ fn service(
         cost_ns: r.cost_ns.unwrap_or(0),
         free_on_rx: r.free_on_rx.unwrap_or(false),
         echo_allow_low_ports: r.echo_allow_low_ports.unwrap_or(false),
+        filter: super::filter::lists(
+            &[Key("service"), Index(si)],
+            super::filter::FilterSection {
+                deny: r.deny,
+                allow: r.allow,
+                deny_file: r.deny_file,
+                allow_file: r.allow_file,
+            },
+            dir,
+            errs,
+        ),
     };
     (service, tunnels)
 }

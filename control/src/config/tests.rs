@@ -797,3 +797,50 @@ fn control_socket_default_relative_and_bad_paths() {
         assert_eq!((e[0].key.as_str(), e[0].line), ("control.socket", Some(17)), "{e:?}");
     }
 }
+
+#[test]
+fn prefix_filters_read_lists_and_files_and_name_a_bad_line() {
+    let dir = std::env::temp_dir().join(format!("fp-filter-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("deny.txt"),
+        "# feed\n198.18.0.0/15\n\n2001:db8:bad::/48 # v6\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("bad.txt"), "198.18.0.0/15\n198.18.0.1/15\n").unwrap();
+    let file = dir.join("c.toml").display().to_string();
+    let text = format!(
+        "{GOOD}\n[filter]\ndeny = [\"203.0.113.0/24\"]\ndeny_file = \"deny.txt\"\n{SERVICE}allow = [\"198.51.100.0/24\"]\n"
+    );
+    let c = parse(&text, &file).unwrap();
+    let deny = c.filter.deny.as_ref().unwrap();
+    assert_eq!((deny.inline.len(), deny.file.as_ref().unwrap().prefixes.len()), (1, 2));
+    assert!(c.filter.allow.is_none());
+    assert_eq!(c.services[0].filter.allow.as_ref().unwrap().inline.len(), 1);
+    // Every problem with its key and line; a file's with the file and its line.
+    let bad = text
+        .replace("\"203.0.113.0/24\"", "\"203.0.113.0/24\", \"203.0.113.1/24\"")
+        .replace("deny.txt", "bad.txt")
+        .replace("allow = [\"198.51.100.0/24\"]", "allow = []");
+    let e = parse(&bad, &file).unwrap_err().errors;
+    let got: Vec<(&str, Option<usize>)> = e.iter().map(|e| (e.key.as_str(), e.line)).collect();
+    assert_eq!(
+        got,
+        vec![
+            ("filter.deny[1]", Some(17)),
+            ("filter.deny_file", Some(18)),
+            ("service[0].allow", Some(26)),
+        ],
+        "{e:#?}"
+    );
+    assert!(e[0].message.contains("host bits"), "{}", e[0].message);
+    assert!(e[1].message.contains("bad.txt:2: "), "{}", e[1].message);
+    assert!(e[2].message.contains("refuse every source"), "{}", e[2].message);
+    let missing = text.replace("deny.txt", "nowhere.txt");
+    let e = parse(&missing, &file).unwrap_err().errors;
+    assert!(
+        e[0].key == "filter.deny_file" && e[0].message.contains("cannot read"),
+        "{e:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -262,6 +262,14 @@ const EDITS: &[Edit] = &[
     ("kernel.socket_capacity", &[("socket_capacity = 512", "socket_capacity = 2048")], &["kernel.socket_capacity"]),
     ("kernel.punt_rate", &[("punt_rate = 20000", "punt_rate = 0")], &["kernel.punt_rate"]),
     ("kernel.punt_burst", &[("punt_burst = 1500", "punt_burst = 3000")], &["kernel.punt_burst"]),
+    ("filter.deny", &[("\"203.0.113.0/24\", ", "")], &["filter.deny"]),
+    ("filter.allow", &[("\"0.0.0.0/0\", ", "")], &["filter.allow"]),
+    ("filter.deny_file", &[("keys/deny.list", "keys/svc-deny.list")], &["filter.deny_file"]),
+    ("filter.allow_file", &[("keys/allow.list", "keys/svc-allow.list")], &["filter.allow_file"]),
+    ("service.deny", &[("deny = [\"198.51.100.128/25\"]", "deny = []")], &["service[0].deny"]),
+    ("service.allow", &[(", \"2001:db8:5::/48\"]", "]")], &["service[0].allow"]),
+    ("service.deny_file", &[("keys/svc-deny.list", "keys/deny.list")], &["service[0].deny_file"]),
+    ("service.allow_file", &[("keys/svc-allow.list", "keys/allow.list")], &["service[0].allow_file"]),
 ];
 
 fn edited(edits: &[(&str, &str)]) -> String {
