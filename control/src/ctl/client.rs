@@ -463,6 +463,11 @@ fn render_status(r: &Value) -> String {
             format!("NOT OK: {}", cell(&r["health"]["reasons"]))
         },
     );
+    if let Some(b) = r["backends"].as_array().filter(|b| !b.is_empty()) {
+        for line in b {
+            out.push_str(&format!("backends: {}\n", cell(line)));
+        }
+    }
     out.push_str("\nPORTS\n");
     out.push_str(&table(
         &[
@@ -588,8 +593,8 @@ fn render_show(what: ShowWhat, r: &Value) -> String {
         ),
         ShowWhat::Tunnels => table(
             &[
-                "TUNNEL", "LOCAL", "REMOTE", "WEIGHT", "DRAIN", "SERVICES", "ENCAP", "DECAP", "SEQ_DROP", "TOO_BIG",
-                "TX_FULL",
+                "TUNNEL", "LOCAL", "REMOTE", "WEIGHT", "DRAIN", "HEALTH", "UP", "SERVICES", "ENCAP", "DECAP",
+                "SEQ_DROP", "TOO_BIG", "TX_FULL",
             ],
             &rows_of(
                 &r["tunnels"],
@@ -599,6 +604,8 @@ fn render_show(what: ShowWhat, r: &Value) -> String {
                     "remote",
                     "weight",
                     "drain",
+                    "health",
+                    "up",
                     "services",
                     "encap",
                     "decap",
