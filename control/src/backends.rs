@@ -390,7 +390,7 @@ fn run(t: &Tracked, stop: &Receiver<()>, changed: &AtomicBool) {
             } else {
                 t.to_down.fetch_add(1, Relaxed);
                 tracing::warn!(
-                    "fastpathd: backend {} down: {} failed {} times in a row ({}); its services send it no new flows unless every backend is down",
+                    "fastpathd: backend {} down: {} failed {} times in a row ({}); its flows move to the other backends (unless every backend of a service is down)",
                     t.name,
                     h.spec,
                     h.fall,

@@ -185,11 +185,15 @@ impl Reloader {
     /// states, published like a reload's (no file read, not counted as a reload).
     fn publish_backend_health(&mut self) {
         let generation = self.published.generation() + 1;
+        let started = Instant::now();
         match self.builder.build(&self.running, generation) {
             Ok(t) => {
                 let old = self.published.publish(Arc::new(t));
                 self.retired.retire(old);
-                tracing::info!("fastpathd: backend health changed: generation {generation} published");
+                tracing::info!(
+                    "fastpathd: backend health changed: generation {generation} published (built in {:.1} ms)",
+                    started.elapsed().as_secs_f64() * 1e3
+                );
             }
             // Only a ring that cannot be made fails a build, and this one makes none; the
             // flag is set again to retry at the next tick.
