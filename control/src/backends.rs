@@ -574,4 +574,70 @@ mod tests {
             assert!(p(bad).is_err(), "{bad}");
         }
     }
+
+    /// A config with tunnels `a` and `b`, each checking `tcp:PORT` on 127.0.0.1 with `timing`.
+    fn config(port_a: u16, port_b: u16, timing: &str) -> Config {
+        let mut src = String::from(
+            "[dpdk]\neal_args = [\"--no-huge\", \"--vdev=net_null0\"]\n\n[[port]]\ndevice = \"net_null0\"\n\
+             tx_queues = 2\nipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\nworkers = [1]\n",
+        );
+        for (name, port) in [("a", port_a), ("b", port_b)] {
+            src += &format!(
+                "\n[[tunnel]]\nname = \"{name}\"\nlocal = \"192.0.2.1\"\nremote = \"127.0.0.1\"\nport = \"net_null0\"\n\
+                 next_hop_mac = \"02:00:00:00:00:fe\"\nhealth = \"tcp:{port}\"\n{timing}\n"
+            );
+        }
+        crate::config::parse(&src, "t.toml").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn wait_until(what: &str, cond: impl Fn() -> bool) {
+        let t = Instant::now();
+        while !cond() {
+            assert!(t.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn threads_follow_the_config_and_a_reload_keeps_the_state_of_an_unchanged_check() {
+        let live = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let up_port = live.local_addr().unwrap().port();
+        let dead_port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let fast = "health_interval_ms = 40\nhealth_timeout_ms = 30\nhealth_fall = 2\nhealth_rise = 2";
+        let h = BackendHealth::default();
+        h.sync(&config(dead_port, up_port, fast));
+        assert!(h.up_of("a") && h.up_of("b"), "both start up");
+        assert!(h.up_of("unchecked"), "a tunnel without a check is up");
+        wait_until("a down", || !h.up_of("a"));
+        assert!(h.take_changed(), "the control thread is told");
+        assert!(h.up_of("b"));
+        let a = |h: &BackendHealth| h.snapshot().into_iter().find(|t| t.name == "a").unwrap();
+        assert_eq!((a(&h).to_down, a(&h).to_up), (1, 0));
+        assert!(a(&h).last.contains("refused"), "{:?}", a(&h));
+        // The same config again (a reload): a stays down, nothing to publish.
+        h.sync(&config(dead_port, up_port, fast));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!h.up_of("a"));
+        assert!(!h.take_changed());
+        // New timing, same check: the state and the counts carry over.
+        let slower = "health_interval_ms = 50\nhealth_timeout_ms = 30\nhealth_fall = 2\nhealth_rise = 2";
+        h.sync(&config(dead_port, up_port, slower));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!h.up_of("a"));
+        assert_eq!(a(&h).to_down, 1);
+        // Another check: a new backend as far as health goes, up until it fails.
+        h.sync(&config(up_port, up_port, slower));
+        assert!(h.up_of("a"));
+        assert_eq!((a(&h).to_down, a(&h).to_up), (0, 0));
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(h.up_of("a"), "{:?}", a(&h));
+        // The listener dies: both go down; stop ends every thread.
+        drop(live);
+        wait_until("both down", || !h.up_of("a") && !h.up_of("b"));
+        h.stop();
+        assert!(h.snapshot().is_empty());
+    }
 }

@@ -551,6 +551,19 @@ fn a_backend_failing_its_health_check_leaves_the_table_and_returns() {
     let row = tunnel_row(&sock, "b1");
     assert!(row["health_last"].as_str().unwrap().contains("refused"), "{row}");
     assert_eq!(row["transitions"], serde_json::json!({"up": 0, "down": 1}));
+    let text = std::process::Command::new(env!("CARGO_BIN_EXE_fastpathctl"))
+        .arg("--socket")
+        .arg(&sock)
+        .args(["show", "tunnels"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    let b1 = text
+        .lines()
+        .find(|l| l.starts_with("b1 "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(b1.contains("tcp:8080") && b1.contains("false"), "{text}");
+    assert!(text.lines().next().unwrap().contains("HEALTH"), "{text}");
     // A reload of the unchanged file keeps it down (same name, same check).
     d.signal("HUP");
     wait_for(10, "the reload", || {
