@@ -27,6 +27,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// How long a stop waits for the check threads (a check under way finishes first).
+pub const STOP_WAIT: Duration = Duration::from_secs(1);
+
 /// The rise/fall state machine of one backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Machine {
@@ -346,12 +349,18 @@ impl BackendHealth {
         *was = now;
     }
 
-    /// Stops every check and waits for the threads (each within its timeout).
+    /// Stops every check and joins the threads that end within [`STOP_WAIT`]; a check still
+    /// connecting then (a long `health_timeout_ms`) is left to end with the process: it holds
+    /// nothing but its socket.
     pub fn stop(&self) {
         let tracked = std::mem::take(&mut *self.tracked.lock().unwrap_or_else(|e| e.into_inner()));
         let mut joins: Vec<JoinHandle<()>> = tracked.iter().filter_map(|t| t.stop()).collect();
         joins.append(&mut self.stopped.lock().unwrap_or_else(|e| e.into_inner()));
-        for j in joins {
+        let until = Instant::now() + STOP_WAIT;
+        while !joins.iter().all(|j| j.is_finished()) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for j in joins.into_iter().filter(|j| j.is_finished()) {
             let _ = j.join();
         }
     }

@@ -91,7 +91,7 @@ pub enum ShowWhat {
     Services,
     /// Every socket: depth, capacity, counters.
     Sockets,
-    /// Every tunnel: weight, drain, counters.
+    /// Every tunnel: weight, drain, health check state, counters.
     Tunnels,
     /// ICMP error and TCP reset limits, as configured, and their counters.
     Limits,
@@ -135,7 +135,7 @@ pub fn man_page() -> Vec<u8> {
 const MAN_EXTRA: &str = r#".SH SUBCOMMANDS
 .TP
 \fBstatus\fR
-Version, uptime, config generation and path, ports, lcores, health.
+Version, uptime, config generation and path, ports, lcores, health, backends down by their health checks.
 .TP
 \fBshow\fR \fIservices\fR|\fIsockets\fR|\fItunnels\fR|\fIlimits\fR|\fIreassembly\fR|\fIkernel\fR
 One area's live state.
