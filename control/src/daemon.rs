@@ -162,7 +162,12 @@ fn start_and_serve(
     let ports = open_ports(&cfg, &pool)?;
     let kernel_ports = control::kernel::open(&cfg, &ports, &pool)?;
     let (opened, port_names, port_info) = describe_ports(&cfg, &ports, &kernel_ports);
-    let mut builder = TableBuilder::new(opened, cfg.lcores.rx.len(), cfg.lcores.workers.len(), pool.clone());
+    let pin = housekeeping_pin(allowed.as_deref(), &cfg);
+    // The checks start up (see `backends`), so the first generation has every backend.
+    let backends = Arc::new(control::backends::BackendHealth::new(Arc::new(pin.clone())));
+    backends.sync(&cfg);
+    let mut builder = TableBuilder::new(opened, cfg.lcores.rx.len(), cfg.lcores.workers.len(), pool.clone())
+        .with_backend_health(backends.clone());
     let first = builder
         .build(&cfg, 1)
         .map_err(|e| format!("{e}\n  Give EAL more memory (-m) for the socket rings."))?;
@@ -183,12 +188,11 @@ fn start_and_serve(
         (start_time, eal.tsc_hz()),
         (&pool, &big),
         &final_port_stats,
-        (&published, &health),
+        (&published, &health, &backends),
     );
     // The first verdict (links read) before anything says `running`.
     watch_tick(&mut watch, &sources);
     let registry = metrics::registry(sources.clone());
-    let pin = housekeeping_pin(allowed.as_deref(), &cfg);
     pin_eal_threads(allowed.as_deref(), &cfg);
     let limits = crate::http::Limits {
         max_connections: cfg.metrics.max_connections,
@@ -211,7 +215,8 @@ fn start_and_serve(
         builder,
         published.clone(),
         sources.reload.clone(),
-    );
+    )
+    .with_backend_health(backends);
     let ctl = start_ctl(ctl, opts, &sources, (&reloader, started), signals, &pin);
     let control = match ctl.and_then(|ctl| {
         spawn_control(opts, signals, &sources, &run_control, (reloader, watch, listeners), pin).map(|c| (c, ctl))
@@ -610,7 +615,7 @@ fn metric_sources(
     (start_time, tsc_hz): (f64, u64),
     (pool, big): (&Arc<Mempool>, &Arc<Mempool>),
     final_port_stats: &FinalPortStats,
-    (published, health): (&Arc<Published>, &Arc<Health>),
+    (published, health, backends): (&Arc<Published>, &Arc<Health>, &Arc<control::backends::BackendHealth>),
 ) -> Arc<Sources> {
     let (pool_for_metrics, big_for_metrics) = (pool.clone(), big.clone());
     Arc::new(Sources {
@@ -633,6 +638,7 @@ fn metric_sources(
         reload: Arc::new(ReloadStats::default()),
         http: Default::default(),
         health: health.clone(),
+        backends: backends.clone(),
     })
 }
 
@@ -687,7 +693,7 @@ fn watch_tick(watch: &mut Watch, src: &Sources) {
 
 /// Pins the calling thread (named for the log) to the housekeeping CPUs: the control and
 /// metrics threads stay off the RX lcores' CPUs whenever possible.
-fn housekeeping_pin(allowed: Option<&[u32]>, cfg: &Config) -> impl Fn(&str) + Clone + Send + 'static {
+fn housekeeping_pin(allowed: Option<&[u32]>, cfg: &Config) -> impl Fn(&str) + Clone + Send + Sync + 'static {
     let housekeeping = match allowed {
         Some(allowed) => {
             let (cpus, why) = crate::placement::housekeeping_cpus(
@@ -1096,6 +1102,8 @@ fn control_loop(
     notify.stopping();
     src.health.stopping();
     stop.request_stop();
+    // After the lcores were told: a check under way may take its timeout to finish.
+    src.backends.stop();
 }
 
 /// Seed 004: a tunnel loop is logged, at most once a second, from the control thread (no I/O

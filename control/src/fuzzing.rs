@@ -51,6 +51,7 @@ pub fn http_sources() -> (prometheus::Registry, Arc<Sources>) {
         reload: Arc::new(ReloadStats::default()),
         http: Arc::new(HttpStats::default()),
         health: Arc::new(crate::health::Health::always_ok()),
+        backends: Arc::default(),
     });
     (metrics::registry(sources.clone()), sources)
 }

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod announce;
+pub mod backends;
 pub mod config;
 pub mod ctl;
 #[doc(hidden)]

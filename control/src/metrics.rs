@@ -41,6 +41,8 @@ pub struct Sources {
     pub http: Arc<crate::http::HttpStats>,
     /// What `/healthz` answers, and each port's link as the control thread last read it.
     pub health: Arc<crate::health::Health>,
+    /// The backend health checks' states (`fastpath_backend_up`).
+    pub backends: Arc<crate::backends::BackendHealth>,
 }
 
 /// How a port was set up: its driver and the offloads it got (`fastpath_port_info`).
@@ -372,6 +374,21 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::COUNTER,
     ),
     (
+        "fastpath_backend_up",
+        "1 while the tunnel takes its share of its tunnel services' flows as far as its health check says (always 1 without a check), 0 while its check has failed health_fall times in a row.",
+        MetricType::GAUGE,
+    ),
+    (
+        "fastpath_backend_transitions_total",
+        "Changes of a checked tunnel's health state, by the state it went to (up, down).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_service_backends_all_down",
+        "1 while every backend of a tunnel service fails its health check and the service keeps sending to all of them.",
+        MetricType::GAUGE,
+    ),
+    (
         "fastpath_socket_queue_depth",
         "Packets queued in each service socket.",
         MetricType::GAUGE,
@@ -479,6 +496,7 @@ impl Collector for DataPlaneCollector {
         named.extend(http_families(&s.http));
         named.extend(socket_families(&tables));
         named.extend(gre_families(&tables, &outcomes));
+        named.extend(backend_families(s, &tables));
         named.extend(reasm_families(s));
         named.extend(icmp_families(&tables));
         named.extend(tcp_reset_families(&tables));
@@ -854,6 +872,40 @@ fn gre_families(tables: &Tables, outcomes: &[u64; Outcome::COUNT]) -> Named {
         ("fastpath_gre_handoff_total", g4),
         ("fastpath_gre_tx_full_total", g5),
         ("fastpath_gre_recursion_dropped_total", recursion),
+    ]
+}
+
+/// Each tunnel's health state and changes, and the tunnel services failing open.
+fn backend_families(s: &Sources, tables: &Tables) -> Named {
+    let checked = s.backends.snapshot();
+    let mut up = Vec::new();
+    let mut transitions = Vec::new();
+    for t in &tables.tunnels {
+        let h = checked.iter().find(|h| h.name == t.name);
+        up.push((vec![("tunnel", t.name.clone())], h.is_none_or(|h| h.up) as u8 as f64));
+        if let Some(h) = h {
+            for (to, n) in [("up", h.to_up), ("down", h.to_down)] {
+                transitions.push((vec![("tunnel", t.name.clone()), ("to", to.to_string())], n as f64));
+            }
+        }
+    }
+    let open = s.backends.failing_open();
+    let all_down = tables
+        .services
+        .services()
+        .iter()
+        .filter(|svc| matches!(svc.action, fastpath::pipeline::Action::Tunnel(_)))
+        .map(|svc| {
+            (
+                vec![("service", svc.name.clone())],
+                open.contains(&svc.name) as u8 as f64,
+            )
+        })
+        .collect();
+    vec![
+        ("fastpath_backend_up", up),
+        ("fastpath_backend_transitions_total", transitions),
+        ("fastpath_service_backends_all_down", all_down),
     ]
 }
 
@@ -1235,6 +1287,7 @@ mod tests {
                 });
                 h
             },
+            backends: Arc::default(),
         });
         let reg = registry(src);
         let text = render(&reg);

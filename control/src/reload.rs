@@ -144,6 +144,7 @@ pub struct Reloader {
     seen_sig: Option<FileSig>,
     changed_at: Option<Instant>,
     shared: RunningConfig,
+    backends: Option<Arc<crate::backends::BackendHealth>>,
 }
 
 impl Reloader {
@@ -169,6 +170,39 @@ impl Reloader {
             seen_sig: sig,
             changed_at: None,
             shared,
+            backends: None,
+        }
+    }
+
+    /// Keeps `backends`' checks in step with each applied config, and publishes a generation
+    /// whenever a backend's state changes (the builder must read the same `backends`).
+    pub fn with_backend_health(mut self, backends: Arc<crate::backends::BackendHealth>) -> Self {
+        self.backends = Some(backends);
+        self
+    }
+
+    /// A backend's health changed: the running config's tables again, built with the new
+    /// states, published like a reload's (no file read, not counted as a reload).
+    fn publish_backend_health(&mut self) {
+        let generation = self.published.generation() + 1;
+        let started = Instant::now();
+        match self.builder.build(&self.running, generation) {
+            Ok(t) => {
+                let old = self.published.publish(Arc::new(t));
+                self.retired.retire(old);
+                tracing::info!(
+                    "fastpathd: backend health changed: generation {generation} published (built in {:.1} ms)",
+                    started.elapsed().as_secs_f64() * 1e3
+                );
+            }
+            // Only a ring that cannot be made fails a build, and this one makes none; the
+            // flag is set again to retry at the next tick.
+            Err(e) => {
+                tracing::error!("fastpathd: backend health changed but the tables cannot be built: {e}");
+                if let Some(b) = &self.backends {
+                    b.mark_changed();
+                }
+            }
         }
     }
 
@@ -176,6 +210,9 @@ impl Reloader {
     /// generations no lcore runs any more.
     pub fn tick(&mut self) {
         self.retired.collect();
+        if self.backends.as_ref().is_some_and(|b| b.take_changed()) {
+            self.publish_backend_health();
+        }
         // `[control] watch = false`: only SIGHUP reloads (a watch turned back on by a SIGHUP
         // starts from the version that SIGHUP loaded).
         if !self.running.control.watch {
@@ -289,9 +326,15 @@ impl Reloader {
             return report;
         }
         let generation = before + 1;
+        if let Some(b) = &self.backends {
+            b.sync(&new);
+        }
         let tables = match self.builder.build(&new, generation) {
             Ok(t) => Arc::new(t),
             Err(e) => {
+                if let Some(b) = &self.backends {
+                    b.sync(&self.running);
+                }
                 report.message = format!("cannot build the new tables: {e}");
                 self.fail(why, &report.message);
                 return report;

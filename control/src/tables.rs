@@ -12,6 +12,7 @@ use fastpath::dpdk::{MbufRing, Mempool};
 use fastpath::pipeline::filter::{Filter, FilterCounters, Filters};
 use fastpath::pipeline::icmp_error::{GlobalBucket, IcmpCounters};
 use fastpath::pipeline::kernel::{KernelCounters, KernelListeners, KernelPath, PuntBudget, PuntRules, Solicitations};
+use fastpath::pipeline::maglev::{Backend, Maglev};
 use fastpath::pipeline::prefix::PrefixSet;
 use fastpath::pipeline::service::Action;
 use fastpath::pipeline::tcp_reset::ResetCounters;
@@ -59,6 +60,8 @@ pub struct TableBuilder {
     /// second), and a filter's counters outlive reloads.
     filters: HashMap<String, (FilterConfig, Arc<Filter>)>,
     make_queue: MakeQueue,
+    /// The backend health checks whose states shape the `tunnel` services' Maglev tables.
+    backends: Option<Arc<crate::backends::BackendHealth>>,
 }
 
 /// Makes the queue behind a socket or a hand-off of this capacity, for the lcores `QueueSync`
@@ -67,6 +70,37 @@ pub type MakeQueue = Box<dyn Fn(usize, QueueSync) -> Result<SocketQueue, String>
 
 /// A service and the ports it listens on, as [`ServiceTable::new`] takes them.
 type Listening = (Service, Vec<u16>);
+
+/// Rebuilds `set`'s Maglev table without the backends whose health check says down (the
+/// config's table stays when all are up); returns whether every backend was down, in which case
+/// all are kept ([`crate::backends::fail_open`]).
+fn backends_by_health(
+    cfg: &Config,
+    set: &mut fastpath::pipeline::Backends,
+    health: &crate::backends::BackendHealth,
+) -> bool {
+    let mut backends: Vec<Backend> = set
+        .tunnels
+        .iter()
+        .map(|&i| {
+            let t = &cfg.tunnels[i];
+            Backend {
+                name: t.name.clone(),
+                weight: t.weight,
+                drain: t.drain,
+                up: health.up_of(&t.name),
+            }
+        })
+        .collect();
+    if backends.iter().all(|b| b.up) {
+        return false;
+    }
+    let open = crate::backends::fail_open(&mut backends);
+    if !open {
+        set.table = Arc::new(Maglev::build(&backends));
+    }
+    open
+}
 
 /// Packets a sequence tunnel's hand-off ring holds.
 pub const HANDOFF_CAPACITY: usize = 4096;
@@ -116,7 +150,14 @@ impl TableBuilder {
             tcp_reset_counters: Arc::new(ResetCounters::new(rx_lcores)),
             filters: HashMap::new(),
             make_queue,
+            backends: None,
         }
+    }
+
+    /// Builds every generation with `backends`' states: a down backend gets no slot.
+    pub fn with_backend_health(mut self, backends: Arc<crate::backends::BackendHealth>) -> Self {
+        self.backends = Some(backends);
+        self
     }
 
     /// How a socket queue is used: a socket has one queue per RX lcore, which only that RX
@@ -147,7 +188,18 @@ impl TableBuilder {
 
     /// The tables of `cfg` as generation `generation`. Fails only if a ring cannot be created.
     pub fn build(&mut self, cfg: &Config, generation: u64) -> Result<Tables, String> {
-        let (services, sockets, kernel_service) = self.services(cfg)?;
+        let (mut services, sockets, kernel_service) = self.services(cfg)?;
+        if let Some(h) = &self.backends {
+            let mut failing_open = Vec::new();
+            for (svc, _) in &mut services {
+                if let Action::Tunnel(set) = &mut svc.action {
+                    if backends_by_health(cfg, set, h) {
+                        failing_open.push(svc.name.clone());
+                    }
+                }
+            }
+            h.set_failing_open(failing_open);
+        }
         let tunnels = self.tunnels(cfg)?;
         let kernel = kernel_service.map(|service| self.kernel_path(cfg, service));
         let filters = self.filters(cfg, &services);

@@ -316,6 +316,20 @@ impl Daemon {
         parse_metrics(&body)
     }
 
+    /// Scrapes and parses /metrics of a daemon running in namespace `ns` (whose loopback the
+    /// test's is not).
+    pub fn scrape_in(&self, ns: &str) -> BTreeMap<String, f64> {
+        const GET: &str = "import sys, urllib.request\n\
+            sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())\n";
+        let url = format!("http://{}/metrics", self.metrics.expect("metrics enabled"));
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "/usr/bin/python3", "-c", GET, &url])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        parse_metrics(&String::from_utf8_lossy(&out.stdout))
+    }
+
     /// SIGTERM, wait, and return the exit code and the log.
     pub fn stop(mut self) -> (Option<i32>, String) {
         self.signal("TERM");

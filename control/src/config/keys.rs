@@ -230,6 +230,23 @@ pub static KEYS: &[KeySpec] = &[
     live("tunnel.next_hop_mac", Get::Tunnel(tunnel_next_hop)),
     live("tunnel.weight", Get::Tunnel(|_, t| t.weight.to_string())),
     live("tunnel.drain", Get::Tunnel(|_, t| t.drain.to_string())),
+    live("tunnel.health", Get::Tunnel(|_, t| health(t, |h| dbg(&h.spec)))),
+    live(
+        "tunnel.health_interval_ms",
+        Get::Tunnel(|_, t| health(t, |h| h.interval.as_millis().to_string())),
+    ),
+    live(
+        "tunnel.health_timeout_ms",
+        Get::Tunnel(|_, t| health(t, |h| h.timeout.as_millis().to_string())),
+    ),
+    live(
+        "tunnel.health_rise",
+        Get::Tunnel(|_, t| health(t, |h| h.rise.to_string())),
+    ),
+    live(
+        "tunnel.health_fall",
+        Get::Tunnel(|_, t| health(t, |h| h.fall.to_string())),
+    ),
     live(
         "reassembly.policy",
         Get::Top(|c| c.reassembly.policy.label().to_string()),
@@ -369,6 +386,11 @@ fn rss_key_file(c: &Config) -> String {
         KeySource::File(path) => format!("{} ({})", path.display(), fingerprint(&c.rss.key)),
         _ => "none".to_string(),
     }
+}
+
+/// A health-check key of `t`, or `none` without a check.
+fn health(t: &TunnelConfig, f: impl Fn(&super::HealthConfig) -> String) -> String {
+    t.health.as_ref().map_or_else(|| "none".to_string(), f)
 }
 
 /// The tunnels a `tunnel` service sends into, by name.

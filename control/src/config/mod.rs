@@ -47,7 +47,7 @@ pub use metrics::{MetricsConfig, DEFAULT_METRICS_LISTEN};
 pub use port::{PortConfig, MAX_QUEUES};
 pub use rss::{fingerprint, KeySource, RssConfig};
 pub use service::{ServiceConfig, MAX_SOCKETS, MAX_SOCKET_CAPACITY};
-pub use tunnel::{TunnelConfig, TunnelVia};
+pub use tunnel::{parse_check, Check, HealthConfig, TunnelConfig, TunnelVia};
 
 use crate::locate::{Locator, Seg};
 use errors::Errs;

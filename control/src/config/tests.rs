@@ -844,3 +844,69 @@ fn prefix_filters_read_lists_and_files_and_name_a_bad_line() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn health_checks_default_and_bad_values_are_rejected_with_key_and_line() {
+    let port = "port = \"net_null0\"\nnext_hop_mac = \"02:00:00:00:00:fe\"";
+    let c = parse(
+        &format!("{GOOD}{}", tunnel("a", &format!("{port}\nhealth = \"tcp:80\""))),
+        "t.toml",
+    )
+    .unwrap();
+    let h = c.tunnels[0].health.as_ref().unwrap();
+    assert_eq!(h.check, crate::config::Check::Tcp("198.51.100.2:80".parse().unwrap()));
+    assert_eq!(
+        (h.interval.as_millis(), h.timeout.as_millis(), h.rise, h.fall),
+        (1000, 500, 2, 3),
+        "the defaults"
+    );
+    let c = parse(&format!("{GOOD}{}", tunnel("a", port)), "t.toml").unwrap();
+    assert_eq!(c.tunnels[0].health, None, "no check without health");
+    // Each bad value: its key and the line it is written on.
+    for (extra, key, words) in [
+        ("health = \"udp:53\"", "tunnel[0].health", "expected \"tcp:PORT\""),
+        ("health = \"tcp:0\"", "tunnel[0].health", "expected 1 to 65535"),
+        (
+            "health = \"http://backend.example/\"",
+            "tunnel[0].health",
+            "HOST an IP address",
+        ),
+        (
+            "health = \"tcp:80\"\nhealth_interval_ms = 5",
+            "tunnel[0].health_interval_ms",
+            "expected 10 to 3600000",
+        ),
+        (
+            "health = \"tcp:80\"\nhealth_timeout_ms = 1000",
+            "tunnel[0].health_timeout_ms",
+            "less than health_interval_ms 1000",
+        ),
+        (
+            "health = \"tcp:80\"\nhealth_interval_ms = 200\nhealth_timeout_ms = 0",
+            "tunnel[0].health_timeout_ms",
+            "expected 1 to 199",
+        ),
+        (
+            "health = \"tcp:80\"\nhealth_rise = 0",
+            "tunnel[0].health_rise",
+            "expected 1 to 1000",
+        ),
+        (
+            "health = \"tcp:80\"\nhealth_fall = 1001",
+            "tunnel[0].health_fall",
+            "expected 1 to 1000",
+        ),
+        ("health_fall = 2", "tunnel[0].health_fall", "without health"),
+    ] {
+        let src = format!("{GOOD}{}", tunnel("a", &format!("{port}\n{extra}")));
+        let e = errors(&src);
+        let hit = e
+            .iter()
+            .find(|e| e.key == key)
+            .unwrap_or_else(|| panic!("{extra}: {e:?}"));
+        assert!(hit.message.contains(words), "{extra}: {hit:?}");
+        let last = extra.lines().last().unwrap();
+        let want = src.lines().position(|l| l == last).unwrap() + 1;
+        assert_eq!(hit.line, Some(want), "{extra}: {hit:?}");
+    }
+}

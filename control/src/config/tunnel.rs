@@ -30,6 +30,11 @@ pub(super) struct TunnelSection {
     next_hop_mac: Option<String>,
     weight: Option<i64>,
     drain: Option<bool>,
+    health: Option<String>,
+    health_interval_ms: Option<i64>,
+    health_timeout_ms: Option<i64>,
+    health_rise: Option<i64>,
+    health_fall: Option<i64>,
 }
 
 /// Where a tunnel's packets leave.
@@ -68,6 +73,158 @@ pub struct TunnelConfig {
     pub weight: u32,
     /// Drained: a `tunnel` service sends it no flows (it still decapsulates).
     pub drain: bool,
+    /// Its backend health check (`health`), if it has one.
+    pub health: Option<HealthConfig>,
+}
+
+/// A tunnel's backend health check and its timing (`health`, `health_*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// As written (`"tcp:80"`), for the logs and `fastpathctl`.
+    pub spec: String,
+    /// What is checked, with `remote` resolved.
+    pub check: Check,
+    /// Time from one check's start to the next's.
+    pub interval: std::time::Duration,
+    /// A check not done within this fails.
+    pub timeout: std::time::Duration,
+    /// Consecutive successes that bring a down backend back.
+    pub rise: u32,
+    /// Consecutive failures that take an up backend down.
+    pub fall: u32,
+}
+
+/// One health check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// A TCP connect to this address succeeds.
+    Tcp(std::net::SocketAddr),
+    /// An HTTP GET of `path` at `addr` (with `Host: host`) answers 2xx.
+    Http {
+        /// Where to connect.
+        addr: std::net::SocketAddr,
+        /// The `Host` header: the URL's host and port.
+        host: String,
+        /// The request target, starting with `/`.
+        path: String,
+    },
+}
+
+/// Defaults of the `health_*` keys.
+pub const HEALTH_INTERVAL_MS: i64 = 1000;
+/// Default `health_timeout_ms`.
+pub const HEALTH_TIMEOUT_MS: i64 = 500;
+/// Default `health_rise`.
+pub const HEALTH_RISE: i64 = 2;
+/// Default `health_fall`.
+pub const HEALTH_FALL: i64 = 3;
+
+/// What a `health` value may be.
+const HEALTH_FORMS: &str =
+    "expected \"tcp:PORT\" or \"http://HOST[:PORT]/PATH\" (HOST an IP address, [IPv6] in brackets, or remote)";
+
+/// Parses a `health` value against the tunnel's `remote`.
+pub fn parse_check(spec: &str, remote: IpAddr) -> Result<Check, String> {
+    if let Some(port) = spec.strip_prefix("tcp:") {
+        return match port.parse::<u16>() {
+            Ok(p) if p > 0 => Ok(Check::Tcp(std::net::SocketAddr::new(remote, p))),
+            _ => Err(format!("{spec:?}: port {port:?}: expected 1 to 65535")),
+        };
+    }
+    let Some(rest) = spec.strip_prefix("http://") else {
+        return Err(format!("{spec:?}: {HEALTH_FORMS}"));
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    // A path goes into the request line as it is: printable ASCII, no space (RFC 9112 §3.2).
+    if !path.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "{spec:?}: the path may hold only printable ASCII without spaces"
+        ));
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && (!h.starts_with('[') || h.ends_with(']')) => match p.parse::<u16>() {
+            Ok(p) if p > 0 => (h, p),
+            _ => return Err(format!("{spec:?}: port {p:?}: expected 1 to 65535")),
+        },
+        _ => (authority, 80),
+    };
+    let ip = if host == "remote" {
+        remote
+    } else {
+        let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        match bare.parse::<IpAddr>() {
+            Ok(ip) if ip.is_ipv6() == host.starts_with('[') => ip,
+            _ => return Err(format!("{spec:?}: host {host:?}: {HEALTH_FORMS}")),
+        }
+    };
+    let addr = std::net::SocketAddr::new(ip, port);
+    Ok(Check::Http {
+        addr,
+        host: addr.to_string(),
+        path: path.to_string(),
+    })
+}
+
+/// `tunnel[ti]`'s `health` and `health_*` keys.
+fn health(ti: usize, r: &TunnelSection, who: &str, remote: Option<IpAddr>, errs: &mut Errs) -> Option<HealthConfig> {
+    let at = |k: &'static str| [Key("tunnel"), Index(ti), Key(k)];
+    let Some(spec) = &r.health else {
+        for (k, set) in [
+            ("health_interval_ms", r.health_interval_ms.is_some()),
+            ("health_timeout_ms", r.health_timeout_ms.is_some()),
+            ("health_rise", r.health_rise.is_some()),
+            ("health_fall", r.health_fall.is_some()),
+        ] {
+            if set {
+                errs.add(
+                    &at(k),
+                    format!("{who}: {k} without health: give health = \"tcp:PORT\" too"),
+                );
+            }
+        }
+        return None;
+    };
+    let check = parse_check(spec, remote.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)))
+        .map_err(|e| errs.add(&at("health"), format!("{who}: health {e}")))
+        .ok();
+    let interval = r.health_interval_ms.unwrap_or(HEALTH_INTERVAL_MS);
+    if !(10..=3_600_000).contains(&interval) {
+        errs.add(
+            &at("health_interval_ms"),
+            format!("{who}: health_interval_ms {interval}: expected 10 to 3600000"),
+        );
+    }
+    let timeout = r.health_timeout_ms.unwrap_or(HEALTH_TIMEOUT_MS);
+    if !(1..interval.max(2)).contains(&timeout) {
+        errs.add(
+            &at("health_timeout_ms"),
+            format!(
+                "{who}: health_timeout_ms {timeout}: expected 1 to {} (less than health_interval_ms {interval})",
+                interval - 1
+            ),
+        );
+    }
+    let mut count = |k: &'static str, v: Option<i64>, default: i64| {
+        let v = v.unwrap_or(default);
+        if !(1..=1000).contains(&v) {
+            errs.add(&at(k), format!("{who}: {k} {v}: expected 1 to 1000"));
+        }
+        v.clamp(1, 1000) as u32
+    };
+    let rise = count("health_rise", r.health_rise, HEALTH_RISE);
+    let fall = count("health_fall", r.health_fall, HEALTH_FALL);
+    let ms = |v: i64| std::time::Duration::from_millis(v.clamp(1, 3_600_000) as u64);
+    Some(HealthConfig {
+        spec: spec.clone(),
+        check: check?,
+        interval: ms(interval),
+        timeout: ms(timeout),
+        rise,
+        fall,
+    })
 }
 
 /// Validates every `[[tunnel]]` and the depth of their `via` chains.
@@ -130,6 +287,7 @@ fn tunnel(
         );
     }
     let (via, via_idx) = route(ti, r, &who, names, ports, errs);
+    let health = health(ti, r, &who, remote, errs);
     let tunnel = TunnelConfig {
         name: r.name.clone(),
         local: local.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
@@ -143,6 +301,7 @@ fn tunnel(
         depth: 1,
         weight: weight.clamp(0, max_weight) as u32,
         drain: r.drain.unwrap_or(false),
+        health,
     };
     (tunnel, via_idx)
 }

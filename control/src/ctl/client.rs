@@ -110,7 +110,7 @@ pub enum ShowWhat {
     Services,
     /// Every socket: depth, capacity, counters.
     Sockets,
-    /// Every tunnel: weight, drain, counters.
+    /// Every tunnel: weight, drain, health check state, counters.
     Tunnels,
     /// ICMP error and TCP reset limits, as configured, and their counters.
     Limits,
@@ -154,7 +154,7 @@ pub fn man_page() -> Vec<u8> {
 const MAN_EXTRA: &str = r#".SH SUBCOMMANDS
 .TP
 \fBstatus\fR
-Version, uptime, config generation and path, ports, lcores, health.
+Version, uptime, config generation and path, ports, lcores, health, backends down by their health checks.
 .TP
 \fBshow\fR \fIservices\fR|\fIsockets\fR|\fItunnels\fR|\fIlimits\fR|\fIreassembly\fR|\fIkernel\fR
 One area's live state.
@@ -598,6 +598,11 @@ fn render_status(r: &Value) -> String {
             format!("NOT OK: {}", cell(&r["health"]["reasons"]))
         },
     );
+    if let Some(b) = r["backends"].as_array().filter(|b| !b.is_empty()) {
+        for line in b {
+            out.push_str(&format!("backends: {}\n", cell(line)));
+        }
+    }
     out.push_str("\nPORTS\n");
     out.push_str(&table(
         &[
@@ -723,8 +728,8 @@ fn render_show(what: ShowWhat, r: &Value) -> String {
         ),
         ShowWhat::Tunnels => table(
             &[
-                "TUNNEL", "LOCAL", "REMOTE", "WEIGHT", "DRAIN", "SERVICES", "ENCAP", "DECAP", "SEQ_DROP", "TOO_BIG",
-                "TX_FULL",
+                "TUNNEL", "LOCAL", "REMOTE", "WEIGHT", "DRAIN", "HEALTH", "UP", "SERVICES", "ENCAP", "DECAP",
+                "SEQ_DROP", "TOO_BIG", "TX_FULL",
             ],
             &rows_of(
                 &r["tunnels"],
@@ -734,6 +739,8 @@ fn render_show(what: ShowWhat, r: &Value) -> String {
                     "remote",
                     "weight",
                     "drain",
+                    "health",
+                    "up",
                     "services",
                     "encap",
                     "decap",

@@ -81,7 +81,7 @@ pub enum Show {
     Services,
     /// Every socket: depth, capacity, counters.
     Sockets,
-    /// Every tunnel: weight, drain, counters.
+    /// Every tunnel: weight, drain, health check state, counters.
     Tunnels,
     /// The ICMP error and TCP reset limits and what they did.
     Limits,

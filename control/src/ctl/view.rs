@@ -145,6 +145,21 @@ impl View {
             Ok(()) => json!({"ok": true, "reasons": []}),
             Err(r) => json!({"ok": false, "reasons": r.split("; ").collect::<Vec<_>>()}),
         };
+        // Backends down do not make the node unhealthy (/healthz): every node sees the same
+        // backends, so withdrawing one would move flows without helping them.
+        let mut backends: Vec<String> = s
+            .backends
+            .snapshot()
+            .into_iter()
+            .filter(|h| !h.up)
+            .map(|h| format!("backend {} down: {} ({})", h.name, h.spec, h.last))
+            .collect();
+        backends.extend(
+            s.backends
+                .failing_open()
+                .into_iter()
+                .map(|svc| format!("service {svc}: every backend fails its health check; sending to all of them")),
+        );
         json!({
             "version": env!("CARGO_PKG_VERSION"),
             "commit": env!("FASTPATHD_COMMIT"),
@@ -166,6 +181,7 @@ impl View {
             "lcores": lcores,
             "mbufs": { "in_use": (s.mbufs_in_use)(), "capacity": s.mbufs_capacity },
             "health": health,
+            "backends": backends,
         })
     }
 
@@ -177,7 +193,7 @@ impl View {
         match what {
             Show::Services => self.services(&tables, &cfg),
             Show::Sockets => json!({ "generation": tables.generation, "sockets": sockets(&tables) }),
-            Show::Tunnels => tunnels(&tables, &cfg),
+            Show::Tunnels => tunnels(&tables, &cfg, &self.sources.backends.snapshot()),
             Show::Limits => self.limits(&tables),
             Show::Reassembly => self.reassembly(&cfg),
             Show::Kernel => self.kernel(&tables, &cfg),
@@ -574,8 +590,8 @@ fn sockets(t: &Tables) -> Vec<Value> {
         .collect()
 }
 
-/// Every tunnel: where it goes, its weight and drain, its counters.
-fn tunnels(t: &Tables, cfg: &Config) -> Value {
+/// Every tunnel: where it goes, its weight and drain, its health, its counters.
+fn tunnels(t: &Tables, cfg: &Config, health: &[crate::backends::TunnelHealth]) -> Value {
     let list: Vec<Value> = t
         .tunnels
         .iter()
@@ -589,6 +605,7 @@ fn tunnels(t: &Tables, cfg: &Config) -> Value {
                 .filter(|s| matches!(&s.action, Action::Tunnel(set) if set.tunnels.iter().any(|&i| t.tunnels.get(i).is_some_and(|x| x.name == tu.name))))
                 .map(|s| s.name.as_str())
                 .collect();
+            let h = health.iter().find(|h| h.name == tu.name);
             json!({
                 "name": tu.name,
                 "local": tu.local.to_string(),
@@ -600,6 +617,10 @@ fn tunnels(t: &Tables, cfg: &Config) -> Value {
                 "depth": tu.depth,
                 "weight": conf.map(|c| c.weight),
                 "drain": conf.map(|c| c.drain),
+                "health": h.map(|h| h.spec.clone()),
+                "up": h.is_none_or(|h| h.up),
+                "health_last": h.map(|h| h.last.clone()),
+                "transitions": h.map(|h| json!({"up": h.to_up, "down": h.to_down})),
                 "services": services,
                 "encap": c.sum(|x| &x.encap),
                 "decap": c.sum(|x| &x.decap),

@@ -13,8 +13,8 @@
 //! - each backend gets M·wᵢ/Σw slots within one, so the load follows the weights.
 //!
 //! Weights: each turn a backend adds its weight to a credit and claims one slot per `w_max` of
-//! credit (the paper's weighted variant spreads turns the same way). Weight 0, or `drain`, means
-//! no slot. The table is built on the control thread at load and reload and read by the workers
+//! credit (the paper's weighted variant spreads turns the same way). Weight 0, `drain`, or not
+//! `up` (a failed health check) means no slot. The table is built on the control thread at load and reload and read by the workers
 //! without a lock (an `Arc` in the published tables); a lookup is one multiply, one shift and
 //! one load of a `u16`.
 //!
@@ -39,13 +39,17 @@ pub struct Backend {
     pub weight: u32,
     /// Drained: no slot, whatever its weight.
     pub drain: bool,
+    /// false: no slot, like drain; pinned connections move. Set by the control side's backend
+    /// health checks (down), or by anything else that must take a backend out without a config
+    /// edit; true otherwise.
+    pub up: bool,
 }
 
 /// A built table: slot → index into the backends as given to [`Maglev::build`].
 #[derive(Clone, PartialEq, Eq)]
 pub struct Maglev {
     slots: Box<[u16]>,
-    /// No backend has a slot (all drained or weight 0).
+    /// No backend has a slot (all drained, down or weight 0).
     empty: bool,
 }
 
@@ -83,7 +87,7 @@ impl Maglev {
         order.sort_by(|&a, &b| backends[a].name.cmp(&backends[b].name));
         let live: Vec<usize> = order
             .into_iter()
-            .filter(|&i| !backends[i].drain && backends[i].weight > 0)
+            .filter(|&i| backends[i].up && !backends[i].drain && backends[i].weight > 0)
             .collect();
         const FREE: u16 = u16::MAX;
         let mut slots = vec![FREE; m].into_boxed_slice();
@@ -173,6 +177,7 @@ mod tests {
                 name: n.to_string(),
                 weight: 1,
                 drain: false,
+                up: true,
             })
             .collect()
     }
@@ -235,6 +240,7 @@ mod tests {
                 name: "backend-new".into(),
                 weight: 1,
                 drain: false,
+                up: true,
             });
             let after = choose(&Maglev::build(&more), &more, &f);
             let m = moved(&before, &after);
@@ -274,6 +280,13 @@ mod tests {
         // Its flows move, and few others (the weighted fill may shift a few slots).
         let y_share = before.iter().filter(|c| c.as_deref() == Some("y")).count() as f64 / f.len() as f64;
         assert!(moved(&before, &after) <= y_share + 0.02, "{}", moved(&before, &after));
+        // Down (not up): no slot, exactly as drained, so the same flows move.
+        b[1].drain = false;
+        b[1].up = false;
+        let t3 = Maglev::build(&b);
+        assert_eq!(t3.shares(3)[1], 0);
+        assert_eq!(choose(&t3, &b, &f), after, "down moves the flows drain moves");
+        b[1].up = true;
         // Nobody left: no choice.
         for x in &mut b {
             x.drain = true;

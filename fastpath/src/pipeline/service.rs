@@ -1109,6 +1109,7 @@ mod backend_key {
                 name: n.to_string(),
                 weight: 1,
                 drain: false,
+                up: true,
             })
             .collect();
         let set = Backends::new(vec![0, 1, 2], &backends);

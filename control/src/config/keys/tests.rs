@@ -229,6 +229,11 @@ const EDITS: &[Edit] = &[
     ("tunnel.next_hop_mac", &[("00:00:fe\"", "00:00:fc\"")], &["tunnel[0].next_hop_mac"]),
     ("tunnel.weight", &[("weight = 3", "weight = 5")], &["tunnel[0].weight"]),
     ("tunnel.drain", &[("drain = false", "drain = true")], &["tunnel[0].drain"]),
+    ("tunnel.health", &[("health = \"tcp:80\"", "health = \"http://remote:8080/healthz\"")], &["tunnel[0].health"]),
+    ("tunnel.health_interval_ms", &[("health_interval_ms = 1000", "health_interval_ms = 2000")], &["tunnel[0].health_interval_ms"]),
+    ("tunnel.health_timeout_ms", &[("health_timeout_ms = 500", "health_timeout_ms = 200")], &["tunnel[0].health_timeout_ms"]),
+    ("tunnel.health_rise", &[("health_rise = 2", "health_rise = 5")], &["tunnel[0].health_rise"]),
+    ("tunnel.health_fall", &[("health_fall = 3", "health_fall = 1")], &["tunnel[0].health_fall"]),
     (
         "reassembly.high_thresh_bytes",
         &[("high_thresh_bytes = 4194304", "high_thresh_bytes = 8388608")],
