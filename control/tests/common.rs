@@ -615,3 +615,113 @@ impl Drop for StoppedThread {
         let _ = self.0.wait();
     }
 }
+
+// Frames for captures the daemon replays (net_pcap).
+
+pub const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+
+/// An Ethernet/IPv4 frame to us: `proto`, identification `id`, flags and fragment offset
+/// `frag` (the header's 16-bit field), carrying `l4`.
+pub fn ipv4_frame(src: [u8; 4], dst: [u8; 4], proto: u8, id: u16, frag: u16, l4: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&MAC);
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f.extend_from_slice(&[0x08, 0x00]);
+    f.extend_from_slice(&ipv4_packet(src, dst, proto, id, frag, l4));
+    f
+}
+
+/// An IPv4 packet (header checksum filled in).
+pub fn ipv4_packet(src: [u8; 4], dst: [u8; 4], proto: u8, id: u16, frag: u16, l4: &[u8]) -> Vec<u8> {
+    let total = (20 + l4.len()) as u16;
+    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 64, proto, 0, 0];
+    ip[2..4].copy_from_slice(&total.to_be_bytes());
+    ip[4..6].copy_from_slice(&id.to_be_bytes());
+    ip[6..8].copy_from_slice(&frag.to_be_bytes());
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&dst);
+    let sum = ip
+        .chunks(2)
+        .map(|w| u16::from_be_bytes([w[0], w[1]]) as u32)
+        .sum::<u32>();
+    let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    ip.extend_from_slice(l4);
+    ip
+}
+
+/// A UDP header and payload (no checksum).
+pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut u = Vec::new();
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+/// An Ethernet/IPv4/UDP frame to us (no UDP checksum).
+pub fn udp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    ipv4_frame(src, dst, 17, 1, 0, &udp(sport, dport, payload))
+}
+
+/// A classic pcap of `frames`.
+pub fn pcap(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for w in [
+        0xa1b2_c3d4u32.to_le_bytes().to_vec(),
+        vec![2, 0, 4, 0],
+        vec![0; 8],
+        65535u32.to_le_bytes().to_vec(),
+        1u32.to_le_bytes().to_vec(),
+    ] {
+        v.extend_from_slice(&w);
+    }
+    for (i, f) in frames.iter().enumerate() {
+        v.extend_from_slice(&(i as u32).to_le_bytes());
+        v.extend_from_slice(&0u32.to_le_bytes());
+        v.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        v.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        v.extend_from_slice(f);
+    }
+    v
+}
+
+/// An Ethernet/IPv6 frame to us: next header `nh`, carrying `l4`.
+pub fn ipv6_frame(src: [u8; 16], dst: [u8; 16], nh: u8, l4: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&MAC);
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f.extend_from_slice(&[0x86, 0xdd]);
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[nh, 64]);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(l4);
+    f
+}
+
+/// An ARP request from `sender` (MAC 02:00:00:00:00:02) for `target`, broadcast.
+pub fn arp_request(sender: [u8; 4], target: [u8; 4]) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 2, 0x08, 0x06, 0, 1, 0x08, 0, 6, 4, 0, 1]);
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f.extend_from_slice(&sender);
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&target);
+    f
+}
+
+/// An ICMP echo request (checksum filled in) from `src` to `dst`.
+pub fn echo_request(src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
+    let mut icmp = vec![8, 0, 0, 0, 0, 1, 0, 1, b'p', b'i', b'n', b'g'];
+    let sum = icmp
+        .chunks(2)
+        .map(|w| u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]) as u32)
+        .sum::<u32>();
+    let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    ipv4_frame(src, dst, 1, 1, 0, &icmp)
+}
