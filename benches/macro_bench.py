@@ -147,6 +147,39 @@ port = "net_null0"
 next_hop_mac = "02:00:00:00:00:fe"
 """
 
+
+def deny_list(n, hit):
+    """A `[filter] deny_file` of `n` prefixes, written once to the temp directory: 90% /24s spread
+    over 1.0.0.0-223.255.255.255, 10% /32s in other /24s (so the lookup's second level is built
+    too), none in 198.18.0.0/15 or 198.51.100.0/24 (the captures' sources), plus, if `hit`, the
+    two source prefixes themselves. Its path."""
+    path = os.path.join(tempfile.gettempdir(), f"fastpathd-bench-deny-{n}-{int(hit)}.txt")
+    if os.path.exists(path):
+        return path
+    lines, i, k = [], 0, 0
+    skip = (198 << 16 | 18 << 8, 198 << 16 | 19 << 8, 198 << 16 | 51 << 8 | 100)
+    while len(lines) < n:
+        slash24 = (1 << 16) + (k * 2654435761) % ((223 << 16) - (1 << 16))
+        k += 1
+        if slash24 in skip or (slash24 >> 8) == (198 << 8 | 18) or (slash24 >> 8) == (198 << 8 | 19):
+            continue
+        a = f"{slash24 >> 16}.{(slash24 >> 8) & 255}.{slash24 & 255}"
+        lines.append(f"{a}.{1 + i % 250}/32" if i % 10 == 9 else f"{a}.0/24")
+        i += 1
+    if hit:
+        lines += ["198.18.0.0/15", "198.51.100.0/24"]
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def filtered(n, hit):
+    """`[filter]` with `deny_list(n, hit)`."""
+    return f'\n[filter]\ndeny_file = "{deny_list(n, hit)}"\n'
+
+
 # Each scenario: name, kind (testpmd:<mode> | fastpathd:<mode>), capture, what it measures, and
 # for fastpathd: config to append, the port's IPv4 addresses, whether /metrics is scraped every
 # 10 ms during the run, and which extra figures to take from the exit dump.
@@ -167,6 +200,17 @@ SCENARIOS = [
              f'"100.{64 + (i >> 15)}.{(i >> 7) & 0xff}.{(i & 0x7f) * 2}/32"' for i in range(65536)) + "]\n",
          what="closed-port with 65,536 `[icmp] exempt` host prefixes (100.64.0.0/10, every other address, so "
               "none merge) that no bench_udp source is in: step (b)'s lookup misses on every packet"),
+    dict(name="fastpathd-filtered-100", kind="fastpathd:pipeline", capture=BENCH_UDP_MANY,
+         extra=ICMP_DEFAULTS + filtered(100, True),
+         what="bench_udp_many from sources `[filter] deny` lists among 100 prefixes: refused (filtered) right "
+              "after the source rule"),
+    dict(name="fastpathd-filtered-1m", kind="fastpathd:pipeline", capture=BENCH_UDP_MANY,
+         extra=ICMP_DEFAULTS + filtered(1_000_000, True),
+         what="as filtered-100 with 1,000,000 prefixes in the list: the lookup's cost at a million"),
+    dict(name="fastpathd-closed-port-many-sources-filter-1m", kind="fastpathd:pipeline", capture=BENCH_UDP_MANY,
+         extra=ICMP_DEFAULTS + filtered(1_000_000, False),
+         what="closed-port-many-sources with a `[filter] deny` list of 1,000,000 prefixes none of its sources "
+              "is in: every packet asks the filter, misses, and goes on"),
     dict(name="fastpathd-plain-drop", kind="fastpathd:pipeline", capture=BENCH_UDP, ipv4=["192.0.2.2"],
          what="full pipeline, the same traffic when 192.0.2.1 is not ours: parsed, then dropped as not_local: "
               "issue 6's case (c)"),
@@ -329,6 +373,12 @@ GOALS = [
     ("closed port ≥ 0.85 × plain drop (issue 6 (a) ≥ 0.85 (c)), 4096 sources: the global limit saturated "
      "(seed 000's traffic)", "fastpathd-closed-port-many-sources", "fastpathd-plain-drop-many-sources", 0.85),
     ("closed port ≥ 2 × build first (issue 6 (a) ≥ 2 (d))", "fastpathd-closed-port", "fastpathd-build-first", 2.0),
+    ("refused by a 1,000,000-prefix deny list ≥ 0.9 × plain drop", "fastpathd-filtered-1m",
+     "fastpathd-plain-drop-many-sources", 0.9),
+    ("a 1,000,000-prefix deny list costs what 100 do: filtered-1m ≥ 0.95 × filtered-100", "fastpathd-filtered-1m",
+     "fastpathd-filtered-100", 0.95),
+    ("closed port with a 1,000,000-prefix deny list it misses ≥ 0.9 × without", "fastpathd-closed-port-many-sources-filter-1m",
+     "fastpathd-closed-port-many-sources", 0.9),
     ("closed port over IPv6 ≥ 0.9 × closed port over IPv4 (issue 35)", "fastpathd-closed-port-v6",
      "fastpathd-closed-port", 0.9),
     ("open-sink over IPv6 ≥ 0.9 × open-sink over IPv4 (issue 35)", "fastpathd-open-sink-v6", "fastpathd-open-sink", 0.9),
