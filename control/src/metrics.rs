@@ -454,6 +454,11 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::COUNTER,
     ),
     (
+        "fastpath_source_limited_total",
+        "Packets [source_limit] refused (outcome source_limited), by reason: over_budget (a known source over its own budget), newcomer (a source not yet in the table, over the newcomers' shared budget).",
+        MetricType::COUNTER,
+    ),
+    (
         "fastpath_filter_prefixes",
         "Prefixes in each filter's list (inline and file, repeats removed).",
         MetricType::GAUGE,
@@ -836,9 +841,25 @@ fn filter_families(tables: &Tables) -> Named {
             sizes.push((lb, set.len() as f64));
         }
     }
+    let sl = &tables.source_limit_counters;
+    let limited = if tables.source_limit.enabled || sl.rx.iter().flatten().any(|c| c.get() > 0) {
+        use fastpath::pipeline::source_limit::Refusal;
+        [Refusal::OverBudget, Refusal::Newcomer]
+            .into_iter()
+            .map(|r| {
+                (
+                    vec![("reason", Refusal::LABELS[r as usize].to_string())],
+                    sl.total(r) as f64,
+                )
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     vec![
         ("fastpath_filtered_total", refused),
         ("fastpath_filter_prefixes", sizes),
+        ("fastpath_source_limited_total", limited),
     ]
 }
 

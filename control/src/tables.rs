@@ -15,6 +15,7 @@ use fastpath::pipeline::kernel::{KernelCounters, KernelListeners, KernelPath, Pu
 use fastpath::pipeline::maglev::{Backend, Maglev};
 use fastpath::pipeline::prefix::PrefixSet;
 use fastpath::pipeline::service::Action;
+use fastpath::pipeline::source_limit::{SourceLimitConfig as SourceLimit, SourceLimitCounters};
 use fastpath::pipeline::tcp_reset::ResetCounters;
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
 use fastpath::pipeline::Instant;
@@ -59,6 +60,8 @@ pub struct TableBuilder {
     /// they were built from: an unchanged list is not built again (a million prefixes take a
     /// second), and a filter's counters outlive reloads.
     filters: HashMap<String, (FilterConfig, Arc<Filter>)>,
+    /// What `[source_limit]` refused, for the daemon's life.
+    source_limit_counters: Arc<SourceLimitCounters>,
     make_queue: MakeQueue,
     /// The backend health checks whose states shape the `tunnel` services' Maglev tables.
     backends: Option<Arc<crate::backends::BackendHealth>>,
@@ -149,6 +152,7 @@ impl TableBuilder {
             tcp_reset_global: None,
             tcp_reset_counters: Arc::new(ResetCounters::new(rx_lcores)),
             filters: HashMap::new(),
+            source_limit_counters: Arc::new(SourceLimitCounters::new(rx_lcores)),
             make_queue,
             backends: None,
         }
@@ -203,6 +207,7 @@ impl TableBuilder {
         let tunnels = self.tunnels(cfg)?;
         let kernel = kernel_service.map(|service| self.kernel_path(cfg, service));
         let filters = self.filters(cfg, &services);
+        let source_limit = self.source_limit(cfg, &services);
         Ok(Tables {
             generation,
             ports: self.port_addrs(cfg),
@@ -221,7 +226,32 @@ impl TableBuilder {
             tcp_reset_counters: self.tcp_reset_counters.clone(),
             kernel,
             filters,
+            source_limit,
+            source_limit_counters: self.source_limit_counters.clone(),
         })
+    }
+
+    /// `[source_limit]` as the lcores read it: a known source's budget per RX lcore, the
+    /// newcomers' shared among them, and which of the table's services it applies to.
+    fn source_limit(&self, cfg: &Config, services: &[Listening]) -> SourceLimit {
+        let c = &cfg.source_limit;
+        if !c.enabled {
+            return SourceLimit::default();
+        }
+        SourceLimit {
+            enabled: true,
+            per_source: PuntBudget::per_lcore(c.rate, c.burst, 1),
+            newcomers: PuntBudget::per_lcore(c.new_rate, c.new_burst, self.rx_lcores),
+            ipv4_prefix: c.ipv4_prefix,
+            ipv6_prefix: c.ipv6_prefix,
+            entries: c.entries as usize,
+            idle_ns: c.idle_ms as u64 * 1_000_000,
+            services: if c.services.is_empty() {
+                Vec::new()
+            } else {
+                services.iter().map(|(s, _)| c.services.contains(&s.name)).collect()
+            },
+        }
     }
 
     /// `[filter]` and each service's own, by the services' order in the table.

@@ -121,6 +121,9 @@ outcomes! {
     /// From a source a prefix filter refuses (`[filter]` or the service's own lists: in a deny
     /// list, or not in an allow list), dropped before any other work.
     Filtered => "filtered",
+    /// For a service, over its source's `[source_limit]` budget, or a newcomer over the
+    /// newcomers' shared budget: dropped before the fanout.
+    SourceLimited => "source_limited",
 }
 
 impl Outcome {

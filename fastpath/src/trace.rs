@@ -423,6 +423,7 @@ pub fn outcome_stage(o: Outcome) -> &'static str {
         TcpReset | TcpResetSuppressed | TcpBadChecksum => "tcp_reset",
         Kernel | KernelFull | KernelLimited | NeighborUnsolicited => "kernel",
         Filtered => "filter",
+        SourceLimited => "source_limit",
     }
 }
 
@@ -478,6 +479,13 @@ fn outcome_reason(o: Outcome, s: &Summary) -> String {
         Filtered => match ip {
             Some(ip) => format!("source {} refused: in a deny list, or not in an allow list", ip.src),
             None => "refused by a prefix filter".into(),
+        },
+        SourceLimited => match ip {
+            Some(ip) => format!(
+                "source {} over its [source_limit] budget (or a newcomer over the newcomers')",
+                ip.src
+            ),
+            None => "over its source's budget".into(),
         },
     }
 }

@@ -333,6 +333,27 @@ pub static KEYS: &[KeySpec] = &[
         "filter.allow_file",
         Get::Top(|c| super::filter::file_shown(&c.filter.allow)),
     ),
+    live("source_limit.rate", Get::Top(|c| c.source_limit.rate.to_string())),
+    live("source_limit.burst", Get::Top(|c| c.source_limit.burst.to_string())),
+    live(
+        "source_limit.new_rate",
+        Get::Top(|c| c.source_limit.new_rate.to_string()),
+    ),
+    live(
+        "source_limit.new_burst",
+        Get::Top(|c| c.source_limit.new_burst.to_string()),
+    ),
+    live(
+        "source_limit.ipv4_prefix",
+        Get::Top(|c| c.source_limit.ipv4_prefix.to_string()),
+    ),
+    live(
+        "source_limit.ipv6_prefix",
+        Get::Top(|c| c.source_limit.ipv6_prefix.to_string()),
+    ),
+    live("source_limit.entries", Get::Top(|c| c.source_limit.entries.to_string())),
+    live("source_limit.idle_ms", Get::Top(|c| c.source_limit.idle_ms.to_string())),
+    live("source_limit.services", Get::Top(|c| dbg(&c.source_limit.services))),
 ];
 
 /// The entry of `key` (`port.forward_to`), if there is one.

@@ -29,6 +29,8 @@ mod port;
 mod reassembly;
 mod rss;
 mod service;
+mod source_limit;
+pub use source_limit::SourceLimitConfig;
 mod tcp_reset;
 mod tunnel;
 
@@ -79,6 +81,7 @@ struct FileConfig {
     control: Option<control::ControlSection>,
     kernel: Option<kernel::KernelSection>,
     filter: Option<filter::FilterSection>,
+    source_limit: Option<source_limit::SourceLimitSection>,
 }
 
 /// A validated config.
@@ -114,6 +117,8 @@ pub struct Config {
     pub kernel: KernelConfig,
     /// `[filter]`: source prefixes refused (or the only ones admitted) on every port.
     pub filter: FilterConfig,
+    /// `[source_limit]`: per-source budgets in front of services.
+    pub source_limit: SourceLimitConfig,
 }
 
 impl Config {
@@ -504,6 +509,7 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
     let control = control::validate(raw.control, dir, errs);
     let kernel = kernel::validate(raw.kernel, &ports, &services, &lcores, errs);
     let filter = filter::validate(raw.filter, dir, errs);
+    let source_limit = source_limit::validate(raw.source_limit, &services, errs);
     Config {
         dpdk,
         ports,
@@ -520,6 +526,7 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
         control,
         kernel,
         filter,
+        source_limit,
     }
 }
 

@@ -34,6 +34,7 @@ mod process;
 pub mod reasm;
 pub mod service;
 pub mod source;
+pub mod source_limit;
 mod tables;
 pub mod tcp_reset;
 #[cfg(test)]

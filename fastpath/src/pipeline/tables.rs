@@ -212,6 +212,10 @@ pub struct Tables {
     pub kernel: Option<super::kernel::KernelPath>,
     /// Prefix filters, port-wide and per service.
     pub filters: super::filter::Filters,
+    /// Per-source budgets in front of services.
+    pub source_limit: super::source_limit::SourceLimitConfig,
+    /// What they refused, per RX lcore (kept across reloads).
+    pub source_limit_counters: Arc<super::source_limit::SourceLimitCounters>,
 }
 
 impl Tables {

@@ -178,7 +178,7 @@ const EDITS: &[Edit] = &[
         &[("\n[flow_limit]", "[[service]]\nname = \"echo\"\nports = [8]\naction = \"echo\"\n\n[flow_limit]")],
         &["service[1]"],
     ),
-    ("service.name", &[("\"gateway\"", "\"gw\"")], &["service[0]", "service"]),
+    ("service.name", &[("name = \"gateway\"", "name = \"gw\""), ("services = [\"gateway\"]", "services = [\"gw\"]")], &["service[0]", "service", "source_limit.services"]),
     ("service.protocol", &[("protocol = \"udp\"", "protocol = \"tcp\"")], &["service[0].protocol"]),
     ("service.ports", &[("ports = [7]", "ports = [7, 9]")], &["service[0].ports"]),
     ("service.addresses", &[("addresses = [\"192.0.2.1\"]", "addresses = []")], &["service[0].addresses"]),
@@ -275,6 +275,15 @@ const EDITS: &[Edit] = &[
     ("service.allow", &[(", \"2001:db8:5::/48\"]", "]")], &["service[0].allow"]),
     ("service.deny_file", &[("keys/svc-deny.list", "keys/deny.list")], &["service[0].deny_file"]),
     ("service.allow_file", &[("keys/svc-allow.list", "keys/allow.list")], &["service[0].allow_file"]),
+    ("source_limit.rate", &[("\nrate = 2345", "\nrate = 3000")], &["source_limit.rate"]),
+    ("source_limit.burst", &[("\nburst = 234\n", "\nburst = 300\n")], &["source_limit.burst"]),
+    ("source_limit.new_rate", &[("new_rate = 23456", "new_rate = 30000")], &["source_limit.new_rate"]),
+    ("source_limit.new_burst", &[("new_burst = 2346", "new_burst = 3000")], &["source_limit.new_burst"]),
+    ("source_limit.ipv4_prefix", &[("ipv4_prefix = 31", "ipv4_prefix = 24")], &["source_limit.ipv4_prefix"]),
+    ("source_limit.ipv6_prefix", &[("ipv6_prefix = 63", "ipv6_prefix = 48")], &["source_limit.ipv6_prefix"]),
+    ("source_limit.entries", &[("entries = 32768", "entries = 4096")], &["source_limit.entries"]),
+    ("source_limit.idle_ms", &[("idle_ms = 12345", "idle_ms = 5000")], &["source_limit.idle_ms"]),
+    ("source_limit.services", &[("services = [\"gateway\"]", "services = []")], &["source_limit.services"]),
 ];
 
 fn edited(edits: &[(&str, &str)]) -> String {

@@ -145,10 +145,27 @@ pub(super) fn tables(s: Shape) -> Arc<Tables> {
             solicited: Arc::new(Solicitations::new(1, 1)),
         }),
         filters: if s.filtered { filters() } else { Default::default() },
+        source_limit: if s.filtered {
+            crate::pipeline::source_limit::SourceLimitConfig {
+                enabled: true,
+                per_source: PuntBudget::per_lcore(100, 1, 1),
+                newcomers: PuntBudget::per_lcore(1000, 5, 1),
+                ipv4_prefix: 32,
+                ipv6_prefix: 64,
+                entries: 16,
+                idle_ns: 1_000_000,
+                services: vec![],
+            }
+        } else {
+            Default::default()
+        },
+        source_limit_counters: Arc::new(crate::pipeline::source_limit::SourceLimitCounters::new(1)),
         ..Default::default()
     })
 }
 
+/// With it, `[source_limit]`: one packet at once a source (100 a second), 5 at once for newcomers.
+///
 /// `[filter] deny` one IPv4 and one IPv6 test source; "two" (UDP 53) and "ssh" (TCP 22) allow
 /// only some of the others.
 fn filters() -> crate::pipeline::filter::Filters {

@@ -31,7 +31,7 @@ use super::kernel::PuntMeter;
 use super::parse::Parsed;
 use super::tables::{PortAddrs, PortView, Tables};
 use super::verdict::{Instant, Verdict};
-use super::{arp, flow_limit, icmp_error, source, tcp_reset};
+use super::{arp, flow_limit, icmp_error, source, source_limit, tcp_reset};
 use crate::buf::{NicChecksum, PacketBuf};
 use crate::ident::Idents;
 use crate::outcome::Outcome;
@@ -186,6 +186,8 @@ fn even_non_zero(x: u64) -> bool {
 }
 
 /// Mixed into the ICMP seed for the reset limiter's table: its own key, no shared collisions.
+/// Set apart from the ICMP key: the `[source_limit]` table's.
+const SOURCE_SEED: u64 = 0x5eed_0f5e_ed50_c0de;
 const RESET_SEED: u64 = 0x5bd1_e995_7f4a_7c15;
 
 /// A pipeline's seeds ([`crate::seed`]): drawn once per lcore, kept across generations.
@@ -224,6 +226,9 @@ pub struct Pipeline {
     pub(super) punt: PuntMeter,
     /// The socket of the last [`Verdict::Deliver`].
     pub(super) delivered_to: u32,
+    /// This lcore's table of sources and budgets, while `[source_limit]` is on (kept across
+    /// reloads that keep its size).
+    pub(super) sources: Option<source_limit::SourceTable>,
 }
 
 impl Pipeline {
@@ -270,6 +275,7 @@ impl Pipeline {
             idents,
             punt: PuntMeter::default(),
             delivered_to: 0,
+            sources: None,
         }
     }
 
@@ -321,7 +327,9 @@ impl Pipeline {
         };
         let (rng, punt) = (self.rng, self.punt);
         let idents = std::mem::replace(&mut self.idents, Idents::with_keys([0; 4]));
+        let sources = self.sources.take();
         *self = Pipeline::seeded(tables, slot, seeds, idents);
+        self.sources = sources.filter(|t| t.len() == self.tables.source_limit.entries.max(4).next_power_of_two());
         self.gre_seq = seq;
         self.icmp = icmp;
         self.tcp_reset = reset;
@@ -521,6 +529,32 @@ impl Pipeline {
         let l = f.refuses(src)?;
         f.count(self.fanout.slot, l);
         Some(Outcome::Filtered)
+    }
+
+    /// `[source_limit]` for a packet of service `svc` from `src` at `now`: `SourceLimited`
+    /// (counted) or `None` to go on. Asked only where the budgets apply to the service.
+    #[inline(never)]
+    fn source_limit(&mut self, src: std::net::IpAddr, now: Instant) -> Option<Outcome> {
+        let cfg = &self.tables.source_limit;
+        let table = self
+            .sources
+            .get_or_insert_with(|| source_limit::SourceTable::new(cfg.entries, self.icmp_seed ^ SOURCE_SEED));
+        let r = table.admit(cfg, src, now).err()?;
+        if let Some(c) = self.tables.source_limit_counters.rx.get(self.fanout.slot) {
+            c[r as usize].inc();
+        }
+        Some(Outcome::SourceLimited)
+    }
+
+    /// [`Pipeline::source_limit`] for a fast path's untagged frame (IPv6 if `v6`).
+    #[inline(never)]
+    fn source_limit_frame(&mut self, frame: &[u8], v6: bool, now: Instant) -> Option<Outcome> {
+        let src = if v6 {
+            std::net::IpAddr::V6(crate::wire::ipv6_at(frame.get(..38)?, 22))
+        } else {
+            std::net::IpAddr::V4(crate::wire::ipv4_at(frame.get(..30)?, 26))
+        };
+        self.source_limit(src, now)
     }
 
     /// [`Pipeline::service_filter`] for a fast path's untagged frame, its source read from

@@ -103,6 +103,17 @@ impl Pipeline {
                 },
             );
         };
+        // A service's segment (not one punted above): its own filter, then its source's budget.
+        if self.tables.filters.any_service {
+            if let Some(o) = self.service_filter_frame(hit.svc(), pkt.data(), false) {
+                return Some(Verdict::Drop(o));
+            }
+        }
+        if self.tables.source_limit.applies(hit.svc()) {
+            if let Some(o) = self.source_limit_frame(pkt.data(), false, now) {
+                return Some(Verdict::Drop(o));
+            }
+        }
         Some(self.tcp4_service(hit, pkt, end))
     }
 
@@ -112,11 +123,6 @@ impl Pipeline {
     #[inline(always)]
     fn tcp4_service<B: PacketBuf>(&mut self, hit: Hit, pkt: &mut B, end: usize) -> Verdict {
         pkt.trim_to(end);
-        if self.tables.filters.any_service {
-            if let Some(o) = self.service_filter_frame(hit.svc(), pkt.data(), false) {
-                return Verdict::Drop(o);
-            }
-        }
         if let Some(s) = self.fanout.choose_fast_single(hit.single()) {
             return self.deliver(s);
         }
@@ -201,6 +207,17 @@ impl Pipeline {
                 },
             );
         };
+        // A service's segment (not one punted above): its own filter, then its source's budget.
+        if self.tables.filters.any_service {
+            if let Some(o) = self.service_filter_frame(hit.svc(), pkt.data(), true) {
+                return Some(Verdict::Drop(o));
+            }
+        }
+        if self.tables.source_limit.applies(hit.svc()) {
+            if let Some(o) = self.source_limit_frame(pkt.data(), true, now) {
+                return Some(Verdict::Drop(o));
+            }
+        }
         Some(self.tcp6_service(hit, pkt, end))
     }
 
@@ -208,11 +225,6 @@ impl Pipeline {
     #[inline(always)]
     fn tcp6_service<B: PacketBuf>(&mut self, hit: Hit, pkt: &mut B, end: usize) -> Verdict {
         pkt.trim_to(end);
-        if self.tables.filters.any_service {
-            if let Some(o) = self.service_filter_frame(hit.svc(), pkt.data(), true) {
-                return Verdict::Drop(o);
-            }
-        }
         if let Some(s) = self.fanout.choose_fast_single(hit.single()) {
             return self.deliver(s);
         }

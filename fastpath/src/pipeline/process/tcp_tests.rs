@@ -252,6 +252,7 @@ fn the_draws_reach_every_verdict() {
         "NotForUs",
         "Martian",
         "Filtered",
+        "SourceLimited",
         "Malformed",
         "Reassembled",
         "Unhandled",

@@ -132,6 +132,11 @@ impl Pipeline {
                 return Some(Verdict::Drop(o));
             }
         }
+        if t.source_limit.applies(hit.svc()) {
+            if let Some(o) = self.source_limit_frame(pkt.data(), true, now) {
+                return Some(Verdict::Drop(o));
+            }
+        }
         // `service_socket`'s two steps, written out as in `udp4`.
         if let Some(s) = self.fanout.choose_fast_single(hit.single()) {
             return Some(self.deliver(s));

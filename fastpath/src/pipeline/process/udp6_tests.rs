@@ -197,6 +197,7 @@ fn the_draws_reach_every_verdict() {
         "NotForUs",
         "Martian",
         "Filtered",
+        "SourceLimited",
         "Malformed",
         "Unhandled",
     ] {
