@@ -359,6 +359,7 @@ pub(super) fn resolve_tunnels(
                 name: tunnels[i].name.clone(),
                 weight: tunnels[i].weight,
                 drain: tunnels[i].drain,
+                up: true,
             })
             .collect();
         services[*si].action = Action::Tunnel(fastpath::pipeline::Backends::new(set, &backends));

@@ -39,6 +39,8 @@ pub struct Backend {
     pub weight: u32,
     /// Drained: no slot, whatever its weight.
     pub drain: bool,
+    /// false: no slot, like drain; pinned connections move.
+    pub up: bool,
 }
 
 /// A built table: slot → index into the backends as given to [`Maglev::build`].
@@ -83,7 +85,7 @@ impl Maglev {
         order.sort_by(|&a, &b| backends[a].name.cmp(&backends[b].name));
         let live: Vec<usize> = order
             .into_iter()
-            .filter(|&i| !backends[i].drain && backends[i].weight > 0)
+            .filter(|&i| !backends[i].drain && backends[i].up && backends[i].weight > 0)
             .collect();
         const FREE: u16 = u16::MAX;
         let mut slots = vec![FREE; m].into_boxed_slice();
@@ -173,6 +175,7 @@ mod tests {
                 name: n.to_string(),
                 weight: 1,
                 drain: false,
+                up: true,
             })
             .collect()
     }
@@ -235,6 +238,7 @@ mod tests {
                 name: "backend-new".into(),
                 weight: 1,
                 drain: false,
+                up: true,
             });
             let after = choose(&Maglev::build(&more), &more, &f);
             let m = moved(&before, &after);

@@ -106,6 +106,7 @@ fn to_tunnel() -> Action {
             name: "t".into(),
             weight: 1,
             drain: false,
+            up: true,
         }],
     ))
 }

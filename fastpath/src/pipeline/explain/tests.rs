@@ -63,6 +63,7 @@ fn tables(kernel: bool, resets: bool) -> Tables {
             name: n.into(),
             weight: w,
             drain: false,
+            up: true,
         })
         .collect();
     let services = ServiceTable::new(vec![

@@ -247,6 +247,7 @@ fn a_tunnel_service_names_its_maglev_backend() {
         name: "t".into(),
         weight: 1,
         drain: false,
+        up: true,
     }];
     svc.action = Action::Tunnel(Backends::new(vec![0], &backends));
     t.services = ServiceTable::new(vec![(svc, vec![7])]);

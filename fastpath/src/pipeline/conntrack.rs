@@ -1,0 +1,457 @@
+//! Connection tracking for `tunnel` services: a flow, once shown to be real, stays on the
+//! backend it started on while that backend is alive, whatever the Maglev table says since.
+//!
+//! One table per worker, sized at start and never grown: a flow's packets reach one socket by
+//! their hash and a socket belongs to one worker, so a worker sees every packet of its flows and
+//! no other lcore writes its table. (Rollover under overload, or a reload that changes a
+//! service's sockets, can move a flow to another worker: that worker's table misses and the flow
+//! takes the Maglev pick, its old backend unless the backend set changed meanwhile; see
+//! docs/operating.md.)
+//!
+//! Layout: buckets of [`WAYS`] entries of 16 bytes, one cache line each; a flow's keyed 64-bit
+//! hash picks the bucket and is the entry's tag (a collision needs two flows agreeing on 64 bits
+//! of a hash keyed by a secret seed). An entry stores the backend by a stable identity (the
+//! worker's number for the tunnel's name, remapped at each reload), the state and one time.
+//!
+//! Admission (what a spoofed flood can and cannot do):
+//! - a flow the table misses gets an *unconfirmed* entry, which may only take an empty or
+//!   expired way, or the oldest unconfirmed one: a SYN or ACK flood of any size churns the
+//!   unconfirmed ways and never evicts a confirmed entry;
+//! - an entry is *confirmed* by what shows the flow is real: after a SYN, the client's next
+//!   segment without SYN (the handshake's ACK); for a flow first seen mid-stream (UDP, or TCP
+//!   picked up after a restart), a packet at least [`CONFIRM_AFTER_NS`] after the first;
+//! - at most [`MAX_CONFIRMED`] ways of a bucket are confirmed, so one stays free for new
+//!   handshakes; a flow confirmed into a full bucket stays unconfirmed (still pinned while it
+//!   lasts). Confirmed entries leave only by timeout (idle; shorter after a FIN or RST), or when
+//!   their backend is removed or down: a full table refuses new flows, which then follow the
+//!   Maglev table statelessly, rather than evict established ones.
+
+use super::icmp_error::limit::mix;
+use super::verdict::Instant;
+use crate::stats::Counter;
+use std::net::IpAddr;
+
+/// Entries per bucket (16 bytes each: a bucket is one 64-byte cache line).
+pub const WAYS: usize = 4;
+/// Confirmed entries a bucket may hold: the rest is kept for handshakes.
+pub const MAX_CONFIRMED: usize = WAYS - 1;
+/// A flow first seen without a SYN is confirmed by a packet at least this long after its first
+/// (a flood's one-off spoofed tuples never are).
+pub const CONFIRM_AFTER_NS: u64 = 1_000_000_000;
+/// The smallest table (entries).
+pub const MIN_ENTRIES: u32 = 1024;
+/// The largest table per worker (entries; 16 bytes each: 1 GiB).
+pub const MAX_ENTRIES: u32 = 1 << 26;
+
+/// Time in the table: nanoseconds >> 26 (67 ms units; 32 bits wrap after 9 years).
+const TICK_SHIFT: u32 = 26;
+
+const CONFIRMED: u64 = 1;
+const SYN_BORN: u64 = 2;
+const CLOSING: u64 = 4;
+const TCP: u64 = 8;
+
+/// The table's settings (`[conntrack]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConntrackConfig {
+    /// Entries per worker (0: no tracking). Fixed at start.
+    pub entries: u32,
+    /// Idle timeout of a confirmed TCP flow, seconds.
+    pub tcp_timeout_s: u32,
+    /// Idle timeout of a TCP flow after the client's FIN or RST, seconds.
+    pub tcp_closing_timeout_s: u32,
+    /// Idle timeout of a confirmed UDP flow, seconds.
+    pub udp_timeout_s: u32,
+    /// Lifetime of an unconfirmed entry, seconds.
+    pub unconfirmed_timeout_s: u32,
+}
+
+impl Default for ConntrackConfig {
+    fn default() -> Self {
+        ConntrackConfig {
+            entries: 262_144,
+            tcp_timeout_s: 900,
+            tcp_closing_timeout_s: 30,
+            udp_timeout_s: 300,
+            unconfirmed_timeout_s: 10,
+        }
+    }
+}
+
+/// What a packet tells the table about its flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// A TCP SYN without ACK (a connection's first segment).
+    Syn,
+    /// Any other TCP segment; `closing`: FIN or RST set.
+    Tcp {
+        /// FIN or RST.
+        closing: bool,
+    },
+    /// A UDP datagram.
+    Udp,
+}
+
+/// One worker's table counters (one writer: the worker).
+#[derive(Debug, Default)]
+pub struct ConntrackCounters {
+    /// Packets whose flow had an entry.
+    pub hits: Counter,
+    /// Packets whose flow had none.
+    pub misses: Counter,
+    /// Entries inserted.
+    pub insertions: Counter,
+    /// Live unconfirmed entries replaced by a new flow.
+    pub evictions: Counter,
+    /// Entries removed after their timeout.
+    pub expired: Counter,
+    /// New flows not inserted: their bucket held only live confirmed entries.
+    pub refused: Counter,
+    /// Entries confirmed.
+    pub confirmations: Counter,
+    /// Entries whose backend was gone or down, re-pinned to the Maglev pick.
+    pub repinned: Counter,
+    /// Entries in use now (gauge).
+    pub entries: Counter,
+    /// Of which confirmed (gauge).
+    pub confirmed: Counter,
+    /// The table's size in entries (gauge).
+    pub capacity: Counter,
+}
+
+/// A worker's flow table (module docs).
+pub struct Conntrack {
+    /// Two words per entry: the tag (0: empty), then time (bits 0–31), backend (32–47), state
+    /// (48–55). Aligned to the cache line at `base`.
+    words: Box<[u64]>,
+    base: usize,
+    mask: usize,
+    seed: [u64; 2],
+    timeouts: [u32; 4],
+    confirm_ticks: u32,
+    /// The next bucket [`Conntrack::sweep`] looks at.
+    cursor: usize,
+    in_use: u64,
+    confirmed: u64,
+}
+
+impl std::fmt::Debug for Conntrack {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "Conntrack({} entries, {} in use)", self.capacity(), self.in_use)
+    }
+}
+
+fn ticks(now: Instant) -> u32 {
+    (now.0 >> TICK_SHIFT) as u32
+}
+
+fn secs_to_ticks(s: u32) -> u32 {
+    ((s as u64 * 1_000_000_000).div_ceil(1 << TICK_SHIFT)).min(u32::MAX as u64 / 2) as u32
+}
+
+const T_UNCONFIRMED: usize = 0;
+const T_TCP: usize = 1;
+const T_CLOSING: usize = 2;
+const T_UDP: usize = 3;
+
+impl Conntrack {
+    /// A table of at least `cfg.entries` entries (rounded up to a power of two of buckets; none
+    /// when 0), its hash keyed by `seed` (from the OS). All its memory is taken here; the pages
+    /// are zeroed by the OS on first touch.
+    pub fn new(cfg: &ConntrackConfig, seed: u64) -> Conntrack {
+        let buckets = if cfg.entries == 0 {
+            0
+        } else {
+            (cfg.entries.clamp(MIN_ENTRIES, MAX_ENTRIES) as usize).div_ceil(WAYS).next_power_of_two()
+        };
+        // One line of slack so the buckets can start on a line.
+        let words = vec![0u64; buckets * WAYS * 2 + 8].into_boxed_slice();
+        let addr = words.as_ptr() as usize;
+        let base = ((64 - addr % 64) % 64) / 8;
+        let mut t = Conntrack {
+            words,
+            base,
+            mask: buckets.wrapping_sub(1),
+            seed: [mix(seed ^ 0x452821e638d01377), mix(seed ^ 0xbe5466cf34e90c6c)],
+            timeouts: [0; 4],
+            confirm_ticks: 0,
+            cursor: 0,
+            in_use: 0,
+            confirmed: 0,
+        };
+        t.configure(cfg);
+        t
+    }
+
+    /// Takes new timeouts (a reload); the size stays.
+    pub fn configure(&mut self, cfg: &ConntrackConfig) {
+        self.timeouts[T_UNCONFIRMED] = secs_to_ticks(cfg.unconfirmed_timeout_s);
+        self.timeouts[T_TCP] = secs_to_ticks(cfg.tcp_timeout_s);
+        self.timeouts[T_CLOSING] = secs_to_ticks(cfg.tcp_closing_timeout_s);
+        self.timeouts[T_UDP] = secs_to_ticks(cfg.udp_timeout_s);
+        self.confirm_ticks = secs_to_ticks(1).max(1);
+        debug_assert_eq!(CONFIRM_AFTER_NS, 1_000_000_000);
+    }
+
+    /// Entries the table holds at most.
+    pub fn capacity(&self) -> usize {
+        if self.mask == usize::MAX {
+            0
+        } else {
+            (self.mask + 1) * WAYS
+        }
+    }
+
+    /// Whether it tracks nothing (`entries = 0`).
+    pub fn is_disabled(&self) -> bool {
+        self.mask == usize::MAX
+    }
+
+    /// Entries in use (including expired ones not yet swept).
+    pub fn in_use(&self) -> u64 {
+        self.in_use
+    }
+
+    /// Confirmed entries in use.
+    pub fn confirmed(&self) -> u64 {
+        self.confirmed
+    }
+
+    /// The address of the storage (tests: it never moves, never grows).
+    pub fn storage(&self) -> (usize, usize) {
+        (self.words.as_ptr() as usize, self.words.len())
+    }
+
+    /// The keyed hash of a flow in the client → service direction (`proto` the IP protocol
+    /// number). Never 0.
+    #[inline]
+    pub fn key(&self, proto: u8, client: IpAddr, cport: u16, service: IpAddr, sport: u16) -> u64 {
+        let mut h = self.seed[0] ^ ((proto as u64) << 32 | (cport as u64) << 16 | sport as u64);
+        let mut word = |w: u64| h = mix(h ^ w).wrapping_add(self.seed[1]);
+        match (client, service) {
+            (IpAddr::V4(c), IpAddr::V4(s)) => word((u32::from(c) as u64) << 32 | u32::from(s) as u64),
+            (c, s) => {
+                for a in [c, s] {
+                    let v = match a {
+                        IpAddr::V4(a) => a.to_ipv6_mapped().to_bits(),
+                        IpAddr::V6(a) => a.to_bits(),
+                    };
+                    word((v >> 64) as u64);
+                    word(v as u64);
+                }
+            }
+        }
+        mix(h) | 1
+    }
+
+    #[inline]
+    fn bucket(&self, key: u64) -> usize {
+        self.base + ((key >> 20) as usize & self.mask) * WAYS * 2
+    }
+
+    fn timeout(&self, meta: u64) -> u32 {
+        if meta & CONFIRMED == 0 {
+            self.timeouts[T_UNCONFIRMED]
+        } else if meta & TCP == 0 {
+            self.timeouts[T_UDP]
+        } else if meta & CLOSING != 0 {
+            self.timeouts[T_CLOSING]
+        } else {
+            self.timeouts[T_TCP]
+        }
+    }
+
+    #[inline]
+    fn expired(&self, word: u64, t: u32) -> bool {
+        let meta = word >> 48;
+        t.wrapping_sub(word as u32) > self.timeout(meta)
+    }
+
+    /// The backend of the flow `key` for a packet that says `seen` at `now`: its entry's backend
+    /// if `valid` accepts it; else `pick()` (the Maglev choice), recorded in its entry (a new
+    /// one on a miss, if the bucket admits it). `None` when there is no entry and `pick` gives
+    /// none. No allocation; one cache line read and written.
+    #[inline]
+    pub fn track(
+        &mut self,
+        key: u64,
+        seen: Seen,
+        now: Instant,
+        c: &ConntrackCounters,
+        valid: impl Fn(u16) -> bool,
+        pick: impl FnOnce() -> Option<u16>,
+    ) -> Option<u16> {
+        if self.is_disabled() {
+            return pick();
+        }
+        let t = ticks(now);
+        let b = self.bucket(key);
+        let mut confirmed_here = 0;
+        let mut found = None;
+        for w in 0..WAYS {
+            let i = b + 2 * w;
+            if self.words[i] == 0 {
+                continue;
+            }
+            let word = self.words[i + 1];
+            if self.expired(word, t) {
+                continue;
+            }
+            if (word >> 48) & CONFIRMED != 0 {
+                confirmed_here += 1;
+            }
+            if self.words[i] == key {
+                found = Some(i);
+            }
+        }
+        let Some(i) = found else {
+            c.misses.inc();
+            let id = pick()?;
+            self.insert(b, key, id, seen, t, c);
+            return Some(id);
+        };
+        c.hits.inc();
+        let word = self.words[i + 1];
+        let mut meta = word >> 48;
+        let mut id = (word >> 32) as u16;
+        let mut time = word as u32;
+        if !valid(id) {
+            id = pick()?;
+            c.repinned.inc();
+        }
+        if meta & CONFIRMED != 0 {
+            if seen != Seen::Syn {
+                time = t;
+            }
+            if let Seen::Tcp { closing: true } = seen {
+                meta |= CLOSING;
+            }
+        } else {
+            let confirms = match seen {
+                Seen::Syn => false,
+                Seen::Tcp { .. } if meta & SYN_BORN != 0 => true,
+                _ => t.wrapping_sub(time) >= self.confirm_ticks,
+            };
+            if confirms && confirmed_here < MAX_CONFIRMED {
+                meta |= CONFIRMED;
+                time = t;
+                self.confirmed += 1;
+                c.confirmations.inc();
+                c.confirmed.set(self.confirmed);
+                if let Seen::Tcp { closing: true } = seen {
+                    meta |= CLOSING;
+                }
+            }
+        }
+        self.words[i + 1] = meta << 48 | (id as u64) << 32 | time as u64;
+        Some(id)
+    }
+
+    /// A new unconfirmed entry in bucket `b`: an empty or expired way, else the oldest
+    /// unconfirmed one; never a live confirmed one.
+    fn insert(&mut self, b: usize, key: u64, id: u16, seen: Seen, t: u32, c: &ConntrackCounters) {
+        let mut free = None;
+        let mut oldest: Option<(usize, u32)> = None;
+        for w in 0..WAYS {
+            let i = b + 2 * w;
+            if self.words[i] == 0 {
+                free = Some(i);
+                break;
+            }
+            let word = self.words[i + 1];
+            if self.expired(word, t) {
+                self.remove(i, c);
+                c.expired.inc();
+                free = Some(i);
+                break;
+            }
+            if (word >> 48) & CONFIRMED == 0 {
+                let age = t.wrapping_sub(word as u32);
+                if oldest.is_none_or(|(_, a)| age > a) {
+                    oldest = Some((i, age));
+                }
+            }
+        }
+        let i = match (free, oldest) {
+            (Some(i), _) => i,
+            (None, Some((i, _))) => {
+                self.remove(i, c);
+                c.evictions.inc();
+                i
+            }
+            (None, None) => {
+                c.refused.inc();
+                return;
+            }
+        };
+        let meta = match seen {
+            Seen::Syn => SYN_BORN | TCP,
+            Seen::Tcp { .. } => TCP,
+            Seen::Udp => 0,
+        };
+        self.words[i] = key;
+        self.words[i + 1] = meta << 48 | (id as u64) << 32 | t as u64;
+        self.in_use += 1;
+        c.insertions.inc();
+        c.entries.set(self.in_use);
+    }
+
+    fn remove(&mut self, i: usize, c: &ConntrackCounters) {
+        if (self.words[i + 1] >> 48) & CONFIRMED != 0 {
+            self.confirmed -= 1;
+            c.confirmed.set(self.confirmed);
+        }
+        self.words[i] = 0;
+        self.words[i + 1] = 0;
+        self.in_use -= 1;
+        c.entries.set(self.in_use);
+    }
+
+    /// The backend recorded for flow `key`, without touching its entry (an ICMP error about the
+    /// flow is no sign of life).
+    pub fn peek(&self, key: u64, now: Instant) -> Option<u16> {
+        if self.is_disabled() {
+            return None;
+        }
+        let t = ticks(now);
+        let b = self.bucket(key);
+        (0..WAYS)
+            .map(|w| b + 2 * w)
+            .find(|&i| self.words[i] == key && !self.expired(self.words[i + 1], t))
+            .map(|i| (self.words[i + 1] >> 32) as u16)
+    }
+
+    /// Removes the expired entries of the next `buckets` buckets (called once a poll, so the
+    /// gauge of entries in use follows the flows that ended).
+    pub fn sweep(&mut self, now: Instant, buckets: usize, c: &ConntrackCounters) {
+        if self.is_disabled() || self.in_use == 0 {
+            return;
+        }
+        let t = ticks(now);
+        for _ in 0..buckets {
+            let b = self.base + self.cursor * WAYS * 2;
+            self.cursor = (self.cursor + 1) & self.mask;
+            for w in 0..WAYS {
+                let i = b + 2 * w;
+                if self.words[i] != 0 && self.expired(self.words[i + 1], t) {
+                    self.remove(i, c);
+                    c.expired.inc();
+                }
+            }
+        }
+    }
+
+    /// Every entry in use: (tag, backend identity, confirmed). For tests and inspection.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, u16, bool)> + '_ {
+        (0..self.capacity()).filter_map(move |e| {
+            let i = self.base + 2 * e;
+            (self.words[i] != 0).then(|| {
+                let word = self.words[i + 1];
+                (self.words[i], (word >> 32) as u16, (word >> 48) & CONFIRMED != 0)
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
