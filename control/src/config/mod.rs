@@ -28,6 +28,7 @@ mod reassembly;
 mod rss;
 mod service;
 mod tcp_reset;
+mod conntrack;
 mod tunnel;
 
 #[cfg(test)]
@@ -74,6 +75,7 @@ struct FileConfig {
     reassembly: Option<reassembly::ReassemblySection>,
     icmp: Option<icmp::IcmpSection>,
     tcp_reset: Option<tcp_reset::TcpResetSection>,
+    conntrack: Option<conntrack::ConntrackSection>,
     control: Option<control::ControlSection>,
     kernel: Option<kernel::KernelSection>,
 }
@@ -105,6 +107,8 @@ pub struct Config {
     pub icmp: fastpath::pipeline::icmp_error::IcmpConfig,
     /// `[tcp_reset]`.
     pub tcp_reset: fastpath::pipeline::tcp_reset::TcpResetConfig,
+    /// `[conntrack]`: the tunnel services' connection table and ICMP forwarding.
+    pub conntrack: fastpath::pipeline::conntrack::ConntrackConfig,
     /// `[control]`: the file watch.
     pub control: ControlConfig,
     /// `[kernel]`: the exception path (meaningful when a port has a kernel interface).
@@ -496,6 +500,7 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
     reassembly.buffer_truesize = packet_buffer_truesize(max_mtu);
     let icmp = icmp::validate(raw.icmp, errs);
     let tcp_reset = tcp_reset::validate(raw.tcp_reset, errs);
+    let conntrack = conntrack::validate(raw.conntrack, errs);
     let control = control::validate(raw.control, dir, errs);
     let kernel = kernel::validate(raw.kernel, &ports, &services, &lcores, errs);
     Config {
@@ -511,6 +516,7 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
         reassembly_buffers,
         icmp,
         tcp_reset,
+        conntrack,
         control,
         kernel,
     }

@@ -27,8 +27,10 @@
 //!   Maglev table statelessly, rather than evict established ones.
 
 use super::icmp_error::limit::mix;
+use super::parse::Parsed;
 use super::verdict::Instant;
-use crate::stats::Counter;
+use crate::wire::{IpProtocol, Toeplitz};
+pub use crate::stats::ConntrackCounters;
 use std::net::IpAddr;
 
 /// Entries per bucket (16 bytes each: a bucket is one 64-byte cache line).
@@ -64,6 +66,9 @@ pub struct ConntrackConfig {
     pub udp_timeout_s: u32,
     /// Lifetime of an unconfirmed entry, seconds.
     pub unconfirmed_timeout_s: u32,
+    /// ICMP errors about a tunnel service's flows forwarded to the flow's backend, per second
+    /// over all RX lcores (0: none, they are `unhandled` as before).
+    pub icmp_per_sec: u32,
 }
 
 impl Default for ConntrackConfig {
@@ -74,6 +79,7 @@ impl Default for ConntrackConfig {
             tcp_closing_timeout_s: 30,
             udp_timeout_s: 300,
             unconfirmed_timeout_s: 10,
+            icmp_per_sec: 1000,
         }
     }
 }
@@ -90,33 +96,6 @@ pub enum Seen {
     },
     /// A UDP datagram.
     Udp,
-}
-
-/// One worker's table counters (one writer: the worker).
-#[derive(Debug, Default)]
-pub struct ConntrackCounters {
-    /// Packets whose flow had an entry.
-    pub hits: Counter,
-    /// Packets whose flow had none.
-    pub misses: Counter,
-    /// Entries inserted.
-    pub insertions: Counter,
-    /// Live unconfirmed entries replaced by a new flow.
-    pub evictions: Counter,
-    /// Entries removed after their timeout.
-    pub expired: Counter,
-    /// New flows not inserted: their bucket held only live confirmed entries.
-    pub refused: Counter,
-    /// Entries confirmed.
-    pub confirmations: Counter,
-    /// Entries whose backend was gone or down, re-pinned to the Maglev pick.
-    pub repinned: Counter,
-    /// Entries in use now (gauge).
-    pub entries: Counter,
-    /// Of which confirmed (gauge).
-    pub confirmed: Counter,
-    /// The table's size in entries (gauge).
-    pub capacity: Counter,
 }
 
 /// A worker's flow table (module docs).
@@ -451,6 +430,85 @@ impl Conntrack {
             })
         })
     }
+}
+
+/// A service's flow an ICMP error quotes, in the client → service direction (the direction
+/// whose packets the flow's hash and table entry were made from).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quoted {
+    /// TCP or UDP.
+    pub protocol: IpProtocol,
+    /// The client: the quoted packet's destination.
+    pub client: IpAddr,
+    /// The client's port.
+    pub cport: u16,
+    /// The service address: the quoted packet's source, and the error's destination.
+    pub service: IpAddr,
+    /// The service's port.
+    pub sport: u16,
+}
+
+impl Quoted {
+    /// The flow hash the flow's own packets have ([`super::Parsed::flow_hash`] of a
+    /// client → service packet).
+    pub fn hash(&self, hasher: &Toeplitz) -> u32 {
+        let ports = Some((self.cport, self.sport));
+        match (self.client, self.service) {
+            (IpAddr::V4(c), IpAddr::V4(s)) => hasher.hash_v4(c, s, ports),
+            (IpAddr::V6(c), IpAddr::V6(s)) => hasher.hash_v6(&c, &s, ports),
+            _ => 0,
+        }
+    }
+}
+
+/// The flow quoted by the ICMP Destination Unreachable (RFC 792; type 3, any code, Fragmentation
+/// Needed among them: RFC 1191) or ICMPv6 Destination Unreachable / Packet Too Big (RFC 4443
+/// §3.1, §3.2; RFC 8201) in `frame` (parsed as `p`), if it quotes a TCP or UDP packet sent from
+/// the error's destination address, with its IP header and at least 8 bytes after it (RFC 792,
+/// RFC 1812 §4.3.2.3: the ports). A quoted IPv4 fragment other than the first, or an IPv6
+/// packet with extension headers before its ports, is not looked into.
+pub fn quoted_flow(frame: &[u8], p: &Parsed) -> Option<Quoted> {
+    if p.fragment.is_some() {
+        return None;
+    }
+    let msg = frame.get(p.l4_offset as usize..p.ip_end as usize)?;
+    let inner = msg.get(8..)?;
+    let (protocol, src, dst, l4) = match (p.protocol, p.dst) {
+        (IpProtocol::ICMP, IpAddr::V4(_)) if msg[0] == 3 => {
+            let ihl = (*inner.first()? & 0x0f) as usize * 4;
+            if inner[0] >> 4 != 4 || ihl < 20 || inner.len() < ihl + 8 {
+                return None;
+            }
+            if u16::from_be_bytes([inner[6], inner[7]]) & 0x1fff != 0 {
+                return None;
+            }
+            let a = |o: usize| IpAddr::from(<[u8; 4]>::try_from(&inner[o..o + 4]).unwrap_or_default());
+            (inner[9], a(12), a(16), &inner[ihl..])
+        }
+        (IpProtocol::ICMPV6, IpAddr::V6(_)) if msg[0] == 1 || msg[0] == 2 => {
+            if inner.len() < 48 || inner[0] >> 4 != 6 {
+                return None;
+            }
+            let a = |o: usize| IpAddr::from(<[u8; 16]>::try_from(&inner[o..o + 16]).unwrap_or_default());
+            (inner[6], a(8), a(24), &inner[40..])
+        }
+        _ => return None,
+    };
+    let protocol = match protocol {
+        6 => IpProtocol::TCP,
+        17 => IpProtocol::UDP,
+        _ => return None,
+    };
+    if src != p.dst {
+        return None;
+    }
+    Some(Quoted {
+        protocol,
+        client: dst,
+        cport: u16::from_be_bytes([l4[2], l4[3]]),
+        service: src,
+        sport: u16::from_be_bytes([l4[0], l4[1]]),
+    })
 }
 
 #[cfg(test)]

@@ -275,6 +275,7 @@ fn timeouts_expire_entries_and_fin_or_rst_shortens_them() {
         tcp_closing_timeout_s: 5,
         udp_timeout_s: 20,
         unconfirmed_timeout_s: 3,
+        icmp_per_sec: 0,
     };
     let mut ct = Conntrack::new(&config, 10);
     let set = Set::new(&["a", "b"]);
