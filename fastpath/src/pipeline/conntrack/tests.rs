@@ -360,3 +360,40 @@ fn ecmp_nodes_do_not_share_tables_and_agree_through_maglev() {
     }
     assert!(moved > 50 && moved < 150, "{moved} of 400 moved on the node without state");
 }
+
+/// A quoted flow is read only from a whole quote (IP header and 8 bytes); every shorter cut of
+/// the error, and every byte flipped, gives an answer without a panic.
+#[test]
+fn quoted_flows_need_the_header_and_eight_bytes_and_never_panic() {
+    use crate::pipeline::parse::tests::{tcp_bytes, v4_frame};
+    use crate::wire::TcpFlags;
+    let me = Ipv4Addr::new(192, 0, 2, 1);
+    let client = Ipv4Addr::new(203, 0, 113, 9);
+    let quoted = v4_frame(me, client, IpProtocol::TCP, &[], 0, &tcp_bytes(80, 40000, TcpFlags::ACK));
+    let mut icmp = vec![3, 4, 0, 0, 0, 0, 5, 0x78];
+    icmp.extend_from_slice(&quoted[14..14 + 28]);
+    let frame = v4_frame(Ipv4Addr::new(203, 0, 113, 254), me, IpProtocol::ICMP, &[], 0, &icmp);
+    let hasher = Toeplitz::default();
+    let p = Parsed::parse(&frame, &hasher, None).unwrap();
+    let q = quoted_flow(&frame, &p).unwrap();
+    assert_eq!(
+        (q.protocol, q.client, q.cport, q.service, q.sport),
+        (IpProtocol::TCP, IpAddr::V4(client), 40000, IpAddr::V4(me), 80)
+    );
+    // The hash of the flow's own packets.
+    let own = v4_frame(client, me, IpProtocol::TCP, &[], 0, &tcp_bytes(40000, 80, TcpFlags::ACK));
+    assert_eq!(q.hash(&hasher), Parsed::parse(&own, &hasher, None).unwrap().hash);
+    for cut in 0..frame.len() {
+        let mut p = p;
+        p.ip_end = p.ip_end.min(cut as u16);
+        let got = quoted_flow(&frame[..cut], &p);
+        assert_eq!(got.is_some(), cut == frame.len(), "cut at {cut}");
+    }
+    for i in 34..frame.len() {
+        for bit in 0..8 {
+            let mut f = frame.clone();
+            f[i] ^= 1 << bit;
+            let _ = quoted_flow(&f, &p);
+        }
+    }
+}
