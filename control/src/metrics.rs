@@ -930,7 +930,10 @@ fn conntrack_families(s: &Sources, tables: &Tables) -> Named {
     for l in &workers {
         let (all, confirmed) = (l.conntrack.entries.get(), l.conntrack.confirmed.get());
         let lc = l.lcore.to_string();
-        entries.push((vec![("lcore", lc.clone()), ("state", "confirmed".to_string())], confirmed as f64));
+        entries.push((
+            vec![("lcore", lc.clone()), ("state", "confirmed".to_string())],
+            confirmed as f64,
+        ));
         entries.push((
             vec![("lcore", lc), ("state", "unconfirmed".to_string())],
             all.saturating_sub(confirmed) as f64,

@@ -21,13 +21,13 @@
 
 use crate::buf::{LcoreBuf, Tunnelled};
 use crate::ident::Idents;
-use crate::pipeline::tunnel::Tunnel;
 use crate::pipeline::conntrack::{self, Conntrack, ConntrackCounters, Seen};
+use crate::pipeline::tunnel::Tunnel;
 use crate::pipeline::{kernel, service, tunnel, Action, Backends, Instant, Tables};
-use crate::wire::{IpProtocol, TcpFlags};
 use crate::socket::{Socket, SocketLcoreCounters};
 use crate::stats::LcoreStats;
 use crate::tx::{fragment_into_tunnel, needs_fragmenting, queue_in_fragments, Transmit, TxBatch, BURST};
+use crate::wire::{IpProtocol, TcpFlags};
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -39,13 +39,25 @@ pub(super) fn validate(raw: Option<ConntrackSection>, errs: &mut Errs) -> Conntr
             None
         }
     };
-    if let Some(v) = num("entries", r.entries, MIN_ENTRIES as i64, MAX_ENTRIES as i64, "entries per worker") {
+    if let Some(v) = num(
+        "entries",
+        r.entries,
+        MIN_ENTRIES as i64,
+        MAX_ENTRIES as i64,
+        "entries per worker",
+    ) {
         c.entries = v;
     }
     if let Some(v) = num("tcp_timeout_s", r.tcp_timeout_s, 1, MAX_TIMEOUT_S, "seconds") {
         c.tcp_timeout_s = v;
     }
-    if let Some(v) = num("tcp_closing_timeout_s", r.tcp_closing_timeout_s, 1, MAX_TIMEOUT_S, "seconds") {
+    if let Some(v) = num(
+        "tcp_closing_timeout_s",
+        r.tcp_closing_timeout_s,
+        1,
+        MAX_TIMEOUT_S,
+        "seconds",
+    ) {
         c.tcp_closing_timeout_s = v;
     }
     if let Some(v) = num("udp_timeout_s", r.udp_timeout_s, 1, MAX_TIMEOUT_S, "seconds") {
@@ -54,7 +66,13 @@ pub(super) fn validate(raw: Option<ConntrackSection>, errs: &mut Errs) -> Conntr
     if let Some(v) = num("unconfirmed_timeout_s", r.unconfirmed_timeout_s, 1, 600, "seconds") {
         c.unconfirmed_timeout_s = v;
     }
-    if let Some(v) = num("icmp_per_sec", r.icmp_per_sec, 0, 1_000_000, "messages a second (0: none forwarded)") {
+    if let Some(v) = num(
+        "icmp_per_sec",
+        r.icmp_per_sec,
+        0,
+        1_000_000,
+        "messages a second (0: none forwarded)",
+    ) {
         c.icmp_per_sec = v;
     }
     c

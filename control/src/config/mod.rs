@@ -22,13 +22,13 @@ mod keys;
 mod lcores;
 mod machine;
 pub use machine::{read_hugepages, Hugepages, Machine};
+mod conntrack;
 mod metrics;
 mod port;
 mod reassembly;
 mod rss;
 mod service;
 mod tcp_reset;
-mod conntrack;
 mod tunnel;
 
 #[cfg(test)]

@@ -181,7 +181,11 @@ fn conntrack_errors_name_key_and_line() {
     }
     let e = errors(&format!("{GOOD}\n[conntrack]\nentries_per_lcore = 5\n"));
     assert_eq!(e.len(), 1, "an unknown key: {e:?}");
-    let c = parse(&format!("{GOOD}\n[conntrack]\nentries = 0\ntcp_timeout_s = 60\n"), "t.toml").unwrap();
+    let c = parse(
+        &format!("{GOOD}\n[conntrack]\nentries = 0\ntcp_timeout_s = 60\n"),
+        "t.toml",
+    )
+    .unwrap();
     assert_eq!((c.conntrack.entries, c.conntrack.tcp_timeout_s), (0, 60));
     let d = parse(GOOD, "t.toml").unwrap();
     assert_eq!(d.conntrack, fastpath::pipeline::conntrack::ConntrackConfig::default());

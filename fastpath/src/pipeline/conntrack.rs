@@ -29,8 +29,8 @@
 use super::icmp_error::limit::mix;
 use super::parse::Parsed;
 use super::verdict::Instant;
-use crate::wire::{IpProtocol, Toeplitz};
 pub use crate::stats::ConntrackCounters;
+use crate::wire::{IpProtocol, Toeplitz};
 use std::net::IpAddr;
 
 /// Entries per bucket (16 bytes each: a bucket is one 64-byte cache line).
@@ -141,7 +141,9 @@ impl Conntrack {
         let buckets = if cfg.entries == 0 {
             0
         } else {
-            (cfg.entries.clamp(MIN_ENTRIES, MAX_ENTRIES) as usize).div_ceil(WAYS).next_power_of_two()
+            (cfg.entries.clamp(MIN_ENTRIES, MAX_ENTRIES) as usize)
+                .div_ceil(WAYS)
+                .next_power_of_two()
         };
         // One line of slack so the buckets can start on a line.
         let words = vec![0u64; buckets * WAYS * 2 + 8].into_boxed_slice();

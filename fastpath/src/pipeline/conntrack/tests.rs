@@ -108,12 +108,19 @@ impl Set {
 }
 
 fn key(ct: &Conntrack, f: &Flow) -> u64 {
-    ct.key(6, IpAddr::V4(f.client), f.port, IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 80)
+    ct.key(
+        6,
+        IpAddr::V4(f.client),
+        f.port,
+        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+        80,
+    )
 }
 
 fn send(ct: &mut Conntrack, set: &Set, f: &Flow, seen: Seen, now: Instant, c: &ConntrackCounters) -> u16 {
     let k = key(ct, f);
-    ct.track(k, seen, now, c, |id| set.valid(id), || set.pick(f.hash)).unwrap()
+    ct.track(k, seen, now, c, |id| set.valid(id), || set.pick(f.hash))
+        .unwrap()
 }
 
 /// SYN, then the handshake's ACK: a confirmed entry.
@@ -248,11 +255,18 @@ fn floods_at_ten_times_capacity_leave_confirmed_entries_pinned() {
                 }
             }
         }
-        assert!(c.evictions.get() + c.refused.get() > 0, "{flood}: the flood filled the table");
+        assert!(
+            c.evictions.get() + c.refused.get() > 0,
+            "{flood}: the flood filled the table"
+        );
         set.add("d");
         for ((f, &b), &conf) in real.iter().zip(&first).zip(&confirmed) {
             if conf {
-                assert_eq!(ct.peek(key(&ct, f), now), Some(b), "{flood}: a confirmed flow lost its entry");
+                assert_eq!(
+                    ct.peek(key(&ct, f), now),
+                    Some(b),
+                    "{flood}: a confirmed flow lost its entry"
+                );
                 assert_eq!(send(&mut ct, &set, f, Seen::Tcp { closing: false }, now, &c), b);
             }
         }
@@ -323,7 +337,10 @@ fn zero_entries_tracks_nothing_and_follows_maglev() {
     let f = flows(1, &mut rng)[0];
     establish(&mut ct, &set, &f, Instant(0), &c);
     set.add("c");
-    assert_eq!(send(&mut ct, &set, &f, Seen::Tcp { closing: false }, Instant(0), &c), set.stateless(&f));
+    assert_eq!(
+        send(&mut ct, &set, &f, Seen::Tcp { closing: false }, Instant(0), &c),
+        set.stateless(&f)
+    );
     assert_eq!(c.hits.get() + c.misses.get(), 0);
 }
 
@@ -358,7 +375,10 @@ fn ecmp_nodes_do_not_share_tables_and_agree_through_maglev() {
         assert_eq!(send(&mut node1, &set, f, Seen::Tcp { closing: false }, now, &c1), b);
         assert_eq!(send(&mut node2, &set, f, Seen::Tcp { closing: false }, now, &c2), b);
     }
-    assert!(moved > 50 && moved < 150, "{moved} of 400 moved on the node without state");
+    assert!(
+        moved > 50 && moved < 150,
+        "{moved} of 400 moved on the node without state"
+    );
 }
 
 /// A quoted flow is read only from a whole quote (IP header and 8 bytes); every shorter cut of
@@ -369,7 +389,14 @@ fn quoted_flows_need_the_header_and_eight_bytes_and_never_panic() {
     use crate::wire::TcpFlags;
     let me = Ipv4Addr::new(192, 0, 2, 1);
     let client = Ipv4Addr::new(203, 0, 113, 9);
-    let quoted = v4_frame(me, client, IpProtocol::TCP, &[], 0, &tcp_bytes(80, 40000, TcpFlags::ACK));
+    let quoted = v4_frame(
+        me,
+        client,
+        IpProtocol::TCP,
+        &[],
+        0,
+        &tcp_bytes(80, 40000, TcpFlags::ACK),
+    );
     let mut icmp = vec![3, 4, 0, 0, 0, 0, 5, 0x78];
     icmp.extend_from_slice(&quoted[14..14 + 28]);
     let frame = v4_frame(Ipv4Addr::new(203, 0, 113, 254), me, IpProtocol::ICMP, &[], 0, &icmp);
@@ -381,7 +408,14 @@ fn quoted_flows_need_the_header_and_eight_bytes_and_never_panic() {
         (IpProtocol::TCP, IpAddr::V4(client), 40000, IpAddr::V4(me), 80)
     );
     // The hash of the flow's own packets.
-    let own = v4_frame(client, me, IpProtocol::TCP, &[], 0, &tcp_bytes(40000, 80, TcpFlags::ACK));
+    let own = v4_frame(
+        client,
+        me,
+        IpProtocol::TCP,
+        &[],
+        0,
+        &tcp_bytes(40000, 80, TcpFlags::ACK),
+    );
     assert_eq!(q.hash(&hasher), Parsed::parse(&own, &hasher, None).unwrap().hash);
     for cut in 0..frame.len() {
         let mut p = p;

@@ -47,9 +47,7 @@ impl Pipeline {
             return self.decapsulate(pkt, parsed, depth);
         }
         let v = local_delivery(local, parsed, pkt);
-        if v == Verdict::Drop(Outcome::Unhandled)
-            && matches!(parsed.protocol, IpProtocol::ICMP | IpProtocol::ICMPV6)
-        {
+        if v == Verdict::Drop(Outcome::Unhandled) && matches!(parsed.protocol, IpProtocol::ICMP | IpProtocol::ICMPV6) {
             // RFC 1191 / RFC 8201: an error about a backend's answer is the backend's to act on.
             if let Some(v) = self.icmp_to_backend(pkt, parsed, now) {
                 return Step::Done(v);
@@ -186,7 +184,10 @@ impl Pipeline {
         }
         let q = crate::pipeline::conntrack::quoted_flow(pkt.data(), p)?;
         let hit = t.services.lookup(q.protocol, q.sport, &q.service)?;
-        if !matches!(t.services.services()[hit.svc()].action, crate::pipeline::Action::Tunnel(_)) {
+        if !matches!(
+            t.services.services()[hit.svc()].action,
+            crate::pipeline::Action::Tunnel(_)
+        ) {
             return None;
         }
         if !self.to_backend.admit(t.icmp_to_backend, now) {
@@ -201,10 +202,11 @@ impl Pipeline {
     /// [`Pipeline::fan_out`] for a flow hash already known.
     fn fan_out_hash(&mut self, svc: usize, hash: u32) -> Verdict {
         let t = &*self.tables;
-        match self
-            .fanout
-            .choose_quick(&t.services.services()[svc].group, &t.sockets, HashOnDemand::new(|| hash))
-        {
+        match self.fanout.choose_quick(
+            &t.services.services()[svc].group,
+            &t.sockets,
+            HashOnDemand::new(|| hash),
+        ) {
             Choice::Socket(s) => self.deliver(s),
             Choice::Full(s) => {
                 t.sockets[s].counters.rx[self.fanout.slot].full.inc();

@@ -21,7 +21,15 @@ fn client6() -> Ipv6Addr {
 /// port 7; ICMP forwarding at `per_sec` (burst a tenth, as the control side sets it).
 fn lb_tables(per_sec: u32) -> Arc<Tables> {
     let socks: Vec<_> = (0..5)
-        .map(|i| Arc::new(Socket::new("s", i, SimQueue::new(256), 0, Arc::new(SocketCounters::new(1, 1)))))
+        .map(|i| {
+            Arc::new(Socket::new(
+                "s",
+                i,
+                SimQueue::new(256),
+                0,
+                Arc::new(SocketCounters::new(1, 1)),
+            ))
+        })
         .collect();
     let group = |sockets: Vec<usize>| Group {
         sockets,
@@ -98,13 +106,27 @@ fn frag_needed_for_a_served_flow_reaches_the_flows_own_socket() {
     let mut e = engine_with(lb_tables(1_000_000), Collect::new(0));
     let mut sockets = std::collections::HashSet::new();
     for cport in 40_000..40_064u16 {
-        let own = v4_frame(CLIENT, ME, IpProtocol::TCP, &[], 0, &tcp_bytes(cport, 80, TcpFlags::ACK));
+        let own = v4_frame(
+            CLIENT,
+            ME,
+            IpProtocol::TCP,
+            &[],
+            0,
+            &tcp_bytes(cport, 80, TcpFlags::ACK),
+        );
         let s = delivered_socket(&mut e, own).expect("the flow's packet is delivered");
         let icmp = unreachable(4, &answer(80, cport, IpProtocol::TCP), 8);
-        assert_eq!(delivered_socket(&mut e, icmp), Some(s), "port {cport}: the flow's socket");
+        assert_eq!(
+            delivered_socket(&mut e, icmp),
+            Some(s),
+            "port {cport}: the flow's socket"
+        );
         sockets.insert(s);
     }
-    assert!(sockets.len() > 1, "the flows spread over the sockets, and their errors with them");
+    assert!(
+        sockets.len() > 1,
+        "the flows spread over the sockets, and their errors with them"
+    );
     assert_eq!(count(&e, Outcome::Delivered), 128);
     assert_eq!(e.pipeline().tables().icmp_counters.rx[0].to_backend[0].get(), 64);
     assert_eq!(total(&e), 128);
@@ -119,11 +141,23 @@ fn errors_about_flows_we_do_not_serve_keep_their_old_handling() {
         f
     };
     let cases = [
-        ("a port no service has", unreachable(4, &answer(81, 40_000, IpProtocol::TCP), 8)),
-        ("an echo service's", unreachable(4, &answer(7, 40_000, IpProtocol::UDP), 8)),
-        ("UDP to the TCP service's port", unreachable(4, &answer(80, 40_000, IpProtocol::UDP), 8)),
+        (
+            "a port no service has",
+            unreachable(4, &answer(81, 40_000, IpProtocol::TCP), 8),
+        ),
+        (
+            "an echo service's",
+            unreachable(4, &answer(7, 40_000, IpProtocol::UDP), 8),
+        ),
+        (
+            "UDP to the TCP service's port",
+            unreachable(4, &answer(80, 40_000, IpProtocol::UDP), 8),
+        ),
         ("quoting another source", unreachable(4, &other_src, 8)),
-        ("fewer than 8 bytes after the header", unreachable(4, &answer(80, 40_000, IpProtocol::TCP), 4)),
+        (
+            "fewer than 8 bytes after the header",
+            unreachable(4, &answer(80, 40_000, IpProtocol::TCP), 4),
+        ),
         ("not Destination Unreachable", {
             let mut f = unreachable(4, &answer(80, 40_000, IpProtocol::TCP), 8);
             f[34] = 11;
@@ -142,14 +176,31 @@ fn errors_about_flows_we_do_not_serve_keep_their_old_handling() {
 fn packet_too_big_for_a_served_ipv6_flow_reaches_the_flows_own_socket() {
     let mut e = engine_with(lb_tables(1_000_000), Collect::new(0));
     for cport in 40_000..40_032u16 {
-        let own = v6_frame(client6(), me6(), IpProtocol::TCP, &[], 64, &tcp_bytes(cport, 80, TcpFlags::ACK));
+        let own = v6_frame(
+            client6(),
+            me6(),
+            IpProtocol::TCP,
+            &[],
+            64,
+            &tcp_bytes(cport, 80, TcpFlags::ACK),
+        );
         let s = delivered_socket(&mut e, own).unwrap();
-        let quoted = v6_frame(me6(), client6(), IpProtocol::TCP, &[], 64, &tcp_bytes(80, cport, TcpFlags::ACK));
+        let quoted = v6_frame(
+            me6(),
+            client6(),
+            IpProtocol::TCP,
+            &[],
+            64,
+            &tcp_bytes(80, cport, TcpFlags::ACK),
+        );
         let mut icmp = vec![2, 0, 0, 0, 0, 0, 0x05, 0x00];
         icmp.extend_from_slice(&quoted[14..14 + 48]);
         let router: Ipv6Addr = "2001:db8:99::fe".parse().unwrap();
         let mut frame = v6_frame(router, me6(), IpProtocol::ICMPV6, &[], 64, &icmp);
-        let sum = checksum::finish(checksum::sum(checksum::pseudo_v6(&router, &me6(), 58, 56), &frame[54..]));
+        let sum = checksum::finish(checksum::sum(
+            checksum::pseudo_v6(&router, &me6(), 58, 56),
+            &frame[54..],
+        ));
         frame[56..58].copy_from_slice(&sum.to_be_bytes());
         assert_eq!(delivered_socket(&mut e, frame), Some(s));
     }

@@ -118,11 +118,18 @@ fn established_flows_keep_their_backend_across_a_reload_that_adds_one() {
     assert_eq!(data(&mut e, T0), first, "no established flow moved");
     // New connections follow the new table at once: "d" gets about a quarter.
     let fresh: Vec<_> = (20_000..20_400).map(|p| seg(p, TcpFlags::SYN)).collect();
-    let to_d = through(&mut e, &fresh, T0).iter().filter(|&&r| r == remote_of("d")).count();
+    let to_d = through(&mut e, &fresh, T0)
+        .iter()
+        .filter(|&&r| r == remote_of("d"))
+        .count();
     assert!((50..150).contains(&to_d), "{to_d} of 400 new flows on the new backend");
     // Without the table the reload would have moved about as many established ones.
     let mut stateless = engine(lb_tables(&["d", "a", "b", "c"], |_| {}, 1));
-    let moved = data(&mut stateless, T0).iter().zip(&first).filter(|(a, b)| a != b).count();
+    let moved = data(&mut stateless, T0)
+        .iter()
+        .zip(&first)
+        .filter(|(a, b)| a != b)
+        .count();
     assert!(moved > 50, "Maglev alone moves {moved} of 400");
 }
 
@@ -158,13 +165,23 @@ fn drain_reweight_keep_flows_and_down_or_removed_moves_only_theirs() {
         assert_eq!(now_on, was, "flows already moved off a, and the others, stay");
     }
     e.adopt(lb_tables(&["b"], |_| {}, 5));
-    assert!(data(&mut e, T0).iter().all(|&r| r == remote_of("b")), "c removed: its flows move");
+    assert!(
+        data(&mut e, T0).iter().all(|&r| r == remote_of("b")),
+        "c removed: its flows move"
+    );
 }
 
 /// ICMP Fragmentation Needed from a router on the path to the client, quoting the backend's
 /// answer (service → client), as the RX lcore delivers it to the flow's socket.
 fn frag_needed(cport: u16) -> Vec<u8> {
-    let quoted = v4_frame(ME, CLIENT, IpProtocol::TCP, &[], 0x4000, &tcp_bytes(80, cport, TcpFlags::ACK));
+    let quoted = v4_frame(
+        ME,
+        CLIENT,
+        IpProtocol::TCP,
+        &[],
+        0x4000,
+        &tcp_bytes(80, cport, TcpFlags::ACK),
+    );
     let mut icmp = vec![3, 4, 0, 0, 0, 0, 0x05, 0x78];
     icmp.extend_from_slice(&quoted[14..14 + 28]);
     let c = crate::wire::checksum::checksum(&icmp);
