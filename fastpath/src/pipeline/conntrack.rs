@@ -98,16 +98,52 @@ pub enum Seen {
     Udp,
 }
 
+/// One cache line: the ways' tags (0: empty), then their words: time (bits 0–31), backend
+/// (32–47), state (48–55).
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Bucket {
+    tag: [u64; WAYS],
+    word: [u64; WAYS],
+}
+
+/// The timeouts in ticks, by state.
+#[derive(Clone, Copy, Debug, Default)]
+struct Timeouts {
+    unconfirmed: u32,
+    tcp: u32,
+    closing: u32,
+    udp: u32,
+    confirm: u32,
+}
+
+impl Timeouts {
+    #[inline]
+    fn of(&self, word: u64) -> u32 {
+        let meta = word >> 48;
+        if meta & CONFIRMED == 0 {
+            self.unconfirmed
+        } else if meta & TCP == 0 {
+            self.udp
+        } else if meta & CLOSING != 0 {
+            self.closing
+        } else {
+            self.tcp
+        }
+    }
+
+    #[inline]
+    fn expired(&self, word: u64, t: u32) -> bool {
+        t.wrapping_sub(word as u32) > self.of(word)
+    }
+}
+
 /// A worker's flow table (module docs).
 pub struct Conntrack {
-    /// Two words per entry: the tag (0: empty), then time (bits 0–31), backend (32–47), state
-    /// (48–55). Aligned to the cache line at `base`.
-    words: Box<[u64]>,
-    base: usize,
+    buckets: Box<[Bucket]>,
     mask: usize,
     seed: [u64; 2],
-    timeouts: [u32; 4],
-    confirm_ticks: u32,
+    timeouts: Timeouts,
     /// The next bucket [`Conntrack::sweep`] looks at.
     cursor: usize,
     in_use: u64,
@@ -128,15 +164,14 @@ fn secs_to_ticks(s: u32) -> u32 {
     ((s as u64 * 1_000_000_000).div_ceil(1 << TICK_SHIFT)).min(u32::MAX as u64 / 2) as u32
 }
 
-const T_UNCONFIRMED: usize = 0;
-const T_TCP: usize = 1;
-const T_CLOSING: usize = 2;
-const T_UDP: usize = 3;
+fn is_confirmed(word: u64) -> bool {
+    (word >> 48) & CONFIRMED != 0
+}
 
 impl Conntrack {
     /// A table of at least `cfg.entries` entries (rounded up to a power of two of buckets; none
-    /// when 0), its hash keyed by `seed` (from the OS). All its memory is taken here; the pages
-    /// are zeroed by the OS on first touch.
+    /// when 0), its hash keyed by `seed` (from the OS). All its memory is taken and written
+    /// here.
     pub fn new(cfg: &ConntrackConfig, seed: u64) -> Conntrack {
         let buckets = if cfg.entries == 0 {
             0
@@ -145,17 +180,11 @@ impl Conntrack {
                 .div_ceil(WAYS)
                 .next_power_of_two()
         };
-        // One line of slack so the buckets can start on a line.
-        let words = vec![0u64; buckets * WAYS * 2 + 8].into_boxed_slice();
-        let addr = words.as_ptr() as usize;
-        let base = ((64 - addr % 64) % 64) / 8;
         let mut t = Conntrack {
-            words,
-            base,
+            buckets: vec![Bucket::default(); buckets].into_boxed_slice(),
             mask: buckets.wrapping_sub(1),
             seed: [mix(seed ^ 0x452821e638d01377), mix(seed ^ 0xbe5466cf34e90c6c)],
-            timeouts: [0; 4],
-            confirm_ticks: 0,
+            timeouts: Timeouts::default(),
             cursor: 0,
             in_use: 0,
             confirmed: 0,
@@ -166,26 +195,23 @@ impl Conntrack {
 
     /// Takes new timeouts (a reload); the size stays.
     pub fn configure(&mut self, cfg: &ConntrackConfig) {
-        self.timeouts[T_UNCONFIRMED] = secs_to_ticks(cfg.unconfirmed_timeout_s);
-        self.timeouts[T_TCP] = secs_to_ticks(cfg.tcp_timeout_s);
-        self.timeouts[T_CLOSING] = secs_to_ticks(cfg.tcp_closing_timeout_s);
-        self.timeouts[T_UDP] = secs_to_ticks(cfg.udp_timeout_s);
-        self.confirm_ticks = secs_to_ticks(1).max(1);
-        debug_assert_eq!(CONFIRM_AFTER_NS, 1_000_000_000);
+        self.timeouts = Timeouts {
+            unconfirmed: secs_to_ticks(cfg.unconfirmed_timeout_s),
+            tcp: secs_to_ticks(cfg.tcp_timeout_s),
+            closing: secs_to_ticks(cfg.tcp_closing_timeout_s),
+            udp: secs_to_ticks(cfg.udp_timeout_s),
+            confirm: (CONFIRM_AFTER_NS.div_ceil(1 << TICK_SHIFT)) as u32,
+        };
     }
 
     /// Entries the table holds at most.
     pub fn capacity(&self) -> usize {
-        if self.mask == usize::MAX {
-            0
-        } else {
-            (self.mask + 1) * WAYS
-        }
+        self.buckets.len() * WAYS
     }
 
     /// Whether it tracks nothing (`entries = 0`).
     pub fn is_disabled(&self) -> bool {
-        self.mask == usize::MAX
+        self.buckets.is_empty()
     }
 
     /// Entries in use (including expired ones not yet swept).
@@ -198,9 +224,9 @@ impl Conntrack {
         self.confirmed
     }
 
-    /// The address of the storage (tests: it never moves, never grows).
+    /// The address and length of the storage (tests: it never moves, never grows).
     pub fn storage(&self) -> (usize, usize) {
-        (self.words.as_ptr() as usize, self.words.len())
+        (self.buckets.as_ptr() as usize, self.buckets.len())
     }
 
     /// The keyed hash of a flow in the client → service direction (`proto` the IP protocol
@@ -226,26 +252,8 @@ impl Conntrack {
     }
 
     #[inline]
-    fn bucket(&self, key: u64) -> usize {
-        self.base + ((key >> 20) as usize & self.mask) * WAYS * 2
-    }
-
-    fn timeout(&self, meta: u64) -> u32 {
-        if meta & CONFIRMED == 0 {
-            self.timeouts[T_UNCONFIRMED]
-        } else if meta & TCP == 0 {
-            self.timeouts[T_UDP]
-        } else if meta & CLOSING != 0 {
-            self.timeouts[T_CLOSING]
-        } else {
-            self.timeouts[T_TCP]
-        }
-    }
-
-    #[inline]
-    fn expired(&self, word: u64, t: u32) -> bool {
-        let meta = word >> 48;
-        t.wrapping_sub(word as u32) > self.timeout(meta)
+    fn index(&self, key: u64) -> usize {
+        (key >> 20) as usize & self.mask
     }
 
     /// The backend of the flow `key` for a packet that says `seen` at `now`: its entry's backend
@@ -266,33 +274,18 @@ impl Conntrack {
             return pick();
         }
         let t = ticks(now);
-        let b = self.bucket(key);
-        let mut confirmed_here = 0;
-        let mut found = None;
-        for w in 0..WAYS {
-            let i = b + 2 * w;
-            if self.words[i] == 0 {
-                continue;
-            }
-            let word = self.words[i + 1];
-            if self.expired(word, t) {
-                continue;
-            }
-            if (word >> 48) & CONFIRMED != 0 {
-                confirmed_here += 1;
-            }
-            if self.words[i] == key {
-                found = Some(i);
-            }
-        }
-        let Some(i) = found else {
+        let tm = self.timeouts;
+        let bi = self.index(key);
+        let b = &mut self.buckets[bi];
+        let way = b.tag.iter().position(|&x| x == key);
+        let Some(w) = way.filter(|&w| !tm.expired(b.word[w], t)) else {
             c.misses.inc();
             let id = pick()?;
-            self.insert(b, key, id, seen, t, c);
+            self.insert(bi, key, id, seen, t, c);
             return Some(id);
         };
         c.hits.inc();
-        let word = self.words[i + 1];
+        let word = b.word[w];
         let mut meta = word >> 48;
         let mut id = (word >> 32) as u16;
         let mut time = word as u32;
@@ -311,9 +304,15 @@ impl Conntrack {
             let confirms = match seen {
                 Seen::Syn => false,
                 Seen::Tcp { .. } if meta & SYN_BORN != 0 => true,
-                _ => t.wrapping_sub(time) >= self.confirm_ticks,
+                _ => t.wrapping_sub(time) >= tm.confirm,
             };
-            if confirms && confirmed_here < MAX_CONFIRMED {
+            let room = || {
+                (0..WAYS)
+                    .filter(|&x| b.tag[x] != 0 && is_confirmed(b.word[x]) && !tm.expired(b.word[x], t))
+                    .count()
+                    < MAX_CONFIRMED
+            };
+            if confirms && room() {
                 meta |= CONFIRMED;
                 time = t;
                 self.confirmed += 1;
@@ -324,41 +323,48 @@ impl Conntrack {
                 }
             }
         }
-        self.words[i + 1] = meta << 48 | (id as u64) << 32 | time as u64;
+        self.buckets[bi].word[w] = meta << 48 | (id as u64) << 32 | time as u64;
         Some(id)
     }
 
-    /// A new unconfirmed entry in bucket `b`: an empty or expired way, else the oldest
-    /// unconfirmed one; never a live confirmed one.
-    fn insert(&mut self, b: usize, key: u64, id: u16, seen: Seen, t: u32, c: &ConntrackCounters) {
+    /// A new unconfirmed entry in bucket `bi` (which does not hold `key` alive): the way of an
+    /// expired `key`, an empty or expired way, else the oldest unconfirmed one; never a live
+    /// confirmed one.
+    #[cold]
+    fn insert(&mut self, bi: usize, key: u64, id: u16, seen: Seen, t: u32, c: &ConntrackCounters) {
+        let tm = self.timeouts;
+        let b = &self.buckets[bi];
         let mut free = None;
         let mut oldest: Option<(usize, u32)> = None;
         for w in 0..WAYS {
-            let i = b + 2 * w;
-            if self.words[i] == 0 {
-                free = Some(i);
+            if b.tag[w] == 0 {
+                free = Some((w, false));
                 break;
             }
-            let word = self.words[i + 1];
-            if self.expired(word, t) {
-                self.remove(i, c);
-                c.expired.inc();
-                free = Some(i);
+            let word = b.word[w];
+            if tm.expired(word, t) {
+                free = Some((w, true));
                 break;
             }
-            if (word >> 48) & CONFIRMED == 0 {
+            if !is_confirmed(word) {
                 let age = t.wrapping_sub(word as u32);
                 if oldest.is_none_or(|(_, a)| age > a) {
-                    oldest = Some((i, age));
+                    oldest = Some((w, age));
                 }
             }
         }
-        let i = match (free, oldest) {
-            (Some(i), _) => i,
-            (None, Some((i, _))) => {
-                self.remove(i, c);
+        let w = match (free, oldest) {
+            (Some((w, expired)), _) => {
+                if expired {
+                    self.remove(bi, w, c);
+                    c.expired.inc();
+                }
+                w
+            }
+            (None, Some((w, _))) => {
+                self.remove(bi, w, c);
                 c.evictions.inc();
-                i
+                w
             }
             (None, None) => {
                 c.refused.inc();
@@ -370,20 +376,22 @@ impl Conntrack {
             Seen::Tcp { .. } => TCP,
             Seen::Udp => 0,
         };
-        self.words[i] = key;
-        self.words[i + 1] = meta << 48 | (id as u64) << 32 | t as u64;
+        let b = &mut self.buckets[bi];
+        b.tag[w] = key;
+        b.word[w] = meta << 48 | (id as u64) << 32 | t as u64;
         self.in_use += 1;
         c.insertions.inc();
         c.entries.set(self.in_use);
     }
 
-    fn remove(&mut self, i: usize, c: &ConntrackCounters) {
-        if (self.words[i + 1] >> 48) & CONFIRMED != 0 {
+    fn remove(&mut self, bi: usize, w: usize, c: &ConntrackCounters) {
+        let b = &mut self.buckets[bi];
+        if is_confirmed(b.word[w]) {
             self.confirmed -= 1;
             c.confirmed.set(self.confirmed);
         }
-        self.words[i] = 0;
-        self.words[i + 1] = 0;
+        b.tag[w] = 0;
+        b.word[w] = 0;
         self.in_use -= 1;
         c.entries.set(self.in_use);
     }
@@ -395,11 +403,10 @@ impl Conntrack {
             return None;
         }
         let t = ticks(now);
-        let b = self.bucket(key);
+        let b = &self.buckets[self.index(key)];
         (0..WAYS)
-            .map(|w| b + 2 * w)
-            .find(|&i| self.words[i] == key && !self.expired(self.words[i + 1], t))
-            .map(|i| (self.words[i + 1] >> 32) as u16)
+            .find(|&w| b.tag[w] == key && !self.timeouts.expired(b.word[w], t))
+            .map(|w| (b.word[w] >> 32) as u16)
     }
 
     /// Removes the expired entries of the next `buckets` buckets (called once a poll, so the
@@ -410,12 +417,12 @@ impl Conntrack {
         }
         let t = ticks(now);
         for _ in 0..buckets {
-            let b = self.base + self.cursor * WAYS * 2;
+            let bi = self.cursor;
             self.cursor = (self.cursor + 1) & self.mask;
             for w in 0..WAYS {
-                let i = b + 2 * w;
-                if self.words[i] != 0 && self.expired(self.words[i + 1], t) {
-                    self.remove(i, c);
+                let b = &self.buckets[bi];
+                if b.tag[w] != 0 && self.timeouts.expired(b.word[w], t) {
+                    self.remove(bi, w, c);
                     c.expired.inc();
                 }
             }
@@ -424,12 +431,10 @@ impl Conntrack {
 
     /// Every entry in use: (tag, backend identity, confirmed). For tests and inspection.
     pub fn entries(&self) -> impl Iterator<Item = (u64, u16, bool)> + '_ {
-        (0..self.capacity()).filter_map(move |e| {
-            let i = self.base + 2 * e;
-            (self.words[i] != 0).then(|| {
-                let word = self.words[i + 1];
-                (self.words[i], (word >> 32) as u16, (word >> 48) & CONFIRMED != 0)
-            })
+        self.buckets.iter().flat_map(|b| {
+            (0..WAYS)
+                .filter(move |&w| b.tag[w] != 0)
+                .map(move |w| (b.tag[w], (b.word[w] >> 32) as u16, is_confirmed(b.word[w])))
         })
     }
 }
