@@ -622,6 +622,10 @@ workers = {workers}
 mode = "{mode}"
 {cpus}
 
+# In the run's directory: another fastpathd on this machine keeps the default one.
+[control]
+socket = "control.sock"
+
 [metrics]
 listen = "127.0.0.1:{metrics_port}"
 {metrics}

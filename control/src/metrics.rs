@@ -339,6 +339,61 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::GAUGE,
     ),
     (
+        "fastpath_conntrack_hits_total",
+        "Packets of tunnel services whose flow had an entry in the worker's connection table.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_conntrack_misses_total",
+        "Packets of tunnel services whose flow had no entry (they take the Maglev pick).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_conntrack_insertions_total",
+        "Entries inserted (unconfirmed) into a worker's connection table.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_conntrack_evictions_total",
+        "Live unconfirmed entries replaced by a new flow (confirmed ones never are).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_conntrack_expired_total",
+        "Entries removed after their idle timeout.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_conntrack_refused_total",
+        "New flows not tracked: their bucket held only live confirmed entries.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_conntrack_confirmations_total",
+        "Entries confirmed (the handshake's ACK, or a packet a second after the first).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_conntrack_repinned_total",
+        "Tracked flows whose backend was removed or down, moved to the Maglev pick.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_conntrack_entries",
+        "Entries in use in each worker's connection table, by state.",
+        MetricType::GAUGE,
+    ),
+    (
+        "fastpath_conntrack_capacity",
+        "Entries each worker's connection table holds at most.",
+        MetricType::GAUGE,
+    ),
+    (
+        "fastpath_icmp_to_backend_total",
+        "ICMP errors about a tunnel service's flow: forwarded to the flow's backend, or over the rate limit.",
+        MetricType::COUNTER,
+    ),
+    (
         "fastpath_gre_encap_total",
         "Packets encapsulated and sent into each GRE tunnel.",
         MetricType::COUNTER,
@@ -507,6 +562,7 @@ impl Collector for DataPlaneCollector {
         named.extend(tcp_reset_families(&tables));
         named.extend(kernel_families(s, &tables));
         named.extend(filter_families(&tables));
+        named.extend(conntrack_families(s, &tables));
         // Every family by name, so the order of FAMILIES and of the samples can never drift.
         let mut by_name: std::collections::HashMap<&str, Samples> = named.into_iter().collect();
         let out: Vec<MetricFamily> = FAMILIES
@@ -965,6 +1021,51 @@ fn reasm_families(s: &Sources) -> Named {
         ("fastpath_reasm_timeouts_total", timeouts),
         ("fastpath_reasm_refused_total", refused),
         ("fastpath_reasm_memory_bytes", memory),
+    ]
+}
+
+/// Each worker's connection table, and the ICMP errors forwarded to backends.
+fn conntrack_families(s: &Sources, tables: &Tables) -> Named {
+    let workers: Vec<_> = s.lcores.iter().filter(|l| l.conntrack.capacity.get() > 0).collect();
+    let per = |f: fn(&fastpath::stats::ConntrackCounters) -> &fastpath::stats::Counter| -> Samples {
+        workers
+            .iter()
+            .map(|l| (vec![("lcore", l.lcore.to_string())], f(&l.conntrack).get() as f64))
+            .collect()
+    };
+    let mut entries = Vec::new();
+    for l in &workers {
+        let (all, confirmed) = (l.conntrack.entries.get(), l.conntrack.confirmed.get());
+        let lc = l.lcore.to_string();
+        entries.push((
+            vec![("lcore", lc.clone()), ("state", "confirmed".to_string())],
+            confirmed as f64,
+        ));
+        entries.push((
+            vec![("lcore", lc), ("state", "unconfirmed".to_string())],
+            all.saturating_sub(confirmed) as f64,
+        ));
+    }
+    let icmp = ["forwarded", "limited"]
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let n: u64 = tables.icmp_counters.rx.iter().map(|c| c.to_backend[i].get()).sum();
+            (vec![("result", r.to_string())], n as f64)
+        })
+        .collect();
+    vec![
+        ("fastpath_conntrack_hits_total", per(|c| &c.hits)),
+        ("fastpath_conntrack_misses_total", per(|c| &c.misses)),
+        ("fastpath_conntrack_insertions_total", per(|c| &c.insertions)),
+        ("fastpath_conntrack_evictions_total", per(|c| &c.evictions)),
+        ("fastpath_conntrack_expired_total", per(|c| &c.expired)),
+        ("fastpath_conntrack_refused_total", per(|c| &c.refused)),
+        ("fastpath_conntrack_confirmations_total", per(|c| &c.confirmations)),
+        ("fastpath_conntrack_repinned_total", per(|c| &c.repinned)),
+        ("fastpath_conntrack_entries", entries),
+        ("fastpath_conntrack_capacity", per(|c| &c.capacity)),
+        ("fastpath_icmp_to_backend_total", icmp),
     ]
 }
 

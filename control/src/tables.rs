@@ -224,6 +224,13 @@ impl TableBuilder {
             tcp_reset: cfg.tcp_reset.clone(),
             tcp_reset_global: Some(self.tcp_reset_global(cfg)),
             tcp_reset_counters: self.tcp_reset_counters.clone(),
+            conntrack: cfg.conntrack,
+            // A tenth of a second's worth at once.
+            icmp_to_backend: PuntBudget::per_lcore(
+                cfg.conntrack.icmp_per_sec,
+                cfg.conntrack.icmp_per_sec / 10,
+                self.rx_lcores,
+            ),
             kernel,
             filters,
             source_limit,

@@ -91,6 +91,33 @@ pub struct ReasmCounters {
     pub memory: Counter,
 }
 
+/// A worker's connection table (`pipeline::conntrack`), counted by the worker alone.
+#[derive(Debug, Default)]
+pub struct ConntrackCounters {
+    /// Packets whose flow had an entry.
+    pub hits: Counter,
+    /// Packets whose flow had none.
+    pub misses: Counter,
+    /// Entries inserted.
+    pub insertions: Counter,
+    /// Live unconfirmed entries replaced by a new flow.
+    pub evictions: Counter,
+    /// Entries removed after their timeout.
+    pub expired: Counter,
+    /// New flows not inserted: their bucket held only live confirmed entries.
+    pub refused: Counter,
+    /// Entries confirmed.
+    pub confirmations: Counter,
+    /// Entries whose backend was gone or down, re-pinned to the Maglev pick.
+    pub repinned: Counter,
+    /// Entries in use now (gauge).
+    pub entries: Counter,
+    /// Of which confirmed (gauge).
+    pub confirmed: Counter,
+    /// The table's size in entries (gauge).
+    pub capacity: Counter,
+}
+
 /// Everything one lcore counts.
 #[derive(Debug)]
 #[repr(align(64))]
@@ -116,6 +143,8 @@ pub struct LcoreStats {
     pub generation: AtomicU64,
     /// Reassembly (RX lcores).
     pub reasm: ReasmCounters,
+    /// The connection table (workers).
+    pub conntrack: ConntrackCounters,
     /// The per-packet trace's switch (RX lcores): armed by the control side, read once a burst.
     pub trace: crate::trace::TraceTap,
 }
@@ -134,6 +163,7 @@ impl LcoreStats {
             idle_cycles: Counter::default(),
             generation: AtomicU64::new(0),
             reasm: ReasmCounters::default(),
+            conntrack: ConntrackCounters::default(),
             trace: Default::default(),
         }
     }

@@ -21,11 +21,13 @@
 
 use crate::buf::{LcoreBuf, Tunnelled};
 use crate::ident::Idents;
+use crate::pipeline::conntrack::{self, Conntrack, ConntrackCounters, Seen};
 use crate::pipeline::tunnel::Tunnel;
 use crate::pipeline::{kernel, service, tunnel, Action, Backends, Instant, Tables};
 use crate::socket::{Socket, SocketLcoreCounters};
 use crate::stats::LcoreStats;
 use crate::tx::{fragment_into_tunnel, needs_fragmenting, queue_in_fragments, Transmit, TxBatch, BURST};
+use crate::wire::{IpProtocol, TcpFlags};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -210,6 +212,113 @@ struct Out<B: LcoreBuf, Io: WorkerIo<B>> {
     /// Advanced every poll: the RX lcore slot whose queue of each socket is drained first, so
     /// that no RX lcore's queue is always served first (round robin over a socket's queues).
     turn: usize,
+    /// The `tunnel` services' connection table and the backends' identities in it.
+    flows: Flows,
+}
+
+/// A worker's connection table ([`conntrack`]) with the stable identities of the backends it
+/// pins flows to: a tunnel name gets a number the first time this worker sees it and keeps it
+/// for the worker's life, so entries survive reloads that reorder, add or remove tunnels.
+struct Flows {
+    table: Conntrack,
+    /// By identity: the tunnel's name.
+    names: Vec<Box<str>>,
+    /// By identity: the tunnel's index in the current tables (`u32::MAX`: not there).
+    tunnel_of: Vec<u32>,
+    /// By tunnel index in the current tables: its identity.
+    id_of: Vec<u16>,
+    /// The poll's time.
+    now: Instant,
+}
+
+impl Flows {
+    fn new(t: &Tables) -> Flows {
+        let mut f = Flows {
+            table: Conntrack::new(&t.conntrack, crate::seed::os_u64()),
+            names: Vec::new(),
+            tunnel_of: Vec::new(),
+            id_of: Vec::new(),
+            now: Instant(0),
+        };
+        f.adopt(t);
+        f
+    }
+
+    /// Maps identities to the tunnels of `t` (a name never seen gets the next identity; past
+    /// 65535 names, which a long life of reloads could reach, the table's entries are forgotten
+    /// and numbering starts again).
+    fn adopt(&mut self, t: &Tables) {
+        self.table.configure(&t.conntrack);
+        if self.names.len() + t.tunnels.len() > u16::MAX as usize {
+            self.table = Conntrack::new(&t.conntrack, crate::seed::os_u64());
+            self.names.clear();
+        }
+        self.id_of.clear();
+        for tun in &t.tunnels {
+            let id = match self.names.iter().position(|n| **n == *tun.name) {
+                Some(i) => i,
+                None => {
+                    self.names.push(tun.name.as_str().into());
+                    self.names.len() - 1
+                }
+            };
+            self.id_of.push(id as u16);
+        }
+        self.tunnel_of.clear();
+        self.tunnel_of.resize(self.names.len(), u32::MAX);
+        for (ti, &id) in self.id_of.iter().enumerate() {
+            self.tunnel_of[id as usize] = ti as u32;
+        }
+    }
+
+    /// The tunnel of `set` for packet `m` (module docs of [`conntrack`]): a TCP or UDP flow's
+    /// tracked backend while `set` keeps it, else the Maglev pick (then tracked); an ICMP error
+    /// the RX lcore sent here goes to the backend of the flow it quotes, found the same way
+    /// without touching the entry; anything else by its hash.
+    #[inline]
+    fn pick(&mut self, set: &Backends, t: &Tables, m: &impl LcoreBuf, c: &ConntrackCounters) -> Option<usize> {
+        if set.tunnels.is_empty() {
+            return None;
+        }
+        let p = crate::pipeline::Parsed::parse(m.data(), &t.hasher, m.rss_hash()).ok()?;
+        let seen = match (p.protocol, p.tcp_flags) {
+            (IpProtocol::TCP, Some(f)) if f.0 & (TcpFlags::SYN.0 | TcpFlags::ACK.0) == TcpFlags::SYN.0 => Seen::Syn,
+            (IpProtocol::TCP, Some(f)) => Seen::Tcp {
+                closing: f.0 & (TcpFlags::FIN.0 | TcpFlags::RST.0) != 0,
+            },
+            (IpProtocol::UDP, _) => Seen::Udp,
+            (IpProtocol::ICMP | IpProtocol::ICMPV6, _) => return self.pick_quoted(set, t, m.data(), &p),
+            _ => return set.pick(p.hash),
+        };
+        let (Some((sport, dport)), None) = (p.ports, p.fragment) else {
+            return set.pick(p.hash);
+        };
+        let key = self.table.key(p.protocol.into(), p.src, sport, p.dst, dport);
+        let (tunnel_of, id_of) = (&self.tunnel_of, &self.id_of);
+        let id = self.table.track(
+            key,
+            seen,
+            self.now,
+            c,
+            |id| tunnel_of.get(id as usize).is_some_and(|&ti| set.keeps(ti as usize)),
+            || set.pick(p.hash).map(|ti| id_of[ti]),
+        )?;
+        Some(self.tunnel_of[id as usize] as usize)
+    }
+
+    /// The tunnel of the flow an ICMP error quotes ([`conntrack::quoted_flow`]).
+    #[cold]
+    fn pick_quoted(&self, set: &Backends, t: &Tables, frame: &[u8], p: &crate::pipeline::Parsed) -> Option<usize> {
+        let Some(q) = conntrack::quoted_flow(frame, p) else {
+            return set.pick(p.hash);
+        };
+        let key = self.table.key(q.protocol.into(), q.client, q.cport, q.service, q.sport);
+        let tracked = self.table.peek(key, self.now).and_then(|id| {
+            let ti = *self.tunnel_of.get(id as usize)? as usize;
+            set.keeps(ti).then_some(ti)
+        });
+        tracked.or_else(|| set.pick(q.hash(&t.hasher)))
+    }
 }
 
 impl<B: LcoreBuf, Io: WorkerIo<B>> Out<B, Io> {
@@ -413,7 +522,7 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> Out<B, Io> {
     fn tunnel(&mut self, cx: &Ctx, set: &Backends, c: &SocketLcoreCounters, m: B, handoff: &mut [Vec<B>]) {
         // A packet that came through a tunnel keeps its record (through a hand-off too) until
         // it is encapsulated: an ICMP error about it goes back the way it came.
-        let Some(ti) = pick_tunnel(set, cx.tables, &m) else {
+        let Some(ti) = self.flows.pick(set, cx.tables, &m, &self.stats.conntrack) else {
             c.invalid.inc();
             self.drops.push(m);
             return;
@@ -642,15 +751,6 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> Out<B, Io> {
     }
 }
 
-/// The tunnel of `set` for this packet's flow (hash of the inner packet), if it is IP.
-fn pick_tunnel<B: LcoreBuf>(set: &Backends, t: &Tables, m: &B) -> Option<usize> {
-    if set.tunnels.is_empty() || set.table.is_empty() {
-        return None;
-    }
-    let p = crate::pipeline::Parsed::parse(m.data(), &t.hasher, m.rss_hash()).ok()?;
-    set.pick(p.hash)
-}
-
 /// The sockets worker `slot` drains in `t`, each service's cost in cycles of a `hz` clock.
 fn sockets_of(slot: usize, t: &Tables, hz: u64) -> Vec<Drained> {
     let mut out = Vec::new();
@@ -720,6 +820,8 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> WorkerEngine<B, Io> {
     /// cycles of a clock of `hz` cycles per second.
     pub fn new(tables: Arc<Tables>, slot: usize, tx: Vec<Io::Tx>, io: Io, stats: Arc<LcoreStats>, hz: u64) -> Self {
         stats.set_generation(tables.generation);
+        let flows = Flows::new(&tables);
+        stats.conntrack.capacity.set(flows.table.capacity() as u64);
         WorkerEngine {
             out: Out {
                 slot,
@@ -731,6 +833,7 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> WorkerEngine<B, Io> {
                 spare: Vec::with_capacity(64),
                 idents: Idents::from_os(),
                 turn: 0,
+                flows,
             },
             w: tables_for(slot, hz, tables, Vec::new()),
             buf: Vec::with_capacity(BURST),
@@ -785,6 +888,10 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> WorkerEngine<B, Io> {
     /// `now` times the identifications' random increments only (its scale does not matter).
     pub fn poll(&mut self, now: Instant) -> Polled {
         self.out.idents.set_now(now);
+        self.out.flows.now = now;
+        // A few buckets a poll: an idle worker sweeps a table of 1M entries in well under a
+        // second, a busy one touches 4 more lines per burst.
+        self.out.flows.table.sweep(now, 4, &self.out.stats.conntrack);
         let (out, w, buf) = (&mut self.out, &mut self.w, &mut self.buf);
         let mut taken = 0usize;
         let mut from_kernel = 0usize;
@@ -842,6 +949,7 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> WorkerEngine<B, Io> {
         }
         retired.retain(|d| d.retired_at.is_some());
         self.out.stats.set_generation(t.generation);
+        self.out.flows.adopt(&t);
         self.w = tables_for(slot, self.hz, t, retired);
     }
 

@@ -303,6 +303,31 @@ pub static KEYS: &[KeySpec] = &[
         "tcp_reset.peer_table_size",
         Get::Top(|c| c.tcp_reset.peer_table_size.to_string()),
     ),
+    restart(
+        "conntrack.entries",
+        "sizes each worker's connection table, made at start-up",
+        Get::Top(|c| c.conntrack.entries.to_string()),
+    ),
+    live(
+        "conntrack.tcp_timeout_s",
+        Get::Top(|c| c.conntrack.tcp_timeout_s.to_string()),
+    ),
+    live(
+        "conntrack.tcp_closing_timeout_s",
+        Get::Top(|c| c.conntrack.tcp_closing_timeout_s.to_string()),
+    ),
+    live(
+        "conntrack.udp_timeout_s",
+        Get::Top(|c| c.conntrack.udp_timeout_s.to_string()),
+    ),
+    live(
+        "conntrack.unconfirmed_timeout_s",
+        Get::Top(|c| c.conntrack.unconfirmed_timeout_s.to_string()),
+    ),
+    live(
+        "conntrack.icmp_per_sec",
+        Get::Top(|c| c.conntrack.icmp_per_sec.to_string()),
+    ),
     live("control.watch", Get::Top(|c| c.control.watch.to_string())),
     live(
         "control.debounce_ms",

@@ -24,6 +24,7 @@ mod keys;
 mod lcores;
 mod machine;
 pub use machine::{read_hugepages, Hugepages, Machine};
+mod conntrack;
 mod metrics;
 mod port;
 mod reassembly;
@@ -78,6 +79,7 @@ struct FileConfig {
     reassembly: Option<reassembly::ReassemblySection>,
     icmp: Option<icmp::IcmpSection>,
     tcp_reset: Option<tcp_reset::TcpResetSection>,
+    conntrack: Option<conntrack::ConntrackSection>,
     control: Option<control::ControlSection>,
     kernel: Option<kernel::KernelSection>,
     filter: Option<filter::FilterSection>,
@@ -111,6 +113,8 @@ pub struct Config {
     pub icmp: fastpath::pipeline::icmp_error::IcmpConfig,
     /// `[tcp_reset]`.
     pub tcp_reset: fastpath::pipeline::tcp_reset::TcpResetConfig,
+    /// `[conntrack]`: the tunnel services' connection table and ICMP forwarding.
+    pub conntrack: fastpath::pipeline::conntrack::ConntrackConfig,
     /// `[control]`: the file watch.
     pub control: ControlConfig,
     /// `[kernel]`: the exception path (meaningful when a port has a kernel interface).
@@ -506,6 +510,7 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
     reassembly.buffer_truesize = packet_buffer_truesize(max_mtu);
     let icmp = icmp::validate(raw.icmp, errs);
     let tcp_reset = tcp_reset::validate(raw.tcp_reset, errs);
+    let conntrack = conntrack::validate(raw.conntrack, errs);
     let control = control::validate(raw.control, dir, errs);
     let kernel = kernel::validate(raw.kernel, &ports, &services, &lcores, errs);
     let filter = filter::validate(raw.filter, dir, errs);
@@ -523,6 +528,7 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
         reassembly_buffers,
         icmp,
         tcp_reset,
+        conntrack,
         control,
         kernel,
         filter,

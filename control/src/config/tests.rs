@@ -161,6 +161,36 @@ fn tcp_reset_errors_name_key_and_line() {
     );
 }
 
+/// `[conntrack]`: each out-of-range value named with its key and line; 0 entries turns the table
+/// off; the defaults when the section is absent.
+#[test]
+fn conntrack_errors_name_key_and_line() {
+    let base = GOOD.lines().count() + 1;
+    for (text, key) in [
+        ("entries = 100", "conntrack.entries"),
+        ("entries = -1", "conntrack.entries"),
+        ("tcp_timeout_s = 0", "conntrack.tcp_timeout_s"),
+        ("tcp_closing_timeout_s = 86401", "conntrack.tcp_closing_timeout_s"),
+        ("udp_timeout_s = 0", "conntrack.udp_timeout_s"),
+        ("unconfirmed_timeout_s = 601", "conntrack.unconfirmed_timeout_s"),
+        ("icmp_per_sec = -5", "conntrack.icmp_per_sec"),
+    ] {
+        let e = errors(&format!("{GOOD}\n[conntrack]\n{text}\n"));
+        assert_eq!(e.len(), 1, "{text}: {e:?}");
+        assert_eq!((e[0].key.as_str(), e[0].line), (key, Some(base + 2)), "{text}");
+    }
+    let e = errors(&format!("{GOOD}\n[conntrack]\nentries_per_lcore = 5\n"));
+    assert_eq!(e.len(), 1, "an unknown key: {e:?}");
+    let c = parse(
+        &format!("{GOOD}\n[conntrack]\nentries = 0\ntcp_timeout_s = 60\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!((c.conntrack.entries, c.conntrack.tcp_timeout_s), (0, 60));
+    let d = parse(GOOD, "t.toml").unwrap();
+    assert_eq!(d.conntrack, fastpath::pipeline::conntrack::ConntrackConfig::default());
+}
+
 #[test]
 fn too_few_tx_queues_for_lcores() {
     let e = errors(&GOOD.replace("tx_queues = 2", "tx_queues = 1"));

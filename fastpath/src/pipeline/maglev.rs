@@ -18,8 +18,9 @@
 //! without a lock (an `Arc` in the published tables); a lookup is one multiply, one shift and
 //! one load of a `u16`.
 //!
-//! The choice is stateless, so draining a backend moves its flows at once, established TCP
-//! connections included; only its flows move.
+//! The choice is stateless: draining a backend moves its flows at once, and only its flows. The
+//! workers' connection tables (`conntrack.rs`) keep established flows on their backend across
+//! such changes; `up = false` takes a backend's slots and its connections.
 
 /// The table's size: a prime (so every skip generates a full permutation), the paper's default,
 /// the same for every backend count, because a table of another size maps every hash anew

@@ -19,6 +19,7 @@
 //! [`Outcome`]: crate::outcome::Outcome
 
 mod arp;
+pub mod conntrack;
 pub(crate) mod echo;
 pub mod explain;
 pub mod fanout;

@@ -29,15 +29,29 @@ pub struct Backends {
     /// Which of them takes a flow: `lookup` gives a position in `tunnels`. Built on the
     /// control thread, shared read-only by the workers.
     pub table: std::sync::Arc<super::maglev::Maglev>,
+    /// By tunnel index: whether a tracked connection may stay on it (a member of the set and
+    /// up; drained or weight 0 still keeps its connections, [`super::conntrack`]).
+    pub keeps: Vec<bool>,
 }
 
 impl Backends {
-    /// `tunnels` (indices), with the names, weights and drain flags of each as `backends`.
+    /// `tunnels` (indices), with the names, weights, drain and up flags of each as `backends`.
     pub fn new(tunnels: Vec<usize>, backends: &[super::maglev::Backend]) -> Backends {
+        let mut keeps = vec![false; tunnels.iter().max().map_or(0, |&m| m + 1)];
+        for (k, &ti) in tunnels.iter().enumerate() {
+            keeps[ti] = backends.get(k).is_none_or(|b| b.up);
+        }
         Backends {
             tunnels,
             table: std::sync::Arc::new(super::maglev::Maglev::build(backends)),
+            keeps,
         }
+    }
+
+    /// Whether a connection tracked on tunnel `ti` stays there.
+    #[inline]
+    pub fn keeps(&self, ti: usize) -> bool {
+        self.keeps.get(ti).copied().unwrap_or(false)
     }
 
     /// The tunnel (an index into [`super::Tables::tunnels`]) for a flow's hash; `None` when

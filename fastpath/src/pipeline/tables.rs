@@ -208,6 +208,10 @@ pub struct Tables {
     pub tcp_reset_global: Option<Arc<icmp_error::GlobalBucket>>,
     /// Reset counters per RX lcore.
     pub tcp_reset_counters: Arc<tcp_reset::ResetCounters>,
+    /// The tunnel services' connection tables (their size is read once, at start).
+    pub conntrack: super::conntrack::ConntrackConfig,
+    /// Each RX lcore's budget of ICMP errors forwarded to a flow's backend.
+    pub icmp_to_backend: super::kernel::PuntBudget,
     /// The exception path into the kernel, if any port has a kernel interface.
     pub kernel: Option<super::kernel::KernelPath>,
     /// Prefix filters, port-wide and per service.

@@ -140,13 +140,14 @@ impl WorkerLcore {
             self.tsc_hz,
         );
         let mut polls = Polls::default();
+        let clock = TscClock::new(self.tsc_hz);
         let _running = super::quiesce::Running::new(&stats);
         loop {
             // Read before draining: if RX had already stopped, an empty pass means truly empty.
             let finishing = control.stop_requested() && control.rx_all_exited();
             let t0 = polls.start(&stats);
-            // TSC ticks for nanoseconds: only the scale of the random increments follows it.
-            let got = engine.poll(Instant(t0));
+            // Nanoseconds: the connection table's timeouts are in them.
+            let got = engine.poll(clock.at(t0));
             engine.forget_retired(|g| control.rx_all_reached(g));
             if let Some(t) = self.published.newer_than(engine.generation()) {
                 engine.adopt(t);

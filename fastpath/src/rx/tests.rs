@@ -1435,3 +1435,5 @@ proptest::proptest! {
 }
 
 mod trace_tests;
+
+mod icmp_backend_tests;

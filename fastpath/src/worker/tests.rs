@@ -628,3 +628,5 @@ impl WithGeneration for Arc<Tables> {
         Arc::new(t)
     }
 }
+
+mod conntrack;

@@ -88,6 +88,9 @@ pub struct IcmpLcoreCounters {
     pub sent: [[crate::stats::Counter; 5]; 2],
     /// Errors held back, by family and [`Limit::index`].
     pub limited: [[crate::stats::Counter; 2]; 2],
+    /// ICMP errors about a tunnel service's flow: forwarded to its backend, or over the
+    /// `[conntrack] icmp_per_sec` budget (then `unhandled`).
+    pub to_backend: [crate::stats::Counter; 2],
 }
 
 /// ICMP counters of every RX lcore, one slot each; kept across reloads.

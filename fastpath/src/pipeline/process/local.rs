@@ -53,6 +53,12 @@ impl Pipeline {
             return self.decapsulate(pkt, parsed, depth);
         }
         let v = local_delivery(local, parsed, pkt);
+        if v == Verdict::Drop(Outcome::Unhandled) && matches!(parsed.protocol, IpProtocol::ICMP | IpProtocol::ICMPV6) {
+            // RFC 1191 / RFC 8201: an error about a backend's answer is the backend's to act on.
+            if let Some(v) = self.icmp_to_backend(pkt, parsed, now) {
+                return Step::Done(v);
+            }
+        }
         if kernel && v != Verdict::Drop(Outcome::NoService) {
             // The kernel path (`pipeline/kernel.rs`): neighbour advertisements for the kernel's
             // own solicitations; with `unhandled`, what no stage handles.
@@ -180,6 +186,50 @@ impl Pipeline {
     pub(super) fn deliver(&mut self, s: usize) -> Verdict {
         self.delivered_to = s as u32;
         Verdict::Deliver
+    }
+
+    /// An ICMP error that quotes a packet of a `tunnel` service's flow: to the socket the flow's
+    /// own packets reach (the hash of the quoted flow turned client → service), whose worker
+    /// sends it to the flow's backend; within this lcore's share of `[conntrack] icmp_per_sec`.
+    /// `None`: not such an error, or over the budget (the caller's handling stands).
+    #[inline(never)]
+    fn icmp_to_backend<B: PacketBuf>(&mut self, pkt: &B, p: &Parsed, now: Instant) -> Option<Verdict> {
+        let t = &*self.tables;
+        if t.conntrack.icmp_per_sec == 0 {
+            return None;
+        }
+        let q = crate::pipeline::conntrack::quoted_flow(pkt.data(), p)?;
+        let hit = t.services.lookup(q.protocol, q.sport, &q.service)?;
+        if !matches!(
+            t.services.services()[hit.svc()].action,
+            crate::pipeline::Action::Tunnel(_)
+        ) {
+            return None;
+        }
+        if !self.to_backend.admit(t.icmp_to_backend, now) {
+            self.icmp_counters.to_backend[1].inc();
+            return None;
+        }
+        self.icmp_counters.to_backend[0].inc();
+        let hash = q.hash(&t.hasher);
+        Some(self.fan_out_hash(hit.svc(), hash))
+    }
+
+    /// [`Pipeline::fan_out`] for a flow hash already known.
+    fn fan_out_hash(&mut self, svc: usize, hash: u32) -> Verdict {
+        let t = &*self.tables;
+        match self.fanout.choose_quick(
+            &t.services.services()[svc].group,
+            &t.sockets,
+            HashOnDemand::new(|| hash),
+        ) {
+            Choice::Socket(s) => self.deliver(s),
+            Choice::Full(s) => {
+                t.sockets[s].counters.rx[self.fanout.slot].full.inc();
+                Verdict::Drop(Outcome::SocketFull)
+            }
+            Choice::FlowLimited(_) => Verdict::Drop(Outcome::FlowLimited),
+        }
     }
 
     #[inline(never)]

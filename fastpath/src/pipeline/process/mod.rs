@@ -224,6 +224,8 @@ pub struct Pipeline {
     pub(super) idents: Idents,
     /// This lcore's use of the kernel path's punt budget (kept across reloads).
     pub(super) punt: PuntMeter,
+    /// This lcore's use of the budget of ICMP errors forwarded to backends (kept across reloads).
+    pub(super) to_backend: PuntMeter,
     /// The socket of the last [`Verdict::Deliver`].
     pub(super) delivered_to: u32,
     /// This lcore's table of sources and budgets, while `[source_limit]` is on (kept across
@@ -274,6 +276,7 @@ impl Pipeline {
             gre_seq,
             idents,
             punt: PuntMeter::default(),
+            to_backend: PuntMeter::default(),
             delivered_to: 0,
             sources: None,
         }
@@ -320,12 +323,12 @@ impl Pipeline {
             .unwrap_or_else(|| tables.tcp_reset.global_bucket(Instant(0)));
         reset.apply(&tables.tcp_reset, reset_global, self.icmp_seed ^ RESET_SEED);
         // The seeds stay: the ICMP key and draws as before, and the random fanout goes on from
-        // where it was; so do the identifications and the punt meter.
+        // where it was; so do the identifications and the punt and ICMP-forwarding meters.
         let seeds = Seeds {
             fanout: self.fanout.random_state(),
             icmp: self.icmp_seed,
         };
-        let (rng, punt) = (self.rng, self.punt);
+        let (rng, punt, to_backend) = (self.rng, self.punt, self.to_backend);
         let idents = std::mem::replace(&mut self.idents, Idents::with_keys([0; 4]));
         let sources = self.sources.take();
         *self = Pipeline::seeded(tables, slot, seeds, idents);
@@ -335,6 +338,7 @@ impl Pipeline {
         self.tcp_reset = reset;
         self.rng = rng;
         self.punt = punt;
+        self.to_backend = to_backend;
         if keep.is_some() {
             self.fanout.flow_limit = keep;
         }

@@ -1,0 +1,239 @@
+//! Connection tracking through the real daemon: fastpathd on one end of a veth pair
+//! (`net_af_packet`) in a namespace the test creates, a raw-socket client and the backends' wire
+//! on the other end, in another. TCP connections (SYN, then the handshake's ACK) are spread over
+//! GRE backends by the Maglev table; a reload adds a backend; the established connections keep
+//! their backend, new ones follow the new table. The same run without a table (`entries = 0`)
+//! shows what the table prevents: about a third of the connections move.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// Two namespaces joined by a veth pair: `a` for fastpathd, `b` for the client (192.0.2.2) and
+/// the wire the backends' GRE arrives on. Removed on drop, even when a test fails.
+struct Pair {
+    ns_a: String,
+    ns_b: String,
+    if_a: String,
+    if_b: String,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let id = format!("{}{n}", std::process::id() % 100_000);
+        let p = Pair {
+            ns_a: format!("fpc{id}a"),
+            ns_b: format!("fpc{id}b"),
+            if_a: format!("fca{id}"),
+            if_b: format!("fcb{id}"),
+        };
+        ip(&["netns", "add", &p.ns_a]);
+        ip(&["netns", "add", &p.ns_b]);
+        ip(&["link", "add", &p.if_a, "type", "veth", "peer", "name", &p.if_b]);
+        ip(&["link", "set", &p.if_a, "netns", &p.ns_a]);
+        ip(&["link", "set", &p.if_b, "netns", &p.ns_b]);
+        ip(&["-n", &p.ns_a, "link", "set", "lo", "up"]);
+        ip(&["-n", &p.ns_a, "link", "set", &p.if_a, "up"]);
+        let out = ns_exec(
+            &p.ns_a,
+            &["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", p.if_a)],
+        );
+        assert!(out.status.success());
+        ip(&["-n", &p.ns_b, "link", "set", "lo", "up"]);
+        ip(&["-n", &p.ns_b, "addr", "add", "192.0.2.2/24", "dev", &p.if_b]);
+        ip(&["-n", &p.ns_b, "link", "set", &p.if_b, "up"]);
+        p
+    }
+
+    fn mac(ns: &str, iface: &str) -> String {
+        let out = ns_exec(ns, &["cat", &format!("/sys/class/net/{iface}/address")]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.ns_a]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns_b]).status();
+    }
+}
+
+fn config(name: &str, p: &Pair, backends: &[&str], entries: u32) -> String {
+    let vdev = format!("--vdev=net_af_packet0,iface={},qpairs=2", p.if_a);
+    let peer_mac = Pair::mac(&p.ns_b, &p.if_b);
+    let list: Vec<String> = backends.iter().map(|b| format!("\"{b}\"")).collect();
+    let mut cfg = format!(
+        "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\n\
+         tx_queues = 2\nipv4 = [\"192.0.2.1\"]\n\n[lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 50\n\n\
+         [control]\nsocket = \"control.sock\"\n\n[metrics]\nenabled = false\n[reassembly]\nbuffers = 32\n\n\
+         [conntrack]\nentries = {entries}\n\n\
+         [[service]]\nname = \"lb\"\nprotocol = \"tcp\"\nports = [80]\nsockets = 2\nsocket_capacity = 1024\n\
+         action = \"tunnel\"\ntunnels = [{}]\n",
+        eal_args(name, &[vdev]),
+        list.join(", ")
+    );
+    for (i, b) in ["a", "b", "c"].iter().enumerate() {
+        cfg += &format!(
+            "\n[[tunnel]]\nname = \"{b}\"\nlocal = \"192.0.2.1\"\nremote = \"192.0.2.{}\"\nport = \"net_af_packet0\"\n\
+             next_hop_mac = \"{peer_mac}\"\n",
+            10 + i
+        );
+    }
+    cfg
+}
+
+/// The client: sends each (source port, TCP flags) of `plan` from 192.0.2.2 to 192.0.2.1:80 as a
+/// raw frame, then reads the wire for GRE from fastpathd. Prints `port flags backend` per
+/// encapsulated segment.
+const CLIENT: &str = r#"
+import socket, struct, sys, time
+iface, dst_mac, src_mac, plan = sys.argv[1], bytes.fromhex(sys.argv[2].replace(':', '')), bytes.fromhex(sys.argv[3].replace(':', '')), sys.argv[4]
+src, dst = socket.inet_aton('192.0.2.2'), socket.inet_aton('192.0.2.1')
+def csum(b):
+    if len(b) % 2: b += b'\0'
+    s = sum(struct.unpack('!%dH' % (len(b) // 2), b))
+    while s >> 16: s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+def frame(sport, flags):
+    tcp = struct.pack('!HHIIBBHHH', sport, 80, 1000, 1, 0x50, flags, 65535, 0, 0)
+    c = csum(struct.pack('!4s4sBBH', src, dst, 0, 6, len(tcp)) + tcp)
+    tcp = tcp[:16] + struct.pack('!H', c) + tcp[18:]
+    ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(tcp), 0, 0x4000, 64, 6, 0, src, dst)
+    ip = ip[:10] + struct.pack('!H', csum(ip)) + ip[12:]
+    return dst_mac + src_mac + b'\x08\x00' + ip + tcp
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE: every answer fits unread
+s.bind((iface, 0))
+for item in plan.split(','):
+    port, flags = item.split(':')
+    s.send(frame(int(port), int(flags)))
+    time.sleep(0.001)
+s.settimeout(1.5)
+try:
+    while True:
+        f = s.recv(4096)
+        if f[12:14] != b'\x08\x00' or f[23] != 47 or f[26:30] != dst: continue
+        inner = f[14 + 20 + 4:]
+        if inner[9] != 6: continue
+        sport = struct.unpack('!H', inner[20:22])[0]
+        print(sport, inner[33], socket.inet_ntoa(f[30:34]), flush=True)
+except socket.timeout:
+    pass
+"#;
+
+/// Runs the client over `plan`: per source port, the backends its segments went to.
+fn exchange(p: &Pair, plan: &[(u16, u8)]) -> BTreeMap<u16, Vec<String>> {
+    let plan: Vec<String> = plan.iter().map(|(port, f)| format!("{port}:{f}")).collect();
+    let fp_mac = Pair::mac(&p.ns_a, &p.if_a);
+    let my_mac = Pair::mac(&p.ns_b, &p.if_b);
+    let out: Output = ns_exec(
+        &p.ns_b,
+        &[
+            "/usr/bin/python3",
+            "-c",
+            CLIENT,
+            &p.if_b,
+            &fp_mac,
+            &my_mac,
+            &plan.join(","),
+        ],
+    );
+    assert!(out.status.success(), "client: {}", String::from_utf8_lossy(&out.stderr));
+    let mut got: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        got.entry(w[0].parse().unwrap()).or_default().push(w[2].to_string());
+    }
+    got
+}
+
+const SYN: u8 = 0x02;
+const ACK: u8 = 0x10;
+const PSH_ACK: u8 = 0x18;
+const OLD: std::ops::Range<u16> = 40_000..40_120;
+const NEW: std::ops::Range<u16> = 41_000..41_120;
+
+/// Connections through backends a and b, a reload that adds c, then the same connections'
+/// data and new connections. Returns (backend of each old connection before, after; the
+/// backends of the new ones) and the metrics at exit.
+fn run(name: &str, entries: u32) -> (Vec<String>, Vec<String>, Vec<String>, BTreeMap<String, f64>) {
+    let p = Pair::new();
+    let s = Scratch::new(name);
+    let dump = s.path("metrics.prom");
+    let cfg = s.write("c.toml", &config(name, &p, &["a", "b"], entries));
+    let bin = env!("CARGO_BIN_EXE_fastpathd");
+    let d = Daemon::start_cmd(
+        &s,
+        Command::new("ip")
+            .args(["netns", "exec", &p.ns_a, bin, "--config", cfg.to_str().unwrap()])
+            .args(["--metrics-dump", dump.to_str().unwrap()]),
+    );
+    let mut plan: Vec<(u16, u8)> = OLD.map(|port| (port, SYN)).collect();
+    plan.extend(OLD.map(|port| (port, ACK)));
+    let first = exchange(&p, &plan);
+    let before: Vec<String> = OLD
+        .map(|port| {
+            let seen = &first[&port];
+            assert_eq!(seen.len(), 2, "port {port}: SYN and ACK encapsulated");
+            assert_eq!(seen[0], seen[1], "port {port}: one backend for the handshake");
+            seen[0].clone()
+        })
+        .collect();
+
+    std::fs::write(&cfg, config(name, &p, &["a", "b", "c"], entries)).unwrap();
+    d.signal("HUP");
+    wait_for(20, "the reload that adds backend c", || {
+        d.log_text().contains("generation 2 published")
+    });
+    let mut plan: Vec<(u16, u8)> = OLD.map(|port| (port, PSH_ACK)).collect();
+    plan.extend(NEW.map(|port| (port, SYN)));
+    let second = exchange(&p, &plan);
+    let after: Vec<String> = OLD.map(|port| second[&port][0].clone()).collect();
+    let fresh: Vec<String> = NEW.map(|port| second[&port][0].clone()).collect();
+    let (code, log) = d.stop();
+    assert_eq!(code, Some(0), "{log}");
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    assert_conservation(&m);
+    (before, after, fresh, m)
+}
+
+#[test]
+fn established_connections_keep_their_backend_across_a_reload_that_adds_one() {
+    let (before, after, fresh, m) = run("ct-keep", 65536);
+    let n = OLD.len();
+    assert!(
+        before.iter().any(|b| b == "192.0.2.10") && before.iter().any(|b| b == "192.0.2.11"),
+        "spread over a and b: {before:?}"
+    );
+    assert_eq!(after, before, "no established connection moved");
+    let to_c = fresh.iter().filter(|b| *b == "192.0.2.12").count();
+    eprintln!("tracked: 0 of {n} established moved; {to_c} of {n} new on the added backend");
+    assert!(
+        to_c >= n / 8,
+        "new connections follow the new table: {to_c} of {n} on c"
+    );
+    assert_eq!(family_sum(&m, "fastpath_conntrack_confirmations_total"), n as f64);
+    assert_eq!(family_sum(&m, "fastpath_conntrack_hits_total"), (2 * n) as f64);
+    assert_eq!(family_sum(&m, "fastpath_conntrack_misses_total"), (2 * n) as f64);
+    assert_eq!(family_sum(&m, "fastpath_conntrack_capacity"), 65536.0);
+}
+
+#[test]
+fn without_a_table_the_same_reload_moves_established_connections() {
+    let (before, after, _, m) = run("ct-none", 0);
+    let moved = before.iter().zip(&after).filter(|(a, b)| a != b).count();
+    let n = OLD.len();
+    eprintln!("untracked: {moved} of {n} established moved");
+    assert!(moved >= n / 8, "stateless Maglev moved {moved} of {n}");
+    assert!(
+        after.iter().zip(&before).all(|(a, b)| a == b || a == "192.0.2.12"),
+        "only to c"
+    );
+    assert_eq!(family_sum(&m, "fastpath_conntrack_hits_total"), 0.0);
+}
