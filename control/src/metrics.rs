@@ -6,7 +6,7 @@ use fastpath::dpdk::port::PortStats;
 use fastpath::generation::Published;
 use fastpath::outcome::Outcome;
 use fastpath::pipeline::Tables;
-use fastpath::stats::LcoreStats;
+use fastpath::stats::{LcoreStats, PacketCounts};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Encoder, Registry, TextEncoder};
@@ -459,10 +459,20 @@ impl Collector for DataPlaneCollector {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let s = &self.src;
-        let outcomes = outcome_totals(s);
+        // Each lcore's packets received and outcomes read at one moment, so that the two
+        // families balance at every scrape.
+        let counts: Vec<PacketCounts> = s.lcores.iter().map(|l| l.packet_counts()).collect();
+        if let Some(l) = counts.iter().position(|c| !c.consistent) {
+            tracing::warn!(
+                "metrics: lcore {}'s packet counters read as they were, no consistent read within {:?}",
+                s.lcores[l].lcore,
+                fastpath::stats::READ_PATIENCE
+            );
+        }
+        let outcomes = outcome_totals(&counts);
         let tables = s.published.current();
-        let mut named = queue_families(s);
-        named.extend(lcore_families(s, &outcomes));
+        let mut named = queue_families(s, &counts);
+        named.extend(lcore_families(s, &counts, &outcomes));
         named.extend(port_families(s));
         named.extend(process_families(s));
         named.extend(reload_families(s));
@@ -491,26 +501,27 @@ impl Collector for DataPlaneCollector {
 type Named = Vec<(&'static str, Samples<'static>)>;
 
 /// Every outcome's count, summed over the lcores.
-fn outcome_totals(s: &Sources) -> [u64; Outcome::COUNT] {
+fn outcome_totals(counts: &[PacketCounts]) -> [u64; Outcome::COUNT] {
     let mut outcomes = [0u64; Outcome::COUNT];
-    for l in &s.lcores {
-        for (i, c) in l.outcomes.iter().enumerate() {
-            outcomes[i] += c.get();
+    for c in counts {
+        for (i, n) in c.outcomes.iter().enumerate() {
+            outcomes[i] += n;
         }
     }
     outcomes
 }
 
-/// Packets and bytes per port and queue, as the lcores count them.
-fn queue_families(s: &Sources) -> Named {
+/// Packets and bytes per port and queue, as the lcores count them (the packets from `counts`,
+/// the lcores' consistent reads, in the order of `s.lcores`).
+fn queue_families(s: &Sources, counts: &[PacketCounts]) -> Named {
     let mut rx_p = Vec::new();
     let mut rx_b = Vec::new();
     let mut tx_p = Vec::new();
     let mut tx_b = Vec::new();
-    for l in &s.lcores {
-        for q in l.rx.iter() {
+    for (l, c) in s.lcores.iter().zip(counts) {
+        for (q, &packets) in l.rx.iter().zip(&c.rx) {
             let lb = vec![("port", s.port(q.port)), ("queue", q.queue.to_string())];
-            rx_p.push((lb.clone(), q.packets.get() as f64));
+            rx_p.push((lb.clone(), packets as f64));
             if q.counts_bytes {
                 rx_b.push((lb, q.bytes.get() as f64));
             }
@@ -533,7 +544,7 @@ fn queue_families(s: &Sources) -> Named {
 
 /// Outcomes, and each lcore's loop: polls, cycles, packets, the generation it runs, and the
 /// packets the flow limit shed on each RX lcore.
-fn lcore_families(s: &Sources, outcomes: &[u64; Outcome::COUNT]) -> Named {
+fn lcore_families(s: &Sources, counts: &[PacketCounts], outcomes: &[u64; Outcome::COUNT]) -> Named {
     let mut idle = Vec::new();
     let mut busy = Vec::new();
     let mut cycles = Vec::new();
@@ -543,7 +554,7 @@ fn lcore_families(s: &Sources, outcomes: &[u64; Outcome::COUNT]) -> Named {
     let mut idle_ratio = Vec::new();
     let mut flow_limited = Vec::new();
     let mut by_state = Vec::new();
-    for l in &s.lcores {
+    for (l, c) in s.lcores.iter().zip(counts) {
         let lb = vec![("lcore", l.lcore.to_string())];
         let (idle_n, busy_n, busy_c) = (l.idle_polls.get(), l.busy_polls.get(), l.busy_cycles.get());
         idle.push((lb.clone(), idle_n as f64));
@@ -558,9 +569,9 @@ fn lcore_families(s: &Sources, outcomes: &[u64; Outcome::COUNT]) -> Named {
         let polls = idle_n + busy_n;
         idle_ratio.push((lb.clone(), if polls == 0 { 0.0 } else { idle_n as f64 / polls as f64 }));
         if !l.rx.is_empty() {
-            let pkts = l.rx_packets();
+            let pkts = c.rx_packets();
             lcore_pkts.push((lb.clone(), pkts as f64));
-            flow_limited.push((lb.clone(), l.outcomes[Outcome::FlowLimited.index()].get() as f64));
+            flow_limited.push((lb.clone(), c.outcomes[Outcome::FlowLimited.index()] as f64));
             per_packet.push((lb, if pkts == 0 { 0.0 } else { busy_c as f64 / pkts as f64 }));
         }
         generations.push((vec![("lcore", l.lcore.to_string())], l.generation() as f64));

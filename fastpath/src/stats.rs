@@ -4,9 +4,28 @@
 //! stats line, the exit dump) sum the blocks. A [`Counter`] update is a relaxed load and a relaxed
 //! store — plain `mov`s on x86, no locked instruction — which is correct only because there is
 //! one writer. Blocks are cache-line aligned so lcores never share a written line.
+//!
+//! The packets an RX lcore has received and the outcomes it has counted are read together
+//! ([`LcoreStats::packet_counts`]): the lcore brackets the work between counting a poll's
+//! packets received and counting the last of their outcomes in a section ([`LcoreStats::open`],
+//! [`LcoreStats::close`]: a sequence number, odd while open, one store each, no locked
+//! instruction), and a reader takes the counters only between sections, retrying until the
+//! sequence is even and unchanged around its reads (a seqlock with the lcore its only writer).
+//! A reader never makes the lcore wait: an lcore always busy may close and reopen faster than a
+//! reader on another core can read, so after [`LIVE_TRIES`] failed tries the reader asks for a
+//! copy, which the lcore makes at its next close (a relaxed load per close when nobody asks).
 
 use crate::outcome::Outcome;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{fence, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::time::{Duration, Instant};
+
+/// Reads of the live counters a reader tries before it asks the lcore for a copy: ~10 µs of a
+/// busy lcore's sections.
+pub const LIVE_TRIES: u32 = 64;
+
+/// How long a reader waits for a consistent read before it takes the counters as they are (an
+/// lcore stuck inside a section, or descheduled by a busy host for this long).
+pub const READ_PATIENCE: Duration = Duration::from_millis(500);
 
 /// A monotonically increasing counter with one writer and any number of readers.
 #[derive(Default, Debug)]
@@ -118,11 +137,88 @@ pub struct LcoreStats {
     pub reasm: ReasmCounters,
     /// The per-packet trace's switch (RX lcores): armed by the control side, read once a burst.
     pub trace: crate::trace::TraceTap,
+    /// The section's sequence number: odd while packets counted received may lack their
+    /// outcome (module docs).
+    seq: AtomicU64,
+    /// A copy of `rx`'s packets and `outcomes` made at a close, for a reader that asked.
+    copy: PacketCopy,
+    /// Readers' requests for a copy (on a line of its own: readers write it).
+    asked: Asked,
+}
+
+/// Readers' requests for a copy: the number of the last one.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Asked(AtomicU64);
+
+/// A copy of an lcore's packet counters, written by the lcore only.
+#[derive(Debug)]
+struct PacketCopy {
+    /// Odd while the lcore writes the copy.
+    seq: AtomicU64,
+    /// The request ([`Asked`]) the copy answers, or a later one.
+    served: AtomicU64,
+    rx: Box<[Counter]>,
+    outcomes: [Counter; Outcome::COUNT],
+}
+
+/// An RX lcore's packets received per RX queue and outcomes counted, read at one moment
+/// between sections ([`LcoreStats::packet_counts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PacketCounts {
+    /// Packets per RX queue, in the order of [`LcoreStats::rx`].
+    pub rx: Vec<u64>,
+    /// Packets per outcome, indexed by [`Outcome::index`].
+    pub outcomes: [u64; Outcome::COUNT],
+    /// Whether the read was consistent: false only when no consistent read came within
+    /// [`READ_PATIENCE`].
+    pub consistent: bool,
+}
+
+impl PacketCounts {
+    /// Packets received.
+    pub fn rx_packets(&self) -> u64 {
+        self.rx.iter().sum()
+    }
+
+    /// Packets with an outcome.
+    pub fn outcome_packets(&self) -> u64 {
+        self.outcomes.iter().sum()
+    }
+}
+
+/// Sequence-checked reads (the reader's half of the seqlock): `read` fills `out` from relaxed
+/// loads; true if `seq` was even before and unchanged after them.
+fn read_between(seq: &AtomicU64, read: impl FnOnce()) -> bool {
+    let s = seq.load(Acquire);
+    if s & 1 == 1 {
+        return false;
+    }
+    read();
+    // Orders the reads before the second load: a read that saw a store made after an open
+    // makes this load see that open (the writer's release fence after it).
+    fence(Acquire);
+    seq.load(Relaxed) == s
+}
+
+/// Opens a section on `seq` (its only writer): odd, then the counters' stores.
+#[inline(always)]
+fn seq_open(seq: &AtomicU64) {
+    seq.store(seq.load(Relaxed).wrapping_add(1), Relaxed);
+    // Orders the odd number before the section's stores (a compiler fence on x86).
+    fence(Release);
+}
+
+/// Closes a section on `seq`: even, after the counters' stores.
+#[inline(always)]
+fn seq_close(seq: &AtomicU64) {
+    seq.store(seq.load(Relaxed).wrapping_add(1), Release);
 }
 
 impl LcoreStats {
     /// A zeroed block for `lcore` with the given queues.
     pub fn new(lcore: u32, rx: Vec<QueueCounters>, tx: Vec<QueueCounters>) -> Self {
+        let rx_len = rx.len();
         LcoreStats {
             lcore,
             outcomes: std::array::from_fn(|_| Counter::default()),
@@ -135,7 +231,111 @@ impl LcoreStats {
             generation: AtomicU64::new(0),
             reasm: ReasmCounters::default(),
             trace: Default::default(),
+            seq: AtomicU64::new(0),
+            copy: PacketCopy {
+                seq: AtomicU64::new(0),
+                served: AtomicU64::new(0),
+                rx: (0..rx_len).map(|_| Counter::default()).collect(),
+                outcomes: std::array::from_fn(|_| Counter::default()),
+            },
+            asked: Asked::default(),
         }
+    }
+
+    /// Opens a section (owner only; not while one is open): until [`LcoreStats::close`], the
+    /// packets counted received may lack their outcome. One store (and the section's order, a
+    /// compiler fence on x86); once per poll, never per packet.
+    #[inline(always)]
+    pub fn open(&self) {
+        seq_open(&self.seq);
+    }
+
+    /// Closes the open section: every packet counted received has its outcome (or is held, a
+    /// fragment). One store, and a relaxed load of the readers' requests; the copy a reader
+    /// asked for, if one did.
+    #[inline(always)]
+    pub fn close(&self) {
+        seq_close(&self.seq);
+        let asked = self.asked.0.load(Relaxed);
+        if asked != self.copy.served.load(Relaxed) {
+            self.serve(asked);
+        }
+    }
+
+    /// Copies the packet counters for the readers that asked up to request `asked`.
+    #[cold]
+    #[inline(never)]
+    fn serve(&self, asked: u64) {
+        let c = &self.copy;
+        seq_open(&c.seq);
+        for (to, q) in c.rx.iter().zip(self.rx.iter()) {
+            to.set(q.packets.get());
+        }
+        for (to, o) in c.outcomes.iter().zip(&self.outcomes) {
+            to.set(o.get());
+        }
+        seq_close(&c.seq);
+        c.served.store(asked, Release);
+    }
+
+    /// The packets received per RX queue and the outcomes counted, read between sections, so
+    /// that they balance (but for fragments held); any thread, never making the lcore wait.
+    pub fn packet_counts(&self) -> PacketCounts {
+        let mut out = PacketCounts {
+            rx: vec![0; self.rx.len()],
+            outcomes: [0; Outcome::COUNT],
+            consistent: true,
+        };
+        for _ in 0..LIVE_TRIES {
+            if self.read_live(&mut out) {
+                return out;
+            }
+            std::hint::spin_loop();
+        }
+        let ticket = self.asked.0.fetch_add(1, Relaxed).wrapping_add(1);
+        let deadline = Instant::now() + READ_PATIENCE;
+        loop {
+            if self.copy.served.load(Acquire) >= ticket && self.read_copy(&mut out) {
+                return out;
+            }
+            if self.read_live(&mut out) {
+                return out;
+            }
+            if Instant::now() >= deadline {
+                self.fill_live(&mut out);
+                out.consistent = false;
+                return out;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// One try at reading the live counters between sections.
+    fn read_live(&self, out: &mut PacketCounts) -> bool {
+        read_between(&self.seq, || self.fill_live(out))
+    }
+
+    /// The live counters as they are.
+    fn fill_live(&self, out: &mut PacketCounts) {
+        for (to, q) in out.rx.iter_mut().zip(self.rx.iter()) {
+            *to = q.packets.get();
+        }
+        for (to, o) in out.outcomes.iter_mut().zip(&self.outcomes) {
+            *to = o.get();
+        }
+    }
+
+    /// One try at reading the lcore's last copy.
+    fn read_copy(&self, out: &mut PacketCounts) -> bool {
+        let c = &self.copy;
+        read_between(&c.seq, || {
+            for (to, q) in out.rx.iter_mut().zip(c.rx.iter()) {
+                *to = q.get();
+            }
+            for (to, o) in out.outcomes.iter_mut().zip(&c.outcomes) {
+                *to = o.get();
+            }
+        })
     }
 
     /// Counts one packet's outcome.
@@ -202,5 +402,96 @@ mod tests {
         assert_eq!(s.outcome_packets(), 3);
         assert_eq!(s.outcomes[Outcome::ArpReply.index()].get(), 2);
         assert_eq!(std::mem::align_of::<LcoreStats>(), 64);
+        assert_eq!(s.packet_counts().rx, vec![5, 1]);
+        assert_eq!(s.packet_counts().outcome_packets(), 3);
+    }
+
+    /// A writer that counts bursts as an RX lcore does (received first, each packet's outcome
+    /// after, spread over outcomes and queues), with `gap` spins between its sections, against
+    /// a reader on another thread: every read balances, and is consistent. Returns the reads
+    /// and the copies the writer made.
+    fn hammer(gap: u32, reads: usize) -> (usize, u64) {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let s = Arc::new(LcoreStats::new(
+            1,
+            vec![QueueCounters::new(0, 0), QueueCounters::new(1, 0)],
+            vec![],
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (s, stop) = (s.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Relaxed) {
+                    n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let burst = 1 + (n >> 59); // 1 to 32
+                    s.open();
+                    s.rx[(n >> 20) as usize & 1].packets.add(burst);
+                    for i in 0..burst {
+                        // Work between the counts, as the pipeline's.
+                        for _ in 0..(n >> 30) & 7 {
+                            std::hint::spin_loop();
+                        }
+                        s.outcome(Outcome::ALL[((n >> 8) as usize + i as usize) % Outcome::COUNT]);
+                    }
+                    s.close();
+                    for _ in 0..gap {
+                        std::hint::spin_loop();
+                    }
+                }
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while s.rx_packets() == 0 && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        let mut last = 0;
+        let mut took = 0;
+        while took < reads && Instant::now() < deadline {
+            let c = s.packet_counts();
+            assert!(c.consistent, "read {took}: no consistent read");
+            assert_eq!(c.rx_packets(), c.outcome_packets(), "read {took}: {c:?}");
+            assert!(c.rx_packets() >= last, "read {took} went back");
+            last = c.rx_packets();
+            took += 1;
+        }
+        stop.store(true, Relaxed);
+        writer.join().unwrap();
+        assert_eq!(took, reads, "reads in 60 s");
+        assert!(last > 0, "the writer never ran");
+        (took, s.copy.served.load(Relaxed))
+    }
+
+    #[test]
+    fn every_read_balances_against_a_writer_with_pauses() {
+        hammer(2000, 20_000);
+    }
+
+    #[test]
+    fn every_read_balances_against_a_writer_that_never_pauses() {
+        // Back-to-back sections: the live reads mostly lose the race, and the copies answer.
+        let (_, copies) = hammer(0, 2_000);
+        assert!(copies > 0, "no copy was asked for: the test does not cover the copy");
+    }
+
+    #[test]
+    fn a_reader_gives_up_on_a_section_that_never_closes() {
+        let s = LcoreStats::new(1, vec![QueueCounters::new(0, 0)], vec![]);
+        s.open();
+        s.rx[0].packets.add(3);
+        let t = Instant::now();
+        let c = s.packet_counts();
+        assert!(!c.consistent);
+        assert_eq!(c.rx, vec![3]);
+        assert!(t.elapsed() >= READ_PATIENCE);
+        s.outcomes_add(Outcome::Malformed, 3);
+        s.close();
+        // The close answered the reader's request with a copy; a reader now takes the live
+        // counters, balanced.
+        assert_eq!(s.copy.served.load(Relaxed), 1);
+        let c = s.packet_counts();
+        assert!(c.consistent);
+        assert_eq!((c.rx_packets(), c.outcome_packets()), (3, 3));
     }
 }
