@@ -337,6 +337,13 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::GAUGE,
     ),
     (
+        "fastpath_reasm_held_fragments",
+        "Fragments held for reassembly, per RX lcore: received, their outcome not yet counted. \
+         At every scrape sum(fastpath_rx_packets_total) == sum(fastpath_packets_total) + \
+         sum(fastpath_reasm_held_fragments).",
+        MetricType::GAUGE,
+    ),
+    (
         "fastpath_gre_encap_total",
         "Packets encapsulated and sent into each GRE tunnel.",
         MetricType::COUNTER,
@@ -479,7 +486,7 @@ impl Collector for DataPlaneCollector {
         named.extend(http_families(&s.http));
         named.extend(socket_families(&tables));
         named.extend(gre_families(&tables, &outcomes));
-        named.extend(reasm_families(s));
+        named.extend(reasm_families(s, &counts));
         named.extend(icmp_families(&tables));
         named.extend(tcp_reset_families(&tables));
         named.extend(kernel_families(s, &tables));
@@ -835,7 +842,7 @@ fn gre_families(tables: &Tables, outcomes: &[u64; Outcome::COUNT]) -> Named {
 }
 
 /// Reassembly per family (completed, timed out, refused by reason) and memory per RX lcore.
-fn reasm_families(s: &Sources) -> Named {
+fn reasm_families(s: &Sources, counts: &[PacketCounts]) -> Named {
     use fastpath::pipeline::reasm::{Family, Reason};
     let rx_lcores: Vec<_> = s.lcores.iter().filter(|l| !l.rx.is_empty()).collect();
     let mut completed = Vec::new();
@@ -864,11 +871,20 @@ fn reasm_families(s: &Sources) -> Named {
         .iter()
         .map(|l| (vec![("lcore", l.lcore.to_string())], l.reasm.memory.get() as f64))
         .collect();
+    // Read with the packets and outcomes (`counts`), so that the three balance.
+    let held = s
+        .lcores
+        .iter()
+        .zip(counts)
+        .filter(|(l, _)| !l.rx.is_empty())
+        .map(|(l, c)| (vec![("lcore", l.lcore.to_string())], c.held as f64))
+        .collect();
     vec![
         ("fastpath_reasm_completed_total", completed),
         ("fastpath_reasm_timeouts_total", timeouts),
         ("fastpath_reasm_refused_total", refused),
         ("fastpath_reasm_memory_bytes", memory),
+        ("fastpath_reasm_held_fragments", held),
     ]
 }
 
@@ -1037,6 +1053,7 @@ const CONTRACT_FAMILIES: &[&str] = &[
     "fastpath_reasm_timeouts_total",
     "fastpath_reasm_refused_total",
     "fastpath_reasm_memory_bytes",
+    "fastpath_reasm_held_fragments",
     "fastpath_gre_encap_total",
     "fastpath_gre_decap_total",
     "fastpath_gre_seq_dropped_total",

@@ -108,6 +108,9 @@ pub struct ReasmCounters {
     pub refused: [[Counter; REASM_REFUSAL_REASONS]; 2],
     /// Bytes held now.
     pub memory: Counter,
+    /// Fragments held now: received, their outcome not yet counted (set inside the lcore's
+    /// section, so [`LcoreStats::packet_counts`] reads it with the packets and outcomes).
+    pub held: Counter,
 }
 
 /// Everything one lcore counts.
@@ -160,16 +163,20 @@ struct PacketCopy {
     served: AtomicU64,
     rx: Box<[Counter]>,
     outcomes: [Counter; Outcome::COUNT],
+    held: Counter,
 }
 
-/// An RX lcore's packets received per RX queue and outcomes counted, read at one moment
-/// between sections ([`LcoreStats::packet_counts`]).
+/// An RX lcore's packets received per RX queue, outcomes counted and fragments held, read at one
+/// moment between sections ([`LcoreStats::packet_counts`]): the packets received are the
+/// outcomes plus the fragments held.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PacketCounts {
     /// Packets per RX queue, in the order of [`LcoreStats::rx`].
     pub rx: Vec<u64>,
     /// Packets per outcome, indexed by [`Outcome::index`].
     pub outcomes: [u64; Outcome::COUNT],
+    /// Fragments held for reassembly ([`ReasmCounters::held`]).
+    pub held: u64,
     /// Whether the read was consistent: false only when no consistent read came within
     /// [`READ_PATIENCE`].
     pub consistent: bool,
@@ -237,6 +244,7 @@ impl LcoreStats {
                 served: AtomicU64::new(0),
                 rx: (0..rx_len).map(|_| Counter::default()).collect(),
                 outcomes: std::array::from_fn(|_| Counter::default()),
+                held: Counter::default(),
             },
             asked: Asked::default(),
         }
@@ -274,16 +282,18 @@ impl LcoreStats {
         for (to, o) in c.outcomes.iter().zip(&self.outcomes) {
             to.set(o.get());
         }
+        c.held.set(self.reasm.held.get());
         seq_close(&c.seq);
         c.served.store(asked, Release);
     }
 
-    /// The packets received per RX queue and the outcomes counted, read between sections, so
-    /// that they balance (but for fragments held); any thread, never making the lcore wait.
+    /// The packets received per RX queue, the outcomes counted and the fragments held, read
+    /// between sections, so that they balance; any thread, never making the lcore wait.
     pub fn packet_counts(&self) -> PacketCounts {
         let mut out = PacketCounts {
             rx: vec![0; self.rx.len()],
             outcomes: [0; Outcome::COUNT],
+            held: 0,
             consistent: true,
         };
         for _ in 0..LIVE_TRIES {
@@ -323,6 +333,7 @@ impl LcoreStats {
         for (to, o) in out.outcomes.iter_mut().zip(&self.outcomes) {
             *to = o.get();
         }
+        out.held = self.reasm.held.get();
     }
 
     /// One try at reading the lcore's last copy.
@@ -335,6 +346,7 @@ impl LcoreStats {
             for (to, o) in out.outcomes.iter_mut().zip(&c.outcomes) {
                 *to = o.get();
             }
+            out.held = c.held.get();
         })
     }
 
@@ -407,9 +419,10 @@ mod tests {
     }
 
     /// A writer that counts bursts as an RX lcore does (received first, each packet's outcome
-    /// after, spread over outcomes and queues), with `gap` spins between its sections, against
-    /// a reader on another thread: every read balances, and is consistent. Returns the reads
-    /// and the copies the writer made.
+    /// after, spread over outcomes and queues, some held as fragments and released in a later
+    /// burst), with `gap` spins between its sections, against a reader on another thread: every
+    /// read balances (received = outcomes + held), and is consistent. Returns the reads and the
+    /// copies the writer made.
     fn hammer(gap: u32, reads: usize) -> (usize, u64) {
         use std::sync::atomic::AtomicBool;
         use std::sync::Arc;
@@ -423,6 +436,7 @@ mod tests {
             let (s, stop) = (s.clone(), stop.clone());
             std::thread::spawn(move || {
                 let mut n = 0u64;
+                let mut held = 0u64;
                 while !stop.load(Relaxed) {
                     n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                     let burst = 1 + (n >> 59); // 1 to 32
@@ -433,8 +447,16 @@ mod tests {
                         for _ in 0..(n >> 30) & 7 {
                             std::hint::spin_loop();
                         }
+                        if (n >> (i % 32)) & 7 == 0 {
+                            held += 1;
+                            continue;
+                        }
                         s.outcome(Outcome::ALL[((n >> 8) as usize + i as usize) % Outcome::COUNT]);
                     }
+                    let released = held.min((n >> 40) & 3);
+                    s.outcomes_add(Outcome::ReassemblyTimeout, released);
+                    held -= released;
+                    s.reasm.held.set(held);
                     s.close();
                     for _ in 0..gap {
                         std::hint::spin_loop();
@@ -451,7 +473,7 @@ mod tests {
         while took < reads && Instant::now() < deadline {
             let c = s.packet_counts();
             assert!(c.consistent, "read {took}: no consistent read");
-            assert_eq!(c.rx_packets(), c.outcome_packets(), "read {took}: {c:?}");
+            assert_eq!(c.rx_packets(), c.outcome_packets() + c.held, "read {took}: {c:?}");
             assert!(c.rx_packets() >= last, "read {took} went back");
             last = c.rx_packets();
             took += 1;
