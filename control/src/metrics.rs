@@ -466,8 +466,8 @@ impl Collector for DataPlaneCollector {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let s = &self.src;
-        // Each lcore's packets received and outcomes read at one moment, so that the two
-        // families balance at every scrape.
+        // Each lcore's packets received, outcomes and fragments held read at one moment, so
+        // that they balance at every scrape.
         let counts: Vec<PacketCounts> = s.lcores.iter().map(|l| l.packet_counts()).collect();
         if let Some(l) = counts.iter().position(|c| !c.consistent) {
             tracing::warn!(
@@ -841,7 +841,8 @@ fn gre_families(tables: &Tables, outcomes: &[u64; Outcome::COUNT]) -> Named {
     ]
 }
 
-/// Reassembly per family (completed, timed out, refused by reason) and memory per RX lcore.
+/// Reassembly per family (completed, timed out, refused by reason), memory and fragments held
+/// per RX lcore.
 fn reasm_families(s: &Sources, counts: &[PacketCounts]) -> Named {
     use fastpath::pipeline::reasm::{Family, Reason};
     let rx_lcores: Vec<_> = s.lcores.iter().filter(|l| !l.rx.is_empty()).collect();
