@@ -469,11 +469,16 @@ impl Collector for DataPlaneCollector {
         // Each lcore's packets received, outcomes and fragments held read at one moment, so
         // that they balance at every scrape.
         let counts: Vec<PacketCounts> = s.lcores.iter().map(|l| l.packet_counts()).collect();
-        if let Some(l) = counts.iter().position(|c| !c.consistent) {
+        if let Some(l) = counts.iter().position(|c| c.stale || !c.consistent) {
             tracing::warn!(
-                "metrics: lcore {}'s packet counters read as they were, no consistent read within {:?}",
+                "metrics: lcore {} stayed inside a poll for {:?}: its packet counters {}",
                 s.lcores[l].lcore,
-                fastpath::stats::READ_PATIENCE
+                fastpath::stats::READ_PATIENCE,
+                if counts[l].consistent {
+                    "as a scrape read them before"
+                } else {
+                    "read as they were"
+                }
             );
         }
         let outcomes = outcome_totals(&counts);

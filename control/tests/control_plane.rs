@@ -147,10 +147,12 @@ fn replay_config(name: &str, variant: usize) -> String {
 
 /// Scrapes `d` (every scrape renders: `cache_ms = 0`) and asserts that the packets received
 /// and the outcomes balance in it, as the contract promises at every scrape (the capture has no
-/// fragment, so none is ever held); counts the scrape in `scrapes`.
-fn balanced_scrape(d: &Daemon, scrapes: &mut u32) -> std::collections::BTreeMap<String, f64> {
+/// fragment, so none is ever held); counts the scrape in `scrapes` and its time in `took`.
+fn balanced_scrape(d: &Daemon, scrapes: &mut Vec<Duration>) -> std::collections::BTreeMap<String, f64> {
+    let t = std::time::Instant::now();
     let m = d.scrape();
-    *scrapes += 1;
+    scrapes.push(t.elapsed());
+    let scrapes = scrapes.len();
     let rx = family_sum(&m, "fastpath_rx_packets_total");
     let outcomes = family_sum(&m, "fastpath_packets_total");
     assert_eq!(rx, outcomes, "scrape {scrapes}: sum(rx) == sum(outcomes) under load");
@@ -171,7 +173,7 @@ fn reloads_under_load_lose_no_packet_and_bad_configs_never_replace_good_ones() {
             dump.to_str().unwrap(),
         ],
     );
-    let mut scrapes = 0;
+    let mut scrapes = Vec::new();
     wait_for(10, "traffic", || {
         family_sum(&balanced_scrape(&d, &mut scrapes), "fastpath_rx_packets_total") > 0.0
     });
@@ -215,11 +217,19 @@ fn reloads_under_load_lose_no_packet_and_bad_configs_never_replace_good_ones() {
     }
     let moving = |m: &std::collections::BTreeMap<String, f64>| family_sum(m, "fastpath_rx_packets_total");
     let before = moving(&balanced_scrape(&d, &mut scrapes));
-    while scrapes < 400 {
+    while scrapes.len() < 400 {
         balanced_scrape(&d, &mut scrapes);
     }
     let live = balanced_scrape(&d, &mut scrapes);
     assert!(moving(&live) > before, "traffic flowed during the scrapes");
+    scrapes.sort();
+    eprintln!(
+        "{} balanced scrapes under load: median {:?}, 99th percentile {:?}, slowest {:?}",
+        scrapes.len(),
+        scrapes[scrapes.len() / 2],
+        scrapes[scrapes.len() * 99 / 100],
+        scrapes[scrapes.len() - 1]
+    );
     assert_eq!(live["fastpath_config_generation"], 101.0);
     // Every lcore picks the last generation up between bursts.
     wait_for(10, "lcores on generation 101", || {

@@ -14,17 +14,21 @@
 //! A reader never makes the lcore wait: an lcore always busy may close and reopen faster than a
 //! reader on another core can read, so after [`LIVE_TRIES`] failed tries the reader asks for a
 //! copy, which the lcore makes at its next close (a relaxed load per close when nobody asks).
+//! An lcore that does not close for [`READ_PATIENCE`] (stuck, or descheduled on a busy host)
+//! gets the newest consistent read a reader made before: late, but balanced and never going
+//! back.
 
 use crate::outcome::Outcome;
 use std::sync::atomic::{fence, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Reads of the live counters a reader tries before it asks the lcore for a copy: ~10 µs of a
 /// busy lcore's sections.
 pub const LIVE_TRIES: u32 = 64;
 
-/// How long a reader waits for a consistent read before it takes the counters as they are (an
-/// lcore stuck inside a section, or descheduled by a busy host for this long).
+/// How long a reader waits for a fresh consistent read (an lcore stuck inside a section, or
+/// descheduled by a busy host for this long) before it returns the newest one any reader made.
 pub const READ_PATIENCE: Duration = Duration::from_millis(500);
 
 /// A monotonically increasing counter with one writer and any number of readers.
@@ -147,6 +151,10 @@ pub struct LcoreStats {
     copy: PacketCopy,
     /// Readers' requests for a copy (on a line of its own: readers write it).
     asked: Asked,
+    /// The newest consistent read a reader made, for a reader that gets none within
+    /// [`READ_PATIENCE`]. Readers only (the metrics and control threads): the lcore never
+    /// touches it.
+    last: Mutex<Option<PacketCounts>>,
 }
 
 /// Readers' requests for a copy: the number of the last one.
@@ -164,6 +172,8 @@ struct PacketCopy {
     rx: Box<[Counter]>,
     outcomes: [Counter; Outcome::COUNT],
     held: Counter,
+    /// The lcore's section sequence when it copied.
+    at: Counter,
 }
 
 /// An RX lcore's packets received per RX queue, outcomes counted and fragments held, read at one
@@ -177,8 +187,14 @@ pub struct PacketCounts {
     pub outcomes: [u64; Outcome::COUNT],
     /// Fragments held for reassembly ([`ReasmCounters::held`]).
     pub held: u64,
-    /// Whether the read was consistent: false only when no consistent read came within
-    /// [`READ_PATIENCE`].
+    /// The lcore's section sequence number the read was taken at (even): one lcore's reads
+    /// are ordered by it.
+    pub at: u64,
+    /// No fresh consistent read came within [`READ_PATIENCE`]: this is the newest one a reader
+    /// made before (balanced, not moving backwards, late).
+    pub stale: bool,
+    /// Whether the counters balance: false only when no consistent read was ever made of an
+    /// lcore stuck in a section (taken as they were).
     pub consistent: bool,
 }
 
@@ -195,17 +211,17 @@ impl PacketCounts {
 }
 
 /// Sequence-checked reads (the reader's half of the seqlock): `read` fills `out` from relaxed
-/// loads; true if `seq` was even before and unchanged after them.
-fn read_between(seq: &AtomicU64, read: impl FnOnce()) -> bool {
+/// loads; the sequence number if it was even before and unchanged after them.
+fn read_between(seq: &AtomicU64, read: impl FnOnce()) -> Option<u64> {
     let s = seq.load(Acquire);
     if s & 1 == 1 {
-        return false;
+        return None;
     }
     read();
     // Orders the reads before the second load: a read that saw a store made after an open
     // makes this load see that open (the writer's release fence after it).
     fence(Acquire);
-    seq.load(Relaxed) == s
+    (seq.load(Relaxed) == s).then_some(s)
 }
 
 /// Opens a section on `seq` (its only writer): odd, then the counters' stores.
@@ -245,8 +261,10 @@ impl LcoreStats {
                 rx: (0..rx_len).map(|_| Counter::default()).collect(),
                 outcomes: std::array::from_fn(|_| Counter::default()),
                 held: Counter::default(),
+                at: Counter::default(),
             },
             asked: Asked::default(),
+            last: Mutex::new(None),
         }
     }
 
@@ -283,38 +301,62 @@ impl LcoreStats {
             to.set(o.get());
         }
         c.held.set(self.reasm.held.get());
+        c.at.set(self.seq.load(Relaxed));
         seq_close(&c.seq);
         c.served.store(asked, Release);
     }
 
     /// The packets received per RX queue, the outcomes counted and the fragments held, read
     /// between sections, so that they balance; any thread, never making the lcore wait.
+    /// A reader that gets no fresh read within [`READ_PATIENCE`] returns the newest a reader
+    /// made before ([`PacketCounts::stale`]).
     pub fn packet_counts(&self) -> PacketCounts {
         let mut out = PacketCounts {
             rx: vec![0; self.rx.len()],
             outcomes: [0; Outcome::COUNT],
             held: 0,
+            at: 0,
+            stale: false,
             consistent: true,
         };
+        if self.read_fresh(&mut out) {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            if last.as_ref().is_none_or(|l| l.at < out.at) {
+                *last = Some(out.clone());
+            }
+            return out;
+        }
+        if let Some(l) = self.last.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return PacketCounts {
+                stale: true,
+                ..l.clone()
+            };
+        }
+        self.fill_live(&mut out);
+        out.consistent = false;
+        out
+    }
+
+    /// Tries the live counters, then asks for a copy and waits for it (or for a live read) up
+    /// to [`READ_PATIENCE`].
+    fn read_fresh(&self, out: &mut PacketCounts) -> bool {
         for _ in 0..LIVE_TRIES {
-            if self.read_live(&mut out) {
-                return out;
+            if self.read_live(out) {
+                return true;
             }
             std::hint::spin_loop();
         }
         let ticket = self.asked.0.fetch_add(1, Relaxed).wrapping_add(1);
         let deadline = Instant::now() + READ_PATIENCE;
         loop {
-            if self.copy.served.load(Acquire) >= ticket && self.read_copy(&mut out) {
-                return out;
+            if self.copy.served.load(Acquire) >= ticket && self.read_copy(out) {
+                return true;
             }
-            if self.read_live(&mut out) {
-                return out;
+            if self.read_live(out) {
+                return true;
             }
             if Instant::now() >= deadline {
-                self.fill_live(&mut out);
-                out.consistent = false;
-                return out;
+                return false;
             }
             std::thread::yield_now();
         }
@@ -322,7 +364,9 @@ impl LcoreStats {
 
     /// One try at reading the live counters between sections.
     fn read_live(&self, out: &mut PacketCounts) -> bool {
-        read_between(&self.seq, || self.fill_live(out))
+        let at = read_between(&self.seq, || self.fill_live(out));
+        out.at = at.unwrap_or(0);
+        at.is_some()
     }
 
     /// The live counters as they are.
@@ -347,7 +391,9 @@ impl LcoreStats {
                 *to = o.get();
             }
             out.held = c.held.get();
+            out.at = c.at.get();
         })
+        .is_some()
     }
 
     /// Counts one packet's outcome.
@@ -502,6 +548,7 @@ mod tests {
         let s = LcoreStats::new(1, vec![QueueCounters::new(0, 0)], vec![]);
         s.open();
         s.rx[0].packets.add(3);
+        // Never read before: the counters as they are, said to be so.
         let t = Instant::now();
         let c = s.packet_counts();
         assert!(!c.consistent);
@@ -512,8 +559,19 @@ mod tests {
         // The close answered the reader's request with a copy; a reader now takes the live
         // counters, balanced.
         assert_eq!(s.copy.served.load(Relaxed), 1);
+        let fresh = s.packet_counts();
+        assert!(fresh.consistent && !fresh.stale);
+        assert_eq!((fresh.rx_packets(), fresh.outcome_packets()), (3, 3));
+        // Stuck again: the newest consistent read, late but balanced and not going back.
+        s.open();
+        s.rx[0].packets.add(5);
         let c = s.packet_counts();
-        assert!(c.consistent);
-        assert_eq!((c.rx_packets(), c.outcome_packets()), (3, 3));
+        assert!(c.consistent && c.stale);
+        assert_eq!(PacketCounts { stale: false, ..c }, fresh);
+        s.outcomes_add(Outcome::Malformed, 5);
+        s.close();
+        let c = s.packet_counts();
+        assert!(!c.stale && c.at > fresh.at);
+        assert_eq!((c.rx_packets(), c.outcome_packets()), (8, 8));
     }
 }
