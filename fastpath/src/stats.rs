@@ -23,8 +23,8 @@ use std::sync::atomic::{fence, AtomicU64, Ordering::Acquire, Ordering::Relaxed, 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Reads of the live counters a reader tries before it asks the lcore for a copy: ~10 µs of a
-/// busy lcore's sections.
+/// Reads of the live counters a reader tries before it asks the lcore for a copy (a few µs: an
+/// idle or lightly loaded lcore is read at once, a saturated one is asked).
 pub const LIVE_TRIES: u32 = 64;
 
 /// How long a reader waits for a fresh consistent read (an lcore stuck inside a section, or
