@@ -6,7 +6,7 @@ use fastpath::dpdk::port::PortStats;
 use fastpath::generation::Published;
 use fastpath::outcome::Outcome;
 use fastpath::pipeline::Tables;
-use fastpath::stats::LcoreStats;
+use fastpath::stats::{LcoreStats, PacketCounts};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{Encoder, Registry, TextEncoder};
@@ -394,6 +394,13 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::COUNTER,
     ),
     (
+        "fastpath_reasm_held_fragments",
+        "Fragments held for reassembly, per RX lcore: received, their outcome not yet counted. \
+         At every scrape sum(fastpath_rx_packets_total) == sum(fastpath_packets_total) + \
+         sum(fastpath_reasm_held_fragments).",
+        MetricType::GAUGE,
+    ),
+    (
         "fastpath_gre_encap_total",
         "Packets encapsulated and sent into each GRE tunnel.",
         MetricType::COUNTER,
@@ -546,10 +553,25 @@ impl Collector for DataPlaneCollector {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let s = &self.src;
-        let outcomes = outcome_totals(s);
+        // Each lcore's packets received, outcomes and fragments held read at one moment, so
+        // that they balance at every scrape.
+        let counts: Vec<PacketCounts> = s.lcores.iter().map(|l| l.packet_counts()).collect();
+        if let Some(l) = counts.iter().position(|c| c.stale || !c.consistent) {
+            tracing::warn!(
+                "metrics: lcore {} stayed inside a poll for {:?}: its packet counters {}",
+                s.lcores[l].lcore,
+                fastpath::stats::READ_PATIENCE,
+                if counts[l].consistent {
+                    "as a scrape read them before"
+                } else {
+                    "read as they were"
+                }
+            );
+        }
+        let outcomes = outcome_totals(&counts);
         let tables = s.published.current();
-        let mut named = queue_families(s);
-        named.extend(lcore_families(s, &outcomes));
+        let mut named = queue_families(s, &counts);
+        named.extend(lcore_families(s, &counts, &outcomes));
         named.extend(port_families(s));
         named.extend(process_families(s));
         named.extend(reload_families(s));
@@ -557,7 +579,7 @@ impl Collector for DataPlaneCollector {
         named.extend(socket_families(&tables));
         named.extend(gre_families(&tables, &outcomes));
         named.extend(backend_families(s, &tables));
-        named.extend(reasm_families(s));
+        named.extend(reasm_families(s, &counts));
         named.extend(icmp_families(&tables));
         named.extend(tcp_reset_families(&tables));
         named.extend(kernel_families(s, &tables));
@@ -581,26 +603,27 @@ impl Collector for DataPlaneCollector {
 type Named = Vec<(&'static str, Samples<'static>)>;
 
 /// Every outcome's count, summed over the lcores.
-fn outcome_totals(s: &Sources) -> [u64; Outcome::COUNT] {
+fn outcome_totals(counts: &[PacketCounts]) -> [u64; Outcome::COUNT] {
     let mut outcomes = [0u64; Outcome::COUNT];
-    for l in &s.lcores {
-        for (i, c) in l.outcomes.iter().enumerate() {
-            outcomes[i] += c.get();
+    for c in counts {
+        for (i, n) in c.outcomes.iter().enumerate() {
+            outcomes[i] += n;
         }
     }
     outcomes
 }
 
-/// Packets and bytes per port and queue, as the lcores count them.
-fn queue_families(s: &Sources) -> Named {
+/// Packets and bytes per port and queue, as the lcores count them (the packets from `counts`,
+/// the lcores' consistent reads, in the order of `s.lcores`).
+fn queue_families(s: &Sources, counts: &[PacketCounts]) -> Named {
     let mut rx_p = Vec::new();
     let mut rx_b = Vec::new();
     let mut tx_p = Vec::new();
     let mut tx_b = Vec::new();
-    for l in &s.lcores {
-        for q in l.rx.iter() {
+    for (l, c) in s.lcores.iter().zip(counts) {
+        for (q, &packets) in l.rx.iter().zip(&c.rx) {
             let lb = vec![("port", s.port(q.port)), ("queue", q.queue.to_string())];
-            rx_p.push((lb.clone(), q.packets.get() as f64));
+            rx_p.push((lb.clone(), packets as f64));
             if q.counts_bytes {
                 rx_b.push((lb, q.bytes.get() as f64));
             }
@@ -623,7 +646,7 @@ fn queue_families(s: &Sources) -> Named {
 
 /// Outcomes, and each lcore's loop: polls, cycles, packets, the generation it runs, and the
 /// packets the flow limit shed on each RX lcore.
-fn lcore_families(s: &Sources, outcomes: &[u64; Outcome::COUNT]) -> Named {
+fn lcore_families(s: &Sources, counts: &[PacketCounts], outcomes: &[u64; Outcome::COUNT]) -> Named {
     let mut idle = Vec::new();
     let mut busy = Vec::new();
     let mut cycles = Vec::new();
@@ -633,7 +656,7 @@ fn lcore_families(s: &Sources, outcomes: &[u64; Outcome::COUNT]) -> Named {
     let mut idle_ratio = Vec::new();
     let mut flow_limited = Vec::new();
     let mut by_state = Vec::new();
-    for l in &s.lcores {
+    for (l, c) in s.lcores.iter().zip(counts) {
         let lb = vec![("lcore", l.lcore.to_string())];
         let (idle_n, busy_n, busy_c) = (l.idle_polls.get(), l.busy_polls.get(), l.busy_cycles.get());
         idle.push((lb.clone(), idle_n as f64));
@@ -648,9 +671,9 @@ fn lcore_families(s: &Sources, outcomes: &[u64; Outcome::COUNT]) -> Named {
         let polls = idle_n + busy_n;
         idle_ratio.push((lb.clone(), if polls == 0 { 0.0 } else { idle_n as f64 / polls as f64 }));
         if !l.rx.is_empty() {
-            let pkts = l.rx_packets();
+            let pkts = c.rx_packets();
             lcore_pkts.push((lb.clone(), pkts as f64));
-            flow_limited.push((lb.clone(), l.outcomes[Outcome::FlowLimited.index()].get() as f64));
+            flow_limited.push((lb.clone(), c.outcomes[Outcome::FlowLimited.index()] as f64));
             per_packet.push((lb, if pkts == 0 { 0.0 } else { busy_c as f64 / pkts as f64 }));
         }
         generations.push((vec![("lcore", l.lcore.to_string())], l.generation() as f64));
@@ -986,8 +1009,9 @@ fn backend_families(s: &Sources, tables: &Tables) -> Named {
     ]
 }
 
-/// Reassembly per family (completed, timed out, refused by reason) and memory per RX lcore.
-fn reasm_families(s: &Sources) -> Named {
+/// Reassembly per family (completed, timed out, refused by reason), memory and fragments held
+/// per RX lcore.
+fn reasm_families(s: &Sources, counts: &[PacketCounts]) -> Named {
     use fastpath::pipeline::reasm::{Family, Reason};
     let rx_lcores: Vec<_> = s.lcores.iter().filter(|l| !l.rx.is_empty()).collect();
     let mut completed = Vec::new();
@@ -1016,11 +1040,20 @@ fn reasm_families(s: &Sources) -> Named {
         .iter()
         .map(|l| (vec![("lcore", l.lcore.to_string())], l.reasm.memory.get() as f64))
         .collect();
+    // Read with the packets and outcomes (`counts`), so that the three balance.
+    let held = s
+        .lcores
+        .iter()
+        .zip(counts)
+        .filter(|(l, _)| !l.rx.is_empty())
+        .map(|(l, c)| (vec![("lcore", l.lcore.to_string())], c.held as f64))
+        .collect();
     vec![
         ("fastpath_reasm_completed_total", completed),
         ("fastpath_reasm_timeouts_total", timeouts),
         ("fastpath_reasm_refused_total", refused),
         ("fastpath_reasm_memory_bytes", memory),
+        ("fastpath_reasm_held_fragments", held),
     ]
 }
 
@@ -1234,6 +1267,7 @@ const CONTRACT_FAMILIES: &[&str] = &[
     "fastpath_reasm_timeouts_total",
     "fastpath_reasm_refused_total",
     "fastpath_reasm_memory_bytes",
+    "fastpath_reasm_held_fragments",
     "fastpath_gre_encap_total",
     "fastpath_gre_decap_total",
     "fastpath_gre_seq_dropped_total",

@@ -100,7 +100,9 @@ fn fragmented_datagrams_are_reassembled_answered_and_counted() {
 /// Issue 29: reassembly keeps completing for as long as legitimate fragments arrive, whatever
 /// consumes the datagrams. bench_frags.pcap (64 legitimate 3-fragment datagrams among 1024
 /// first fragments that never complete) replayed in a loop at full speed for several seconds;
-/// completions sampled each second must keep rising, and at the end nothing is held.
+/// completions sampled each second must keep rising, and at the end nothing is held. Scraped
+/// 250 times meanwhile (every scrape rendered, `cache_ms = 0`): at each, with fragments in
+/// flight, the packets received are the outcomes plus the fragments held.
 fn completions_keep_rising(action: &str) {
     let s = Scratch::new(&format!("reasm-live-{action}"));
     let vdev = format!(
@@ -118,7 +120,7 @@ fn completions_keep_rising(action: &str) {
         &format!(
             "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
              ipv4 = [\"192.0.2.1\"]\nipv6 = [\"2001:db8::1\"]\nmac = \"02:00:00:00:00:01\"\n\n\
-             [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 50\n{METRICS_ANY_PORT}\n\
+             [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 50\n{METRICS_ANY_PORT}cache_ms = 0\n\n\
              [[service]]\nname = \"frags\"\nports = [7]\nsockets = 1\nsocket_capacity = 1024\n\
              action = \"{action}\"\n{tunnel}",
             eal_args(&format!("reasm-live-{action}"), &[vdev])
@@ -140,14 +142,35 @@ fn completions_keep_rising(action: &str) {
             .unwrap_or(0.0)
     };
     let mut samples = vec![];
+    let mut held_seen = 0.0f64;
     for _ in 0..5 {
-        std::thread::sleep(std::time::Duration::from_secs(1));
-        samples.push(completed(&d.scrape()));
+        let second = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let mut m = d.scrape();
+        for i in 0..50 {
+            if i > 0 {
+                std::thread::sleep(second.saturating_duration_since(std::time::Instant::now()) / (50 - i));
+                m = d.scrape();
+            }
+            let held = family_sum(&m, "fastpath_reasm_held_fragments");
+            held_seen = held_seen.max(held);
+            assert_eq!(
+                family_sum(&m, "fastpath_rx_packets_total"),
+                family_sum(&m, "fastpath_packets_total") + held,
+                "{action}: received == outcomes + fragments held, at every scrape"
+            );
+        }
+        samples.push(completed(&m));
     }
+    assert!(held_seen > 0.0, "{action}: fragments were held at some scrape");
     let (code, _) = d.stop();
     assert_eq!(code, Some(0));
     let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
     let rx = assert_conservation(&m);
+    assert_eq!(
+        family_sum(&m, "fastpath_reasm_held_fragments"),
+        0.0,
+        "nothing held at exit"
+    );
     // 64 legitimate datagrams (192 fragments) in every 1216 frames of the capture.
     let legit = rx as f64 * 64.0 / 1216.0;
     eprintln!(

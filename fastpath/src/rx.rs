@@ -281,6 +281,11 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         self.reasm.memory()
     }
 
+    /// Fragments the reassembler holds now.
+    pub fn reassembly_held(&self) -> usize {
+        self.reasm.held_fragments()
+    }
+
     /// Runs a burst received on RX queue `qi` (counted in `stats.rx[qi]`) of `port` through the
     /// pipeline, then hands the staged packets to their sockets and frees the dropped ones.
     ///
@@ -917,6 +922,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         }
         self.side.released = released;
         self.reasm.stats().publish(self.reasm.memory(), &self.stats.reasm);
+        // Received, with no outcome yet: the third term of the lcore's balance.
+        self.stats.reasm.held.set(self.reasm.held_fragments() as u64);
     }
 }
 

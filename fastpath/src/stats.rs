@@ -4,9 +4,32 @@
 //! stats line, the exit dump) sum the blocks. A [`Counter`] update is a relaxed load and a relaxed
 //! store — plain `mov`s on x86, no locked instruction — which is correct only because there is
 //! one writer. Blocks are cache-line aligned so lcores never share a written line.
+//!
+//! The packets an RX lcore has received and the outcomes it has counted are read together
+//! ([`LcoreStats::packet_counts`]): the lcore brackets the work between counting a poll's
+//! packets received and counting the last of their outcomes in a section ([`LcoreStats::open`],
+//! [`LcoreStats::close`]: a sequence number, odd while open, one store each, no locked
+//! instruction), and a reader takes the counters only between sections, retrying until the
+//! sequence is even and unchanged around its reads (a seqlock with the lcore its only writer).
+//! A reader never makes the lcore wait: an lcore always busy may close and reopen faster than a
+//! reader on another core can read, so after [`LIVE_TRIES`] failed tries the reader asks for a
+//! copy, which the lcore makes at its next close (a relaxed load per close when nobody asks).
+//! An lcore that does not close for [`READ_PATIENCE`] (stuck, or descheduled on a busy host)
+//! gets the newest consistent read a reader made before: late, but balanced and never going
+//! back.
 
 use crate::outcome::Outcome;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{fence, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Reads of the live counters a reader tries before it asks the lcore for a copy (a few µs: an
+/// idle or lightly loaded lcore is read at once, a saturated one is asked).
+pub const LIVE_TRIES: u32 = 64;
+
+/// How long a reader waits for a fresh consistent read (an lcore stuck inside a section, or
+/// descheduled by a busy host for this long) before it returns the newest one any reader made.
+pub const READ_PATIENCE: Duration = Duration::from_millis(500);
 
 /// A monotonically increasing counter with one writer and any number of readers.
 #[derive(Default, Debug)]
@@ -89,6 +112,9 @@ pub struct ReasmCounters {
     pub refused: [[Counter; REASM_REFUSAL_REASONS]; 2],
     /// Bytes held now.
     pub memory: Counter,
+    /// Fragments held now: received, their outcome not yet counted (set inside the lcore's
+    /// section, so [`LcoreStats::packet_counts`] reads it with the packets and outcomes).
+    pub held: Counter,
 }
 
 /// A worker's connection table (`pipeline::conntrack`), counted by the worker alone.
@@ -147,11 +173,104 @@ pub struct LcoreStats {
     pub conntrack: ConntrackCounters,
     /// The per-packet trace's switch (RX lcores): armed by the control side, read once a burst.
     pub trace: crate::trace::TraceTap,
+    /// The section's sequence number: odd while packets counted received may lack their
+    /// outcome (module docs).
+    seq: AtomicU64,
+    /// A copy of `rx`'s packets and `outcomes` made at a close, for a reader that asked.
+    copy: PacketCopy,
+    /// Readers' requests for a copy (on a line of its own: readers write it).
+    asked: Asked,
+    /// The newest consistent read a reader made, for a reader that gets none within
+    /// [`READ_PATIENCE`]. Readers only (the metrics and control threads): the lcore never
+    /// touches it.
+    last: Mutex<Option<PacketCounts>>,
+}
+
+/// Readers' requests for a copy: the number of the last one.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Asked(AtomicU64);
+
+/// A copy of an lcore's packet counters, written by the lcore only.
+#[derive(Debug)]
+struct PacketCopy {
+    /// Odd while the lcore writes the copy.
+    seq: AtomicU64,
+    /// The request ([`Asked`]) the copy answers, or a later one.
+    served: AtomicU64,
+    rx: Box<[Counter]>,
+    outcomes: [Counter; Outcome::COUNT],
+    held: Counter,
+    /// The lcore's section sequence when it copied.
+    at: Counter,
+}
+
+/// An RX lcore's packets received per RX queue, outcomes counted and fragments held, read at one
+/// moment between sections ([`LcoreStats::packet_counts`]): the packets received are the
+/// outcomes plus the fragments held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PacketCounts {
+    /// Packets per RX queue, in the order of [`LcoreStats::rx`].
+    pub rx: Vec<u64>,
+    /// Packets per outcome, indexed by [`Outcome::index`].
+    pub outcomes: [u64; Outcome::COUNT],
+    /// Fragments held for reassembly ([`ReasmCounters::held`]).
+    pub held: u64,
+    /// The lcore's section sequence number the read was taken at (even): one lcore's reads
+    /// are ordered by it.
+    pub at: u64,
+    /// No fresh consistent read came within [`READ_PATIENCE`]: this is the newest one a reader
+    /// made before (balanced, not moving backwards, late).
+    pub stale: bool,
+    /// Whether the counters balance: false only when no consistent read was ever made of an
+    /// lcore stuck in a section (taken as they were).
+    pub consistent: bool,
+}
+
+impl PacketCounts {
+    /// Packets received.
+    pub fn rx_packets(&self) -> u64 {
+        self.rx.iter().sum()
+    }
+
+    /// Packets with an outcome.
+    pub fn outcome_packets(&self) -> u64 {
+        self.outcomes.iter().sum()
+    }
+}
+
+/// Sequence-checked reads (the reader's half of the seqlock): `read` fills `out` from relaxed
+/// loads; the sequence number if it was even before and unchanged after them.
+fn read_between(seq: &AtomicU64, read: impl FnOnce()) -> Option<u64> {
+    let s = seq.load(Acquire);
+    if s & 1 == 1 {
+        return None;
+    }
+    read();
+    // Orders the reads before the second load: a read that saw a store made after an open
+    // makes this load see that open (the writer's release fence after it).
+    fence(Acquire);
+    (seq.load(Relaxed) == s).then_some(s)
+}
+
+/// Opens a section on `seq` (its only writer): odd, then the counters' stores.
+#[inline(always)]
+fn seq_open(seq: &AtomicU64) {
+    seq.store(seq.load(Relaxed).wrapping_add(1), Relaxed);
+    // Orders the odd number before the section's stores (a compiler fence on x86).
+    fence(Release);
+}
+
+/// Closes a section on `seq`: even, after the counters' stores.
+#[inline(always)]
+fn seq_close(seq: &AtomicU64) {
+    seq.store(seq.load(Relaxed).wrapping_add(1), Release);
 }
 
 impl LcoreStats {
     /// A zeroed block for `lcore` with the given queues.
     pub fn new(lcore: u32, rx: Vec<QueueCounters>, tx: Vec<QueueCounters>) -> Self {
+        let rx_len = rx.len();
         LcoreStats {
             lcore,
             outcomes: std::array::from_fn(|_| Counter::default()),
@@ -165,7 +284,146 @@ impl LcoreStats {
             reasm: ReasmCounters::default(),
             conntrack: ConntrackCounters::default(),
             trace: Default::default(),
+            seq: AtomicU64::new(0),
+            copy: PacketCopy {
+                seq: AtomicU64::new(0),
+                served: AtomicU64::new(0),
+                rx: (0..rx_len).map(|_| Counter::default()).collect(),
+                outcomes: std::array::from_fn(|_| Counter::default()),
+                held: Counter::default(),
+                at: Counter::default(),
+            },
+            asked: Asked::default(),
+            last: Mutex::new(None),
         }
+    }
+
+    /// Opens a section (owner only; not while one is open): until [`LcoreStats::close`], the
+    /// packets counted received may lack their outcome. One store (and the section's order, a
+    /// compiler fence on x86); once per poll, never per packet.
+    #[inline(always)]
+    pub fn open(&self) {
+        seq_open(&self.seq);
+    }
+
+    /// Closes the open section: every packet counted received has its outcome (or is held, a
+    /// fragment). One store, and a relaxed load of the readers' requests; the copy a reader
+    /// asked for, if one did.
+    #[inline(always)]
+    pub fn close(&self) {
+        seq_close(&self.seq);
+        let asked = self.asked.0.load(Relaxed);
+        if asked != self.copy.served.load(Relaxed) {
+            self.serve(asked);
+        }
+    }
+
+    /// Copies the packet counters for the readers that asked up to request `asked`.
+    #[cold]
+    #[inline(never)]
+    fn serve(&self, asked: u64) {
+        let c = &self.copy;
+        seq_open(&c.seq);
+        for (to, q) in c.rx.iter().zip(self.rx.iter()) {
+            to.set(q.packets.get());
+        }
+        for (to, o) in c.outcomes.iter().zip(&self.outcomes) {
+            to.set(o.get());
+        }
+        c.held.set(self.reasm.held.get());
+        c.at.set(self.seq.load(Relaxed));
+        seq_close(&c.seq);
+        c.served.store(asked, Release);
+    }
+
+    /// The packets received per RX queue, the outcomes counted and the fragments held, read
+    /// between sections, so that they balance; any thread, never making the lcore wait.
+    /// A reader that gets no fresh read within [`READ_PATIENCE`] returns the newest a reader
+    /// made before ([`PacketCounts::stale`]).
+    pub fn packet_counts(&self) -> PacketCounts {
+        let mut out = PacketCounts {
+            rx: vec![0; self.rx.len()],
+            outcomes: [0; Outcome::COUNT],
+            held: 0,
+            at: 0,
+            stale: false,
+            consistent: true,
+        };
+        if self.read_fresh(&mut out) {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            if last.as_ref().is_none_or(|l| l.at < out.at) {
+                *last = Some(out.clone());
+            }
+            return out;
+        }
+        if let Some(l) = self.last.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return PacketCounts {
+                stale: true,
+                ..l.clone()
+            };
+        }
+        self.fill_live(&mut out);
+        out.consistent = false;
+        out
+    }
+
+    /// Tries the live counters, then asks for a copy and waits for it (or for a live read) up
+    /// to [`READ_PATIENCE`].
+    fn read_fresh(&self, out: &mut PacketCounts) -> bool {
+        for _ in 0..LIVE_TRIES {
+            if self.read_live(out) {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        let ticket = self.asked.0.fetch_add(1, Relaxed).wrapping_add(1);
+        let deadline = Instant::now() + READ_PATIENCE;
+        loop {
+            if self.copy.served.load(Acquire) >= ticket && self.read_copy(out) {
+                return true;
+            }
+            if self.read_live(out) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// One try at reading the live counters between sections.
+    fn read_live(&self, out: &mut PacketCounts) -> bool {
+        let at = read_between(&self.seq, || self.fill_live(out));
+        out.at = at.unwrap_or(0);
+        at.is_some()
+    }
+
+    /// The live counters as they are.
+    fn fill_live(&self, out: &mut PacketCounts) {
+        for (to, q) in out.rx.iter_mut().zip(self.rx.iter()) {
+            *to = q.packets.get();
+        }
+        for (to, o) in out.outcomes.iter_mut().zip(&self.outcomes) {
+            *to = o.get();
+        }
+        out.held = self.reasm.held.get();
+    }
+
+    /// One try at reading the lcore's last copy.
+    fn read_copy(&self, out: &mut PacketCounts) -> bool {
+        let c = &self.copy;
+        read_between(&c.seq, || {
+            for (to, q) in out.rx.iter_mut().zip(c.rx.iter()) {
+                *to = q.get();
+            }
+            for (to, o) in out.outcomes.iter_mut().zip(&c.outcomes) {
+                *to = o.get();
+            }
+            out.held = c.held.get();
+            out.at = c.at.get();
+        })
+        .is_some()
     }
 
     /// Counts one packet's outcome.
@@ -232,5 +490,118 @@ mod tests {
         assert_eq!(s.outcome_packets(), 3);
         assert_eq!(s.outcomes[Outcome::ArpReply.index()].get(), 2);
         assert_eq!(std::mem::align_of::<LcoreStats>(), 64);
+        assert_eq!(s.packet_counts().rx, vec![5, 1]);
+        assert_eq!(s.packet_counts().outcome_packets(), 3);
+    }
+
+    /// A writer that counts bursts as an RX lcore does (received first, each packet's outcome
+    /// after, spread over outcomes and queues, some held as fragments and released in a later
+    /// burst), with `gap` spins between its sections, against a reader on another thread: every
+    /// read balances (received = outcomes + held), and is consistent. Returns the reads and the
+    /// copies the writer made.
+    fn hammer(gap: u32, reads: usize) -> (usize, u64) {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let s = Arc::new(LcoreStats::new(
+            1,
+            vec![QueueCounters::new(0, 0), QueueCounters::new(1, 0)],
+            vec![],
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (s, stop) = (s.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                let mut held = 0u64;
+                while !stop.load(Relaxed) {
+                    n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let burst = 1 + (n >> 59); // 1 to 32
+                    s.open();
+                    s.rx[(n >> 20) as usize & 1].packets.add(burst);
+                    for i in 0..burst {
+                        // Work between the counts, as the pipeline's.
+                        for _ in 0..(n >> 30) & 7 {
+                            std::hint::spin_loop();
+                        }
+                        if (n >> (i % 32)) & 7 == 0 {
+                            held += 1;
+                            continue;
+                        }
+                        s.outcome(Outcome::ALL[((n >> 8) as usize + i as usize) % Outcome::COUNT]);
+                    }
+                    let released = held.min((n >> 40) & 3);
+                    s.outcomes_add(Outcome::ReassemblyTimeout, released);
+                    held -= released;
+                    s.reasm.held.set(held);
+                    s.close();
+                    for _ in 0..gap {
+                        std::hint::spin_loop();
+                    }
+                }
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while s.rx_packets() == 0 && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        let mut last = 0;
+        let mut took = 0;
+        while took < reads && Instant::now() < deadline {
+            let c = s.packet_counts();
+            assert!(c.consistent, "read {took}: no consistent read");
+            assert_eq!(c.rx_packets(), c.outcome_packets() + c.held, "read {took}: {c:?}");
+            assert!(c.rx_packets() >= last, "read {took} went back");
+            last = c.rx_packets();
+            took += 1;
+        }
+        stop.store(true, Relaxed);
+        writer.join().unwrap();
+        assert_eq!(took, reads, "reads in 60 s");
+        assert!(last > 0, "the writer never ran");
+        (took, s.copy.served.load(Relaxed))
+    }
+
+    #[test]
+    fn every_read_balances_against_a_writer_with_pauses() {
+        hammer(2000, 20_000);
+    }
+
+    #[test]
+    fn every_read_balances_against_a_writer_that_never_pauses() {
+        // Back-to-back sections: the live reads mostly lose the race, and the copies answer.
+        let (_, copies) = hammer(0, 2_000);
+        assert!(copies > 0, "no copy was asked for: the test does not cover the copy");
+    }
+
+    #[test]
+    fn a_reader_gives_up_on_a_section_that_never_closes() {
+        let s = LcoreStats::new(1, vec![QueueCounters::new(0, 0)], vec![]);
+        s.open();
+        s.rx[0].packets.add(3);
+        // Never read before: the counters as they are, said to be so.
+        let t = Instant::now();
+        let c = s.packet_counts();
+        assert!(!c.consistent);
+        assert_eq!(c.rx, vec![3]);
+        assert!(t.elapsed() >= READ_PATIENCE);
+        s.outcomes_add(Outcome::Malformed, 3);
+        s.close();
+        // The close answered the reader's request with a copy; a reader now takes the live
+        // counters, balanced.
+        assert_eq!(s.copy.served.load(Relaxed), 1);
+        let fresh = s.packet_counts();
+        assert!(fresh.consistent && !fresh.stale);
+        assert_eq!((fresh.rx_packets(), fresh.outcome_packets()), (3, 3));
+        // Stuck again: the newest consistent read, late but balanced and not going back.
+        s.open();
+        s.rx[0].packets.add(5);
+        let c = s.packet_counts();
+        assert!(c.consistent && c.stale);
+        assert_eq!(PacketCounts { stale: false, ..c }, fresh);
+        s.outcomes_add(Outcome::Malformed, 5);
+        s.close();
+        let c = s.packet_counts();
+        assert!(!c.stale && c.at > fresh.at);
+        assert_eq!((c.rx_packets(), c.outcome_packets()), (8, 8));
     }
 }

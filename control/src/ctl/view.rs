@@ -8,7 +8,7 @@ use crate::reload::RunningConfig;
 use fastpath::outcome::Outcome;
 use fastpath::pipeline::explain::{self, FlowQuery, FlowVerdict, SocketPick};
 use fastpath::pipeline::{Action, FanoutMode, Tables};
-use fastpath::stats::LcoreStats;
+use fastpath::stats::{LcoreStats, PacketCounts};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
@@ -517,16 +517,23 @@ impl View {
     pub fn stats(&self) -> Value {
         let s = &self.sources;
         let name = |id: u16| s.port_names.get(id as usize).cloned().unwrap_or_else(|| id.to_string());
-        let queues = |l: &LcoreStats, tx: bool| -> Vec<Value> {
+        let queues = |l: &LcoreStats, tx: bool, rx_packets: &[u64]| -> Vec<Value> {
             let qs = if tx { &l.tx } else { &l.rx };
             qs.iter()
-                .map(|q| json!({"port": name(q.port), "queue": q.queue, "packets": q.packets.get(), "bytes": q.bytes.get()}))
+                .enumerate()
+                .map(|(i, q)| {
+                    let packets = if tx { q.packets.get() } else { rx_packets[i] };
+                    json!({"port": name(q.port), "queue": q.queue, "packets": packets, "bytes": q.bytes.get()})
+                })
                 .collect()
         };
+        // Packets received and outcomes read together, as the metrics read them.
+        let counts: Vec<PacketCounts> = s.lcores.iter().map(|l| l.packet_counts()).collect();
         let lcores: Vec<Value> = s
             .lcores
             .iter()
-            .map(|l| {
+            .zip(&counts)
+            .map(|(l, c)| {
                 json!({
                     "lcore": l.lcore,
                     "role": if l.rx.is_empty() { "worker" } else { "rx" },
@@ -534,14 +541,19 @@ impl View {
                     "idle_cycles": l.idle_cycles.get(),
                     "busy_polls": l.busy_polls.get(),
                     "idle_polls": l.idle_polls.get(),
-                    "rx": queues(l, false),
-                    "tx": queues(l, true),
+                    "rx": queues(l, false, &c.rx),
+                    "tx": queues(l, true, &[]),
                 })
             })
             .collect();
         let outcomes: serde_json::Map<String, Value> = Outcome::ALL
             .iter()
-            .map(|&o| (o.name().to_string(), outcome(s, o).into()))
+            .map(|&o| {
+                (
+                    o.name().to_string(),
+                    counts.iter().map(|c| c.outcomes[o.index()]).sum::<u64>().into(),
+                )
+            })
             .collect();
         json!({
             "uptime_seconds": self.uptime(),

@@ -25,6 +25,10 @@ impl RxLcore {
                 let (tx, stats) = e.tx_and_stats();
                 forward(tx.get_mut(dst as usize).and_then(Option::as_mut), b, stats);
             });
+            if got > 0 {
+                // Every packet forwarded or refused, and counted.
+                stats.close();
+            }
             if let Some(t) = self.published.newer_than(self.engine.pipeline().generation()) {
                 self.engine.adopt_tables_only(t);
             }

@@ -156,25 +156,34 @@ impl RxLcore {
             let t0 = polls.start(&stats);
             let now = self.clock.at(t0);
             let got = self.poll_queues(&mut burst, |e, qi, port, b| e.burst(qi, port, now, b));
+            if got == 0 {
+                // Reassembly expiry and an adoption count outcomes too.
+                stats.open();
+            }
             self.engine.poll_done(now);
             // Quiescent point: nothing staged or in flight, so a new generation applies to whole
             // bursts.
             if let Some(t) = self.published.newer_than(self.engine.pipeline().generation()) {
                 self.engine.adopt(t, now);
             }
+            // Every packet of the poll has its outcome: a reader may take the counters.
+            stats.close();
             if got == 0 {
                 self.engine.idle();
             }
             polls.end(t0, got, &stats, &self.idle);
         }
         polls.finish(&stats);
+        stats.open();
         self.engine.stop(self.clock.now());
+        stats.close();
         control.rx_exited();
     }
 
     /// Polls each RX queue once; a queue that received packets has them counted and its burst
     /// handed to `each` (with the engine, the queue's index and port). The packets received in
-    /// all.
+    /// all; if any, a section of the lcore's counters is open ([`LcoreStats::open`]), for the
+    /// caller to close once every one of them has its outcome.
     #[inline(always)]
     pub(super) fn poll_queues(
         &mut self,
@@ -187,9 +196,15 @@ impl RxLcore {
             if n == 0 {
                 continue;
             }
+            let stats = self.engine.stats();
+            if got == 0 {
+                // After the first receive: a reader that waits for the section's end need not
+                // wait for the driver's receive too.
+                stats.open();
+            }
             got += n;
             let port = self.rx[qi].port();
-            self.engine.stats().rx[qi].packets.add(n as u64);
+            stats.rx[qi].packets.add(n as u64);
             each(&mut self.engine, qi, port, burst);
         }
         got
