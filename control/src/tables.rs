@@ -12,7 +12,7 @@ use fastpath::dpdk::{MbufRing, Mempool};
 use fastpath::pipeline::filter::{Filter, FilterCounters, Filters};
 use fastpath::pipeline::icmp_error::{GlobalBucket, IcmpCounters};
 use fastpath::pipeline::kernel::{KernelCounters, KernelListeners, KernelPath, PuntBudget, PuntRules, Solicitations};
-use fastpath::pipeline::maglev::{Backend, Maglev};
+use fastpath::pipeline::maglev::Backend;
 use fastpath::pipeline::prefix::PrefixSet;
 use fastpath::pipeline::service::Action;
 use fastpath::pipeline::source_limit::{SourceLimitConfig as SourceLimit, SourceLimitCounters};
@@ -100,7 +100,8 @@ fn backends_by_health(
     }
     let open = crate::backends::fail_open(&mut backends);
     if !open {
-        set.table = Arc::new(Maglev::build(&backends));
+        // The table and which tunnels keep their tracked connections: a down backend's move.
+        *set = fastpath::pipeline::Backends::new(std::mem::take(&mut set.tunnels), &backends);
     }
     open
 }

@@ -389,6 +389,17 @@ impl HealthLab {
     /// Sends one datagram of each of 300 flows to the service from `c` and returns source
     /// port -> GRE remote for every one fastpathd sent into a tunnel.
     fn batch(&self, s: &Scratch, name: &str, port_mac: &str) -> std::collections::BTreeMap<String, String> {
+        self.batch_from(s, name, port_mac, 20000)
+    }
+
+    /// [`Lab::batch`] from source ports `first`..`first + 300`.
+    fn batch_from(
+        &self,
+        s: &Scratch,
+        name: &str,
+        port_mac: &str,
+        first: u16,
+    ) -> std::collections::BTreeMap<String, String> {
         let mac = self.mac(&self.c, &self.ifc);
         let cap = Capture::start(&self.c, &self.ifc, s.path(&format!("{name}.pcap")));
         let out = ns_exec(
@@ -399,7 +410,7 @@ impl HealthLab {
                 &format!(
                     "from scapy.all import Ether, IP, UDP, sendp\n\
                      e = Ether(src='{mac}', dst='{port_mac}')\n\
-                     sendp([e/IP(src='198.51.100.%d' % (1 + i % 50), dst='192.0.2.1')/UDP(sport=20000 + i, dport=9000)/b'flow' \
+                     sendp([e/IP(src='198.51.100.%d' % (1 + i % 50), dst='192.0.2.1')/UDP(sport={first} + i, dport=9000)/b'flow' \
                      for i in range(300)], iface='{}', verbose=False)\n",
                     self.ifc
                 ),
@@ -586,7 +597,9 @@ fn a_backend_failing_its_health_check_leaves_the_table_and_returns() {
         "{others_moved} flows of the healthy backends moved"
     );
 
-    // b1 comes back after `rise` passing checks: every flow on its first backend again.
+    // b1 comes back after `rise` passing checks. The connection table keeps every flow where
+    // it is (b1's moved flows stay on their new backends: moving them back would break them
+    // again); new flows follow the table with b1 in it.
     lab.listen("b1", "tcp", "10.99.0.1");
     let bound = Duration::from_millis(rise * interval + timeout + interval);
     let took = until_state(&sock, "b1", true, bound);
@@ -597,7 +610,13 @@ fn a_backend_failing_its_health_check_leaves_the_table_and_returns() {
     );
     assert!(took <= bound, "b1 came back after {took:?}, more than {bound:?}");
     let back = lab.batch(&s, "b1-back", &port_mac);
-    assert_eq!(back, all, "the same backends, the same table");
+    assert_eq!(back, down, "tracked flows stay where they are");
+    let fresh = lab.batch_from(&s, "b1-back-new", &port_mac, 30000);
+    let to_b1 = fresh.values().filter(|b| *b == "10.99.0.1").count();
+    assert!(
+        (60..=140).contains(&to_b1),
+        "{to_b1} of 300 new flows to b1 (a third expected)"
+    );
 
     // Every check fails: the service keeps all three (the table with every backend).
     for b in ["b1", "b2", "b3"] {
@@ -628,13 +647,21 @@ fn a_backend_failing_its_health_check_leaves_the_table_and_returns() {
     assert_eq!(m["fastpath_backend_transitions_total{tunnel=\"b1\",to=\"up\"}"], 1.0);
     assert_eq!(m["fastpath_service_backends_all_down{service=\"lb\"}"], 1.0);
     let open = lab.batch(&s, "all-down", &port_mac);
-    assert_eq!(open, all, "every backend down: sent to all of them, as with all up");
+    assert_eq!(open, back, "every backend down: tracked flows stay where they are");
+    let fresh = lab.batch_from(&s, "all-down-new", &port_mac, 40000);
+    for b in ["10.99.0.1", "10.99.0.2", "10.99.0.3"] {
+        let n = fresh.values().filter(|x| *x == b).count();
+        assert!(
+            (60..=140).contains(&n),
+            "{n} of 300 new flows to {b}: sent to all of them"
+        );
+    }
 
     let (code, log) = d.stop();
     assert_eq!(code, Some(0));
     assert_eq!(log.matches("backend b1 down:").count(), 2, "one line per change");
     assert_eq!(log.matches("backend b1 up:").count(), 1, "one line per change");
     let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
-    assert_eq!(outcome(&m, "delivered"), 1200);
+    assert_eq!(outcome(&m, "delivered"), 1800);
     assert_conservation(&m);
 }
