@@ -16,6 +16,7 @@ pub fn to_json(r: &Record, t: Option<&Tables>) -> Value {
         .collect();
     let mut v = json!({
         "lcore": r.lcore,
+        "role": if r.worker { "worker" } else { "rx" },
         "time_ns": r.time_ns,
         "port": r.port,
         "queue": r.queue,
@@ -54,7 +55,8 @@ pub fn line(v: &Value) -> String {
         })
         .unwrap_or_default();
     format!(
-        "lcore {} port {}/{} t={:.6} {} | {} => {}",
+        "{}lcore {} port {}/{} t={:.6} {} | {} => {}",
+        if v["role"] == "worker" { "worker " } else { "" },
         v["lcore"],
         v["port"],
         v["queue"],

@@ -657,7 +657,10 @@ fn trace_records_every_packet_with_the_counted_outcome_and_the_reasons() {
     // A bad filter or lcore is refused, exit 1, and arms nothing.
     for (args, want) in [
         (&["--filter", "port banana"][..], "filter: "),
-        (&["--lcore", "1"][..], "lcore 1 is not an RX lcore"),
+        (
+            &["--lcore", "7"][..],
+            "lcore 7 is neither an RX lcore (0) nor a worker (1)",
+        ),
     ] {
         let mut a = vec!["trace"];
         a.extend_from_slice(args);
@@ -675,11 +678,15 @@ fn trace_records_every_packet_with_the_counted_outcome_and_the_reasons() {
     err.read_to_string(&mut rest).unwrap();
     assert!(out.status.success(), "{rest}");
     assert!(rest.contains(&format!("{total} records, 0 lost")), "{rest}");
-    let recs: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+    let all: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
+    // The RX lcore's record of every packet, and the worker's of what it did with those it
+    // took (the sink's are consumed unread: none).
+    let (workers, recs): (Vec<Value>, Vec<Value>) = all.into_iter().partition(|r| r["role"] == "worker");
     assert_eq!(recs.len(), total);
+    assert!(recs.iter().all(|r| r["role"] == "rx"));
 
     // Every packet's outcome is the one the counters show, packet for packet.
     wait_for(20, "every packet counted", || {
@@ -727,6 +734,22 @@ fn trace_records_every_packet_with_the_counted_outcome_and_the_reasons() {
     let b = json(&sock, &["flow", "udp", "203.0.113.9:40001", "192.0.2.1:9000"], 0);
     let backend = b["detail"]["backend"].as_str().unwrap();
     assert_eq!(with(&format!("maglev: backend {backend}")), N);
+    // The worker took each of them from its socket and sent it into that backend's tunnel.
+    let into = |r: &Value| {
+        reasons(r)
+            .iter()
+            .any(|x| x.starts_with(&format!("tunnel: into tunnel {backend} (")))
+    };
+    assert_eq!(workers.len(), N, "{workers:#?}");
+    assert!(
+        workers
+            .iter()
+            .all(|r| into(r) && r["lcore"] == 1 && r["outcome"] == "delivered"),
+        "{workers:#?}"
+    );
+    assert!(workers
+        .iter()
+        .all(|r| reasons(r)[0].starts_with("worker: took it from lb socket ")));
     assert_eq!(
         with("icmp: suppressed, per-destination budget of 198.51.100.7 empty"),
         6

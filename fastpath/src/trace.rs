@@ -245,7 +245,62 @@ pub enum Note {
         /// The limit.
         limit: u32,
     },
+    /// A worker took it from this socket (an index into [`Tables::sockets`]).
+    Worker {
+        /// The socket.
+        socket: u32,
+    },
+    /// What the socket's action (0 sink, 1 echo, 2 tunnel, 3 kernel) did with it.
+    WorkerAction {
+        /// The action.
+        action: u32,
+        /// What it did.
+        did: WorkerDid,
+    },
 }
+
+/// What a worker's action did with a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerDid {
+    /// Sent out of this DPDK port (an echo's answer; a kernel packet: its kernel interface).
+    Port(u32),
+    /// Into this tunnel (an index into [`Tables::tunnels`]); pinned by the connection table.
+    Tunnel(u32, bool),
+    /// Consumed.
+    Sunk,
+    /// Refused by the echo policy (a source port echo never answers).
+    Refused,
+    /// The TX queue had no room.
+    TxFull,
+    /// Could not be handled (counted `invalid`).
+    Invalid,
+}
+
+impl WorkerDid {
+    fn pack(self) -> (u32, u32) {
+        match self {
+            WorkerDid::Port(p) => (0, p),
+            WorkerDid::Tunnel(t, tracked) => (1 | (tracked as u32) << 8, t),
+            WorkerDid::Sunk => (2, 0),
+            WorkerDid::Refused => (3, 0),
+            WorkerDid::TxFull => (4, 0),
+            WorkerDid::Invalid => (5, 0),
+        }
+    }
+
+    fn unpack(a: u32, b: u32) -> WorkerDid {
+        match a & 0xff {
+            0 => WorkerDid::Port(b),
+            1 => WorkerDid::Tunnel(b, a >> 8 & 1 == 1),
+            2 => WorkerDid::Sunk,
+            3 => WorkerDid::Refused,
+            4 => WorkerDid::TxFull,
+            _ => WorkerDid::Invalid,
+        }
+    }
+}
+
+const ACTIONS: [&str; 4] = ["sink", "echo", "tunnel", "kernel"];
 
 const ICMP_KINDS: [&str; 5] = [
     "port unreachable",
@@ -272,6 +327,8 @@ impl Note {
             Note::KernelRule { .. } | Note::KernelUnhandled | Note::KernelLimited => "kernel",
             Note::IcmpSent { .. } | Note::IcmpSuppressed { .. } => "icmp",
             Note::ResetSent | Note::ResetSuppressed { .. } => "tcp_reset",
+            Note::Worker { .. } => "worker",
+            Note::WorkerAction { action, .. } => ACTIONS.get(*action as usize).copied().unwrap_or("worker"),
         }
     }
 
@@ -342,6 +399,25 @@ impl Note {
             Note::ResetSent => "sent".into(),
             Note::ResetSuppressed { limit: 0 } => "suppressed (global)".into(),
             Note::ResetSuppressed { .. } => format!("suppressed (per-destination budget of {src})"),
+            Note::Worker { socket: i } => format!("took it from {}", socket(i)),
+            Note::WorkerAction { action, did } => match did {
+                WorkerDid::Port(p) if action == 3 => format!("written to the kernel interface (port {p})"),
+                WorkerDid::Port(p) => format!("answer sent out of port {p}"),
+                WorkerDid::Tunnel(i, tracked) if action == 2 => format!(
+                    "into {} ({})",
+                    tunnel(i),
+                    if tracked {
+                        "pinned by the connection table"
+                    } else {
+                        "the Maglev pick"
+                    }
+                ),
+                WorkerDid::Tunnel(i, _) => format!("answer into {}", tunnel(i)),
+                WorkerDid::Sunk => "consumed".into(),
+                WorkerDid::Refused => "refused: a source port echo never answers".into(),
+                WorkerDid::TxFull => "the TX queue was full: dropped".into(),
+                WorkerDid::Invalid => "dropped: it could not be handled (counted invalid)".into(),
+            },
         }
     }
 
@@ -368,6 +444,11 @@ impl Note {
             Note::IcmpSuppressed { limit } => (18, limit, 0),
             Note::ResetSent => (19, 0, 0),
             Note::ResetSuppressed { limit } => (20, limit, 0),
+            Note::Worker { socket } => (21, socket, 0),
+            Note::WorkerAction { action, did } => {
+                let (a, b) = did.pack();
+                (22 | (action as u64) << 16, a, b)
+            }
         };
         [tag | (a as u64) << 32, b as u64]
     }
@@ -396,6 +477,11 @@ impl Note {
             18 => Note::IcmpSuppressed { limit: a },
             19 => Note::ResetSent,
             20 => Note::ResetSuppressed { limit: a },
+            21 => Note::Worker { socket: a },
+            t if t & 0xffff == 22 => Note::WorkerAction {
+                action: t >> 16,
+                did: WorkerDid::unpack(a, b),
+            },
             _ => Note::Final(outcome(a)),
         }
     }
@@ -507,6 +593,9 @@ pub struct Record {
     pub summary: Summary,
     /// Its outcome (`fastpath_packets_total{outcome}`).
     pub outcome: Outcome,
+    /// Made by a worker lcore (what it did with a packet an RX lcore delivered; the outcome
+    /// is the RX lcore's, counted there).
+    pub worker: bool,
     notes: [Note; MAX_NOTES],
     len: u8,
 }
@@ -522,6 +611,7 @@ impl Record {
             generation,
             summary,
             outcome: Outcome::Unhandled,
+            worker: false,
             notes: [Note::Final(Outcome::Unhandled); MAX_NOTES],
             len: 0,
         }
@@ -581,9 +671,9 @@ impl Record {
                 let (off, _, id) = ip.fragment.unwrap_or((0, false, 0));
                 w[9] = off as u64 | (id as u64) << 16;
                 w[10] = ip.hash as u64 | (ip.vlan.unwrap_or(0) as u64) << 32;
-                w[11] = 0;
             }
         }
+        w[11] = self.worker as u64;
         for (i, n) in self.notes().iter().enumerate() {
             let p = n.pack();
             w[12 + 2 * i] = p[0];
@@ -631,6 +721,7 @@ impl Record {
             .get((w[3] & 0xff) as usize)
             .copied()
             .unwrap_or(Outcome::Unhandled);
+        r.worker = w[11] & 1 == 1;
         for i in 0..len as usize {
             r.push(Note::unpack([w[12 + 2 * i], w[13 + 2 * i]]));
         }
@@ -937,6 +1028,19 @@ mod tests {
         r.outcome = Outcome::IcmpSuppressed;
         r.push(Note::IcmpSuppressed { limit: 1 });
         r.push(Note::Fanout { from: 3, to: 1 });
+        r.push(Note::Worker { socket: 4 });
+        for did in [
+            WorkerDid::Port(2),
+            WorkerDid::Tunnel(9, true),
+            WorkerDid::Tunnel(9, false),
+            WorkerDid::Sunk,
+            WorkerDid::Refused,
+            WorkerDid::TxFull,
+            WorkerDid::Invalid,
+        ] {
+            r.push(Note::WorkerAction { action: 2, did });
+        }
+        r.worker = true;
         assert!(ring.push(&r));
         let mut v6 = r;
         v6.summary.ip.as_mut().unwrap().src = "2001:db8::7".parse().unwrap();

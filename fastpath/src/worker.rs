@@ -135,6 +135,44 @@ struct Ctx<'a> {
     slot: usize,
 }
 
+/// What a worker's action did with one packet (for its trace record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Did {
+    /// Sent (an echo's answer; a kernel packet: into this interface) out of this port.
+    Port(u16),
+    /// Into this tunnel (encapsulated here or handed to its sequence owner).
+    Tunnel(usize),
+    /// Consumed.
+    Sunk,
+    /// Refused by the echo policy.
+    Refused,
+    /// The TX queue had no room.
+    TxFull,
+    /// Dropped: it could not be handled (see the action's `invalid` count).
+    Invalid,
+}
+
+impl Did {
+    fn note(self, action: &Action, tracked: bool) -> crate::trace::Note {
+        use crate::trace::{Note, WorkerDid};
+        let did = match self {
+            Did::Port(p) => WorkerDid::Port(p as u32),
+            Did::Tunnel(t) => WorkerDid::Tunnel(t as u32, tracked),
+            Did::Sunk => WorkerDid::Sunk,
+            Did::Refused => WorkerDid::Refused,
+            Did::TxFull => WorkerDid::TxFull,
+            Did::Invalid => WorkerDid::Invalid,
+        };
+        let action = match action {
+            Action::Sink => 0,
+            Action::Echo => 1,
+            Action::Tunnel(_) => 2,
+            Action::Kernel => 3,
+        };
+        Note::WorkerAction { action, did }
+    }
+}
+
 impl Ctx<'_> {
     /// Sends `b`, counting each packet on its socket or tunnel.
     #[inline]
@@ -406,23 +444,85 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> Out<B, Io> {
             total += n;
             let c = &d.socket.counters.workers[self.slot];
             c.dequeued.add(n as u64);
+            // The trace (`crate::trace`): one relaxed load a burst while none is armed.
+            if self.stats.trace.is_armed() {
+                self.act_traced(cx, wi, buf, handoff);
+                continue;
+            }
             for m in buf.drain(..) {
                 self.io.spin(d.cost_cycles);
-                match &d.action {
-                    // Drained by `sink` without this loop; handled the same way all the same.
-                    Action::Sink => {
-                        c.sunk.inc();
-                        self.drops.push(m);
-                    }
-                    Action::Echo => self.echo(cx, wi, c, m, handoff),
-                    Action::Tunnel(set) => self.tunnel(cx, set, c, m, handoff),
-                    Action::Kernel => self.kernel(cx, wi, c, m),
-                }
+                let _ = self.act(cx, wi, c, m, handoff);
                 self.free_if_full();
             }
         }
         d.socket.consumer_update_pressure();
         total
+    }
+
+    /// Socket `wi`'s action on `m`, and what it did.
+    #[inline(always)]
+    fn act(&mut self, cx: &Ctx, wi: usize, c: &SocketLcoreCounters, m: B, handoff: &mut [Vec<B>]) -> Did {
+        match &cx.work[wi].action {
+            // Drained by `sink` without this loop; handled the same way all the same.
+            Action::Sink => {
+                c.sunk.inc();
+                self.drops.push(m);
+                Did::Sunk
+            }
+            Action::Echo => self.echo(cx, wi, c, m, handoff),
+            Action::Tunnel(set) => self.tunnel(cx, set, c, m, handoff),
+            Action::Kernel => self.kernel(cx, wi, c, m),
+        }
+    }
+
+    /// The burst in `buf` of socket `wi` while a trace is armed: each packet's action as
+    /// untraced, and for those that pass the filter a record of what this worker did with it
+    /// (the RX lcore's record said which socket; this one says where it went from there).
+    #[cold]
+    #[inline(never)]
+    fn act_traced(&mut self, cx: &Ctx, wi: usize, buf: &mut Vec<B>, handoff: &mut [Vec<B>]) {
+        let stats = Arc::clone(&self.stats);
+        let guard = stats.trace.session();
+        let d = &cx.work[wi];
+        let c = &d.socket.counters.workers[self.slot];
+        let socket = cx
+            .tables
+            .sockets
+            .iter()
+            .position(|s| Arc::ptr_eq(s, &d.socket))
+            .map_or(u32::MAX, |i| i as u32);
+        for m in buf.drain(..) {
+            self.io.spin(d.cost_cycles);
+            let rec = guard.as_deref().filter(|s| !s.exhausted()).and_then(|s| {
+                let summary = crate::trace::Summary::of(m.data(), m.pkt_len(), &cx.tables.hasher, m.rss_hash());
+                s.filter.matches_packet(&summary, m.port(), 0).then(|| {
+                    let mut r = crate::trace::Record::new(
+                        stats.lcore,
+                        m.port(),
+                        0,
+                        self.flows.now.0,
+                        cx.tables.generation,
+                        summary,
+                    );
+                    r.worker = true;
+                    r.outcome = if d.socket.kernel {
+                        crate::outcome::Outcome::Kernel
+                    } else {
+                        crate::outcome::Outcome::Delivered
+                    };
+                    r.push(crate::trace::Note::Worker { socket });
+                    r
+                })
+            });
+            let hits = stats.conntrack.hits.get();
+            let did = self.act(cx, wi, c, m, handoff);
+            if let (Some(mut r), Some(s)) = (rec, guard.as_deref()) {
+                let tracked = stats.conntrack.hits.get() != hits;
+                r.push(did.note(&d.action, tracked));
+                s.emit(&r);
+            }
+            self.free_if_full();
+        }
     }
 
     /// `sink`: consumed unread, freed straight from the queue, or left to the RX lcore that
@@ -458,7 +558,7 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> Out<B, Io> {
 
     /// `echo`: the datagram back to its sender, from the port it came in on, or back through
     /// the tunnel it came through (a sequence tunnel's owner numbers it).
-    fn echo(&mut self, cx: &Ctx, wi: usize, c: &SocketLcoreCounters, mut m: B, handoff: &mut [Vec<B>]) {
+    fn echo(&mut self, cx: &Ctx, wi: usize, c: &SocketLcoreCounters, mut m: B, handoff: &mut [Vec<B>]) -> Did {
         let via = m.tunnelled();
         m.set_tunnelled(None);
         let port = m.port();
@@ -473,26 +573,27 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> Out<B, Io> {
             service::Echo::Invalid => {
                 c.invalid.inc();
                 self.drops.push(m);
-                return;
+                return Did::Invalid;
             }
             service::Echo::Refused => {
                 c.refused.inc();
                 self.drops.push(m);
-                return;
+                return Did::Refused;
             }
         }
         let Some(t) = via else {
             if !self.send(cx, port, m, Tag::Echo(wi as u32)) {
                 c.tx_full.inc();
+                return Did::TxFull;
             }
-            return;
+            return Did::Port(port);
         };
         let Some(ti) = cx.tables.tunnel_of(t) else {
             // Received under tables this worker no longer has (a reload in between): the tunnel
             // index is not trusted, and an answer never leaves bare.
             c.invalid.inc();
             self.drops.push(m);
-            return;
+            return Did::Invalid;
         };
         let tag = Tag::EchoThrough {
             socket: wi as u32,
@@ -502,6 +603,7 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> Out<B, Io> {
             // The owner counts it sent (or refused) on the tunnel.
             c.echoed.inc();
         }
+        Did::Tunnel(ti)
     }
 
     /// Sends `m` into tunnel `ti`, counted as `tag` once sent: encapsulated here, or handed to
@@ -519,21 +621,22 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> Out<B, Io> {
     }
 
     /// `tunnel`: into the flow's tunnel of `set`; a sequence tunnel's packets go to its owner.
-    fn tunnel(&mut self, cx: &Ctx, set: &Backends, c: &SocketLcoreCounters, m: B, handoff: &mut [Vec<B>]) {
+    fn tunnel(&mut self, cx: &Ctx, set: &Backends, c: &SocketLcoreCounters, m: B, handoff: &mut [Vec<B>]) -> Did {
         // A packet that came through a tunnel keeps its record (through a hand-off too) until
         // it is encapsulated: an ICMP error about it goes back the way it came.
         let Some(ti) = self.flows.pick(set, cx.tables, &m, &self.stats.conntrack) else {
             c.invalid.inc();
             self.drops.push(m);
-            return;
+            return Did::Invalid;
         };
         self.send_through(cx, m, ti, Tag::Tunnel(ti as u32), handoff);
+        Did::Tunnel(ti)
     }
 
     /// `kernel`: into the kernel interface of the port the packet came in on, on this worker's
     /// own TX queue of it, cut into fragments above the MTU (a reassembled datagram; the kernel
     /// reassembles them). A packet from inside a tunnel has no such port: dropped.
-    fn kernel(&mut self, cx: &Ctx, wi: usize, c: &SocketLcoreCounters, m: B) {
+    fn kernel(&mut self, cx: &Ctx, wi: usize, c: &SocketLcoreCounters, m: B) -> Did {
         let port = m.port();
         let interface = cx.tables.kernel.as_ref().and_then(|k| k.interface(port));
         let (Some(interface), None) = (interface, m.tunnelled()) else {
@@ -542,7 +645,7 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> Out<B, Io> {
                 k.invalid.inc();
             }
             self.drops.push(m);
-            return;
+            return Did::Invalid;
         };
         let tag = Tag::Kernel {
             socket: wi as u32,
@@ -553,7 +656,9 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> Out<B, Io> {
             if let Some(k) = cx.tables.kernel.as_ref().and_then(|k| k.counters(self.slot, port)) {
                 k.invalid.inc();
             }
+            return Did::Invalid;
         }
+        Did::Port(interface)
     }
 
     /// What the kernel wrote on kernel interface queue `q`: out of the port it mirrors, on this

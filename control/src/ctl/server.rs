@@ -249,6 +249,8 @@ impl Endpoint {
         let mut tick = tokio::time::interval(TRACE_POLL);
         let mut scratch = [0u8; 256];
         let mut open = true;
+        // Set once the count is reached: the workers' records of the last packets until then.
+        let mut grace: Option<Instant> = None;
         loop {
             if !out.is_empty() {
                 let w = tokio::time::timeout(ANSWER_TIME, wr.write_all(out.as_bytes())).await;
@@ -259,7 +261,11 @@ impl Endpoint {
                 out.clear();
             }
             if !follow && sent >= count {
-                break;
+                match grace {
+                    Some(t) if Instant::now() >= t => break,
+                    None => grace = Some(Instant::now() + super::trace::WORKER_GRACE),
+                    _ => {}
+                }
             }
             tokio::select! {
                 _ = tick.tick() => {}
@@ -269,13 +275,16 @@ impl Endpoint {
                     break;
                 },
             }
-            let want = if follow { usize::MAX } else { (count - sent) as usize };
             let tables = self.view.sources.published.current();
-            for r in armed.take(want) {
+            for r in armed.take(usize::MAX) {
+                // RX records past the count are not the ones asked for.
+                if !r.worker && !follow && sent >= count {
+                    continue;
+                }
                 let v = serde_json::json!({ "record": crate::trace::to_json(&r, Some(&tables)) });
                 out.push_str(&v.to_string());
                 out.push('\n');
-                sent += 1;
+                sent += u64::from(!r.worker);
             }
             if armed.lost() > lost {
                 lost = armed.lost();
@@ -311,7 +320,14 @@ impl Endpoint {
             );
         }
         let per_lcore = if follow { u64::MAX } else { count };
-        Armed::arm(&self.view.sources.lcores, &cfg.lcores.rx, lcore, filter, per_lcore)
+        Armed::arm(
+            &self.view.sources.lcores,
+            &cfg.lcores.rx,
+            &cfg.lcores.workers,
+            lcore,
+            filter,
+            per_lcore,
+        )
     }
 
     /// A reload through the control thread: one at a time, [`RELOAD_GAP`] apart.

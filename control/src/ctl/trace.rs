@@ -11,8 +11,11 @@
 //! - last `{"done": {"records": N, "lost": L}}`, and the close.
 //!
 //! One trace at a time (an lcore holds one session). Each lcore gets a session of its own (its
-//! ring has one producer), asked for the whole count; the stream stops at the count, so a few
-//! records past it are discarded. A session is dropped here, never on an lcore: after the
+//! ring has one producer): an RX lcore's asked for the whole count, a worker's for no count of
+//! its own (its records follow the packets the RX lcores delivered). The count is of RX
+//! records; once it is reached the stream takes what the workers recorded for another
+//! [`WORKER_GRACE`], so a packet's worker record follows it; a few RX records past the count
+//! are discarded. A session is dropped here, never on an lcore: after the
 //! disarm the control side keeps its reference until no lcore holds one.
 
 use fastpath::stats::LcoreStats;
@@ -20,33 +23,42 @@ use fastpath::trace::{Filter, Record, TraceSession, RING_RECORDS};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+/// How long a trace that reached its count waits for the workers' records of its packets.
+pub const WORKER_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// A trace armed on some lcores.
 pub struct Armed {
     sessions: Vec<(Arc<LcoreStats>, Arc<TraceSession>)>,
 }
 
 impl Armed {
-    /// Arms a session for `count` records of `filter` on every lcore of `lcores` whose id is in
-    /// `rx` (the RX lcores), or only on `only`.
+    /// Arms a session for `count` records of `filter` on every RX lcore (ids in `rx`) and, with
+    /// no record limit of their own, every worker (ids in `workers`) of `lcores`; or only on
+    /// `only`.
     pub fn arm(
         lcores: &[Arc<LcoreStats>],
         rx: &[u32],
+        workers: &[u32],
         only: Option<u32>,
         filter: Filter,
         count: u64,
     ) -> Result<Armed, String> {
         if let Some(l) = only {
-            if !rx.contains(&l) {
-                let list: Vec<String> = rx.iter().map(|x| x.to_string()).collect();
-                return Err(format!("lcore {l} is not an RX lcore (RX lcores: {})", list.join(", ")));
+            if !rx.contains(&l) && !workers.contains(&l) {
+                let list = |v: &[u32]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
+                return Err(format!(
+                    "lcore {l} is neither an RX lcore ({}) nor a worker ({})",
+                    list(rx),
+                    list(workers)
+                ));
             }
         }
         let chosen: Vec<&Arc<LcoreStats>> = lcores
             .iter()
-            .filter(|l| rx.contains(&l.lcore) && only.is_none_or(|o| o == l.lcore))
+            .filter(|l| (rx.contains(&l.lcore) || workers.contains(&l.lcore)) && only.is_none_or(|o| o == l.lcore))
             .collect();
         if chosen.is_empty() {
-            return Err("no RX lcore to trace".into());
+            return Err("no lcore to trace".into());
         }
         if chosen.iter().any(|l| l.trace.is_armed()) {
             return Err("a trace is already armed; try again when it ends".into());
@@ -54,7 +66,8 @@ impl Armed {
         let sessions = chosen
             .into_iter()
             .map(|l| {
-                let s = Arc::new(TraceSession::new(filter, count, RING_RECORDS));
+                let n = if rx.contains(&l.lcore) { count } else { u64::MAX };
+                let s = Arc::new(TraceSession::new(filter, n, RING_RECORDS));
                 l.trace.arm(s.clone());
                 (l.clone(), s)
             })
@@ -139,29 +152,42 @@ mod tests {
 
     #[test]
     fn arms_the_rx_lcores_or_one_of_them_and_refuses_others_and_a_second_trace() {
-        let ls = vec![lcore(0), lcore(1), lcore(2)];
-        let rx = [0, 2];
-        let e = Armed::arm(&ls, &rx, Some(1), Filter::default(), 5).err().unwrap();
-        assert!(e.contains("lcore 1 is not an RX lcore (RX lcores: 0, 2)"), "{e}");
-        let a = Armed::arm(&ls, &rx, None, Filter::default(), 5).unwrap();
-        assert_eq!(a.lcores(), vec![0, 2]);
+        let ls = vec![lcore(0), lcore(1), lcore(2), lcore(3)];
+        let (rx, workers) = ([0, 2], [3]);
+        let e = Armed::arm(&ls, &rx, &workers, Some(1), Filter::default(), 5)
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("lcore 1 is neither an RX lcore (0, 2) nor a worker (3)"),
+            "{e}"
+        );
+        let a = Armed::arm(&ls, &rx, &workers, None, Filter::default(), 5).unwrap();
+        assert_eq!(a.lcores(), vec![0, 2, 3]);
         assert!(ls[0].trace.is_armed() && !ls[1].trace.is_armed() && ls[2].trace.is_armed());
-        let e = Armed::arm(&ls, &rx, Some(2), Filter::default(), 5).err().unwrap();
+        // The worker's session has no count of its own: its records follow the RX lcores'.
+        assert_eq!(
+            ls[3].trace.session().as_ref().unwrap().remaining.load(Relaxed),
+            u64::MAX
+        );
+        assert_eq!(ls[0].trace.session().as_ref().unwrap().remaining.load(Relaxed), 5);
+        let e = Armed::arm(&ls, &rx, &workers, Some(2), Filter::default(), 5)
+            .err()
+            .unwrap();
         assert!(e.contains("already armed"), "{e}");
         let d = a.disarm();
-        assert!(!ls[0].trace.is_armed() && !ls[2].trace.is_armed());
+        assert!(!ls[0].trace.is_armed() && !ls[2].trace.is_armed() && !ls[3].trace.is_armed());
         assert!(d.released());
-        let one = Armed::arm(&ls, &rx, Some(2), Filter::default(), 5).unwrap();
+        let one = Armed::arm(&ls, &rx, &workers, Some(2), Filter::default(), 5).unwrap();
         assert_eq!(one.lcores(), vec![2]);
         drop(one);
         assert!(!ls[2].trace.is_armed(), "dropped: disarmed");
-        assert!(Armed::arm(&ls, &[], None, Filter::default(), 5).is_err());
+        assert!(Armed::arm(&ls, &[], &[], None, Filter::default(), 5).is_err());
     }
 
     #[test]
     fn records_come_in_time_order_across_lcores_and_losses_add_up() {
         let ls = vec![lcore(0), lcore(1)];
-        let a = Armed::arm(&ls, &[0, 1], None, Filter::default(), u64::MAX).unwrap();
+        let a = Armed::arm(&ls, &[0, 1], &[], None, Filter::default(), u64::MAX).unwrap();
         let s0 = ls[0].trace.session().as_ref().unwrap().clone();
         let s1 = ls[1].trace.session().as_ref().unwrap().clone();
         s0.emit(&record(0, 30));

@@ -215,6 +215,54 @@ fn echo_answers_in_place_on_the_port_it_came_in_on() {
     assert_eq!(e.stats().tx[0].packets.get(), 1);
 }
 
+/// Armed, the worker records what it did with each packet that passes the filter, and only
+/// those; disarmed, nothing.
+#[test]
+fn a_traced_worker_records_where_each_packet_went() {
+    use crate::trace::{Filter, Note, TraceSession, WorkerDid};
+    let mut e = engine(tables(Action::Echo));
+    let s = Arc::new(TraceSession::new(Filter::parse("src port 4000").unwrap(), u64::MAX, 64));
+    e.stats().trace.arm(s.clone());
+    deliver(&mut e, 0, &[udp4(4000, 5, 0), udp4(4001, 5, 0), udp4(7, 5, 0)]);
+    e.poll(T0);
+    let recs: Vec<_> = std::iter::from_fn(|| s.ring.pop()).collect();
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    let r = &recs[0];
+    assert!(r.worker && r.outcome == crate::outcome::Outcome::Delivered);
+    assert_eq!(r.summary.ip.unwrap().ports, Some((4000, 7)));
+    assert_eq!(
+        r.notes(),
+        &[
+            Note::Worker { socket: 0 },
+            Note::WorkerAction {
+                action: 1,
+                did: WorkerDid::Port(0)
+            }
+        ]
+    );
+    assert_eq!(
+        sent(&mut e, 0).len(),
+        2,
+        "traced or not, the same answers (port 7: refused)"
+    );
+    let s = Arc::new(TraceSession::new(Filter::default(), u64::MAX, 64));
+    e.stats().trace.arm(s.clone());
+    deliver(&mut e, 0, &[udp4(7, 5, 0)]);
+    e.poll(T0);
+    let r = s.ring.pop().unwrap();
+    assert_eq!(
+        r.notes()[1],
+        Note::WorkerAction {
+            action: 1,
+            did: WorkerDid::Refused
+        }
+    );
+    e.stats().trace.disarm();
+    deliver(&mut e, 0, &[udp4(4000, 5, 0)]);
+    e.poll(T0);
+    assert!(s.ring.pop().is_none());
+}
+
 #[test]
 fn echo_above_the_port_mtu_leaves_in_fragments() {
     let mut e = engine(tables(Action::Echo));
