@@ -512,7 +512,7 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
     ),
     (
         "fastpath_filtered_total",
-        "Packets a prefix filter refused (outcome filtered), per filter ([filter]: filter; a service's: service:NAME) and list (deny: in it; allow: not in it).",
+        "Packets a prefix filter refused (outcome filtered), per filter ([filter]: filter; a port's: port:DEVICE; a service's: service:NAME) and list (deny: in it; allow: not in it).",
         MetricType::COUNTER,
     ),
     (
@@ -909,7 +909,12 @@ fn filter_families(tables: &Tables) -> Named {
     let f = &tables.filters;
     let mut refused = Vec::new();
     let mut sizes = Vec::new();
-    for flt in f.global.iter().chain(f.services.iter().flatten()) {
+    for flt in f
+        .global
+        .iter()
+        .chain(f.ports.iter().flatten())
+        .chain(f.services.iter().flatten())
+    {
         for (list, set) in [(List::Deny, &flt.deny), (List::Allow, &flt.allow)] {
             let Some(set) = set else { continue };
             let lb = vec![

@@ -288,6 +288,15 @@ impl TableBuilder {
             Some(f)
         };
         let global = make("filter".to_string(), &cfg.filter);
+        let mut ports: Vec<Option<Arc<Filter>>> = Vec::new();
+        for (p, c) in self.ports.iter().zip(&cfg.ports) {
+            if let Some(f) = make(format!("port:{}", c.device), &c.filter) {
+                if ports.len() <= p.id as usize {
+                    ports.resize(p.id as usize + 1, None);
+                }
+                ports[p.id as usize] = Some(f);
+            }
+        }
         let by_name: HashMap<&str, &FilterConfig> = cfg.services.iter().map(|s| (s.name.as_str(), &s.filter)).collect();
         let per_service: Vec<Option<Arc<Filter>>> = services
             .iter()
@@ -300,6 +309,7 @@ impl TableBuilder {
         self.filters = kept;
         Filters {
             global,
+            ports,
             any_service: per_service.iter().any(Option::is_some),
             services: per_service,
         }

@@ -1,5 +1,5 @@
-//! Prefix filters through the daemon: `[filter]` and a service's own lists refuse what they
-//! should and nothing else (ARP, the closed port's answers to admitted sources), per list;
+//! Prefix filters through the daemon: `[filter]`, a port's and a service's own lists refuse
+//! what they should and nothing else (ARP, the closed port's answers to admitted sources), per list;
 //! a reload swaps a list under traffic with every packet counted; a bad list file is refused
 //! with its file and line and the running filter stays.
 
@@ -70,8 +70,16 @@ fn filters_refuse_by_list_and_leave_arp_and_admitted_sources_alone() {
     for _ in 0..3 {
         frames.push(udp_frame(ADMITTED, ME, 4000, 9, b"closed"));
     }
+    // The port's own deny list, after [filter]'s.
+    for _ in 0..4 {
+        frames.push(udp_frame([198, 18, 5, 5], ME, 4000, 53, b"port"));
+    }
     let cap = s.write_bytes("in.pcap", &pcap(&frames));
-    let cfg = s.write("c.toml", &config("filter-exact", &cap.display().to_string(), ""));
+    let text = config("filter-exact", &cap.display().to_string(), "").replace(
+        "mac = \"02:00:00:00:00:01\"\n",
+        "mac = \"02:00:00:00:00:01\"\ndeny = [\"198.18.0.0/15\"]\n",
+    );
+    let cfg = s.write("c.toml", &text);
     let m = run_to_idle(&s, &cfg, 300);
     let n = assert_conservation(&m);
     assert_eq!(n as usize, frames.len());
@@ -82,7 +90,8 @@ fn filters_refuse_by_list_and_leave_arp_and_admitted_sources_alone() {
     );
     assert_eq!(refused(&m, "filter", "allow"), 0.0);
     assert_eq!(refused(&m, "service:dns", "allow"), 10.0);
-    assert_eq!(outcome(&m, "filtered"), 26);
+    assert_eq!(refused(&m, "port:net_pcap0", "deny"), 4.0);
+    assert_eq!(outcome(&m, "filtered"), 30);
     assert_eq!(outcome(&m, "delivered"), 10);
     assert_eq!(outcome(&m, "echo_reply"), 1);
     assert_eq!(outcome(&m, "arp_reply"), 1, "ARP is never filtered");

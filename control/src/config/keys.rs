@@ -198,6 +198,22 @@ pub static KEYS: &[KeySpec] = &[
         Get::Service(|_, s| s.huge_flows.to_string()),
     ),
     live(
+        "port.deny",
+        Get::Port(|_, p| super::filter::inline_shown(&p.filter.deny)),
+    ),
+    live(
+        "port.allow",
+        Get::Port(|_, p| super::filter::inline_shown(&p.filter.allow)),
+    ),
+    live(
+        "port.deny_file",
+        Get::Port(|_, p| super::filter::file_shown(&p.filter.deny)),
+    ),
+    live(
+        "port.allow_file",
+        Get::Port(|_, p| super::filter::file_shown(&p.filter.allow)),
+    ),
+    live(
         "service.deny",
         Get::Service(|_, s| super::filter::inline_shown(&s.filter.deny)),
     ),

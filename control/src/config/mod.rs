@@ -492,7 +492,7 @@ fn remove(table: &mut toml::Table, path: &[PathSeg]) -> bool {
 fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
     let dpdk = dpdk::validate(raw.dpdk, errs);
     let lcores = lcores::validate(raw.lcores, errs);
-    let ports = port::validate(raw.port, &lcores, errs);
+    let ports = port::validate(raw.port, &lcores, dir, errs);
     lcores::check_rx_queues(&lcores, &ports, errs);
     port::check_af_packet_queues(&dpdk.eal_args, &ports, errs);
     let metrics = metrics::validate(raw.metrics, errs);

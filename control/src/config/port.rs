@@ -27,6 +27,10 @@ pub(super) struct PortSection {
     mtu: Option<u16>,
     forward_to: Option<String>,
     kernel_interface: Option<String>,
+    deny: Option<Vec<String>>,
+    allow: Option<Vec<String>>,
+    deny_file: Option<String>,
+    allow_file: Option<String>,
 }
 
 /// One `[[port]]`.
@@ -56,6 +60,8 @@ pub struct PortConfig {
     /// With `[lcores] mode = "forward"`: index (in `Config::ports`) of the port that sends what
     /// this one receives; `None` is the port itself.
     pub forward_to: Option<usize>,
+    /// Its own prefix filter (`deny`, `allow`, `deny_file`, `allow_file`), after `[filter]`.
+    pub filter: super::FilterConfig,
 }
 
 /// The ports' local addresses and devices, for the sections that refer to them: one lookup
@@ -96,7 +102,12 @@ impl PortIndex {
 
 /// Validates every `[[port]]` (`lcores` gives the TX queues each port needs and the mode
 /// `forward_to` belongs to).
-pub(super) fn validate(raw: Vec<PortSection>, lcores: &LcoreConfig, errs: &mut Errs) -> Vec<PortConfig> {
+pub(super) fn validate(
+    raw: Vec<PortSection>,
+    lcores: &LcoreConfig,
+    dir: &std::path::Path,
+    errs: &mut Errs,
+) -> Vec<PortConfig> {
     if raw.is_empty() {
         errs.add(&[Key("port")], "at least one [[port]] is needed");
     }
@@ -106,7 +117,20 @@ pub(super) fn validate(raw: Vec<PortSection>, lcores: &LcoreConfig, errs: &mut E
     let mut forward_to = Vec::new();
     for (pi, mut p) in raw.into_iter().enumerate() {
         forward_to.push(p.forward_to.take());
-        ports.push(port(pi, p, transmitters, &mut devices, errs));
+        let filter = super::filter::lists(
+            &[Key("port"), Index(pi)],
+            super::filter::FilterSection {
+                deny: p.deny.take(),
+                allow: p.allow.take(),
+                deny_file: p.deny_file.take(),
+                allow_file: p.allow_file.take(),
+            },
+            dir,
+            errs,
+        );
+        let mut cfg = port(pi, p, transmitters, &mut devices, errs);
+        cfg.filter = filter;
+        ports.push(cfg);
     }
     resolve_forward_to(&mut ports, forward_to, lcores.mode, errs);
     let mut names = BTreeSet::new();
@@ -202,6 +226,7 @@ fn port(pi: usize, p: PortSection, transmitters: usize, devices: &mut BTreeSet<S
         mac,
         mtu: p.mtu,
         forward_to: None,
+        filter: Default::default(),
     }
 }
 

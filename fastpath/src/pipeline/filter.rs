@@ -1,5 +1,5 @@
-//! Prefix filters: deny and allow lists of source prefixes, for every port (`[filter]`) and per
-//! service (`[[service]] deny`, `allow`, ...). A packet from a source in a deny list, or not in
+//! Prefix filters: deny and allow lists of source prefixes, for every port (`[filter]`), per
+//! port (`[[port]] deny`, `allow`, ...) and per service (`[[service]] deny`, ...). A packet from a source in a deny list, or not in
 //! a non-empty allow list, ends `filtered`. The port-wide filter is asked right after the
 //! source-validation rule (`source.rs`), before any stage acts on the packet (reassembly, GRE,
 //! echo, services, ICMP errors and resets); ARP and Neighbor Discovery are not filtered (the
@@ -106,6 +106,8 @@ impl Filter {
 pub struct Filters {
     /// `[filter]`: every port's traffic.
     pub global: Option<Arc<Filter>>,
+    /// By DPDK port id: the port's own (`[[port]] deny`, ...), asked after `global`.
+    pub ports: Vec<Option<Arc<Filter>>>,
     /// By service index: the service's own.
     pub services: Vec<Option<Arc<Filter>>>,
     /// Some service has one (the fast paths ask nothing otherwise).
@@ -113,6 +115,21 @@ pub struct Filters {
 }
 
 impl Filters {
+    /// Whether packets arriving on `port` are filtered port-wide.
+    #[inline]
+    pub fn port_filtered(&self, port: u16) -> bool {
+        self.global.is_some() || self.ports.get(port as usize).is_some_and(Option::is_some)
+    }
+
+    /// The port-wide filters of `port`: `[filter]`, then the port's own.
+    #[inline]
+    pub fn of_port(&self, port: u16) -> impl Iterator<Item = &Filter> {
+        self.global
+            .as_deref()
+            .into_iter()
+            .chain(self.ports.get(port as usize).and_then(|f| f.as_deref()))
+    }
+
     /// Service `svc`'s filter.
     #[inline]
     pub fn service(&self, svc: usize) -> Option<&Filter> {

@@ -235,7 +235,7 @@ impl Tables {
             .ports
             .get(port as usize)
             .map_or_else(PortView::unknown, PortAddrs::view);
-        v.filtered = self.filters.global.is_some();
+        v.filtered = self.filters.port_filtered(port);
         v
     }
 

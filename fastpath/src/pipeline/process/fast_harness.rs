@@ -192,6 +192,7 @@ fn filters() -> crate::pipeline::filter::Filters {
     };
     Filters {
         global: f(set(&["203.0.113.1", "2001:db8:1::2", "198.51.100.9"]), None),
+        ports: vec![f(set(&["203.0.113.3", "2001:db8:1::4"]), None)],
         services: vec![None, allow(), None, allow(), None, None],
         any_service: true,
     }

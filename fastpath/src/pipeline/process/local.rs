@@ -39,8 +39,8 @@ impl Pipeline {
             return Step::Done(v);
         }
         // Then the port-wide prefix filter (`pipeline/filter.rs`), also for what a tunnel held.
-        if self.tables.filters.global.is_some() {
-            if let Some(o) = self.filter_general(local, pkt.data(), parsed) {
+        if self.tables.filters.port_filtered(port) {
+            if let Some(o) = self.filter_general(port, local, pkt.data(), parsed) {
                 return Step::Done(Verdict::Drop(o));
             }
         }
@@ -375,9 +375,9 @@ impl Pipeline {
     /// The port-wide filter for a packet the general path has for us (a local unicast
     /// destination; Neighbor Discovery passes, as ARP does: the link keeps working).
     #[inline(never)]
-    fn filter_general(&self, local: &PortAddrs, frame: &[u8], p: &Parsed) -> Option<Outcome> {
+    fn filter_general(&self, port: u16, local: &PortAddrs, frame: &[u8], p: &Parsed) -> Option<Outcome> {
         match (p.src, p.dst) {
-            (IpAddr::V4(src), IpAddr::V4(dst)) if local.has_ipv4(dst) => self.filter_v4(src),
+            (IpAddr::V4(src), IpAddr::V4(dst)) if local.has_ipv4(dst) => self.filter_v4(port, src),
             (IpAddr::V6(src), IpAddr::V6(dst)) if local.ipv6.contains(&dst) => {
                 let ndp = p.protocol == IpProtocol::ICMPV6
                     && p.fragment.is_none()
@@ -385,7 +385,7 @@ impl Pipeline {
                 if ndp {
                     return None;
                 }
-                self.filter_v6(&src)
+                self.filter_v6(port, &src)
             }
             _ => None,
         }

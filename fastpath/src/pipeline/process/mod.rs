@@ -506,23 +506,30 @@ impl Pipeline {
         }
     }
 
-    /// The port-wide prefix filter's verdict on an IPv4 source ([`crate::pipeline::filter`]),
-    /// counted: `Filtered`, or `None` to go on. Asked only where one is configured.
+    /// The port-wide prefix filters' verdict (`[filter]`, then the port's own:
+    /// [`crate::pipeline::filter`]) on an IPv4 source arriving on `port`, counted: `Filtered`,
+    /// or `None` to go on. Asked only where one is configured.
     #[inline(never)]
-    fn filter_v4(&self, src: Ipv4Addr) -> Option<Outcome> {
-        let f = self.tables.filters.global.as_deref()?;
-        let l = f.refuses_v4(src)?;
-        f.count(self.fanout.slot, l);
-        Some(Outcome::Filtered)
+    fn filter_v4(&self, port: u16, src: Ipv4Addr) -> Option<Outcome> {
+        for f in self.tables.filters.of_port(port) {
+            if let Some(l) = f.refuses_v4(src) {
+                f.count(self.fanout.slot, l);
+                return Some(Outcome::Filtered);
+            }
+        }
+        None
     }
 
     /// [`Pipeline::filter_v4`] for IPv6.
     #[inline(never)]
-    fn filter_v6(&self, src: &Ipv6Addr) -> Option<Outcome> {
-        let f = self.tables.filters.global.as_deref()?;
-        let l = f.refuses_v6(src)?;
-        f.count(self.fanout.slot, l);
-        Some(Outcome::Filtered)
+    fn filter_v6(&self, port: u16, src: &Ipv6Addr) -> Option<Outcome> {
+        for f in self.tables.filters.of_port(port) {
+            if let Some(l) = f.refuses_v6(src) {
+                f.count(self.fanout.slot, l);
+                return Some(Outcome::Filtered);
+            }
+        }
+        None
     }
 
     /// Service `svc`'s own prefix filter on `src`, counted. Asked only where some service has

@@ -63,7 +63,7 @@ impl Pipeline {
             return Some(Verdict::Drop(o));
         }
         if view.filtered {
-            if let Some(o) = self.filter_v4(src) {
+            if let Some(o) = self.filter_v4(port, src) {
                 return Some(Verdict::Drop(o));
             }
         }
@@ -172,7 +172,7 @@ impl Pipeline {
             return Some(Verdict::Drop(o));
         }
         if view.filtered {
-            if let Some(o) = self.filter_v6(&src) {
+            if let Some(o) = self.filter_v6(port, &src) {
                 return Some(Verdict::Drop(o));
             }
         }

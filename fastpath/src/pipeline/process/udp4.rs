@@ -76,7 +76,7 @@ impl Pipeline {
         }
         // The port-wide prefix filter (`pipeline/filter.rs`), before any other work.
         if view.filtered {
-            if let Some(o) = self.filter_v4(src) {
+            if let Some(o) = self.filter_v4(port, src) {
                 return Some(Verdict::Drop(o));
             }
         }

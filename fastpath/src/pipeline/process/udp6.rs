@@ -81,7 +81,7 @@ impl Pipeline {
         }
         // The port-wide prefix filter (`pipeline/filter.rs`), before any other work.
         if view.filtered {
-            if let Some(o) = self.filter_v6(&src) {
+            if let Some(o) = self.filter_v6(port, &src) {
                 return Some(Verdict::Drop(o));
             }
         }
