@@ -108,9 +108,15 @@ pub struct SourceTable {
 }
 
 impl SourceTable {
-    /// A table of `entries` (rounded up to a power of two, at least [`WAYS`]) keyed by `seed`.
+    /// The entries a table asked for `entries` has: rounded up to a power of two, at least
+    /// [`WAYS`].
+    pub fn entries_for(entries: usize) -> usize {
+        entries.max(WAYS).next_power_of_two()
+    }
+
+    /// A table of [`SourceTable::entries_for`] `entries` keyed by `seed`.
     pub fn new(entries: usize, seed: u64) -> Self {
-        let n = entries.max(WAYS).next_power_of_two();
+        let n = Self::entries_for(entries);
         SourceTable {
             keys: vec![0; n].into_boxed_slice(),
             tat: vec![0; n].into_boxed_slice(),

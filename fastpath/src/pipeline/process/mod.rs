@@ -241,7 +241,9 @@ impl Pipeline {
             fanout: crate::seed::os_u64(),
             icmp: crate::seed::os_u64(),
         };
-        Self::seeded(tables, slot, seeds, Idents::from_os())
+        let mut p = Self::seeded(tables, slot, seeds, Idents::from_os());
+        p.sources = p.new_source_table();
+        p
     }
 
     /// [`Pipeline::new`] with these seeds and identification state: `apply` passes the running
@@ -332,7 +334,12 @@ impl Pipeline {
         let idents = std::mem::replace(&mut self.idents, Idents::with_keys([0; 4]));
         let sources = self.sources.take();
         *self = Pipeline::seeded(tables, slot, seeds, idents);
-        self.sources = sources.filter(|t| t.len() == self.tables.source_limit.entries.max(4).next_power_of_two());
+        // The table stays while its size does; a new one only when `[source_limit]` changed it
+        // or was turned on (made here, at the adoption, never on a packet).
+        self.sources = match sources {
+            Some(t) if t.len() == source_limit::SourceTable::entries_for(self.tables.source_limit.entries) => Some(t),
+            _ => self.new_source_table(),
+        };
         self.gre_seq = seq;
         self.icmp = icmp;
         self.tcp_reset = reset;
@@ -542,15 +549,19 @@ impl Pipeline {
         Some(Outcome::Filtered)
     }
 
+    /// This lcore's `[source_limit]` table, if it is on.
+    fn new_source_table(&self) -> Option<source_limit::SourceTable> {
+        let cfg = &self.tables.source_limit;
+        cfg.enabled
+            .then(|| source_limit::SourceTable::new(cfg.entries, self.icmp_seed ^ SOURCE_SEED))
+    }
+
     /// `[source_limit]` for a packet of service `svc` from `src` at `now`: `SourceLimited`
     /// (counted) or `None` to go on. Asked only where the budgets apply to the service.
     #[inline(never)]
     fn source_limit(&mut self, src: std::net::IpAddr, now: Instant) -> Option<Outcome> {
-        let cfg = &self.tables.source_limit;
-        let table = self
-            .sources
-            .get_or_insert_with(|| source_limit::SourceTable::new(cfg.entries, self.icmp_seed ^ SOURCE_SEED));
-        let r = table.admit(cfg, src, now).err()?;
+        let table = self.sources.as_mut()?;
+        let r = table.admit(&self.tables.source_limit, src, now).err()?;
         if let Some(c) = self.tables.source_limit_counters.rx.get(self.fanout.slot) {
             c[r as usize].inc();
         }
