@@ -629,23 +629,7 @@ fn trace_records_every_packet_with_the_counted_outcome_and_the_reasons() {
     frames.push(ipv4_frame([203, 0, 113, 10], me, 47, 9, 0, &gre));
     let total = frames.len();
 
-    // The daemon opens the FIFO at start and reads the header; the frames wait for the trace.
-    let header = pcap(&[]);
-    let body = pcap(&frames)[header.len()..].to_vec();
-    let fifo_w = fifo.clone();
-    // The config check opens the file too, and closes it unread: a header written to that
-    // reader fails (EPIPE) and is written again to DPDK's.
-    let writer = std::thread::spawn(move || loop {
-        let mut f = std::fs::OpenOptions::new().write(true).open(&fifo_w).unwrap();
-        match f.write_all(&header) {
-            Ok(()) => break f,
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => continue,
-            Err(e) => panic!("{e}"),
-        }
-    });
-    let cfg = s.write("c.toml", &config_on("ctl-trace", "control.sock", 4, 2, &fifo, false));
-    let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
-    let mut fifo_w = writer.join().unwrap();
+    let (d, fifo_w) = fifo_daemon(&s, &fifo, &config_on("ctl-trace", "control.sock", 4, 2, &fifo, false));
     let sock = socket_path(&s);
     let m0 = d.scrape();
     assert_eq!(
@@ -669,19 +653,7 @@ fn trace_records_every_packet_with_the_counted_outcome_and_the_reasons() {
         assert!(String::from_utf8_lossy(&out.stdout).contains(want), "{args:?}");
     }
 
-    let count = total.to_string();
-    let (child, mut err) = trace_started(&sock, &["--count", &count]);
-    fifo_w.write_all(&body).unwrap();
-    drop(fifo_w);
-    let out = wait_output(child, 30);
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    assert!(out.status.success(), "{rest}");
-    assert!(rest.contains(&format!("{total} records, 0 lost")), "{rest}");
-    let all: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let all = trace_frames(&sock, fifo_w, &frames);
     // The RX lcore's record of every packet, and the worker's of what it did with those it
     // took (the sink's are consumed unread: none).
     let (workers, recs): (Vec<Value>, Vec<Value>) = all.into_iter().partition(|r| r["role"] == "worker");
@@ -779,6 +751,122 @@ fn trace_records_every_packet_with_the_counted_outcome_and_the_reasons() {
     });
     let (code, log) = d.stop();
     assert_eq!(code, Some(0), "{log}");
+}
+
+/// A daemon started on `cfg` whose `rx_pcap` is the FIFO `fifo`: it opens the FIFO at start
+/// and reads the capture's header; the frames wait for [`trace_frames`].
+fn fifo_daemon(s: &Scratch, fifo: &Path, cfg: &str) -> (Daemon, std::fs::File) {
+    let header = pcap(&[]);
+    let fifo_w = fifo.to_path_buf();
+    // The config check opens the file too, and closes it unread: a header written to that
+    // reader fails (EPIPE) and is written again to DPDK's.
+    let writer = std::thread::spawn(move || loop {
+        let mut f = std::fs::OpenOptions::new().write(true).open(&fifo_w).unwrap();
+        match f.write_all(&header) {
+            Ok(()) => break f,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => continue,
+            Err(e) => panic!("{e}"),
+        }
+    });
+    let cfg = s.write("c.toml", cfg);
+    let d = Daemon::start(s, &["--config", cfg.to_str().unwrap()]);
+    (d, writer.join().unwrap())
+}
+
+/// `fastpathctl trace --count (frames) --json` armed, then `frames` written into the FIFO and
+/// the FIFO closed: every record (the RX lcores' and the workers').
+fn trace_frames(sock: &Path, mut fifo_w: std::fs::File, frames: &[Vec<u8>]) -> Vec<Value> {
+    let total = frames.len();
+    let header = pcap(&[]);
+    let body = pcap(frames)[header.len()..].to_vec();
+    let (child, mut err) = trace_started(sock, &["--count", &total.to_string()]);
+    fifo_w.write_all(&body).unwrap();
+    drop(fifo_w);
+    let out = wait_output(child, 30);
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(out.status.success(), "{rest}");
+    assert!(rest.contains(&format!("{total} records, 0 lost")), "{rest}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The stage: reason strings of a record.
+fn reasons_of(r: &Value) -> Vec<String> {
+    r["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| format!("{}: {}", x["stage"].as_str().unwrap(), x["reason"].as_str().unwrap()))
+        .collect()
+}
+
+/// The trace names the rollover (a huge flow leaving its socket at LOW room, or at none) and
+/// the flow limit (a dominant flow shed at half backlog) through the daemon: a slow worker
+/// (cost_ns) keeps the sockets filling while one flow arrives.
+#[test]
+fn trace_names_rollover_and_the_flow_limit() {
+    // (name, [flow_limit] on, sockets, capacity, packets, a reason some record must give).
+    // The limit sheds a flow holding more than 128 of the last 256 packets that reached a
+    // socket at least half full: 256 to fill half of 512, then more than 128.
+    for (name, flow_limit, sockets, capacity, n, want) in [
+        ("ctl-trace-roll", false, 2, 16, 64, "rollover: socket "),
+        (
+            "ctl-trace-fl",
+            true,
+            1,
+            512,
+            450,
+            "flow_limit: flow dominates slow socket ",
+        ),
+    ] {
+        let s = Scratch::new(name);
+        let fifo = s.path("in.fifo");
+        assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let cfg = format!(
+            "[dpdk]\neal_args = {}\nmbufs = 8191\n\n[[port]]\ndevice = \"net_pcap0\"\ntx_queues = 2\n\
+             ipv4 = [\"192.0.2.1\"]\nmac = \"02:00:00:00:00:01\"\n\n\
+             [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 100\n\n\
+             [control]\nsocket = \"control.sock\"\nwatch = false\n\n[metrics]\nlisten = \"127.0.0.1:0\"\ncache_ms = 0\n\n\
+             [reassembly]\nbuffers = 32\n\n[flow_limit]\nenabled = {flow_limit}\n\n\
+             [[service]]\nname = \"slow\"\nports = [53]\nsockets = {sockets}\nsocket_capacity = {capacity}\nrollover = true\n\
+             action = \"echo\"\ncost_ns = 2000000\n",
+            eal_args(
+                name,
+                &[format!(
+                    "--vdev=net_pcap0,rx_pcap={},tx_pcap=/dev/null,tx_pcap=/dev/null",
+                    fifo.display()
+                )]
+            ),
+        );
+        let (d, fifo_w) = fifo_daemon(&s, &fifo, &cfg);
+        let frames: Vec<Vec<u8>> = (0..n)
+            .map(|i| udp_frame(FLOW_A.0, [192, 0, 2, 1], FLOW_A.1, 53, format!("q{i}").as_bytes()))
+            .collect();
+        let all = trace_frames(&socket_path(&s), fifo_w, &frames);
+        let rx: Vec<&Value> = all.iter().filter(|r| r["role"] == "rx").collect();
+        assert_eq!(rx.len(), n);
+        let hit: Vec<Vec<String>> = rx
+            .iter()
+            .map(|r| reasons_of(r))
+            .filter(|r| r.iter().any(|x| x.starts_with(want)))
+            .collect();
+        assert!(!hit.is_empty(), "{name}: no record says {want:?}: {rx:#?}");
+        if flow_limit {
+            assert!(rx.iter().any(|r| r["outcome"] == "flow_limited"), "{name}");
+        } else {
+            assert!(
+                hit.iter()
+                    .flatten()
+                    .any(|x| x.contains("ROOM_LOW and flow huge") || x.ends_with("ROOM_NONE")),
+                "{hit:?}"
+            );
+        }
+        let (code, log) = d.stop();
+        assert_eq!(code, Some(0), "{log}");
+    }
 }
 
 /// The child's output once it exits, within `secs` (killed after); its stdout read as it
