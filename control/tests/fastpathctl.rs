@@ -682,14 +682,7 @@ fn trace_records_every_packet_with_the_counted_outcome_and_the_reasons() {
         .collect();
     assert_eq!(traced, counted);
 
-    let reasons = |r: &Value| -> Vec<String> {
-        r["stages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| format!("{}: {}", x["stage"].as_str().unwrap(), x["reason"].as_str().unwrap()))
-            .collect()
-    };
+    let reasons = reasons_of;
     let with = |want: &str| recs.iter().filter(|r| reasons(r).iter().any(|x| x == want)).count();
     // Flow A: the socket `flow` names, all 20.
     let a = json(&sock, &["flow", "udp", "198.51.100.7:5353", "192.0.2.1:53"], 0);
