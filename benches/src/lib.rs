@@ -195,6 +195,7 @@ pub fn sim_group(n: usize, capacity: usize, rollover: bool, huge_flows: bool) ->
         mode: FanoutMode::Hash,
         rollover,
         huge_flows,
+        flow_limit: true,
     };
     (group, sockets)
 }

@@ -180,6 +180,7 @@ fn engine_tables() -> std::sync::Arc<crate::pipeline::Tables> {
             mode: FanoutMode::Hash,
             rollover: true,
             huge_flows: true,
+            flow_limit: true,
         },
         action,
         cost_ns: 0,

@@ -33,6 +33,8 @@ pub(super) struct KernelSection {
     socket_capacity: Option<i64>,
     punt_rate: Option<i64>,
     punt_burst: Option<i64>,
+    rollover: Option<bool>,
+    flow_limit: Option<bool>,
 }
 
 /// `[kernel]`.
@@ -50,6 +52,10 @@ pub struct KernelConfig {
     pub punt_rate: u32,
     /// Packets punted at once, all RX lcores together.
     pub punt_burst: u32,
+    /// Punted packets may roll over to another worker's socket (default false: per-flow order).
+    pub rollover: bool,
+    /// The flow limit sheds dominant punted flows (default false: a bulk flow is not an attack).
+    pub flow_limit: bool,
 }
 
 impl KernelConfig {
@@ -92,6 +98,8 @@ pub(super) fn validate(
         socket_capacity: DEFAULT_KERNEL_CAPACITY,
         punt_rate: DEFAULT_PUNT_RATE,
         punt_burst: DEFAULT_PUNT_BURST,
+        rollover: r.rollover.unwrap_or(false),
+        flow_limit: r.flow_limit.unwrap_or(false),
     };
     for (key, value, min, out) in [
         ("punt_rate", r.punt_rate, 0, &mut out.punt_rate),

@@ -197,6 +197,7 @@ pub static KEYS: &[KeySpec] = &[
         "service.huge_flow_rollover",
         Get::Service(|_, s| s.huge_flows.to_string()),
     ),
+    live("service.flow_limit", Get::Service(|_, s| s.flow_limit.to_string())),
     live(
         "port.deny",
         Get::Port(|_, p| super::filter::inline_shown(&p.filter.deny)),
@@ -361,6 +362,8 @@ pub static KEYS: &[KeySpec] = &[
     ),
     live("kernel.punt_rate", Get::Top(|c| c.kernel.punt_rate.to_string())),
     live("kernel.punt_burst", Get::Top(|c| c.kernel.punt_burst.to_string())),
+    live("kernel.rollover", Get::Top(|c| c.kernel.rollover.to_string())),
+    live("kernel.flow_limit", Get::Top(|c| c.kernel.flow_limit.to_string())),
     live("filter.deny", Get::Top(|c| super::filter::inline_shown(&c.filter.deny))),
     live(
         "filter.allow",

@@ -353,6 +353,9 @@ fn local_addrs<A: std::str::FromStr + Eq + std::hash::Hash + Clone + fmt::Displa
     (out, prefixes)
 }
 
+/// af_packet ring frames below which a port with several queue pairs gets a warning.
+pub const AF_PACKET_FRAMES: u32 = 4096;
+
 /// `net_af_packet` vdevs in `eal_args` (`--vdev=net_af_packet0,iface=eth1,qpairs=2`): a port on
 /// one must poll every queue pair, or the kernel's fanout hands packets to a queue nobody reads
 /// and a service behind it is silently dead.
@@ -372,11 +375,24 @@ pub(super) fn check_af_packet_queues(eal_args: &[String], ports: &[PortConfig], 
         if !name.starts_with("net_af_packet") {
             continue;
         }
-        let qpairs = parts
-            .filter_map(|kv| kv.strip_prefix("qpairs="))
-            .next_back()
-            .and_then(|n| n.parse::<u16>().ok())
-            .unwrap_or(1);
+        let kv: Vec<&str> = parts.collect();
+        let arg = |key: &str| kv.iter().filter_map(|x| x.strip_prefix(key)).next_back();
+        let qpairs = arg("qpairs=").and_then(|n| n.parse::<u16>().ok()).unwrap_or(1);
+        // DPDK 22.11's af_packet fans its rings out with the rollover flag (hard-coded): a flow
+        // whose ring is three-quarters full continues in another, reordered (512 frames by default).
+        let frames = arg("framecnt=").and_then(|n| n.parse::<u32>().ok()).unwrap_or(512);
+        if qpairs > 1 && frames < AF_PACKET_FRAMES {
+            for (pi, _) in ports.iter().enumerate().filter(|(_, p)| p.device == name) {
+                errs.warn(
+                    &[Key("port"), Index(pi), Key("device")],
+                    format!(
+                        "{name}: DPDK's af_packet moves a flow to another of its {qpairs} rings when its \
+                         ring of {frames} frames is three-quarters full, and a TCP flow arrives reordered; \
+                         framecnt={AF_PACKET_FRAMES} in its --vdev gives the rings room"
+                    ),
+                );
+            }
+        }
         for (pi, p) in ports.iter().enumerate().filter(|(_, p)| p.device == name) {
             if p.rx_queues != qpairs {
                 errs.add(

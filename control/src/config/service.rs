@@ -35,6 +35,7 @@ pub(super) struct ServiceSection {
     cost_ns: Option<u32>,
     free_on_rx: Option<bool>,
     huge_flow_rollover: Option<bool>,
+    flow_limit: Option<bool>,
     echo_allow_low_ports: Option<bool>,
     deny: Option<Vec<String>>,
     allow: Option<Vec<String>>,
@@ -63,6 +64,8 @@ pub struct ServiceConfig {
     pub rollover: bool,
     /// Huge flows roll over early (at LOW room).
     pub huge_flows: bool,
+    /// The flow limit sheds this service's dominant flows (`[flow_limit]` enables the limit).
+    pub flow_limit: bool,
     /// Action run by the workers.
     pub action: fastpath::pipeline::Action,
     /// Simulated per-packet processing cost in the worker (ns), for tests and benchmarks.
@@ -154,6 +157,7 @@ fn service(
     }
     let fanout = fanout(si, &r, &who, errs);
     let (action, tunnels) = action(si, &r, protocol, &who, errs);
+    let kernel = matches!(action, Action::Kernel);
     let service = ServiceConfig {
         name: r.name,
         protocol,
@@ -162,8 +166,12 @@ fn service(
         sockets: sockets.clamp(1, MAX_SOCKETS as i64) as usize,
         socket_capacity: cap.clamp(1, MAX_SOCKET_CAPACITY as i64) as usize,
         fanout,
-        rollover: r.rollover.unwrap_or(true),
+        // The kernel behind an `action = "kernel"` service gets each flow whole and in order,
+        // as from a NIC: no rollover (a TCP flow moved between workers arrives reordered) and
+        // no flow limit (a lone bulk transfer is always dominant; Linux's own is off by default).
+        rollover: r.rollover.unwrap_or(!kernel),
         huge_flows: r.huge_flow_rollover.unwrap_or(true),
+        flow_limit: r.flow_limit.unwrap_or(!kernel),
         action,
         cost_ns: r.cost_ns.unwrap_or(0),
         free_on_rx: r.free_on_rx.unwrap_or(false),

@@ -809,6 +809,14 @@ fn an_af_packet_port_polls_every_queue_pair() {
     // qpairs defaults to 1.
     assert_eq!(errors(&af("", 2))[0].key, "port[0].rx_queues");
     parse(&af("", 1), "t.toml").unwrap();
+    // Several rings of the default 512 frames: the PMD's fanout rollover reorders flows.
+    let w = |args: &str, rx: u16| parse_checked(&af(args, rx), "t.toml").unwrap().warnings.errors;
+    let warned = w(",qpairs=2", 2);
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert_eq!(warned[0].key, "port[0].device");
+    assert!(warned[0].message.contains("framecnt=4096"), "{}", warned[0].message);
+    assert!(w(",qpairs=2,framecnt=4096", 2).is_empty());
+    assert!(w("", 1).is_empty());
 }
 
 #[test]

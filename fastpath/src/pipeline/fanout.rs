@@ -97,6 +97,10 @@ pub struct Group {
     /// Whether huge flows roll over early, at LOW room (seed 002 patch 6); without it packets
     /// move only when their socket has no room (patch 5 alone).
     pub huge_flows: bool,
+    /// Whether the flow limit (when `[flow_limit]` enables it) sheds this group's dominant
+    /// flows. Off for the kernel path by default: Linux's own flow limit is off by default
+    /// (`net.core.flow_limit_cpu_bitmap`), and a lone TCP bulk flow is always "dominant".
+    pub flow_limit: bool,
 }
 
 impl Group {
@@ -388,7 +392,7 @@ impl FanoutState {
     fn open_fast(&mut self, gi: usize, group: &Group, capacity: usize) {
         // The first backlog at which each rule could decide something other than "stay".
         let room = if group.rollover { room_rule(capacity) } else { capacity };
-        let flow = if self.flow_limit.is_some() {
+        let flow = if self.flow_limit.is_some() && group.flow_limit {
             flow_rule(capacity)
         } else {
             usize::MAX
@@ -446,7 +450,7 @@ impl FanoutState {
         // does (`qlen <= max_backlog && !skb_flow_limit()`): a packet for a full socket is
         // refused or rolled over without hashing it into the history, so a flood that keeps a
         // socket full costs the RX lcore no hash per packet.
-        if let Some(fl) = &mut self.flow_limit {
+        if let Some(fl) = self.flow_limit.as_mut().filter(|_| group.flow_limit) {
             if queued * 2 >= s.capacity() && queued < s.capacity() && fl.over_limit(hash.get()) {
                 return Choice::FlowLimited(gi);
             }
@@ -535,6 +539,7 @@ mod tests {
                 mode: FanoutMode::Hash,
                 rollover,
                 huge_flows: true,
+                flow_limit: true,
             },
             sockets,
         )
@@ -760,6 +765,7 @@ mod ordering {
             mode: FanoutMode::Hash,
             rollover: true,
             huge_flows: true,
+            flow_limit: true,
         };
         let mut fifo: Vec<VecDeque<(u32, u32)>> = vec![VecDeque::new(); n];
         let mut st = FanoutState::new(n, 0, 5);
@@ -846,6 +852,7 @@ mod flow_limit_tests {
                 mode: FanoutMode::Hash,
                 rollover: true,
                 huge_flows: true,
+                flow_limit: true,
             },
             s,
         )
@@ -1125,6 +1132,7 @@ mod snapshot_tests {
             mode: FanoutMode::Hash,
             rollover: true,
             huge_flows: true,
+            flow_limit: true,
         };
         let mut st = FanoutState::new(1, 0, 1);
         let reads = || count.load(Relaxed);
@@ -1165,6 +1173,7 @@ mod many_lcores_tests {
             mode: FanoutMode::Hash,
             rollover: true,
             huge_flows: true,
+            flow_limit: true,
         };
         (g, s)
     }

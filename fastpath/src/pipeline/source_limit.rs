@@ -370,6 +370,7 @@ mod share_tests {
                 mode: FanoutMode::Hash,
                 rollover: false,
                 huge_flows: false,
+                flow_limit: true,
             },
             action: Action::Sink,
             cost_ns: 0,

@@ -41,6 +41,7 @@ fn tables() -> Arc<Tables> {
             mode: FanoutMode::Hash,
             rollover: false,
             huge_flows: false,
+            flow_limit: true,
         },
         action: Action::Sink,
         cost_ns: 0,

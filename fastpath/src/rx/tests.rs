@@ -42,6 +42,7 @@ fn tables(generation: u64, sockets: usize, capacity: usize) -> Arc<Tables> {
             mode: FanoutMode::Hash,
             rollover: false,
             huge_flows: false,
+            flow_limit: true,
         },
         action: Action::Echo,
         cost_ns: 0,
@@ -741,6 +742,7 @@ fn kernel_tables_with(
         mode: FanoutMode::Hash,
         rollover: false,
         huge_flows: false,
+        flow_limit: true,
     };
     let service = |name: &str, s: usize, action: Action| Service {
         name: name.into(),

@@ -78,6 +78,7 @@ fn tables_with(action: Action, rx_lcores: usize, cost_ns: u32, sequence: bool) -
             mode: FanoutMode::Hash,
             rollover: false,
             huge_flows: false,
+            flow_limit: true,
         },
         action,
         cost_ns,

@@ -34,6 +34,7 @@ fn service(name: &str, protocol: IpProtocol, sockets: Vec<usize>, mode: FanoutMo
             mode,
             rollover: true,
             huge_flows: true,
+            flow_limit: true,
         },
         action,
         cost_ns: 0,

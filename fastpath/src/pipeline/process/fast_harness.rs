@@ -28,6 +28,8 @@ pub(super) struct Shape {
     pub two_addresses: bool,
     pub rollover: bool,
     pub flow_limit: bool,
+    /// With the flow limit on, services `two` and `ssh` are exempt from it (as the kernel path is).
+    pub exempt: bool,
     /// The port has a kernel interface, `[kernel] punt = ["udp:68", "tcp:8080"]`.
     pub kernel: bool,
     /// ... and `unhandled` (the kernel listens on TCP 80).
@@ -44,15 +46,17 @@ pub(super) fn shape() -> impl Strategy<Value = Shape> {
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
         proptest::bool::weighted(0.2),
         any::<bool>(),
         any::<bool>(),
     )
         .prop_map(
-            |(two_addresses, rollover, flow_limit, kernel, unhandled, tight_punt, filtered)| Shape {
+            |(two_addresses, rollover, flow_limit, exempt, kernel, unhandled, tight_punt, filtered)| Shape {
                 two_addresses,
                 rollover,
                 flow_limit,
+                exempt,
                 kernel,
                 unhandled,
                 tight_punt,
@@ -61,7 +65,13 @@ pub(super) fn shape() -> impl Strategy<Value = Shape> {
         )
 }
 
-fn service(name: &str, protocol: IpProtocol, sockets: Vec<usize>, addresses: Vec<IpAddr>, rollover: bool) -> Service {
+fn service(
+    name: &str,
+    protocol: IpProtocol,
+    sockets: Vec<usize>,
+    addresses: Vec<IpAddr>,
+    (rollover, flow_limit): (bool, bool),
+) -> Service {
     Service {
         name: name.into(),
         protocol,
@@ -71,6 +81,7 @@ fn service(name: &str, protocol: IpProtocol, sockets: Vec<usize>, addresses: Vec
             mode: FanoutMode::Hash,
             rollover,
             huge_flows: false,
+            flow_limit,
         },
         action: Action::Sink,
         cost_ns: 0,
@@ -98,13 +109,14 @@ pub(super) fn tables(s: Shape) -> Arc<Tables> {
     local.kernel = s.kernel;
     let bound = vec![IpAddr::V4(ME2), IpAddr::V6(ME6_2)];
     let (udp, tcp) = (IpProtocol::UDP, IpProtocol::TCP);
+    let (r, fl) = (s.rollover, !s.exempt);
     let services = ServiceTable::new(vec![
-        (service("one", udp, vec![0], vec![], s.rollover), vec![7]),
-        (service("two", udp, vec![1, 2], vec![], s.rollover), vec![53]),
-        (service("bound", udp, vec![3], bound.clone(), s.rollover), vec![67]),
-        (service("ssh", tcp, vec![4], vec![], s.rollover), vec![22]),
-        (service("https", tcp, vec![3], bound, s.rollover), vec![443]),
-        (service("kernel", udp, vec![5], vec![], false), vec![]),
+        (service("one", udp, vec![0], vec![], (r, true)), vec![7]),
+        (service("two", udp, vec![1, 2], vec![], (r, fl)), vec![53]),
+        (service("bound", udp, vec![3], bound.clone(), (r, true)), vec![67]),
+        (service("ssh", tcp, vec![4], vec![], (r, fl)), vec![22]),
+        (service("https", tcp, vec![3], bound, (r, true)), vec![443]),
+        (service("kernel", udp, vec![5], vec![], (false, false)), vec![]),
     ]);
     Arc::new(Tables {
         generation: 1,
@@ -304,6 +316,7 @@ pub(super) fn outcomes_seen<D: std::fmt::Debug>(
                 two_addresses: true,
                 rollover: true,
                 flow_limit: true,
+                exempt: false,
                 kernel,
                 unhandled: false,
                 tight_punt: false,

@@ -269,6 +269,7 @@ fn the_fast_paths_take_their_segments() {
         two_addresses: false,
         rollover: false,
         flow_limit: false,
+        exempt: false,
         kernel: false,
         unhandled: false,
         tight_punt: false,

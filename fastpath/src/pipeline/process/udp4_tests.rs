@@ -148,6 +148,7 @@ fn service(name: &str, sockets: Vec<usize>, addresses: Vec<IpAddr>, rollover: bo
             mode: FanoutMode::Hash,
             rollover,
             huge_flows: false,
+            flow_limit: true,
         },
         action: Action::Sink,
         cost_ns: 0,

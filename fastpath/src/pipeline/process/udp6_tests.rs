@@ -214,6 +214,7 @@ fn the_fast_path_takes_its_frames() {
         two_addresses: false,
         rollover: false,
         flow_limit: false,
+        exempt: false,
         kernel: false,
         unhandled: false,
         tight_punt: false,

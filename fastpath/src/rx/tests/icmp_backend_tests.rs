@@ -36,6 +36,7 @@ fn lb_tables(per_sec: u32) -> Arc<Tables> {
         mode: FanoutMode::Hash,
         rollover: false,
         huge_flows: false,
+        flow_limit: true,
     };
     let backends = [Backend {
         name: "t".into(),

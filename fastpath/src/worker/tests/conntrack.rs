@@ -55,6 +55,7 @@ fn lb_tables(names: &[&str], edit: impl Fn(&mut Backend), generation: u64) -> Ar
             mode: FanoutMode::Hash,
             rollover: false,
             huge_flows: false,
+            flow_limit: true,
         },
         action: Action::Tunnel(Backends::new((0..names.len()).collect(), &backends)),
         cost_ns: 0,
