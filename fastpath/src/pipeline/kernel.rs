@@ -5,8 +5,10 @@
 //! The design, stated:
 //! - **Into the kernel, through sockets.** What goes to the kernel is queued like a service's
 //!   packets: an `action = "kernel"` service uses its own sockets; everything `[kernel] punt`
-//!   selects goes to the internal service `kernel`, one socket per worker. So fanout, rollover
-//!   and the flow limit apply before anything reaches the kernel, the queue has a capacity
+//!   selects goes to the internal service `kernel`, one socket per worker. So the hash fanout
+//!   keeps each flow on one worker, in order (rollover and the flow limit are off unless the
+//!   config turns them on: a TCP flow moved between workers arrives reordered, and a lone bulk
+//!   transfer is always the dominant flow), the queue has a capacity
 //!   (overflow is the outcome `kernel_full`), and the RX lcore's cost is an enqueue: it never
 //!   makes a system call and never waits on the kernel. The socket's worker writes the packet on
 //!   its own TX queue of the kernel interface (a `net_tap` or virtio-user port with one queue
