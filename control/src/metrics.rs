@@ -163,6 +163,16 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::COUNTER,
     ),
     (
+        "fastpath_lcore_outcome_cycles_total",
+        "TSC cycles of an RX lcore's sampled polls (one in 64 that received packets), shared among the outcomes their packets took in proportion to their packets; over fastpath_lcore_outcome_sampled_total, an outcome's cycles per packet.",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_lcore_outcome_sampled_total",
+        "Packets of an RX lcore's sampled polls, by outcome (fastpath_lcore_outcome_cycles_total's divisor).",
+        MetricType::COUNTER,
+    ),
+    (
         "fastpath_lcore_packets_total",
         "Packets received by the RX queues an lcore polls, per lcore.",
         MetricType::COUNTER,
@@ -656,7 +666,13 @@ fn lcore_families(s: &Sources, counts: &[PacketCounts], outcomes: &[u64; Outcome
     let mut idle_ratio = Vec::new();
     let mut flow_limited = Vec::new();
     let mut by_state = Vec::new();
+    let (mut cost_cycles, mut cost_packets) = (Vec::new(), Vec::new());
     for (l, c) in s.lcores.iter().zip(counts) {
+        for o in Outcome::ALL.iter().filter(|o| l.cost.packets[o.index()].get() > 0) {
+            let lb = vec![("lcore", l.lcore.to_string()), ("outcome", o.name().to_string())];
+            cost_cycles.push((lb.clone(), l.cost.cycles[o.index()].get() as f64));
+            cost_packets.push((lb, l.cost.packets[o.index()].get() as f64));
+        }
         let lb = vec![("lcore", l.lcore.to_string())];
         let (idle_n, busy_n, busy_c) = (l.idle_polls.get(), l.busy_polls.get(), l.busy_cycles.get());
         idle.push((lb.clone(), idle_n as f64));
@@ -688,6 +704,8 @@ fn lcore_families(s: &Sources, counts: &[PacketCounts], outcomes: &[u64; Outcome
         ("fastpath_lcore_busy_polls_total", busy),
         ("fastpath_lcore_busy_cycles_total", cycles),
         ("fastpath_lcore_cycles_total", by_state),
+        ("fastpath_lcore_outcome_cycles_total", cost_cycles),
+        ("fastpath_lcore_outcome_sampled_total", cost_packets),
         ("fastpath_lcore_packets_total", lcore_pkts),
         ("fastpath_lcore_cycles_per_packet", per_packet),
         ("fastpath_lcore_idle_poll_ratio", idle_ratio),

@@ -314,6 +314,13 @@ fn every_subcommand_answers_what_the_metrics_and_the_data_plane_say_and_reloads_
     let rx0 = &st["lcores"][0];
     assert!(rx0["rx_pps"].as_f64().unwrap() > 1000.0, "{st}");
     assert!(st["outcomes"]["not_for_us"].as_f64().unwrap() > 1000.0, "{st}");
+    // Sampled cost: one poll in 64 of net_null's flood, all of one outcome.
+    let cost = &rx0["cost"]["not_for_us"];
+    assert!(cost["sampled"].as_f64().unwrap() > 0.0, "{st}");
+    assert!(
+        (1.0..100_000.0).contains(&cost["cycles_per_packet"].as_f64().unwrap()),
+        "{st}"
+    );
     assert!(st["queues"]
         .as_array()
         .unwrap()

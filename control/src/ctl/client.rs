@@ -488,6 +488,18 @@ pub fn rates(a: &Value, b: &Value) -> Value {
             }
         }
         let polls = d("busy_polls") + d("idle_polls");
+        // Cycles per packet by outcome over the interval, from the sampled polls.
+        let mut cost = serde_json::Map::new();
+        if let Some(cy) = y["cost"].as_object() {
+            for (o, v) in cy {
+                let at = |v: &Value, i: usize| v.get(i).map_or(0.0, num);
+                let before = &x["cost"][o];
+                let (c, p) = (at(v, 0) - at(before, 0), at(v, 1) - at(before, 1));
+                if p > 0.0 {
+                    cost.insert(o.clone(), json!({"cycles_per_packet": c / p, "sampled": p}));
+                }
+            }
+        }
         lcores.push(json!({
             "lcore": y["lcore"],
             "role": y["role"],
@@ -499,6 +511,7 @@ pub fn rates(a: &Value, b: &Value) -> Value {
             "busy_poll_share": if polls > 0.0 { d("busy_polls") / polls } else { 0.0 },
             "rx_pps": (q_sum(y, "rx") - q_sum(x, "rx")).max(0.0) / secs,
             "tx_pps": (q_sum(y, "tx") - q_sum(x, "tx")).max(0.0) / secs,
+            "cost": cost,
         }));
     }
     let mut outcomes = serde_json::Map::new();
@@ -977,6 +990,28 @@ fn render_stats(r: &Value) -> String {
         .unwrap_or_default();
     out.push('\n');
     out.push_str(&table(&["PORT", "DIR", "QUEUE", "LCORE", "PPS", "BPS"], &rows));
+    // Cycles per packet by outcome, sampled (one poll in 64 that received packets).
+    let rows: Vec<Vec<String>> = r["lcores"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|l| {
+            let mut v: Vec<(String, f64, f64)> = l["cost"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(o, c)| (o.clone(), num(&c["cycles_per_packet"]), num(&c["sampled"])))
+                .collect();
+            v.sort_by(|a, b| b.2.total_cmp(&a.2));
+            v.into_iter()
+                .map(|(o, c, n)| vec![cell(&l["lcore"]), o, format!("{c:.0}"), format!("{n:.0}")])
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if !rows.is_empty() {
+        out.push('\n');
+        out.push_str(&table(&["LCORE", "OUTCOME", "CYCLES/PACKET", "SAMPLED"], &rows));
+    }
     if let Some(o) = r["outcomes"].as_object() {
         let mut v: Vec<(&String, f64)> = o.iter().map(|(k, v)| (k, num(v))).collect();
         v.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -1068,6 +1103,7 @@ mod tests {
         let s = |t: f64, rx: u64, cyc: u64| {
             json!({"uptime_seconds": t, "tsc_hz": 1000, "generation": 1,
                 "lcores": [{"lcore": 0, "role": "rx", "busy_cycles": cyc, "idle_cycles": cyc, "busy_polls": 0, "idle_polls": 0,
+                    "cost": {"delivered": [cyc * 3, rx / 10], "icmp_error": [cyc, 5]},
                     "rx": [{"port": "p", "queue": 0, "packets": rx, "bytes": rx * 100}], "tx": []}],
                 "outcomes": {"delivered": rx, "malformed": 0}})
         };
@@ -1076,6 +1112,12 @@ mod tests {
         assert_eq!(r["lcores"][0]["busy_share"], 0.5);
         assert_eq!(r["queues"][0]["bps"], 8.0 * 100.0 * 100.0);
         assert_eq!(r["outcomes"], json!({"delivered": 100.0}));
+        // 3,000 cycles over 20 sampled packets; nothing sampled of icmp_error in between.
+        assert_eq!(
+            r["lcores"][0]["cost"],
+            json!({"delivered": {"cycles_per_packet": 150.0, "sampled": 20.0}})
+        );
+        assert!(render_stats(&r).contains("delivered"), "{}", render_stats(&r));
     }
 
     #[test]

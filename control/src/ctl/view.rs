@@ -541,6 +541,15 @@ impl View {
                     "idle_cycles": l.idle_cycles.get(),
                     "busy_polls": l.busy_polls.get(),
                     "idle_polls": l.idle_polls.get(),
+                    // Sampled cost by outcome (RX lcores): {outcome: [cycles, packets]}.
+                    "cost": Outcome::ALL
+                        .iter()
+                        .filter(|o| l.cost.packets[o.index()].get() > 0)
+                        .map(|o| {
+                            let i = o.index();
+                            (o.name().to_string(), json!([l.cost.cycles[i].get(), l.cost.packets[i].get()]))
+                        })
+                        .collect::<serde_json::Map<String, Value>>(),
                     "rx": queues(l, false, &c.rx),
                     "tx": queues(l, true, &[]),
                 })

@@ -3,12 +3,13 @@
 //! counted). Everything done per packet is the engine's.
 
 use super::{ring, IdlePolicy, Polls, RunControl, TscClock};
+use crate::dpdk::eal;
 use crate::dpdk::{Mbuf, Mempool, RxQueue, TxQueue};
 use crate::generation::Published;
 use crate::pipeline::Tables;
 use crate::rx::{RxEngine, RxIo};
 use crate::socket::Socket;
-use crate::stats::LcoreStats;
+use crate::stats::{LcoreStats, OutcomeCost};
 use crate::tx::BURST;
 use std::sync::Arc;
 
@@ -155,12 +156,23 @@ impl RxLcore {
         while !control.stop_requested() {
             let t0 = polls.start(&stats);
             let now = self.clock.at(t0);
+            // One poll in COST_SAMPLE_POLLS is timed by outcome (one decrement a poll otherwise).
+            let sampled = stats.cost.due().then(|| OutcomeCost::snapshot(&stats.outcomes));
             let got = self.poll_queues(&mut burst, |e, qi, port, b| e.burst(qi, port, now, b));
             if got == 0 {
                 // Reassembly expiry and an adoption count outcomes too.
                 stats.open();
             }
             self.engine.poll_done(now);
+            if let Some(before) = sampled {
+                if got == 0 {
+                    stats.cost.missed();
+                } else {
+                    stats
+                        .cost
+                        .record(&before, &stats.outcomes, eal::rdtsc().wrapping_sub(t0));
+                }
+            }
             // Quiescent point: nothing staged or in flight, so a new generation applies to whole
             // bursts.
             if let Some(t) = self.published.newer_than(self.engine.pipeline().generation()) {
