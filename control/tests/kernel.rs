@@ -930,8 +930,45 @@ for port in (2222, 2223):
     except OSError as e:
         print(port, "error", e)
 "#;
+    // The trace names the kernel path for the SYN to 2222.
+    let mut trace = Command::new(env!("CARGO_BIN_EXE_fastpathctl"))
+        .arg("--socket")
+        .arg(s.path("control.sock"))
+        .args([
+            "trace",
+            "--count",
+            "1",
+            "--filter",
+            "proto tcp and dst port 2222",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::BufRead;
+        let mut first = String::new();
+        std::io::BufReader::new(trace.stderr.as_mut().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(first.starts_with("fastpathctl: tracing "), "{first:?}");
+    }
     let out = stdout(&h.client_python(connect, &[]));
     assert!(out.contains("2222 open") && out.contains("2223 refused"), "{out}");
+    let traced = trace.wait_with_output().unwrap();
+    let records: Vec<String> = String::from_utf8_lossy(&traced.stdout)
+        .lines()
+        .filter(|l| l.contains("\"role\":\"rx\""))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert!(
+        records[0].contains("\"outcome\":\"kernel\"")
+            && records[0].contains("punted: no service takes it (punt = unhandled)"),
+        "{}",
+        records[0]
+    );
     let m = h.scrape();
     assert!(
         outcome(&m, "kernel") >= 2,
