@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Cost curves (issue 35 item 4): fastpathd's receive rate on the open port (a `sink`) and on a
+"""Cost curves: fastpathd's receive rate on the open port (a `sink`) and on a
 closed port (ICMP limiter saturated) against the number of distinct flows (1K, 64K, 1M), of
 distinct sources (closed port: 1K, 64K, 1M), of services or ports (1, 100, 1000) and the frame
 size (64, 512, 1500 bytes), with dpdk-testpmd io on the same captures as the reference where the

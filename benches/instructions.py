@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Instructions per packet on fastpathd's RX lcore, counted by valgrind's callgrind.
 
-The macro benchmark's Mpps and cycles move by 10-30% between runs on a shared machine, which
-hides a change of a few percent. An instruction count does not move: the same binary, config and
-capture give the same count per packet whatever else the machine does. It is not a time (cycles
+The macro benchmark's Mpps and cycles move between runs on a shared machine by more than a
+change of a few percent (benches/NOTES.md, "Measuring on a shared 2-vCPU guest"). An
+instruction count does not move: the same binary, config and capture give the same count per
+packet whatever else the machine does. It is not a time (cycles
 per instruction vary with cache misses and dependencies), so it says what a change removed from
 the per-packet path, and the macro benchmark says what that was worth.
 
@@ -48,7 +49,7 @@ cost spread over what it took). INSTRUCTIONS_IDLE_SERVICE=1 moves the sink to a 
 worker polls one empty socket (its empty polls past `spin_polls` sleep, so that price includes
 the sleep and is not an empty poll's in a busy run).
 
-Capturing costs nothing until a tool attaches (issue 31): `fastpathd-open-sink-free-on-rx-pdump`
+Capturing costs nothing until a tool attaches: `fastpathd-open-sink-free-on-rx-pdump`
 is `fastpathd-open-sink-free-on-rx` on hugepages with the shared runtime directory, where
 fastpathd initialises DPDK's capture framework (`rte_pdump_init`; with --no-shconf it cannot), and
 `...-pdump-detached` the same once dpdk-dumpcap has attached, captured 64 frames and exited (its
@@ -166,8 +167,8 @@ def run(sc, seconds, tmp):
             if z.returncode != 0:
                 mb.fail(sc["name"], f"callgrind_control --zero failed ({z.returncode})", z.stdout + z.stderr)
             zeroed = (before, after)
-            # The two reads are ~0.3 s apart under valgrind: a longer count keeps their spread
-            # (the uncertainty) near 0.1% of it.
+            # The two reads are a fraction of a second apart under valgrind: a longer count keeps
+            # their spread (the uncertainty) a small share of it.
             seconds *= 3
         try:
             p.wait(timeout=seconds)

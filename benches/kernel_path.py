@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The kernel exception path's benchmark (issue 33), side by side in one run, in a network
+"""The kernel exception path's benchmark, side by side in one run, in a network
 namespace of its own (the kernel's answers go nowhere else):
 
 - `testpmd-tap`: dpdk-testpmd io-forwards bench_udp.pcap (net_pcap, infinite_rx) into a

@@ -1,7 +1,7 @@
-//! The anchor of the fragment benchmarks (issue 35): DPDK's own reassembly (librte_ip_frag,
-//! through `fastpath::dpdk::ip_frag`) over the same net_pcap port, the same capture and the same
-//! table memory as fastpathd's `figures="frags"` scenarios, so benches/macro_bench.py reports
-//! both in one run.
+//! The anchor of the fragment benchmarks: DPDK's own reassembly (librte_ip_frag, through
+//! `fastpath::dpdk::ip_frag`) over the same net_pcap port, the same capture and the same table
+//! memory as fastpathd's `figures="frags"` scenarios, so benches/macro_bench.py reports both in one
+//! run.
 //!
 //! ```text
 //! ip_frag_anchor [--warmup S] [--seconds S] [--high-thresh-bytes B] [--mbufs N] [--mbuf-cache N]

@@ -1,6 +1,6 @@
-//! Seed 001's scenario and issue 35's line-rate floods, simulated (deterministic, simulated
-//! time): legitimate fragmented datagrams among a flood of datagrams that never complete, under
-//! the `probation` policy (the default) and seed 001's `linux` policy.
+//! Seed 001's scenario and the line-rate floods, simulated (deterministic, simulated time):
+//! legitimate fragmented datagrams among a flood of datagrams that never complete, under the
+//! `probation` policy (the default) and seed 001's `linux` policy.
 //!
 //! Prints two tables: the fraction of legitimate datagrams reassembled per flood size with the
 //! flood spread over the timeout (seed 001's scenario), and at line rate (first fragments

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Generates configs/captures/answers.pcap: answers that must not be sent (issue 29). One frame
+"""Generates configs/captures/answers.pcap: answers that must not be sent. One frame
 per case, the outcome each must get in the comment; a closed port (no service). Deterministic.
 """
 import logging

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Generates configs/captures/bench_frags.pcap, the fragment mix ci/bench replays with
-infinite_rx=1 (seed 001's scenario at full speed; issue 7's benchmark).
+infinite_rx=1 (seed 001's scenario at full speed).
 
 Run from anywhere: /usr/bin/python3 configs/captures/gen_bench_frags.py  (needs python3-scapy).
 Deterministic (fixed timestamps, identifications and sources).

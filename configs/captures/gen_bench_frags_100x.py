@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Generates configs/captures/bench_frags_100x.pcap: a flood of first fragments 100 times the
 capacity of a 64 KiB reassembly table (28 buffers of 2304 bytes), with legitimate datagrams among
-it, for ci/bench to replay with infinite_rx=1 at line rate (issue 35).
+it, for ci/bench to replay with infinite_rx=1 at line rate.
 
 Run from anywhere: /usr/bin/python3 configs/captures/gen_bench_frags_100x.py  (needs python3-scapy).
 Deterministic (fixed timestamps, identifications and sources).

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Generates configs/captures/bench_frags_smack.pcap: a FragmentSmack-style flood (CVE-2018-5391:
 many small fragments of datagrams that never complete, in random order) with legitimate
-datagrams among it, for ci/bench to replay with infinite_rx=1 at line rate (issue 35).
+datagrams among it, for ci/bench to replay with infinite_rx=1 at line rate.
 
 Run from anywhere: /usr/bin/python3 configs/captures/gen_bench_frags_smack.py  (needs python3-scapy).
 Deterministic (fixed timestamps, identifications, sources and shuffle).

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Generates configs/captures/bench_storm.pcap, the flow-limit storm ci/bench replays with
-infinite_rx=1 (seed 003's experiment at full speed; issue 5's benchmark).
+infinite_rx=1 (seed 003's experiment at full speed).
 
 Run from anywhere: /usr/bin/python3 configs/captures/gen_bench_storm.py  (needs python3-scapy).
 Deterministic (fixed timestamps, fixed flow list).

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Generates configs/captures/gre_answers.pcap: answers to what came through a tunnel leave
-through it (issue 28): a worker's echo of UDP through plain, keyed and checksummed tunnels,
+through it: a worker's echo of UDP through plain, keyed and checksummed tunnels,
 the echo of a ping reassembled from fragments carried inside a tunnel (its reply larger than
 the MTU, so it leaves in outer fragments), a worker's echo of a reassembled datagram, and Time
 Exceeded about a lone first fragment inside a tunnel, and Fragmentation Needed, back through

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Generates configs/captures/gre_inner_frags.pcap (issue 29): fragmented GRE packets from a
+"""Generates configs/captures/gre_inner_frags.pcap: fragmented GRE packets from a
 tunnel's remote whose inner packet is itself a first fragment that never completes, each from
 its own inner source, more of them than the daemon has 64 KiB datagram buffers; then a
 legitimate fragmented ping. The outer reassembly's datagram buffer must not stay held as the
