@@ -40,15 +40,14 @@ pub const ELECTION_BACKOFF: u32 = 63;
 /// Full bursts in a row whose packets for one socket may stay unpublished in its queue
 /// ([`RxIo::enqueue`] with `hold`): the last of them publishes.
 ///
-/// Each publication is a store to a line the socket's worker keeps reading (it polls the queue),
-/// so the RX lcore's next one waits for that line to come back: one cross-core transfer a burst,
-/// 100-200 cycles where the guest's two vCPUs sit on distant cores. Paired 4-s open-sink runs,
-/// publication every 4 bursts against every burst: 1.014 x and 1.007 x by the median (2 x 14
-/// pairs), and the slow rounds gone (6 and 3 of 14 at 30.7-31.5 Mpps every burst, none below
-/// 33.3 every 4), which the per-round median of issue 35's goal run fell into. Held only under load
-/// (a full burst) and only for one socket (the burst's only one), so what a queue's consumer
-/// has not seen is at most `HOLD_BURSTS - 1` bursts of one lcore: a flood spread over many
-/// sockets holds nothing back (it would hold mbufs by the socket, enough to drain the pool).
+/// Each publication is a store to a line the socket's worker keeps reading (it polls the queue), so
+/// the RX lcore's next one waits for that line to come back: one cross-core transfer a burst, dear
+/// where the guest's two vCPUs sit on distant cores. Publishing every 4 bursts instead of every
+/// burst took away open-sink's slow rounds (benches/NOTES.md, "One publication for several full
+/// bursts"). Held only under load (a full burst) and only for one socket (the burst's only one), so
+/// what a queue's consumer has not seen is at most `HOLD_BURSTS - 1` bursts of one lcore: a flood
+/// spread over many sockets holds nothing back (it would hold mbufs by the socket, enough to drain
+/// the pool).
 pub const HOLD_BURSTS: u32 = 4;
 
 /// What the RX engine needs from the lcore that drives it.
@@ -156,8 +155,9 @@ pub struct RxEngine<B: LcoreBuf, Io: RxIo<B>> {
     /// The one socket the last burst enqueued to, if it touched only one: its queue's lines
     /// are prefetched as the next burst starts ([`RxEngine::burst_led`]). The line that
     /// matters is the consumer's published index, which its worker wrote after that enqueue
-    /// and the next enqueue reads: a miss on the lcore's critical path when read cold (open-sink
-    /// 1.05-1.10 x, paired). A burst that touched several sockets prefetched them at its end.
+    /// and the next enqueue reads: a miss on the lcore's critical path when read cold
+    /// (benches/NOTES.md, "The burst start warms the one socket the last burst enqueued to"). A
+    /// burst that touched several sockets prefetched them at its end.
     warm: Option<usize>,
     /// The socket whose queue holds packets its consumer has not been shown ([`HOLD_BURSTS`]),
     /// and for how many bursts.
@@ -292,8 +292,9 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// Two loops: the lead's fast path ([`Lead`]: IPv4/UDP, TCP over IPv4, UDP or TCP over
     /// IPv6) over the burst, then everything it declined (other kinds, fragments, ARP,
     /// tunnels...) in a call of its own. In one loop, the rest of the pipeline behind a call per
-    /// packet cost an IPv6 or TCP packet ~45 instructions, and inlined there it cost the IPv4
-    /// paths 15-26 (spills); a packet the first loop declines costs ~45 more than one it takes.
+    /// packet cost every IPv6 or TCP packet that call, and inlined there it cost the IPv4 paths
+    /// spills; a packet the first loop declines costs more than one it takes (benches/NOTES.md,
+    /// "The IPv6 and TCP paths, step by step").
     /// So the first loop is compiled once per kind ([`RxEngine::burst_led`]), and the kind that
     /// was more than half of a burst leads from the next one on: under a flood, the flood's
     /// kind (a SYN flood, an IPv6 one), with whatever else comes paying the decline. A burst's
@@ -326,13 +327,15 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     ///
     /// A call of its own (one per burst), so the whole pipeline inlined here does not share a
     /// function, and its registers and stack frame, with the poll loop: when it did, the
-    /// forward mode's loop got ~10 cycles per packet slower as the pipeline grew.
+    /// forward mode's loop got slower as the pipeline grew (benches/NOTES.md, "One call per
+    /// burst").
     #[inline(never)]
     fn burst_led<const L: u8>(&mut self, qi: usize, port: u16, now: Instant, burst: &mut Vec<B>) {
         let mut bytes = 0u64;
         let n = burst.len();
         // The port's limit and what the fast paths read of it taken once a burst, not per
-        // packet (~4 and ~10 instructions a packet).
+        // packet (benches/NOTES.md, "Tests as branches on the common case" and "Per-burst reads
+        // and the closed port's decision").
         let max = self.max_frame(port);
         let view = self.pipeline.port_view(port);
         if let Some(s) = self.warm {
@@ -363,8 +366,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// More than half of a burst of `n` went to the second loop: the kind that is more than
     /// half of the burst, if one is and it is not the lead already, leads from the next burst
     /// on; else the next [`ELECTION_BACKOFF`] such bursts are not looked at (a fragment flood
-    /// is declined by its own kind's path burst after burst: counting each cost ~25
-    /// instructions a fragment).
+    /// is declined by its own kind's path burst after burst, and counting each cost every
+    /// fragment: benches/NOTES.md, "The burst's lead kind").
     #[cold]
     #[inline(never)]
     fn elect_lead(&mut self, n: usize) {
@@ -401,8 +404,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             self.drops.push(m);
         } else {
             match self.pipeline.process_lead::<L, B>(view, port, &mut m, now) {
-                // Staged: `drops` did not grow, so its test is not made (3 instructions a
-                // delivered packet).
+                // Staged: `drops` did not grow, so its test is not made on a delivered packet.
                 Some(Verdict::Deliver) => {
                     self.staged[self.pipeline.delivered_to()].push(m);
                     return None;
@@ -476,9 +478,9 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             let socket = &tables.sockets[s];
             let n = if socket.free_on_rx {
                 // Freed with the burst's drops, in one bulk below: a free call per socket cost
-                // ~100 instructions for each socket a burst touched (1000 sink services), a
-                // cost of the stand-in, not of the path it stands in for. A lone packet is
-                // pushed, not appended (`append` is a `memcpy` call, ~12 instructions).
+                // each socket a burst touched (1000 sink services: benches/NOTES.md, "Many
+                // sockets"), a cost of the stand-in, not of the path it stands in for. A lone
+                // packet is pushed, not appended (`append` is a `memcpy` call).
                 let n = pkts.len();
                 match pkts.pop() {
                     Some(m) if n == 1 => drops.push(m),
@@ -532,7 +534,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         B::free_bulk(&mut self.drops);
         // A busy lcore never idles: buffers a reclaiming socket's worker is done with would
         // stay held until that socket's next enqueue, which a datagram refused for want of a
-        // buffer never makes (issue 29: reassembly into a sink stopped for good).
+        // buffer never makes (reassembly into a sink would stop for good).
         if self.side.io.take_reclaim_due() {
             self.idle();
         }
@@ -678,7 +680,8 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     #[inline(always)]
     fn handle(&mut self, view: &PortView, port: u16, mut m: B, now: Instant, mut tried: Option<Lead>) {
         // Inlined into `burst_rest` (and into `handle_cold`, the rare callers' copy): behind
-        // a call per packet, the rest of the pipeline cost ~35 instructions a packet more.
+        // a call per packet, the rest of the pipeline cost more on every packet
+        // (benches/NOTES.md, "The RX engine split").
         let mut after: Option<crate::buf::Tunnelled> = None;
         // `m` is a reassembled datagram (in a 64 KiB buffer), not a received frame.
         let mut datagram_buffer = false;
@@ -703,10 +706,10 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                     }
                     if datagram_buffer {
                         // A reassembled datagram that is itself a fragment (fragments in a
-                        // fragmented tunnel packet): held as it is, it would pin a 64 KiB
-                        // buffer charged as one packet buffer, and a few hundred small frames
-                        // would hold every datagram buffer (issue 29). It is held in a packet
-                        // buffer instead; one that does not fit is refused (`no_buffer`).
+                        // fragmented tunnel packet): held as it is, it would pin a 64 KiB buffer
+                        // charged as one packet buffer, and a few hundred small frames would hold
+                        // every datagram buffer. It is held in a packet buffer instead; one that
+                        // does not fit is refused (`no_buffer`).
                         match self.copy_to_packet_buffer(&m) {
                             Some(small) => {
                                 self.drops.push(m);

@@ -47,7 +47,7 @@ pub trait PacketQueue: Send + Sync + 'static {
 /// without a virtual call.
 // The ring in place, not boxed: with many sockets an RX lcore meets each socket's state cold,
 // and every pointer between the socket and its ring's producer line is one more miss waiting
-// for the last (perf, 1000 sink services: `Socket::producer_len` 22% of the RX lcore).
+// for the last (perf with 1000 sink services: benches/NOTES.md, "Many sockets").
 #[allow(clippy::large_enum_variant)]
 pub enum SocketQueue {
     /// The daemon's: a DPDK ring of mbufs (in the socket's queue slice, apart from the socket's
@@ -399,9 +399,9 @@ impl Socket {
     /// The other queues count what their consumer last left in them (a DPDK ring's socket, see
     /// the type docs), or their length (any other queue: simulations and test doubles).
     ///
-    /// Inlined with the other queues' sum out of line: as one function LLVM kept it a call, ~40
-    /// instructions for each socket a burst touched (callgrind, 1000 sink services), where one
-    /// queue's answer is a few loads.
+    /// Inlined with the other queues' sum out of line: as one function LLVM kept it a call for
+    /// each socket a burst touched (callgrind with 1000 sink services: benches/NOTES.md, "Many
+    /// sockets"), where one queue's answer is a few loads.
     #[inline(always)]
     pub fn producer_len(&self, slot: usize, fresh: bool) -> (usize, bool) {
         let (own, exact) = self.queues[slot].producer_len(fresh);

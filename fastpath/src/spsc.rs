@@ -5,13 +5,14 @@
 //! call: the producer's enqueue reads the consumer's tail to find free room, and the fanout read
 //! the length (both indices) once per burst before that. The consumer writes its tail on every
 //! dequeue, so each of those reads is a miss on a line the other core just wrote — on the
-//! RX lcore's critical path, since the fanout's decision waits for it (`fp_ring_count`, 7% of
-//! the open-port RX lcore in `perf`). Here the producer re-reads the consumer's index only
-//! when its copy says the ring is too full for the burst, and the fanout asks for the exact
-//! length only once the producer's view, an upper bound, reaches a level at which a rule could
-//! decide something ([`SpscRing::producer_len`]). The consumer, which must look for new words,
-//! reads the producer's index when its copy says the ring is empty — every poll when it keeps
-//! up, which is the producer's one remaining line crossing per burst (its store of the index).
+//! RX lcore's critical path, since the fanout's decision waits for it (`fp_ring_count` in
+//! `perf`: benches/NOTES.md, "`SpscRing` with cached peer indices"). Here the producer re-reads
+//! the consumer's index only when its copy says the ring is too full for the burst, and the
+//! fanout asks for the exact length only once the producer's view, an upper bound, reaches a
+//! level at which a rule could decide something ([`SpscRing::producer_len`]). The consumer,
+//! which must look for new words, reads the producer's index when its copy says the ring is
+//! empty — every poll when it keeps up, which is the producer's one remaining line crossing per
+//! burst (its store of the index).
 //!
 //! Lamport's ring with the cached indices of Lee et al.'s "B-Queue" / Giacomoni et al.'s
 //! "FastForward" line of work. Indices are free-running counters (wrapping `usize`), the slot of
@@ -29,9 +30,10 @@
 //! A producer may also hold words back ([`SpscRing::push_mapped`] with `hold`): stored, counted
 //! in its own length, but published only by a later push or [`SpscRing::publish`]. Each
 //! publication is a store to a line the consumer keeps reading, so its next store must fetch
-//! the line back first (a cross-core transfer on the producer's critical path, ~100-200 cycles
-//! on the 2-vCPU guest when the vCPUs sit on distant cores); one publication for several bursts
-//! makes that one transfer for several bursts, as a NIC driver rings its doorbell once per batch.
+//! the line back first (a cross-core transfer on the producer's critical path, dear on the
+//! 2-vCPU guest when the vCPUs sit on distant cores: benches/NOTES.md, "One publication for
+//! several full bursts"); one publication for several bursts makes that one transfer for several
+//! bursts, as a NIC driver rings its doorbell once per batch.
 //! The caller bounds what it holds (the RX engine: one ring, a few bursts).
 //!
 //! Ordering: the producer stores the slots, then publishes its index with `Release`; the
@@ -198,7 +200,8 @@ impl SpscRing {
     ///
     /// The runs are slices taken once: indexed slot by slot, each store reloaded the slots'
     /// address, length and mask (a store to an atomic may, for all LLVM knows, change them) and
-    /// tested the bounds, 12 instructions a word where the store is 5.
+    /// tested the bounds, several times the store's own instructions (benches/NOTES.md, "The
+    /// reclaiming release a run at a time").
     #[inline]
     fn append(&self, next: usize, words: &[usize], mut map: impl FnMut(usize) -> usize, hold: bool) -> usize {
         let slots = &*self.slots;

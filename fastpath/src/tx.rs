@@ -67,7 +67,8 @@ impl<Q: Transmit<B>, B: LcoreBuf, T: Copy> TxBatch<Q, B, T> {
     #[inline(always)]
     pub fn flush(&mut self, stats: &LcoreStats, drops: &mut Vec<B>, counted: impl FnMut(T, bool)) {
         // The empty test inline: every poll flushes every port's batch, most of them empty
-        // under a flood that sends nothing (a call each, ~18 instructions, had been ~1 a packet).
+        // under a flood that sends nothing (out of line, each was a call: benches/NOTES.md,
+        // "Per-burst reads and the closed port's decision").
         if !self.pkts.is_empty() {
             self.send_batch(stats, drops, counted);
         }

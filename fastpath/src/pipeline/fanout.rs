@@ -339,11 +339,11 @@ impl FanoutState {
     /// socket with one queue and one producer (`Socket::carries`): nothing but this lcore adds
     /// to it, so a length it saw remains an upper bound until it enqueues again.
     ///
-    /// With many sockets a burst's packets go to different ones, each its first of the burst;
-    /// with a snapshot read at that first packet, every packet took the decision and read its
-    /// socket's ring, a chain of misses (socket, queue, ring) on the pipeline's critical path
-    /// (perf, 1000 sink services: `Socket::producer_len` 24–26% of the RX lcore). Carried from
-    /// the enqueue, whose lines are already in cache, the packet stays on its bound alone.
+    /// With many sockets a burst's packets go to different ones, each its first of the burst; with
+    /// a snapshot read at that first packet, every packet took the decision and read its socket's
+    /// ring, a chain of misses (socket, queue, ring) on the pipeline's critical path
+    /// (benches/NOTES.md, "Many sockets"). Carried from the enqueue, whose lines are already in
+    /// cache, the packet stays on its bound alone.
     #[inline]
     pub fn carry(&mut self, s: usize, len: usize, exact: bool) {
         let v = &mut self.view[s];
@@ -370,7 +370,8 @@ impl FanoutState {
         };
         // A bound is non-zero only while its snapshot holds (of this burst, or carried):
         // `burst_done` and `queued` clear it when it stops holding, once a socket and burst,
-        // not a test of the snapshot's burst here for every packet (~5 instructions).
+        // not a test of the snapshot's burst here for every packet (benches/NOTES.md, "Per-burst
+        // reads and the closed port's decision").
         if v.staged < v.fast_end {
             debug_assert!(v.snap_burst == self.burst || v.snap_burst == CARRIED);
             // The burst's first packet here when the bound was carried from the last enqueue
@@ -1065,12 +1066,11 @@ mod seed_tests {
     }
 
     /// Two pipelines for one slot over the same tables, as two starts of the daemon make: their
-    /// random fanouts are independent sequences (a constant seed made them the same at every
-    /// start). Over 16 sockets two independent picks agree with probability 1/16, so 256 of
+    /// random fanouts are independent sequences (a constant seed would make them the same at
+    /// every start). Over 16 sockets two independent picks agree with probability 1/16, so 256 of
     /// them agree about 16 times, and 64 or more times (a quarter) with probability below 1e-19
-    /// (Chernoff: exp(-256 D(1/4 || 1/16))); equal seeds agree all 256 times. The same holds
-    /// for the sequence after a reload against the one before: it goes on, it does not start
-    /// again.
+    /// (Chernoff: exp(-256 D(1/4 || 1/16))); equal seeds agree all 256 times. The same holds for
+    /// the sequence after a reload against the one before: it goes on, it does not start again.
     #[test]
     fn pipelines_of_one_slot_draw_different_random_fanouts() {
         let (mut g, s) = group(16, 1 << 20, false);

@@ -23,8 +23,7 @@
 //! such changes; `up = false` takes a backend's slots and its connections.
 
 /// The table's size: a prime (so every skip generates a full permutation), the paper's default,
-/// the same for every backend count, because a table of another size maps every hash anew
-/// (growing it from 2003 to 3001 slots when a third backend came moved 66% of the flows).
+/// the same for every backend count, because a table of another size maps every hash anew.
 /// 65537 slots of `u16` are 128 KiB, shared by the workers; up to ~650 backends keep 100 slots
 /// each (load shares to ~1%).
 pub const SIZE: usize = 65537;
@@ -209,7 +208,7 @@ mod tests {
         assert!((2..=256).all(|d| !SIZE.is_multiple_of(d)));
     }
 
-    /// The figures: removing one of N moves at most 1/N + 2% of 100,000 flows, adding
+    /// The bounds: removing one of N moves at most 1/N + 2% of 100,000 flows, adding
     /// one at most 1/(N+1) + 2%, and every backend's load is within 5% of even.
     #[test]
     fn removing_or_adding_a_backend_moves_few_flows_and_load_is_even() {

@@ -240,11 +240,12 @@ impl Parsed {
     ///
     /// The per-packet form: the fields are stored where the caller keeps them, once. Returned
     /// by value, the IPv4 and IPv6 results met in a temporary that was then copied whole into
-    /// the caller's variable (~35 instructions per packet, more than the IPv4 header checks).
+    /// the caller's variable, a copy that cost more than the IPv4 header checks (benches/NOTES.md,
+    /// "Parse in place").
     ///
     /// `ip_checksum` is what the NIC found checking the IPv4 header's checksum: `Good` or `Bad`
-    /// spare the software check (~27 instructions per packet), `Unknown` asks for it. Only for
-    /// the frame as received: after decapsulation the NIC's verdict was about another header.
+    /// spare the software check, `Unknown` asks for it. Only for the frame as received: after
+    /// decapsulation the NIC's verdict was about another header.
     #[inline(always)]
     pub fn parse_ip_into<T: AsRef<[u8]>>(
         frame: &EthernetFrame<T>,
@@ -302,10 +303,11 @@ impl Parsed {
     /// EtherType are the general parser's.
     ///
     /// Why it exists: the general parser (VLAN tags, options, IPv6 extension headers, fragments,
-    /// every error its own verdict) costs ~100-150 instructions per packet that these frames do
-    /// not need, on every path a flood takes (plain drop, closed port, open port). A property
-    /// test holds the two to the same result. IPv4 is inline (the floods' frame); IPv6 is a call,
-    /// so that its 32 bytes of addresses do not crowd the IPv4 path.
+    /// every error its own verdict) costs instructions these frames do not need, on every path a
+    /// flood takes (plain drop, closed port, open port; benches/NOTES.md, "Fixed-offset parse of
+    /// common frames"). A property test holds the two to the same result. IPv4 is inline (the
+    /// floods' frame); IPv6 is a call, so that its 32 bytes of addresses do not crowd the IPv4
+    /// path.
     #[inline(always)]
     pub fn parse_common_into(frame: &[u8], p: &mut Parsed, ip_checksum: NicChecksum) -> bool {
         Self::parse_common_with(frame, p, |header| ip_checksum.ok_or(|| wire::checksum::verify(header)))
@@ -314,8 +316,9 @@ impl Parsed {
     /// [`Parsed::parse_common_into`] with the IPv4 header's checksum judged by `ip_header_ok`
     /// (given the header's bytes), asked only where it is needed: the pipeline passes
     /// [`PacketBuf::ip_checksum_ok`](crate::buf::PacketBuf::ip_checksum_ok), which tests the RX
-    /// flags with branches; the NIC's verdict read before the parse (an argument) was ~10
-    /// instructions of conditional moves on every packet.
+    /// flags with branches; the NIC's verdict read before the parse (an argument) compiled to
+    /// conditional moves on every packet (benches/NOTES.md, "Checksums and addresses without byte
+    /// swaps").
     #[inline(always)]
     pub fn parse_common_with(frame: &[u8], p: &mut Parsed, ip_header_ok: impl FnOnce(&[u8]) -> bool) -> bool {
         // The shortest common frame (IPv4, UDP, no data): every other is longer.

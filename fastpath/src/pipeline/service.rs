@@ -117,12 +117,12 @@ pub struct ServiceTable {
     tcp: Box<[u32; 65536]>,
 }
 
-/// A port-table entry: everything the per-packet path reads of a service, in the word the
-/// lookup loads. With many services a packet meets its service cold, and the `Service` (a
-/// 120-byte entry) and its group's socket list (a heap block of its own) were two misses, one
-/// waiting for the other, before the fanout could even look at the socket (perf, 1000 sink
-/// services: the load of `group.sockets[0]` was 27% of the RX lcore); a per-service word
-/// beside the port table took that to one more load, and this to none.
+/// A port-table entry: everything the per-packet path reads of a service, in the word the lookup
+/// loads. With many services a packet meets its service cold, and the `Service` (a 120-byte entry)
+/// and its group's socket list (a heap block of its own) were two misses, one waiting for the
+/// other, before the fanout could even look at the socket (perf with 1000 sink services:
+/// benches/NOTES.md, "Many sockets"); a per-service word beside the port table took that to one
+/// more load, and this to none.
 ///
 /// Bits 16..32: 1 + the service's index (at most 65535 services); bit 15 ([`BOUND`]): the
 /// service is bound to addresses (it has `addresses` to compare); bits 0..15: 1 + the global
@@ -164,8 +164,8 @@ impl Hit {
 
 /// Where port `port`'s entry is in the per-port arrays: at the number its two bytes make as they
 /// lie on the wire (network order) read in the host's order, so that the fast paths index with
-/// the bytes of the header as loaded (on x86 the byte swap of each lookup was two instructions a
-/// packet). A permutation of the ports: one entry each.
+/// the bytes of the header as loaded, without a byte swap per lookup (benches/NOTES.md, "Per-port
+/// arrays indexed by the port's wire bytes"). A permutation of the ports: one entry each.
 #[inline(always)]
 fn slot(port: u16) -> usize {
     wire_slot(port.to_be_bytes())

@@ -23,9 +23,9 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 /// Whether an IPv4 source is one host (see the module rule): the first octet alone decides.
 #[inline(always)]
 pub fn v4_is_one_host(src: Ipv4Addr) -> bool {
-    // One load from a 256-byte table: the two compares LLVM made branch-free took 7
-    // instructions a packet where this takes 3 (the table is 4 lines, kept in L1 by the flood
-    // that asks).
+    // One load from a 256-byte table: the two compares LLVM made branch-free took more
+    // instructions a packet (benches/NOTES.md, "The IPv4 source rule by a first-octet table");
+    // the table is 4 lines, kept in L1 by the flood that asks.
     ONE_HOST_FIRST_OCTET[src.octets()[0] as usize]
 }
 
@@ -108,8 +108,9 @@ pub fn v6_to_local_view(
     // `v6_to_local`'s classes, as there.
     let s = src.to_bits();
     if s <= 1 || s >> 120 == 0xff || src == dst {
-        // Off the common path: the outcome is then set where it is taken (TCP over IPv6 294.0
-        // -> 290.0 instructions a packet; the same hint in the IPv4 rule cost 1-2 there).
+        // Off the common path: the outcome is then set where it is taken, not before the test
+        // on every packet (benches/NOTES.md, "Per-burst reads and the closed port's decision";
+        // the same hint in the IPv4 rule cost instructions there).
         std::hint::cold_path();
         return Some(Martian);
     }
@@ -130,8 +131,8 @@ pub fn v6_to_local(
         [only] if only != dst => Some(NotLocal),
         [only] => {
             // `valid_v6_to_unicast`'s address classes, written out: through one helper shared
-            // with it LLVM laid the IPv6 paths out 2-4 instructions a packet longer (callgrind,
-            // 7cd15a7). The test `v6_to_local_is_ours_then_the_rule_...` holds the two equal.
+            // with it LLVM laid the IPv6 paths out a few instructions a packet longer
+            // (callgrind). The test `v6_to_local_is_ours_then_the_rule_...` holds the two equal.
             let s = src.to_bits();
             (s <= 1 || s >> 120 == 0xff || src == only || group_frame()).then_some(Martian)
         }

@@ -335,7 +335,7 @@ mod tests {
 }
 
 /// The share of a service's socket its known clients keep under a flood of spoofed sources,
-/// through the whole pipeline (the measurement, in simulated time).
+/// through the whole pipeline, measured in simulated time.
 #[cfg(test)]
 mod share_tests {
     use super::*;

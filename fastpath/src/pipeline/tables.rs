@@ -12,7 +12,8 @@ use std::sync::Arc;
 /// What the fast paths read of a port on every packet, its [`PortAddrs`] digested: taken once
 /// a burst (the RX engine's first loop: all of a burst is from one port, and the tables change
 /// only between bursts), a packet reads it from the engine's stack, not through the tables, the
-/// port list and its bound, which LLVM loaded again for every packet (~10 instructions).
+/// port list and its bound, which LLVM loaded again for every packet (benches/NOTES.md,
+/// "Per-burst reads and the closed port's decision").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PortView {
     /// The tables have the port. A view of one they do not have takes no frame (its MAC word
@@ -60,8 +61,9 @@ pub struct PortAddrs {
     /// `mac` as the fast paths compare it: the little-endian word of its 6 bytes shifted into
     /// the top 48 bits, as a frame's destination read in one 8-byte load and shifted left by
     /// 16 (the two bytes of the source beyond it fall off). Assembled from the address on every
-    /// packet it cost 4 instructions more; masked to the low 48 bits instead of shifted, 2 more
-    /// (the mask is a 10-byte constant load and a copy).
+    /// packet it cost more (benches/NOTES.md, "The port's MAC as the word the destination check
+    /// compares"); masked to the low 48 bits instead of shifted, the mask is a 10-byte constant
+    /// load and a copy more.
     pub(crate) mac_word: u64,
     /// Local IPv4 addresses.
     pub ipv4: Vec<Ipv4Addr>,

@@ -223,7 +223,8 @@ impl ResetLimiter {
         // A reset is never answered; then the remembered deadline, the one load a SYN flood's
         // segments need, before `enabled` (it is only set while resets are enabled, and a new
         // generation forgets it). Separate tests: LLVM turned the two of `!enabled || RST`, and
-        // the deadline's nested over the flag, into selects (+2..5 instructions a segment).
+        // the deadline's nested over the flag, into selects on every segment (benches/NOTES.md,
+        // "A SYN flood's reset decision from the remembered quiet time").
         if flags.contains(TcpFlags::RST) {
             return ResetDecision::Ineligible;
         }

@@ -58,7 +58,8 @@ pub enum Verdict {
     /// The socket is not in the verdict, so that a delivery is one constant value: the fast
     /// path's delivery then goes straight from where it is decided to the staging. With the
     /// socket in it (`Deliver(u32)`) every verdict was packed into one word, merged, unpacked
-    /// and dispatched through a jump table, ~16 instructions per delivered packet.
+    /// and dispatched through a jump table on every delivered packet (benches/NOTES.md,
+    /// "`Verdict` fits a register and `Deliver` carries no socket").
     ///
     /// [`Pipeline::delivered_to`]: super::Pipeline::delivered_to
     Deliver,

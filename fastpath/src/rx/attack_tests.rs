@@ -28,7 +28,7 @@ const TCP_OPEN: u16 = 22;
 /// 0.5/√1000 ≈ 0.016.
 const TRIALS: usize = 2000;
 /// The advantage the attacks must stay below: 6 standard deviations of the score, above the
-/// 0.03–0.07 that the randomised global budgets leave the batch attacks (as on Linux).
+/// small advantage the randomised global budgets leave the batch attacks (as on Linux).
 const NOISE: f64 = 0.1;
 
 fn tables() -> Arc<Tables> {

@@ -689,10 +689,10 @@ fn an_answer_on_a_sequence_tunnel_goes_to_its_owner_not_the_wire() {
     assert_eq!(e.pipeline().tables().tunnels[0].counters.sum(|c| &c.handed_off), 1);
 }
 
-/// Issue 29: a fragmented tunnel packet whose inner packet is itself a fragment. Once the outer
-/// fragments complete, the inner fragment is held in a packet buffer (a copy), never in the
-/// 64 KiB datagram buffer the outer reassembly used, which goes back at once; the inner datagram
-/// then completes as any other.
+/// A fragmented tunnel packet whose inner packet is itself a fragment. Once the outer fragments
+/// complete, the inner fragment is held in a packet buffer (a copy), never in the 64 KiB datagram
+/// buffer the outer reassembly used, which goes back at once; the inner datagram then completes
+/// as any other.
 #[test]
 fn an_inner_fragment_from_an_outer_reassembly_is_held_in_a_packet_buffer() {
     let mut e = engine_with(tunnel_tables(), Collect::new(0));

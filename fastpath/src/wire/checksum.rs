@@ -73,8 +73,9 @@ pub fn checksum(data: &[u8]) -> u16 {
 /// Not folded either: the one's complement sum is all ones exactly when the plain sum of the
 /// words is a non-zero multiple of 0xffff (2^16 ≡ 1 mod 0xffff, so every word width and every
 /// end-around carry keeps the residue, and only a zero sum folds to zero). One remainder by a
-/// constant (a multiply) instead of folding four lanes: about half the instructions, on every
-/// IPv4 packet received without the NIC's verdict.
+/// constant (a multiply) instead of folding four lanes: fewer instructions, on every IPv4 packet
+/// received without the NIC's verdict (benches/NOTES.md, "Checksums and addresses without byte
+/// swaps").
 ///
 /// The remainder itself is not computed: for an odd divisor `d`, `x` is a multiple of `d`
 /// exactly when `x · d⁻¹ mod 2⁶⁴ ≤ (2⁶⁴ − 1) / d` (multiplying by the inverse maps the multiples

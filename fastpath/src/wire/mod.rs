@@ -83,7 +83,7 @@ pub(crate) fn put_be32(b: &mut [u8], at: usize, v: u32) {
 pub(crate) fn ipv4_at(b: &[u8], at: usize) -> std::net::Ipv4Addr {
     // As one 4-byte array, not four bytes: where the same word was loaded already (the IPv4
     // header checksum sums it) the compiler reuses it as it is; built byte by byte, it was
-    // taken apart and put together again, ~12 instructions per address.
+    // taken apart and put together again.
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[at..at + 4]);
     std::net::Ipv4Addr::from(a)

@@ -214,12 +214,11 @@ impl GlobalBucket {
 /// One lcore's handle on the [`GlobalBucket`]: the bucket and, once a peek found it empty
 /// with no refill due, the time before which no peek can say yes ([`GlobalBucket::peek_quiet`]).
 ///
-/// Under a flood the bucket is empty nearly all the time, and every lcore's peek read two
-/// words of the line all lcores share on every packet; from this lcore's own copy of that
-/// deadline a refused packet reads one word of its own (TCP to no service and the closed port:
-/// ~10 instructions a packet less, callgrind). What the lcores may send is unchanged: credit
-/// cannot appear before that time (a clock skew between lcores at most defers this lcore's
-/// share of a refill by the skew).
+/// Under a flood the bucket is empty nearly all the time, and every lcore's peek read two words of
+/// the line all lcores share on every packet; from this lcore's own copy of that deadline a refused
+/// packet reads one word of its own (benches/NOTES.md, "The global budget's quiet time, per
+/// lcore"). What the lcores may send is unchanged: credit cannot appear before that time (a clock
+/// skew between lcores at most defers this lcore's share of a refill by the skew).
 #[derive(Clone, Debug)]
 pub struct GlobalView {
     bucket: Arc<GlobalBucket>,
@@ -268,7 +267,8 @@ impl GlobalView {
             return false;
         }
         // The credit read inline, the rest a call: while the budget has credit (a flood the
-        // per-destination limit holds back) the call was 9 instructions a packet of its 20 or so.
+        // per-destination limit holds back) the call was most of the peek's cost (benches/NOTES.md,
+        // "Per-burst reads and the closed port's decision").
         if self.bucket.credit.load(Relaxed) > 0 {
             return true;
         }
@@ -448,8 +448,8 @@ impl PeerTable {
     /// 2 / size, whatever keys a sender picks without the secret). For an IPv4 key the first
     /// multiply does not depend on the address (its upper word is always `V4_TAG`), so from the
     /// address to the slot's load there is one multiply: this runs for every packet to a closed
-    /// port while the global budget has credit, and a full 64-bit finaliser there was ~15
-    /// cycles of latency per packet.
+    /// port while the global budget has credit, and a full 64-bit finaliser there put its chain
+    /// of multiplies and shifts on every packet's latency.
     #[inline]
     fn home(&self, key: [u64; 2]) -> usize {
         // An IPv4 key's upper word is always `V4_TAG`: a compare instead of a multiply.
@@ -475,11 +475,11 @@ impl PeerTable {
     /// The slot of the last decision is tried first: under a flood from one source (the common
     /// case: a client or an attacker that does not spoof) that is nearly every lookup, and that
     /// slot's address does not wait for the hash, a chain of two multiplies and shifts from the
-    /// parsed source to the load that a decision otherwise ends on (~8% of a one-source flood's
-    /// throughput). A key is in at most one slot (it is only inserted where its window lacks
-    /// it), so finding it there is finding it where the hash leads. Then a destination in its
-    /// home slot (the first of its window: a flood from a few sources) is decided inline; the
-    /// window scan and the eviction are a call.
+    /// parsed source to the load that a decision otherwise ends on (benches/NOTES.md, "ICMP errors
+    /// (seed 000)", "Cheap refusals"). A key is in at most one slot (it is only inserted where its
+    /// window lacks it), so finding it there is finding it where the hash leads. Then a destination
+    /// in its home slot (the first of its window: a flood from a few sources) is decided inline;
+    /// the window scan and the eviction are a call.
     #[inline(always)]
     pub fn allow(&mut self, now: Instant, addr: &IpAddr, interval_ns: u64, burst: u32) -> (bool, usize) {
         self.allow_at(now, addr, PeerRate::new(interval_ns, burst))
@@ -494,7 +494,8 @@ impl PeerTable {
         // The low word alone first: a flood from many sources differs there, and one compare
         // and branch says so; the slot's key then decides (it may have been evicted since).
         // Comparing a remembered whole key, LLVM tested both words and the index's bound
-        // branch-free, 13 instructions on every packet from another source than the last.
+        // branch-free on every packet from another source than the last (benches/NOTES.md,
+        // "Per-burst reads and the closed port's decision").
         if key[1] == self.recent_low {
             if let Some(s) = self.slots.get_mut(recent).filter(|s| s.key == key) {
                 return (Self::spend(s, now, rate), recent);

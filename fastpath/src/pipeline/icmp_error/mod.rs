@@ -1,5 +1,4 @@
-//! ICMP and ICMPv6 error messages, rate limited before any work is spent on them (seed 000,
-//! issue 6).
+//! ICMP and ICMPv6 error messages, rate limited before any work is spent on them (seed 000).
 //!
 //! Three parts, used in this order on the per-packet path:
 //! 1. [`eligible`]: the rules of RFC 1122 §3.2.2, RFC 1812 §4.3.2.7 and RFC 4443 §2.4(e) about
@@ -711,7 +710,8 @@ impl IcmpLimiter {
     /// back is decided without a parse result. RFC 1122 §3.2.2's source part holds already
     /// ([`crate::pipeline::source::v4_to_local`] asks the same table of the same address), and
     /// so does the frame part; the destination's class is asked here. Asking the source again
-    /// cost 5 instructions on every packet to a closed port (callgrind).
+    /// cost every packet to a closed port (benches/NOTES.md, "Per-burst reads and the closed
+    /// port's decision").
     #[inline(always)]
     pub fn decide_udp4_port_unreachable(
         &mut self,

@@ -1,4 +1,4 @@
-//! Answers that must not be sent (issue 29): the source-validation rule (`pipeline/source.rs`),
+//! Answers that must not be sent: the source-validation rule (`pipeline/source.rs`),
 //! source routes and the RFC 6980 NDP rule, through the whole pipeline, fast path included.
 
 use crate::buf::{HeapBuf, PacketBuf};

@@ -105,13 +105,13 @@ fn link_layer_refusal(local: &PortAddrs, dst: EthernetAddress, src: EthernetAddr
 }
 
 /// [`link_layer_refusal`] on a frame's first 12 bytes (destination, source), each address read
-/// as one word: the fixed-offset form, about half the instructions of assembling both
-/// addresses first.
+/// as one word: the fixed-offset form, fewer instructions than assembling both addresses first
+/// (benches/NOTES.md, "The port's MAC as the word the destination check compares").
 #[inline(always)]
 fn link_layer_refusal_in(mac_word: u64, h: &[u8; 12]) -> Option<Verdict> {
     // Branches, each on the common case (to us, from a unicast source): as one branch-free
-    // expression LLVM evaluated every term of both tests on every packet (callgrind: closed
-    // port 367 -> 360 instructions a packet, open-sink 341 -> 332).
+    // expression LLVM evaluated every term of both tests on every packet (benches/NOTES.md,
+    // "Tests as branches on the common case").
     if dst_word(h) != mac_word {
         std::hint::cold_path();
         if h[0] & 1 == 0 {
@@ -170,7 +170,7 @@ fn unicast_source(h: &[u8; 12]) -> bool {
 /// The fast paths' bound on a datagram's end in `frame`: its length, but at most `u16::MAX`
 /// (an end is a `u16` frame offset), so that `frame_end(frame) < end` is both tests. An mbuf's
 /// data length is a `u16`: the `min` is free there, and one compare is left where LLVM kept
-/// two (−2 instructions a packet).
+/// two (benches/NOTES.md, "Per-burst reads and the closed port's decision").
 #[inline(always)]
 fn frame_end(frame: &[u8]) -> usize {
     frame.len().min(u16::MAX as usize)
@@ -179,7 +179,7 @@ fn frame_end(frame: &[u8]) -> usize {
 /// `x & 1 == 0 && x != 0` for `x` below 2⁶³, in one compare: `x − 1` flips the low bit of an
 /// even `x` ≠ 0 (then `^ 1` gives `x − 2`, below `x`) and not of an odd one (`^ 1` gives `x`
 /// back); 0 wraps to the top of the range. Two tests made LLVM set two flags and test them
-/// (`sete`, `setae`, `test`): 2 instructions a packet on every fast path.
+/// (`sete`, `setae`, `test`) on every fast path.
 #[inline(always)]
 fn even_non_zero(x: u64) -> bool {
     (x.wrapping_sub(1) ^ 1) < x
@@ -235,7 +235,7 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// A pipeline over `tables` for the RX lcore in counter slot `slot`, its seeds drawn from
-    /// the OS (a constant seed made `fanout = "random"` the same sequence at every start).
+    /// the OS (a constant seed would make `fanout = "random"` the same sequence at every start).
     pub fn new(tables: Arc<Tables>, slot: usize) -> Self {
         let seeds = Seeds {
             fanout: crate::seed::os_u64(),
@@ -613,8 +613,9 @@ impl Pipeline {
     /// the frame already), else, or if that declines too, [`Pipeline::process_general`], which
     /// decides as the fast paths do.
     ///
-    /// TCP over IPv4 in `udp4` itself (one path for both protocols) ran a SYN flood in 3%
-    /// fewer instructions than here but cost the IPv4/UDP paths 11-15 a packet.
+    /// TCP over IPv4 in `udp4` itself (one path for both protocols) ran a SYN flood in fewer
+    /// instructions than here but cost the IPv4/UDP paths more (benches/NOTES.md, "The IPv6 and
+    /// TCP paths, step by step").
     #[inline(always)]
     pub fn process_rest<B: PacketBuf>(
         &mut self,
@@ -625,7 +626,8 @@ impl Pipeline {
         tried: Option<Lead>,
     ) -> Verdict {
         // IPv4/UDP too: behind another lead (`RxEngine::burst`) the first loop did not try it.
-        // The path that declined the frame is not asked again (~10 instructions a fragment).
+        // The path that declined the frame is not asked again (its checks again on every
+        // fragment of a flood).
         let fast = match Lead::of(pkt.data()) {
             k if k == tried => None,
             Some(Lead::Udp4) => self.udp4(view, port, pkt, now),

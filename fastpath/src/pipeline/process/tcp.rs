@@ -23,8 +23,9 @@ impl Pipeline {
     /// frame: `tcp_tests.rs` holds them equal.
     ///
     /// Why: a SYN flood to a port without a service went through the general parse and the
-    /// `Parsed` in memory, then `tcp_closed` (a call) read it back; it ran at 0.71-0.83x the
-    /// IPv4 plain drop, which does less only by stopping at the address.
+    /// `Parsed` in memory, then `tcp_closed` (a call) read it back; it ran well behind the IPv4
+    /// plain drop, which does less only by stopping at the address (benches/NOTES.md, "The IPv6
+    /// and TCP paths, step by step").
     ///
     /// `view` is the port's [`PortView`], taken once a burst.
     #[inline(always)]

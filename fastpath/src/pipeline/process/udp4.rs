@@ -26,7 +26,8 @@ impl Pipeline {
     /// Why a path of its own (seed 000's point, applied to delivery): through the general
     /// parser the frame became a 64-byte `Parsed` in memory, stored field by field and read back
     /// by each stage, and the verdict travelled through a `Step`; on the open-port benchmark
-    /// that plumbing was about a third of the pipeline's instructions per packet.
+    /// that plumbing was a large share of the pipeline's instructions (benches/NOTES.md, "The
+    /// IPv4/UDP fast path").
     ///
     /// `view` is the port's [`PortView`], taken once a burst.
     #[inline(always)]
@@ -88,8 +89,9 @@ impl Pipeline {
                 let dport = wire::be16(h, 36);
                 if let Some(k) = t.kernel.as_ref().filter(|k| k.rules.takes(IpProtocol::UDP, dport)) {
                     // `[kernel] punt` takes it (`punt_port`'s decision): into the kernel path's
-                    // sockets, as a service's packet, without the general parse (a flood
-                    // aimed at the kernel path: rx 13.4 -> 15.3 Mpps in ci/bench-kernel).
+                    // sockets, as a service's packet, without the general parse: a flood aimed
+                    // at the kernel path is received faster (benches/NOTES.md, "The kernel
+                    // path's punt decided on the fast path").
                     let (svc, budget) = (k.service, k.budget);
                     if !self.punt.admit(budget, now) {
                         return Some(Verdict::Drop(Outcome::KernelLimited));
@@ -132,8 +134,8 @@ impl Pipeline {
             }
         }
         // `service_socket`'s two steps, written out again: through one shared helper taking the
-        // fanout call as a closure LLVM inlined the pipeline differently, +51 instructions per
-        // packet on open-sink and +28 on plain drop (callgrind, 8e1a69c).
+        // fanout call as a closure LLVM inlined the pipeline differently and every path paid for
+        // it (benches/NOTES.md, "The IPv4/UDP fast path").
         if let Some(s) = self.fanout.choose_fast_single(hit.single()) {
             return Some(self.deliver(s));
         }

@@ -25,8 +25,8 @@ impl Pipeline {
     ///
     /// Why: through the general path an IPv6 frame is parsed by a call (`common_v6_into`) into
     /// the 64-byte `Parsed`, then `refusal` and `local_delivery_v6` (two more calls) each look
-    /// the destination up among the port's addresses again; the closed port over IPv6 ran at
-    /// 0.65-0.76x the IPv4 one.
+    /// the destination up among the port's addresses again; the closed port over IPv6 ran well
+    /// behind the IPv4 one (benches/NOTES.md, "The IPv6 and TCP paths, step by step").
     ///
     /// `view` is the port's [`PortView`], taken once a burst.
     #[inline(always)]

@@ -12,9 +12,9 @@ use std::hash::{BuildHasher, Hash};
 /// Keys are hashed under a per-table secret seed (foldhash's `quality` hash, a folded multiply
 /// with a final avalanche, seeded from std's `RandomState`, whose keys come from the OS): the keys are chosen by
 /// remote senders (addresses, IP identification), and a fixed hash would let them build
-/// colliding keys and turn every lookup into a scan of the table. SipHash, std's, did the same
-/// at four times the cost: under a fragment flood its hashing was 45% of the RX lcore's
-/// instructions (callgrind, `fastpathd-frags-100x`). Each cell keeps its key's home, so a
+/// colliding keys and turn every lookup into a scan of the table. SipHash, std's, does the same
+/// at several times the cost, and under a fragment flood its hashing dominated the RX lcore
+/// (benches/NOTES.md, "The reassembly table's hash"). Each cell keeps its key's home, so a
 /// removal's backward shift rehashes nothing.
 pub(super) struct Index<K, V> {
     cells: Box<[Option<(K, V, u32)>]>,

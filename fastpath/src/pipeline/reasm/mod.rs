@@ -1,4 +1,4 @@
-//! IPv4 and IPv6 reassembly that survives fragment floods (issue 7, seed 001).
+//! IPv4 and IPv6 reassembly that survives fragment floods (seed 001).
 //!
 //! One [`Reassembler`] per RX lcore (every fragment of a datagram hashes to the same lcore: the
 //! flow hash of fragments is the 2-tuple, see [`crate::pipeline::Parsed::parse_ip`]). It holds
@@ -23,14 +23,14 @@
 //! [`Policy::Probation`] (the default) and [`Policy::Linux`] (seed 001's), chosen by
 //! `[reassembly] policy` and switchable by a reload (both keep the same queues).
 //!
-//! # The probation policy (issue 35)
+//! # The probation policy
 //! Seed 001's rule keeps up with a flood spread over the timeout, not with one at line rate: once
 //! the flood fills `high_thresh` every new datagram is refused until something times out, so a
 //! flood of first fragments a few times the table, replayed at line rate, or FragmentSmack
-//! (CVE-2018-5391), starves every legitimate datagram (0.000 reassembled in the simulation and in
-//! `ci/bench`; Linux and DPDK's `rte_ip_frag` behave the same way). The probation policy never
-//! refuses a new datagram for memory; it makes room, in the way S3-FIFO (Yang et al., SOSP 2023)
-//! treats one-hit wonders:
+//! (CVE-2018-5391), starves every legitimate datagram (in the simulation and in `ci/bench`:
+//! benches/NOTES.md, "The stages' own results"; Linux and DPDK's `rte_ip_frag` behave the same
+//! way). The probation policy never refuses a new datagram for memory; it makes room, in the way
+//! S3-FIFO (Yang et al., SOSP 2023) treats one-hit wonders:
 //! - a new datagram enters a **probation** FIFO; its second fragment moves it to the tail of the
 //!   **main** FIFO;
 //! - before any fragment is held, datagrams are evicted (reason `evicted`; `table_full` when

@@ -13,33 +13,13 @@
 //! [`FloodParams::line_rate`] is the flood `ci/bench` replays: fragments at line rate, cycling
 //! through a set of datagrams or always new, or FragmentSmack's ([`FloodKind::Smack`]).
 //!
-//! Fraction of legitimate datagrams reassembled (`cargo run --release -p benches --example
-//! reasm_flood`). Seed 001's scenario (20/s, 3 fragments 100 µs apart, measured after the first
-//! minute of four; flood of first fragments from 65536 sources; 512 KiB, 227 datagrams):
-//!
-//! | flood × capacity per timeout | 1 | 2 | 5 | 10 | 20 | 50 | 100 |
-//! |---|---|---|---|---|---|---|---|
-//! | probation | 1.000 | 1.000 | 1.000 | 1.000 | 1.000 | 1.000 | 1.000 |
-//! | linux (pressure-scaled timeout) | 1.000 | 0.995 | 0.960 | 0.909 | 0.852 | 0.792 | 0.673 |
-//! | linux with a fixed 30 s timeout | 0.961 | 0.494 | 0.197 | 0.102 | 0.055 | 0.017 | 0.013 |
-//!
-//! At line rate (10 Mpps of flood, 256 KiB = 113 datagrams, 20,000 legitimate datagrams a second
-//! whose fragments are 2 µs apart):
-//!
-//! | flood | probation | linux |
-//! |---|---|---|
-//! | none | 1.000 | 1.000 |
-//! | first fragments cycling through 9×, 100× the capacity, or all new | 1.000 | 0.000 |
-//! | FragmentSmack: 600 × 8, 60 × 64, 6000 × 8 (datagrams × fragments) | 1.000 | 0.000 |
-//! | first fragments all new, legitimate fragments 20 µs apart | 0.000 | 0.000 |
-//! | the same with the default 4 MiB table | 0.999 | 0.000 |
-//!
+//! The fraction of legitimate datagrams each policy reassembles, from `cargo run --release -p
+//! benches --example reasm_flood`: benches/NOTES.md, "Reassembly under floods, simulated".
 //! Peak memory: probation never above the threshold; linux up to the threshold plus one
-//! datagram. The last two rows are probation's bound: a datagram's fragments must follow each
-//! other within the time the flood takes to turn the table over (113 / 10 Mpps = 11 µs; 182 µs
-//! for 1820). The pressure-scaled timeout degrades gracefully against a flood spread over the
-//! timeout, but a line-rate flood fills the threshold at once and then every new datagram is
-//! refused.
+//! datagram. Probation's bound: a datagram's fragments must follow each other within the time
+//! the flood takes to turn the table over (113 datagrams / 10 Mpps = 11 µs; 182 µs for 1820).
+//! The pressure-scaled timeout degrades gracefully against a flood spread over the timeout, but
+//! a line-rate flood fills the threshold at once and then every new datagram is refused.
 
 use super::{FragMeta, Insert, Policy, ReasmConfig, ReasmIo, ReasmStats, Reassembler, Released};
 use crate::buf::{HeapBuf, PacketBuf};
