@@ -52,7 +52,7 @@ fn check(path: &Path) -> (Option<i32>, String, Duration) {
 #[test]
 fn check_config_refuses_a_pool_that_fragments_or_socket_rings_could_take() {
     let s = Scratch::new("budget-check");
-    // The configs: 2047 mbufs with 8 MiB of held fragments, or 8 sockets x 1023.
+    // Pools the budget refuses: 2047 mbufs with 8 MiB of held fragments, or 8 sockets x 1023.
     let frags = s.write(
         "frags.toml",
         &config("budget-check", 2047, "\n[reassembly]\nhigh_thresh_bytes = 8388608\n"),

@@ -1,9 +1,8 @@
-//! Scale out (issue 34, items 2 and 3): two fastpathd nodes announce one service address by
-//! BGP through BIRD, gated by `fastpathd-announce` on each node's `/healthz`; a router running
-//! FRR installs both as one ECMP route and spreads a client's flows over them by the 5-tuple;
-//! the service tunnels every datagram to one of three backends (Maglev over the flow hash,
-//! the same on every node with the same tunnels), and the test reads each node's tunnel output
-//! on the router's side of its veth.
+//! Scale out: two fastpathd nodes announce one service address by BGP through BIRD, gated by
+//! `fastpathd-announce` on each node's `/healthz`; a router running FRR installs both as one ECMP
+//! route and spreads a client's flows over them by the 5-tuple; the service tunnels every datagram
+//! to one of three backends (Maglev over the flow hash, the same on every node with the same
+//! tunnels), and the test reads each node's tunnel output on the router's side of its veth.
 //!
 //! ```text
 //!  ns client             ns router (FRR: zebra + bgpd, maximum-paths, L4 multipath hash)

@@ -1,8 +1,8 @@
-//! Many RX lcores (issue 30): the production shape on a 2-CPU machine, lcores mapped onto the
-//! CPUs with `[lcores] cpus`. net_pcap replays one capture per RX queue, split the way RSS
-//! spreads flows (by a hash of addresses and ports), so the seed scenarios run with their
-//! traffic spread over 2 and 4 RX lcores; every received packet has one outcome, no mbuf is
-//! left, every lcore's series is there.
+//! Many RX lcores: the production shape on a 2-CPU machine, lcores mapped onto the CPUs with
+//! `[lcores] cpus`. net_pcap replays one capture per RX queue, split the way RSS spreads flows (by
+//! a hash of addresses and ports), so the seed scenarios run with their traffic spread over 2 and 4
+//! RX lcores; every received packet has one outcome, no mbuf is left, every lcore's series is
+//! there.
 
 mod common;
 

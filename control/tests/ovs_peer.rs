@@ -1,8 +1,8 @@
-//! GRE against an independent peer (issue 28, item 2): Open vSwitch's user-space (netdev)
-//! datapath as the far end of a tunnel with fastpathd, each in a network namespace the test
-//! creates, joined by a veth pair. fastpathd runs over DPDK `net_af_packet` on one end; on the
-//! other, a private `ovsdb-server` + `ovs-vswitchd` (own database, sockets, pidfiles and logs in
-//! the test's scratch directory, never the system's /var/run/openvswitch) hold
+//! GRE against an independent peer: Open vSwitch's user-space (netdev) datapath as the far end of a
+//! tunnel with fastpathd, each in a network namespace the test creates, joined by a veth pair.
+//! fastpathd runs over DPDK `net_af_packet` on one end; on the other, a private `ovsdb-server` +
+//! `ovs-vswitchd` (own database, sockets, pidfiles and logs in the test's scratch directory, never
+//! the system's /var/run/openvswitch) hold
 //!
 //! ```text
 //!  ns fp                  ns ovs                                            ns client
@@ -20,17 +20,17 @@
 //! (other than ARP) is GRE from 192.0.2.1 to 192.0.2.2 with the tunnel's key, checksum and
 //! sequence numbering, and that the requests really went through the tunnel.
 //!
-//! Over a DPDK link (issue 28, item 3) the far end is OVS-DPDK instead: fastpathd on
-//! `net_virtio_user` (vhost-user server, on hugepages, without `--single-file-segments` in its
-//! config: it must add that itself), OVS's `dpdkvhostuserclient` port `vhu0` in a bridge `br-dp`
-//! that switches it onto the same veth, so the wire the test reads is unchanged:
+//! Over a DPDK link the far end is OVS-DPDK instead: fastpathd on `net_virtio_user` (vhost-user
+//! server, on hugepages, without `--single-file-segments` in its config: it must add that itself),
+//! OVS's `dpdkvhostuserclient` port `vhu0` in a bridge `br-dp` that switches it onto the same veth,
+//! so the wire the test reads is unchanged:
 //!
 //! ```text
 //!  fastpathd ═ vhost-user ═ vhu0 ─ br-dp ─ veth ─── br-phy ... (as above)
 //! ```
 //!
 //! Each answer case (worker echo, reassembled datagrams, sequence tunnels) is a test of its own
-//! with the strict assertions: they were the leaks issue 28 found.
+//! with the strict assertions: each is a way an answer could leave bare on the underlay.
 //!
 //! Open vSwitch 3.1 quirk: on a port with both `csum=true` and `seq=true` it computes the GRE
 //! checksum before it writes the sequence number, so every such packet but the one numbered 0
@@ -320,9 +320,9 @@ impl Wire {
 #[derive(Clone, Copy, PartialEq)]
 enum FarEnd {
     Ovs,
-    /// OVS-DPDK (issue 28, item 3): fastpathd on `net_virtio_user` (vhost-user server, on
-    /// hugepages), OVS's `dpdkvhostuserclient` port in a bridge `br-dp` that switches it to the
-    /// veth, so the veth stays the wire the test reads (see [`ovs_dpdk`]).
+    /// OVS-DPDK: fastpathd on `net_virtio_user` (vhost-user server, on hugepages), OVS's
+    /// `dpdkvhostuserclient` port in a bridge `br-dp` that switches it to the veth, so the veth
+    /// stays the wire the test reads (see [`ovs_dpdk`]).
     OvsDpdk,
 }
 
@@ -1139,7 +1139,7 @@ fn internet_checksum(b: &[u8]) -> u16 {
     !(s as u16)
 }
 
-// ---- issue 28, item 3: OVS-DPDK over vhost-user, fastpathd on net_virtio_user ----
+// ---- OVS-DPDK over vhost-user, fastpathd on net_virtio_user ----
 
 /// Keyed and checksummed, the flavour a DPDK-to-DPDK tunnel to a backend would use.
 const KEYED_CHECKSUMMED: Kind = Kind {

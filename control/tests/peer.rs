@@ -554,11 +554,11 @@ impl TapPeer {
     }
 }
 
-/// Issue 29: with a config that passes the pool budget, the pool cannot run dry. A fragment
-/// flood fills the reassembler to its threshold and a flood to a slow sink fills its socket
-/// rings, first one then both at once, and the kernel still resolves us by ARP and NDP and gets
-/// every ping answered; no RX mbuf allocation ever fails. The same config with 8 MiB of held
-/// fragments is refused by `--check-config`.
+/// With a config that passes the pool budget, the pool cannot run dry. A fragment flood fills the
+/// reassembler to its threshold and a flood to a slow sink fills its socket rings, first one then
+/// both at once, and the kernel still resolves us by ARP and NDP and gets every ping answered; no
+/// RX mbuf allocation ever fails. The same config with 8 MiB of held fragments is refused by
+/// `--check-config`.
 #[test]
 fn arp_ndp_and_ping_keep_working_while_fragments_and_socket_rings_fill() {
     // Budget: RX 2 x 256 + TX 2 x 256 + fragments (2 MiB / 2304 -> 911, + 64) + rings 2 x 1024

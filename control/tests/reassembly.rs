@@ -97,12 +97,12 @@ fn fragmented_datagrams_are_reassembled_answered_and_counted() {
     );
 }
 
-/// Issue 29: reassembly keeps completing for as long as legitimate fragments arrive, whatever
-/// consumes the datagrams. bench_frags.pcap (64 legitimate 3-fragment datagrams among 1024
-/// first fragments that never complete) replayed in a loop at full speed for several seconds;
-/// completions sampled each second must keep rising, and at the end nothing is held. Scraped
-/// 250 times meanwhile (every scrape rendered, `cache_ms = 0`): at each, with fragments in
-/// flight, the packets received are the outcomes plus the fragments held.
+/// Reassembly keeps completing for as long as legitimate fragments arrive, whatever consumes the
+/// datagrams. bench_frags.pcap (64 legitimate 3-fragment datagrams among 1024 first fragments that
+/// never complete) replayed in a loop at full speed for several seconds; completions sampled each
+/// second must keep rising, and at the end nothing is held. Scraped 250 times meanwhile (every
+/// scrape rendered, `cache_ms = 0`): at each, with fragments in flight, the packets received are
+/// the outcomes plus the fragments held.
 fn completions_keep_rising(action: &str) {
     let s = Scratch::new(&format!("reasm-live-{action}"));
     let vdev = format!(
@@ -200,12 +200,12 @@ fn reassembly_keeps_completing_into_a_tunnel() {
     completions_keep_rising("tunnel")
 }
 
-/// Issue 35: a line-rate flood of datagrams that never complete, replayed in a loop, first under
-/// seed 001's `linux` policy, then reloaded live to the default `probation` policy. Per window,
-/// the share of the legitimate datagrams received that were reassembled: collapsed under
-/// `linux`, at least 90% under `probation`, with memory never above `high_thresh_bytes`.
-/// `free_on_rx` takes the worker out of the measurement (a worker starved of CPU runs the
-/// 64 KiB buffer pool dry, `no_buffer`, whatever the policy).
+/// A line-rate flood of datagrams that never complete, replayed in a loop, first under seed 001's
+/// `linux` policy, then reloaded live to the default `probation` policy. Per window, the share of
+/// the legitimate datagrams received that were reassembled: collapsed under `linux`, at least 90%
+/// under `probation`, with memory never above `high_thresh_bytes`. `free_on_rx` takes the worker
+/// out of the measurement (a worker starved of CPU runs the 64 KiB buffer pool dry, `no_buffer`,
+/// whatever the policy).
 fn flood_then_probation(capture: &str, frames: f64, high_thresh: u64) {
     let s = Scratch::new(&format!("reasm-{capture}"));
     let vdev = format!(

@@ -141,9 +141,9 @@ fn gre_capture_replay() {
     assert!(seq.iter().all(|r| r[1] == "1"));
 }
 
-/// Issue 8's MTU rule on a 1500-byte path with 28 bytes of tunnel overhead: DF or IPv6 inside
-/// gets ICMP Fragmentation Needed / Packet Too Big with MTU 1472 back to its sender; IPv4 without
-/// DF is encapsulated and sent in outer fragments that tshark reassembles.
+/// The tunnel MTU rule on a 1500-byte path with 28 bytes of tunnel overhead: DF or IPv6 inside gets
+/// ICMP Fragmentation Needed / Packet Too Big with MTU 1472 back to its sender; IPv4 without DF is
+/// encapsulated and sent in outer fragments that tshark reassembles.
 #[test]
 fn packets_too_big_for_the_tunnel() {
     let s = Scratch::new("gre-mtu");
@@ -209,9 +209,8 @@ fn packets_too_big_for_the_tunnel() {
     );
 }
 
-/// Issue 34: a `tunnel` service's backend is chosen by Maglev. Two nodes with the same tunnels
-/// (listed in another order) send every flow to the same backend; draining one moves its flows
-/// and no other.
+/// A `tunnel` service's backend is chosen by Maglev. Two nodes with the same tunnels (listed in
+/// another order) send every flow to the same backend; draining one moves its flows and no other.
 #[test]
 fn maglev_choice_agrees_across_nodes_and_a_drain_moves_only_its_flows() {
     let s = Scratch::new("maglev");

@@ -238,7 +238,7 @@ mod tests {
         );
     }
 
-    /// The two configs, which used to pass `--check-config`: refused, every term named.
+    /// Two configs whose fragments or socket rings could take the pool: refused, every term named.
     #[test]
     fn fragments_or_socket_rings_that_could_take_the_pool_are_refused_with_the_numbers() {
         let e = refusal(&cfg(2047, "\n[reassembly]\nhigh_thresh_bytes = 8388608\n"));

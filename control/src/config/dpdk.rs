@@ -29,8 +29,8 @@ pub const MEMPOOL_OPS: &[&str] = &["stack", "lf_stack", "ring_mp_mc", "ring_mt_r
 /// allocated again from it by the RX lcore; with DPDK's default FIFO ring (`ring_mp_mc`) the
 /// next mbuf is the one freed longest ago, so every mbuf of the pool is in the working set (16383 x 2.3 KiB = 37 MiB: cache and
 /// TLB misses on every header), while a stack hands back the most recently freed, still in
-/// cache. Measured on the open-port benchmark (RX lcore to a sink worker): 1.15-1.16x the
-/// packet rate, paired runs; unchanged where mbufs stay on one lcore.
+/// cache. On the open-port benchmark (RX lcore to a sink worker) it is faster; unchanged where
+/// mbufs stay on one lcore (benches/NOTES.md, "A stack mempool").
 pub const DEFAULT_MEMPOOL_OPS: &str = "stack";
 
 /// `[dpdk]`.

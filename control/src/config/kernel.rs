@@ -14,8 +14,9 @@ use serde::Deserialize;
 pub const DEFAULT_KERNEL_CAPACITY: usize = 1024;
 
 /// Packets a second all RX lcores together punt into the kernel path by default: ten times
-/// the control traffic a host's SSH, BGP and DNS exchange, a tenth of the 100–115 kpps a
-/// spoofed flood pushed into the kernel without a budget.
+/// the control traffic a host's SSH, BGP and DNS exchange, a small share of what a spoofed
+/// flood pushes into the kernel without a budget (benches/NOTES.md, "The kernel path's default
+/// punt budget").
 pub const DEFAULT_PUNT_RATE: u32 = 10_000;
 /// The punt budget's burst by default (0.1 s at the rate).
 pub const DEFAULT_PUNT_BURST: u32 = 1_000;

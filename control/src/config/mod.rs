@@ -505,7 +505,7 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
     rss::warn_public_key(&rss, &services, errs);
     let (mut reassembly, reassembly_buffers) = reassembly::validate(raw.reassembly, errs);
     // Held fragments are charged what their packet buffers really take, which the ports'
-    // largest MTU sets (a 9000-byte MTU made each held buffer 4x its charge).
+    // largest MTU sets (a 9000-byte MTU makes each held buffer 4x the default charge).
     let max_mtu = ports.iter().filter_map(|p| p.mtu).max().unwrap_or(1500) as u32;
     reassembly.buffer_truesize = packet_buffer_truesize(max_mtu);
     let icmp = icmp::validate(raw.icmp, errs);
