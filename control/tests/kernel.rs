@@ -1,4 +1,4 @@
-//! The exception path (issue 33) against real programs: fastpathd on one end of a veth pair
+//! The exception path against real programs: fastpathd on one end of a veth pair
 //! (`net_af_packet`) in a namespace of its own, with its kernel interface there too; a client
 //! namespace on the other end. Behind the kernel interface run a real DNS server (dnsmasq), a
 //! kernel TCP server (Python's http.server) and an SSH-like banner server; the client uses kdig,

@@ -1,4 +1,4 @@
-//! The exception path into the kernel (issue 33): which packets for us the fast path hands to
+//! The exception path into the kernel: which packets for us the fast path hands to
 //! the Linux kernel through a port's kernel interface (`[[port]] kernel_interface`), and the
 //! counters of the workers that carry them both ways.
 //!

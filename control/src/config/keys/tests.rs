@@ -356,7 +356,7 @@ fn each_key_changed_alone_is_the_change_found_and_classified_by_the_table() {
 }
 
 #[test]
-fn the_start_up_only_keys_of_issue_27_are_restart_only() {
+fn the_start_up_only_keys_are_restart_only() {
     for k in [
         "lcores.mode",
         "port.forward_to",
