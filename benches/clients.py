@@ -505,7 +505,16 @@ def median_of(results, setup, meas, fig):
     return statistics.median(vals) if vals else None
 
 
-def report(results, reps, seconds, warmup, punt_only):
+def machine():
+    model = "?"
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    return model
+
+
+def report(results, reps, seconds, warmup, punt_only, load):
     def cell(v, fmt, scale=1):
         return "n/a" if v is None else fmt.format(v * scale)
 
@@ -515,10 +524,13 @@ def report(results, reps, seconds, warmup, punt_only):
     lines = [
         f"# Clients benchmark: real programs through fastpathd, plain Linux and a DPDK bridge",
         "",
-        f"Run of {stamp}, {os.cpu_count()} CPUs: {reps} round(s), every setup once per round (every other round "
+        f"Run of {stamp} on {machine()}, {os.cpu_count()} CPUs (load average {load[0]} at the start, "
+        f"{load[1]} at the end): {reps} round(s), every setup once per round (every other round "
         f"backwards); throughput runs {seconds:g} s after {warmup:g} s of warm-up, latency {max(seconds, 0.5):g} s "
         f"at 1,000 a second; medians over rounds. fastpathd's kernel path: "
         + ("the default punt budget (no services)." if punt_only else "`action = \"kernel\"` services.")
+        + " Kernel interfaces (fastpathd's and the bridge's): "
+        + ("virtio-user" if os.path.exists("/dev/vhost-net") else "net_tap (no /dev/vhost-net)") + "."
         + " Higher is better for rates, lower for latency, losses and CPU.",
         "",
         "| measurement | unit | direct | bridge | fastpathd | fastpathd/direct | fastpathd/bridge | bridge/direct |",
@@ -574,6 +586,7 @@ def main():
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_term)
     results = {s: [] for s in SETUPS}
+    load = [os.getloadavg()[0], None]
     failures = 0
     tmp = tempfile.mkdtemp(prefix="bench-clients-")
     try:
@@ -588,7 +601,12 @@ def main():
         for rnd in range(reps):
             order = SETUPS if rnd % 2 == 0 else tuple(reversed(SETUPS))
             for setup in order:
-                r = one_setup(setup, rnd, seconds, warmup, tmp, www, qfile, punt_only)
+                try:
+                    r = one_setup(setup, rnd, seconds, warmup, tmp, www, qfile, punt_only)
+                except Failed as e:
+                    sys.exit(f"bench-clients: {setup}, round {rnd + 1}: {e}")
+                except KeyboardInterrupt:
+                    sys.exit(f"bench-clients: interrupted in {setup}, round {rnd + 1}; its namespaces are removed")
                 failures += sum(1 for m in MEASUREMENTS if r.get(m) is None)
                 results[setup].append(r)
                 print(f"round {rnd + 1}/{reps} {setup}: " + json.dumps(
@@ -597,7 +615,8 @@ def main():
         for bed in list(Bed.live):
             bed.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    text = report(results, reps, seconds, warmup, punt_only)
+    load[1] = os.getloadavg()[0]
+    text = report(results, reps, seconds, warmup, punt_only, [f"{x:.1f}" for x in load])
     print(text)
     with open(os.path.join(out_dir, "clients.md"), "w") as f:
         f.write(text)
