@@ -579,6 +579,9 @@ def main():
     reps = int(env_num("BENCH_REPS", 3))
     warmup = env_num("BENCH_WARMUP", 2)
     punt_only = os.environ.get("BENCH_KERNEL", "service") == "punt"
+    chosen = tuple(x for x in os.environ.get("BENCH_SETUPS", ",".join(SETUPS)).split(",") if x)
+    if not chosen or any(x not in SETUPS for x in chosen):
+        sys.exit(f"bench-clients: BENCH_SETUPS: a comma-separated subset of {','.join(SETUPS)}")
     out_dir = os.environ.get("BENCH_OUT", os.path.join(REPO, "benches"))
     os.makedirs(out_dir, exist_ok=True)
 
@@ -599,7 +602,7 @@ def main():
         with open(qfile, "w") as f:
             f.write(DNS_QUERIES)
         for rnd in range(reps):
-            order = SETUPS if rnd % 2 == 0 else tuple(reversed(SETUPS))
+            order = chosen if rnd % 2 == 0 else tuple(reversed(chosen))
             for setup in order:
                 try:
                     r = one_setup(setup, rnd, seconds, warmup, tmp, www, qfile, punt_only)
