@@ -156,6 +156,9 @@ class Failed(Exception):
     pass
 
 
+RETRIED = []  # measurements whose tool failed once, named in the report
+
+
 def env_num(name, default):
     v = os.environ.get(name, "")
     return float(v) if v else default
@@ -363,17 +366,29 @@ def start_servers(bed, www):
             raise Failed(f"{bed.setup}: {addr} does not answer ping")
 
 
+def iperf_end(out, want):
+    """The `end` of iperf3's JSON, or what went wrong."""
+    try:
+        d = json.loads(out)
+    except ValueError:
+        raise Failed(f"iperf3 printed no JSON:\n{out[-2000:]}")
+    end = d.get("end", {})
+    if d.get("error") or want not in end:
+        raise Failed(f"iperf3: {d.get('error') or 'no ' + want}; end has {sorted(end)}")
+    return end
+
+
 def iperf_tcp(bed, seconds, warmup, reverse):
     out = bed.client("iperf3", "-c", SERVER, "-t", f"{seconds:g}", "-O", f"{warmup:g}", "-J", *(["-R"] if reverse else []),
-                     timeout=seconds + warmup + 30)
-    end = json.loads(out)["end"]
+                     timeout=seconds + warmup + 30, check=False)
+    end = iperf_end(out, "sum_received")
     return {"mbps": end["sum_received"]["bits_per_second"] / 1e6, "retransmits": end["sum_sent"].get("retransmits", 0)}
 
 
 def iperf_udp(bed, seconds, warmup):
     out = bed.client("iperf3", "-c", SERVER, "-u", "-b", "1G", "-t", f"{seconds:g}", "-O", f"{warmup:g}", "-J",
-                     timeout=seconds + warmup + 30)
-    r = json.loads(out)["end"]["sum_received"]
+                     timeout=seconds + warmup + 30, check=False)
+    r = iperf_end(out, "sum_received")["sum_received"]
     return {"mbps": r["bits_per_second"] / 1e6, "loss": r["lost_percent"]}
 
 
@@ -450,11 +465,14 @@ def one_setup(setup, rnd, seconds, warmup, tmp, www, qfile, punt_only):
         ]
         for name, f in steps:
             before = counters(bed) if fp else None
-            try:
-                res[name] = f()
-            except Failed as e:
-                print(f"{setup} round {rnd + 1}: {name} failed: {e}", file=sys.stderr, flush=True)
-                res[name] = None
+            res[name] = None
+            for attempt in (1, 2):  # a tool's failure (not a slow figure) is retried once
+                try:
+                    res[name] = f()
+                    break
+                except Failed as e:
+                    print(f"{setup} round {rnd + 1}: {name} failed (attempt {attempt}): {e}", file=sys.stderr, flush=True)
+                    RETRIED.append(f"{setup} round {rnd + 1} {name}")
             if fp:
                 after = counters(bed)
                 res[f"{name}_counters"] = {k: after[k] - before[k] for k in COUNTERS}
@@ -531,7 +549,8 @@ def report(results, reps, seconds, warmup, punt_only, load):
         + ("the default punt budget (no services)." if punt_only else "`action = \"kernel\"` services.")
         + " Kernel interfaces (fastpathd's and the bridge's): "
         + ("virtio-user" if os.path.exists("/dev/vhost-net") else "net_tap (no /dev/vhost-net)") + "."
-        + " Higher is better for rates, lower for latency, losses and CPU.",
+        + " Higher is better for rates, lower for latency, losses and CPU."
+        + (f" Failed and run again (the error is in the run's log): {', '.join(RETRIED)}." if RETRIED else ""),
         "",
         "| measurement | unit | direct | bridge | fastpathd | fastpathd/direct | fastpathd/bridge | bridge/direct |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
