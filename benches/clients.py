@@ -431,7 +431,10 @@ def ping(bed, seconds):
 def rtt(bed, port, kind, seconds):
     out = bed.client("/usr/bin/python3", "-c", RTT_CLIENT, SERVER, str(port), "1000", f"{max(seconds, 0.5):g}", kind,
                      timeout=seconds * 3 + 30)
-    r = json.loads(out)
+    try:
+        r = json.loads(out)
+    except ValueError:
+        raise Failed(f"the {kind} client printed no figures:\n{out[-2000:]}")
     if r["lost"] == r["sent"]:
         raise Failed(f"{kind} at {port}: no answers")
     return r
