@@ -40,6 +40,9 @@ TOOLS = {  # program: the Debian package that has it (ci/setup installs them)
 }
 TESTPMD = os.environ.get("TESTPMD", "dpdk-testpmd")
 FASTPATHD = os.environ.get("FASTPATHD") or os.path.join(REPO, "target", "release", "fastpathd")
+# af_packet ring frames, as docs/operating.md has it for qpairs > 1 (room for the RX lcore's lag
+# before DPDK's fanout rollover reorders a flow); the bridge's ring gets the same.
+FRAMECNT = 4096
 # The counters that explain a loss on fastpathd's side, read around every measurement.
 COUNTERS = ("flow_limited", "rollover", "kernel_full", "kernel_limited", "socket_full")
 
@@ -282,7 +285,7 @@ def idle_cpu(pid, seconds):
 def start_bridge(bed):
     prefix = f"fpcb{bed.port}"
     cmd = [TESTPMD, "--no-huge", "-m", "512", "--no-pci", f"--file-prefix={prefix}", "--no-telemetry",
-           "--log-level=lib.eal:warning", f"--vdev=net_af_packet0,iface={bed.port},qpairs=1",
+           "--log-level=lib.eal:warning", f"--vdev=net_af_packet0,iface={bed.port},qpairs=1,framecnt={FRAMECNT}",
            f"--vdev=net_tap0,iface={bed.kif},mac={bed.mac}", "-l", "0,1", "--",
            "--forward-mode=io", "--nb-cores=1", "--auto-start",
            "--total-num-mbufs=16383"]  # fastpathd's default pool; testpmd's own does not fit -m 512
@@ -307,7 +310,7 @@ def wait_interface(bed, p, name):
 
 def start_fastpathd(bed, punt_only):
     eal = ["--no-huge", "-m", "512", "--no-pci", f"--file-prefix=fpcf{bed.port}",
-           f"--vdev=net_af_packet0,iface={bed.port},qpairs=2"]
+           f"--vdev=net_af_packet0,iface={bed.port},qpairs=2,framecnt={FRAMECNT}"]
     cfg = os.path.join(bed.tmp, "fastpathd.toml")
     with open(cfg, "w") as f:
         f.write(FASTPATHD_CONFIG.format(eal=", ".join(f'"{a}"' for a in eal), addr=SERVER, kif=bed.kif, tmp=bed.tmp,
