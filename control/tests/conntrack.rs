@@ -412,6 +412,39 @@ fn floods_at_ten_times_the_table_leave_every_established_connection_pinned() {
     let plan: Vec<(u16, u8)> = PINNED.map(|port| (port, PSH_ACK)).collect();
     let second = exchange(&p, &plan);
     let after: Vec<String> = PINNED.map(|port| second[&port][0].clone()).collect();
+    // `fastpathctl flow` asks the worker's table: each connection's tracked backend, pinned
+    // where the new Maglev table would pick another.
+    let sock = s.path("control.sock");
+    let mut pinned = 0;
+    for (port, was) in PINNED.zip(&before) {
+        let f = ctl_flow(&sock, port, true);
+        let d = &f["detail"];
+        let tracked = d["conntrack"].as_array().expect("the worker's answer");
+        assert_eq!(tracked.len(), 1, "one worker, one entry: {f}");
+        let e = &tracked[0];
+        let name = tunnel_name(was);
+        assert_eq!(
+            (e["state"].as_str(), e["backend"].as_str()),
+            (Some("confirmed"), Some(name)),
+            "{f}"
+        );
+        let moved = d["backend"].as_str() != Some(name);
+        assert_eq!(e["pinned"].as_bool(), Some(moved), "{f}");
+        if moved {
+            pinned += 1;
+            let text = ctl_flow(&sock, port, false);
+            assert!(
+                text.as_str()
+                    .unwrap()
+                    .contains(&format!("tunnel {name}, confirmed, pinned")),
+                "{text}"
+            );
+        }
+    }
+    eprintln!("fastpathctl flow: {pinned} of {n} connections pinned away from the new Maglev pick");
+    assert!(pinned > 0, "adding c moves about a third of Maglev's picks");
+    let unknown = ctl_flow(&sock, 43_000, true);
+    assert_eq!(unknown["detail"]["conntrack"], serde_json::json!([]), "{unknown}");
     let (code, log) = d.stop();
     assert_eq!(code, Some(0), "{log}");
     let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
@@ -428,4 +461,34 @@ fn floods_at_ten_times_the_table_leave_every_established_connection_pinned() {
     assert_eq!(after, before, "every established connection kept its backend");
     assert_eq!(confirmed(&m), n);
     assert_eq!(family_sum(&m, "fastpath_conntrack_repinned_total"), 0.0);
+}
+
+/// The tunnel whose remote is `addr` (192.0.2.10 + its letter).
+fn tunnel_name(addr: &str) -> &'static str {
+    match addr {
+        "192.0.2.10" => "a",
+        "192.0.2.11" => "b",
+        "192.0.2.12" => "c",
+        _ => panic!("no tunnel has remote {addr}"),
+    }
+}
+
+/// `fastpathctl flow tcp 192.0.2.2:PORT 192.0.2.1:80` over the control socket `sock`: the
+/// parsed JSON answer when `json`, else the text (as a JSON string).
+fn ctl_flow(sock: &std::path::Path, port: u16, json: bool) -> serde_json::Value {
+    let src = format!("192.0.2.2:{port}");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fastpathctl"));
+    cmd.arg("--socket")
+        .arg(sock)
+        .args(["flow", "tcp", &src, "192.0.2.1:80"]);
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().expect("run fastpathctl");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    if json {
+        serde_json::from_slice(&out.stdout).unwrap()
+    } else {
+        serde_json::Value::String(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
 }

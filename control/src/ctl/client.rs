@@ -872,7 +872,35 @@ fn render_flow(r: &Value) -> String {
         _ => {}
     }
     if d.get("backend").is_some_and(|b| !b.is_null()) {
-        out.push_str(&format!("  backend tunnel {}\n", cell(&d["backend"])));
+        out.push_str(&format!("  backend tunnel {} (Maglev's pick)\n", cell(&d["backend"])));
+    }
+    for e in d["conntrack"].as_array().into_iter().flatten() {
+        match e["backend"].as_str() {
+            Some(b) => out.push_str(&format!(
+                "  connection table of lcore {}: tunnel {b}, {}{}{}\n",
+                cell(&e["lcore"]),
+                cell(&e["state"]),
+                if e["pinned"] == true {
+                    ", pinned (not Maglev's pick)"
+                } else {
+                    ""
+                },
+                if e["kept"] == false {
+                    "; its backend left the service or is down: the next packet re-pins it"
+                } else {
+                    ""
+                },
+            )),
+            None => out.push_str(&format!(
+                "  connection table of lcore {}: {} (generation {})\n",
+                cell(&e["lcore"]),
+                cell(&e["state"]),
+                cell(&e["generation"])
+            )),
+        }
+    }
+    if let Some(n) = d["conntrack_note"].as_str() {
+        out.push_str(&format!("  {n}\n"));
     }
     if let Some(n) = d["note"].as_str() {
         out.push_str(&format!("  {n}\n"));
