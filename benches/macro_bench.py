@@ -360,7 +360,7 @@ SCENARIOS = [
     dict(name="fastpathd-gre-flood", kind="fastpathd:pipeline", capture=conntrack_capture("flood"),
          extra=GRE_TCP.format(entries=1024), figures="conntrack", mbufs=32767,
          what=f"a flood of new flows: spoofed SYNs and ACKs of {CONNTRACK_FLOWS} tuples, 16 x the table's 1024 "
-              "entries: every packet misses, takes an unconfirmed way and is encapsulated to the Maglev pick"),
+              "entries: almost every packet misses, takes the way of an older unconfirmed entry and is encapsulated to the Maglev pick"),
     dict(name="fastpathd-open-sink-scraped", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=SINK, scrape=True,
          paired=True, min_seconds=12 * SCRAPE_PERIOD,
          what="open-sink while a thread of the benchmark GETs /metrics every 10 ms, in windows of "
