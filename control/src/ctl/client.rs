@@ -59,8 +59,9 @@ pub enum Cmd {
         #[arg(value_enum)]
         what: ShowWhat,
     },
-    /// What the running config does with a packet: RSS hash and queue, service, socket, backend,
-    /// or the closed port's answer.
+    /// What the running config does with a packet: RSS hash and queue, service, socket, backend
+    /// (Maglev's pick, and each worker's connection-table entry for the flow), or the closed
+    /// port's answer.
     Flow {
         /// udp or tcp (a TCP segment is taken as a SYN).
         #[arg(value_parser = ["udp", "tcp"])]
@@ -160,7 +161,8 @@ Version, uptime, config generation and path, ports, lcores, health, backends dow
 One area's live state.
 .TP
 \fBflow\fR \fIudp\fR|\fItcp\fR \fISRC\fR[:\fIPORT\fR] \fIDST\fR[:\fIPORT\fR]
-What the running config does with such a packet.
+What the running config does with such a packet; for a tunnel service, Maglev's pick and what
+each worker's connection table holds for the flow (the backend it is pinned to).
 .TP
 \fBstats\fR [\-\-interval \fISECONDS\fR]
 Per-lcore and per-queue rates over the interval.

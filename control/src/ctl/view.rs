@@ -455,6 +455,14 @@ impl View {
             }
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
+        // Released however this ends (a connection dropped mid-wait drops this future).
+        struct Probing;
+        impl Drop for Probing {
+            fn drop(&mut self) {
+                PROBING.store(false, std::sync::atomic::Ordering::Release);
+            }
+        }
+        let probing = Probing;
         let n = PROBE_NUMBER.fetch_add(1, Relaxed) + 1;
         for w in &workers {
             w.conntrack_probe.ask(n, q.protocol.into(), q.src, q.dst, service);
@@ -471,7 +479,7 @@ impl View {
             }
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
-        PROBING.store(false, std::sync::atomic::Ordering::Release);
+        drop(probing);
         use fastpath::stats::ConntrackProbe as P;
         let mut tracked = Vec::new();
         let mut pinned_elsewhere = false;
