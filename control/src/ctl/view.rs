@@ -510,7 +510,8 @@ impl View {
         } else if pinned_elsewhere {
             format!(
                 "pinned: the connection table keeps this flow on its backend, not on Maglev's pick ({})",
-                pick.and_then(name).unwrap_or_default()
+                pick.and_then(name)
+                    .unwrap_or_else(|| "none: no backend takes new flows".into())
             )
         } else {
             "tracked on Maglev's pick".to_string()
