@@ -433,6 +433,10 @@ fn floods_at_ten_times_the_table_leave_every_established_connection_pinned() {
         if moved {
             pinned += 1;
             let text = ctl_flow(&sock, port, false);
+            eprintln!(
+                "fastpathctl flow tcp 192.0.2.2:{port} 192.0.2.1:80\n{}",
+                text.as_str().unwrap()
+            );
             assert!(
                 text.as_str()
                     .unwrap()
