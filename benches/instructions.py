@@ -43,9 +43,10 @@ INSTRUCTIONS_LCORE=worker collects inside the worker lcore's loop (`WorkerLcore:
 reads the worker's polls from the exit's metrics dump: under valgrind the worker polls whenever
 it is scheduled, and a sink fed by one RX lcore only moves its queue's index per busy poll
 (thousands of packets), so its count follows its polls, not the packets: compare instructions
-per poll. A tunnel scenario (fastpathd-gre-encap) is measured only there: its worker
-encapsulates each packet, so instructions per packet are the worker's cost of one (the poll's own
-cost spread over what it took). INSTRUCTIONS_IDLE_SERVICE=1 moves the sink to a port the traffic never reaches, so the
+per poll. A tunnel scenario (fastpathd-gre-encap, -untracked, -tracked, -flood) is measured only
+there: its worker encapsulates each packet it takes, so the worker's instructions over the
+packets encapsulated (`fastpath_gre_encap_total`, printed as "instructions/packet encapsulated")
+are its cost of one (the poll's own cost spread over what it took). INSTRUCTIONS_IDLE_SERVICE=1 moves the sink to a port the traffic never reaches, so the
 worker polls one empty socket (its empty polls past `spin_polls` sleep, so that price includes
 the sleep and is not an empty poll's in a busy run).
 
@@ -207,6 +208,9 @@ def run(sc, seconds, tmp):
                 float(v) for k, v in re.findall(r'^fastpath_lcore_' + state + r'_polls_total\{lcore="(\d+)"\} (\S+)',
                                                  dumped, re.M)
                 if k in [x.strip() for x in lcores.split(",")])
+        # A tunnel scenario's packets the worker encapsulated: its instructions over these are
+        # its cost of one (under valgrind it drops much of what the RX lcore received).
+        r["encapsulated"] = sum(float(v) for v in re.findall(r"^fastpath_gre_encap_total\{[^}]*\} (\S+)", dumped, re.M))
     dpdk = dpdk_share(out)
     keep = os.environ.get("INSTRUCTIONS_KEEP")
     if keep:
@@ -299,6 +303,8 @@ def main():
                 polls = r["idle_polls"] + r["busy_polls"]
                 split += (f"; worker: {r['idle_polls']:.0f} empty polls, {r['busy_polls']:.0f} busy, "
                           f"{r['total'] * r['packets'] / max(polls, 1):.1f} instructions/poll")
+                if r.get("encapsulated"):
+                    split += f", {r['total'] * r['packets'] / r['encapsulated']:.1f} instructions/packet encapsulated"
             if "uncertainty" in r:
                 split += f", counted after dpdk-dumpcap detached (packets ±{100 * r['uncertainty']:.3f}%)"
             print(f"{name}: {r['packets']:.0f} packets, {r['total']:.1f} instructions/packet{split}", flush=True)

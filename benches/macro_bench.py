@@ -55,6 +55,7 @@ import signal
 import random
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -146,6 +147,71 @@ remote = "203.0.113.10"
 port = "net_null0"
 next_hop_mac = "02:00:00:00:00:fe"
 """
+
+# A TCP `tunnel` service on port 80 over three backends out of net_null0, with a connection
+# table of {entries} entries a worker ([conntrack]).
+GRE_TCP = """
+[[service]]
+name = "lb"
+protocol = "tcp"
+ports = [80]
+sockets = 1
+socket_capacity = 1024
+action = "tunnel"
+tunnels = ["t1", "t2", "t3"]
+
+[conntrack]
+entries = {entries}
+""" + "".join(f"""
+[[tunnel]]
+name = "t{i}"
+local = "192.0.2.1"
+remote = "203.0.113.{9 + i}"
+port = "net_null0"
+next_hop_mac = "02:00:00:00:00:fe"
+""" for i in (1, 2, 3))
+# Flows in each connection-table capture (conntrack_capture): 16 x a 1024-entry table.
+CONNTRACK_FLOWS = 16384
+
+
+def conntrack_capture(kind):
+    """A capture of CONNTRACK_FLOWS minimum-size TCP/IPv4 frames to 02:00:00:00:00:01 /
+    192.0.2.1 port 80, one a flow, written once to the temp directory (deterministic; 1 MiB, so
+    made at bench time rather than kept in configs/captures): `tracked`, ACKs of established
+    flows from 198.18.0.0/15 (each flow's next packet comes a replay later, so a table of 4 x
+    the flows confirms them all within the warm-up: mid-stream flows confirm a second after
+    their first packet); `flood`, spoofed SYNs and ACKs in turn from 198.19.0.0/16 (every tuple
+    new to a 1024-entry table each time it comes round: 16 x its capacity). Its path."""
+    path = os.path.join(tempfile.gettempdir(), f"fastpathd-bench-conntrack-{kind}-{CONNTRACK_FLOWS}.pcap")
+    if os.path.exists(path):
+        return path
+
+    def csum(b):
+        s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+        while s >> 16:
+            s = (s & 0xFFFF) + (s >> 16)
+        return ~s & 0xFFFF
+
+    dst = bytes([192, 0, 2, 1])
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)]
+    for i in range(CONNTRACK_FLOWS):
+        if kind == "tracked":
+            src, flags = bytes([198, 18 + (i >> 16), (i >> 8) & 255, i & 255]), 0x10
+        else:
+            src, flags = bytes([198, 19, (i >> 8) & 255, i & 255]), 0x02 if i % 2 == 0 else 0x10
+        tcp = struct.pack("!HHIIBBHHH", 1024 + i % 60000, 80, i, 1 if flags & 0x10 else 0, 0x50, flags, 65535, 0, 0)
+        c = csum(src + dst + struct.pack("!BBH", 0, 6, len(tcp)) + tcp)
+        tcp = tcp[:16] + struct.pack("!H", c) + tcp[18:]
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 40, 0, 0x4000, 64, 6, 0, src, dst)
+        ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
+        frame = bytes.fromhex("020000000001" "020000000207" "0800") + ip + tcp + bytes(6)
+        out.append(struct.pack("<IIII", 0, i, len(frame), len(frame)) + frame)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(b"".join(out))
+    os.replace(tmp, path)
+    return path
+
 
 
 def deny_list(n, hit):
@@ -283,6 +349,18 @@ SCENARIOS = [
     dict(name="fastpathd-gre-encap", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=GRE, figures="gre",
          what="bench_udp to a service on port 9 with `action = \"tunnel\"`: the worker (lcore 0) wraps every "
               "packet in GRE and sends it out of net_null0"),
+    dict(name="fastpathd-gre-encap-untracked", kind="fastpathd:pipeline", capture=BENCH_UDP,
+         extra=GRE + "\n[conntrack]\nentries = 0\n", figures="gre",
+         what="fastpathd-gre-encap without a connection table (`[conntrack] entries = 0`: stateless Maglev)"),
+    dict(name="fastpathd-gre-tracked", kind="fastpathd:pipeline", capture=conntrack_capture("tracked"),
+         extra=GRE_TCP.format(entries=4 * CONNTRACK_FLOWS), figures="conntrack", mbufs=32767,
+         what=f"{CONNTRACK_FLOWS} established TCP flows (ACKs, one a flow per loop of the capture) to a tunnel "
+              f"service over 3 backends with a table of {4 * CONNTRACK_FLOWS} entries: after the warm-up every packet "
+              "hits a confirmed entry (1M flows: benches/examples/conntrack_flood.rs)"),
+    dict(name="fastpathd-gre-flood", kind="fastpathd:pipeline", capture=conntrack_capture("flood"),
+         extra=GRE_TCP.format(entries=1024), figures="conntrack", mbufs=32767,
+         what=f"a flood of new flows: spoofed SYNs and ACKs of {CONNTRACK_FLOWS} tuples, 16 x the table's 1024 "
+              "entries: almost every packet misses, takes the way of an older unconfirmed entry and is encapsulated to the Maglev pick"),
     dict(name="fastpathd-open-sink-scraped", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=SINK, scrape=True,
          paired=True, min_seconds=12 * SCRAPE_PERIOD,
          what="open-sink while a thread of the benchmark GETs /metrics every 10 ms, in windows of "
@@ -763,6 +841,13 @@ def scenario_figures(sc, metrics, mpps):
         done = total("fastpath_reasm_completed_total")
         out["legit_reassembled"] = done / legit if legit > 0 else None
         out["datagrams_mpps"] = mpps * done / rx
+    elif kind == "conntrack" and rx > 0:
+        hits, misses = total("fastpath_conntrack_hits_total"), total("fastpath_conntrack_misses_total")
+        out["encap_mpps"] = mpps * total("fastpath_gre_encap_total") / rx
+        out["hit_rate"] = hits / (hits + misses) if hits + misses > 0 else None
+        out["confirmed"] = sum(v for k, v in metrics.items()
+                               if k.startswith("fastpath_conntrack_entries{") and 'state="confirmed"' in k)
+        out["evictions_per_packet"] = total("fastpath_conntrack_evictions_total") / rx
     elif kind == "gre" and rx > 0:
         out["encap_mpps"] = mpps * total("fastpath_gre_encap_total") / rx
         out["encap_share"] = total("fastpath_gre_encap_total") / rx

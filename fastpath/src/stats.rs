@@ -184,6 +184,80 @@ pub struct ReasmCounters {
     pub held: Counter,
 }
 
+/// A question about one flow to a worker's connection table, from the control socket's thread
+/// (`fastpathctl flow`), answered by the worker itself between two polls: the table has one
+/// writer and no lock, so nobody else reads it. The asker (one at a time) writes `flow` and
+/// `service`, then `asked` (Release); the worker reads `asked` once a poll (Acquire) and, when
+/// it is not the last it answered, writes `answer` and `generation`, then `answered` (Release).
+/// All atomics: a late answer to an abandoned question is wrong, never undefined behaviour, and
+/// the asker only takes the answer whose number is its own.
+#[derive(Debug, Default)]
+pub struct ConntrackProbe {
+    /// The question's number (0: none yet).
+    pub asked: AtomicU64,
+    /// The flow, client → service: protocol << 32 | client port << 16 | service port; the
+    /// client's address (IPv6 or IPv4-mapped) high and low; the service's, the same.
+    pub flow: [AtomicU64; 5],
+    /// The service's index in the asker's tables.
+    pub service: AtomicU64,
+    /// The number of the question last answered.
+    pub answered: AtomicU64,
+    /// The answer ([`ConntrackProbe::FOUND`] and the other bits, the tunnel index in the low 32).
+    pub answer: AtomicU64,
+    /// The generation of the tables the worker answered with.
+    pub generation: AtomicU64,
+}
+
+impl ConntrackProbe {
+    /// The flow has a live entry.
+    pub const FOUND: u64 = 1 << 63;
+    /// The entry is confirmed.
+    pub const CONFIRMED: u64 = 1 << 62;
+    /// Its backend is still a member of the service and up (else its next packet re-pins it).
+    pub const KEPT: u64 = 1 << 61;
+    /// The worker tracks nothing (`entries = 0`).
+    pub const DISABLED: u64 = 1 << 60;
+
+    /// Asks question number `n` (never 0, never reused; one asker at a time) about the flow
+    /// `protocol` `client`:`cport` → `server`:`sport` of service `service`.
+    pub fn ask(
+        &self,
+        n: u64,
+        protocol: u8,
+        client: (std::net::IpAddr, u16),
+        server: (std::net::IpAddr, u16),
+        service: usize,
+    ) {
+        let bits = |a: std::net::IpAddr| match a {
+            std::net::IpAddr::V4(a) => a.to_ipv6_mapped().to_bits(),
+            std::net::IpAddr::V6(a) => a.to_bits(),
+        };
+        let (c, s) = (bits(client.0), bits(server.0));
+        let words = [
+            (protocol as u64) << 32 | (client.1 as u64) << 16 | server.1 as u64,
+            (c >> 64) as u64,
+            c as u64,
+            (s >> 64) as u64,
+            s as u64,
+        ];
+        for (w, v) in self.flow.iter().zip(words) {
+            w.store(v, Relaxed);
+        }
+        self.service.store(service as u64, Relaxed);
+        self.asked.store(n, Release);
+    }
+
+    /// The answer to question `n` once the worker gave it: (answer, generation).
+    pub fn answer_to(&self, n: u64) -> Option<(u64, u64)> {
+        if self.answered.load(Acquire) != n {
+            return None;
+        }
+        let got = (self.answer.load(Relaxed), self.generation.load(Relaxed));
+        fence(Acquire);
+        (self.answered.load(Relaxed) == n).then_some(got)
+    }
+}
+
 /// A worker's connection table (`pipeline::conntrack`), counted by the worker alone.
 #[derive(Debug, Default)]
 pub struct ConntrackCounters {
@@ -240,6 +314,8 @@ pub struct LcoreStats {
     pub reasm: ReasmCounters,
     /// The connection table (workers).
     pub conntrack: ConntrackCounters,
+    /// Questions to the connection table (workers): `fastpathctl flow`.
+    pub conntrack_probe: ConntrackProbe,
     /// The per-packet trace's switch (RX lcores): armed by the control side, read once a burst.
     pub trace: crate::trace::TraceTap,
     /// The section's sequence number: odd while packets counted received may lack their
@@ -353,6 +429,7 @@ impl LcoreStats {
             generation: AtomicU64::new(0),
             reasm: ReasmCounters::default(),
             conntrack: ConntrackCounters::default(),
+            conntrack_probe: ConntrackProbe::default(),
             trace: Default::default(),
             seq: AtomicU64::new(0),
             copy: PacketCopy {

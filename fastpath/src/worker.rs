@@ -25,10 +25,11 @@ use crate::pipeline::conntrack::{self, Conntrack, ConntrackCounters, Seen};
 use crate::pipeline::tunnel::Tunnel;
 use crate::pipeline::{kernel, service, tunnel, Action, Backends, Instant, Tables};
 use crate::socket::{Socket, SocketLcoreCounters};
-use crate::stats::LcoreStats;
+use crate::stats::{ConntrackProbe, LcoreStats};
 use crate::tx::{fragment_into_tunnel, needs_fragmenting, queue_in_fragments, Transmit, TxBatch, BURST};
 use crate::wire::{IpProtocol, TcpFlags};
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::Arc;
 
 #[cfg(test)]
@@ -267,6 +268,8 @@ struct Flows {
     id_of: Vec<u16>,
     /// The poll's time.
     now: Instant,
+    /// The number of the last question from the control side answered ([`ConntrackProbe`]).
+    answered: u64,
 }
 
 impl Flows {
@@ -277,6 +280,7 @@ impl Flows {
             tunnel_of: Vec::new(),
             id_of: Vec::new(),
             now: Instant(0),
+            answered: 0,
         };
         f.adopt(t);
         f
@@ -342,6 +346,60 @@ impl Flows {
             || set.pick(p.hash).map(|ti| id_of[ti]),
         )?;
         Some(self.tunnel_of[id as usize] as usize)
+    }
+
+    /// Answers the control side's question about a flow, if there is a new one: one load a poll.
+    #[inline]
+    fn answer(&mut self, q: &ConntrackProbe, t: &Tables) {
+        let asked = q.asked.load(Acquire);
+        if asked != self.answered {
+            self.answer_now(q, t, asked);
+        }
+    }
+
+    #[cold]
+    fn answer_now(&mut self, q: &ConntrackProbe, t: &Tables, asked: u64) {
+        let w: [u64; 5] = std::array::from_fn(|i| q.flow[i].load(Relaxed));
+        let addr = |hi: u64, lo: u64| {
+            let a = std::net::Ipv6Addr::from_bits((hi as u128) << 64 | lo as u128);
+            a.to_ipv4_mapped().map_or(std::net::IpAddr::V6(a), std::net::IpAddr::V4)
+        };
+        let key = self.table.key(
+            (w[0] >> 32) as u8,
+            addr(w[1], w[2]),
+            (w[0] >> 16) as u16,
+            addr(w[3], w[4]),
+            w[0] as u16,
+        );
+        let set = match t
+            .services
+            .services()
+            .get(q.service.load(Relaxed) as usize)
+            .map(|s| &s.action)
+        {
+            Some(Action::Tunnel(set)) => Some(set),
+            _ => None,
+        };
+        let answer = match self.table.lookup(key, self.now) {
+            _ if self.table.is_disabled() => ConntrackProbe::DISABLED,
+            None => 0,
+            Some((id, confirmed)) => {
+                let ti = self.tunnel_of.get(id as usize).copied().unwrap_or(u32::MAX);
+                let kept = ti != u32::MAX && set.is_some_and(|set| set.keeps(ti as usize));
+                let mut a = ConntrackProbe::FOUND | ti as u64;
+                if confirmed {
+                    a |= ConntrackProbe::CONFIRMED;
+                }
+                if kept {
+                    a |= ConntrackProbe::KEPT;
+                }
+                a
+            }
+        };
+        q.answer.store(answer, Relaxed);
+        q.generation.store(t.generation, Relaxed);
+        q.answered.store(asked, Release);
+        self.answered = asked;
     }
 
     /// The tunnel of the flow an ICMP error quotes ([`conntrack::quoted_flow`]).
@@ -997,6 +1055,7 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> WorkerEngine<B, Io> {
         // A few buckets a poll: an idle worker sweeps a table of 1M entries in well under a
         // second, a busy one touches 4 more lines per burst.
         self.out.flows.table.sweep(now, 4, &self.out.stats.conntrack);
+        self.out.flows.answer(&self.out.stats.conntrack_probe, &self.w.tables);
         let (out, w, buf) = (&mut self.out, &mut self.w, &mut self.buf);
         let mut taken = 0usize;
         let mut from_kernel = 0usize;

@@ -59,8 +59,9 @@ pub enum Cmd {
         #[arg(value_enum)]
         what: ShowWhat,
     },
-    /// What the running config does with a packet: RSS hash and queue, service, socket, backend,
-    /// or the closed port's answer.
+    /// What the running config does with a packet: RSS hash and queue, service, socket, backend
+    /// (Maglev's pick, and each worker's connection-table entry for the flow), or the closed
+    /// port's answer.
     Flow {
         /// udp or tcp (a TCP segment is taken as a SYN).
         #[arg(value_parser = ["udp", "tcp"])]
@@ -160,7 +161,8 @@ Version, uptime, config generation and path, ports, lcores, health, backends dow
 One area's live state.
 .TP
 \fBflow\fR \fIudp\fR|\fItcp\fR \fISRC\fR[:\fIPORT\fR] \fIDST\fR[:\fIPORT\fR]
-What the running config does with such a packet.
+What the running config does with such a packet; for a tunnel service, Maglev's pick and what
+each worker's connection table holds for the flow (the backend it is pinned to).
 .TP
 \fBstats\fR [\-\-interval \fISECONDS\fR]
 Per-lcore and per-queue rates over the interval.
@@ -885,7 +887,35 @@ fn render_flow(r: &Value) -> String {
         _ => {}
     }
     if d.get("backend").is_some_and(|b| !b.is_null()) {
-        out.push_str(&format!("  backend tunnel {}\n", cell(&d["backend"])));
+        out.push_str(&format!("  backend tunnel {} (Maglev's pick)\n", cell(&d["backend"])));
+    }
+    for e in d["conntrack"].as_array().into_iter().flatten() {
+        match e["backend"].as_str() {
+            Some(b) => out.push_str(&format!(
+                "  connection table of lcore {}: tunnel {b}, {}{}{}\n",
+                cell(&e["lcore"]),
+                cell(&e["state"]),
+                if e["pinned"] == true {
+                    ", pinned (not Maglev's pick)"
+                } else {
+                    ""
+                },
+                if e["kept"] == false {
+                    "; its backend left the service or is down: the next packet re-pins it"
+                } else {
+                    ""
+                },
+            )),
+            None => out.push_str(&format!(
+                "  connection table of lcore {}: {} (generation {})\n",
+                cell(&e["lcore"]),
+                cell(&e["state"]),
+                cell(&e["generation"])
+            )),
+        }
+    }
+    if let Some(n) = d["conntrack_note"].as_str() {
+        out.push_str(&format!("  {n}\n"));
     }
     if let Some(n) = d["note"].as_str() {
         out.push_str(&format!("  {n}\n"));

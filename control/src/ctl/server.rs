@@ -221,7 +221,7 @@ impl Endpoint {
             Request::Show { what } => protocol::ok(v.show(what)),
             Request::Stats => protocol::ok(v.stats()),
             Request::Flow { protocol: p, src, dst } => match protocol::parse_flow(&p, &src, &dst) {
-                Ok(q) => protocol::ok(v.flow(&q)),
+                Ok(q) => protocol::ok(v.flow_tracked(&q).await),
                 Err(e) => protocol::error(e),
             },
             Request::Reload { dry_run } => self.reload(dry_run).await,

@@ -1,6 +1,8 @@
 //! What the control socket answers, built from what the control and metrics threads already
 //! read: the metric sources (every lcore's counters, the ports, the health verdict), the
-//! published tables and the running config. Nothing here writes anything an lcore reads.
+//! published tables and the running config. Nothing here writes anything an lcore reads but a
+//! question to the workers' connection tables (`flow` of a `tunnel` service's flow: each worker
+//! answers about its own table between two polls, `fastpath::stats::ConntrackProbe`).
 
 use crate::config::{Config, LcoreMode};
 use crate::metrics::Sources;
@@ -12,7 +14,15 @@ use fastpath::stats::{LcoreStats, PacketCounts};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
+
+/// One question at a time to the workers' connection tables, numbered from 1.
+static PROBING: AtomicBool = AtomicBool::new(false);
+static PROBE_NUMBER: AtomicU64 = AtomicU64::new(0);
+/// How long `flow` waits for the workers' answers (a worker sleeping when idle answers within
+/// its sleep; one stuck in a poll does not).
+const PROBE_WAIT: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// What the answers are read from.
 pub struct View {
@@ -411,6 +421,106 @@ impl View {
     }
 
     /// `flow`: what the published tables do with the packet (see `fastpath::pipeline::explain`).
+    /// `flow`, with what each worker's connection table holds for a `tunnel` service's flow:
+    /// its entry's backend, state, and whether it pins the flow away from Maglev's pick.
+    pub async fn flow_tracked(&self, q: &FlowQuery) -> Value {
+        let mut v = self.flow(q);
+        let t = self.sources.published.current();
+        let FlowVerdict::Service {
+            service,
+            backend: Some(pick),
+            ..
+        } = explain::explain(&t, q).verdict
+        else {
+            return v;
+        };
+        let name = |ti: usize| t.tunnels.get(ti).map(|x| x.name.clone());
+        let workers: Vec<&Arc<LcoreStats>> = self
+            .sources
+            .lcores
+            .iter()
+            .filter(|l| l.conntrack.capacity.get() > 0)
+            .collect();
+        if workers.is_empty() {
+            v["detail"]["conntrack"] = json!([]);
+            v["detail"]["conntrack_note"] =
+                json!("no connection table ([conntrack] entries = 0): every flow takes Maglev's pick");
+            return v;
+        }
+        let deadline = tokio::time::Instant::now() + PROBE_WAIT;
+        while PROBING.swap(true, std::sync::atomic::Ordering::Acquire) {
+            if tokio::time::Instant::now() >= deadline {
+                v["detail"]["conntrack_note"] = json!("another question to the connection tables is under way: Maglev's pick; the connection table may pin established flows elsewhere");
+                return v;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        // Released however this ends (a connection dropped mid-wait drops this future).
+        struct Probing;
+        impl Drop for Probing {
+            fn drop(&mut self) {
+                PROBING.store(false, std::sync::atomic::Ordering::Release);
+            }
+        }
+        let probing = Probing;
+        let n = PROBE_NUMBER.fetch_add(1, Relaxed) + 1;
+        for w in &workers {
+            w.conntrack_probe.ask(n, q.protocol.into(), q.src, q.dst, service);
+        }
+        let mut answers: Vec<Option<(u64, u64)>> = vec![None; workers.len()];
+        loop {
+            for (a, w) in answers.iter_mut().zip(&workers) {
+                if a.is_none() {
+                    *a = w.conntrack_probe.answer_to(n);
+                }
+            }
+            if answers.iter().all(Option::is_some) || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        drop(probing);
+        use fastpath::stats::ConntrackProbe as P;
+        let mut tracked = Vec::new();
+        let mut pinned_elsewhere = false;
+        for (a, w) in answers.iter().zip(&workers) {
+            let entry = match *a {
+                None => json!({"lcore": w.lcore, "state": "no answer"}),
+                Some((a, _)) if a & P::FOUND == 0 => continue,
+                Some((a, g)) => {
+                    let ti = (a & u32::MAX as u64) as usize;
+                    let same = g == t.generation;
+                    let kept = a & P::KEPT != 0;
+                    let pinned = same && kept && Some(ti) != pick;
+                    pinned_elsewhere |= pinned;
+                    json!({
+                        "lcore": w.lcore,
+                        "state": if a & P::CONFIRMED != 0 { "confirmed" } else { "unconfirmed" },
+                        "backend": if same { json!(name(ti)) } else { Value::Null },
+                        "generation": g,
+                        "kept": kept,
+                        "pinned": pinned,
+                    })
+                }
+            };
+            tracked.push(entry);
+        }
+        let note = if tracked.is_empty() {
+            "no worker's connection table has this flow: its next packet takes Maglev's pick".to_string()
+        } else if pinned_elsewhere {
+            format!(
+                "pinned: the connection table keeps this flow on its backend, not on Maglev's pick ({})",
+                pick.and_then(name)
+                    .unwrap_or_else(|| "none: no backend takes new flows".into())
+            )
+        } else {
+            "tracked on Maglev's pick".to_string()
+        };
+        v["detail"]["conntrack"] = json!(tracked);
+        v["detail"]["conntrack_note"] = json!(note);
+        v
+    }
+
     pub fn flow(&self, q: &FlowQuery) -> Value {
         let t = self.sources.published.current();
         let cfg = self.config();

@@ -426,6 +426,18 @@ impl Conntrack {
             .map(|w| (b.word[w] >> 32) as u16)
     }
 
+    /// The live entry of flow `key`, without touching it: (backend identity, confirmed).
+    pub fn lookup(&self, key: u64, now: Instant) -> Option<(u16, bool)> {
+        if self.is_disabled() {
+            return None;
+        }
+        let t = ticks(now);
+        let b = &self.buckets[self.index(key)];
+        (0..WAYS)
+            .find(|&w| b.tag[w] == key && !self.timeouts.expired(b.word[w], t))
+            .map(|w| ((b.word[w] >> 32) as u16, is_confirmed(b.word[w])))
+    }
+
     /// Removes the expired entries of the next `buckets` buckets (called once a poll, so the
     /// gauge of entries in use follows the flows that ended).
     pub fn sweep(&mut self, now: Instant, buckets: usize, c: &ConntrackCounters) {

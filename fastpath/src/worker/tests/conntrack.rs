@@ -239,3 +239,40 @@ fn no_tracking_with_zero_entries() {
     assert!(moved > 50, "stateless: {moved} moved");
     assert_eq!(e.stats().conntrack.capacity.get(), 0);
 }
+
+#[test]
+fn the_worker_answers_the_control_sides_question_about_a_flow_at_its_next_poll() {
+    use crate::stats::ConntrackProbe as P;
+    let mut e = engine(lb_tables(&["a", "b", "c"], |_| {}, 1));
+    let first = connect(&mut e, T0);
+    let stats = e.stats().clone();
+    let p = &stats.conntrack_probe;
+    let flow = |port: u16| ((IpAddr::V4(CLIENT), port), (IpAddr::V4(ME), 80));
+    let (c, s) = flow(PORTS.start);
+    p.ask(1, 6, c, s, 0);
+    assert_eq!(p.answer_to(1), None, "answered by the worker, between polls");
+    e.poll(T0);
+    let (a, g) = p.answer_to(1).expect("answered");
+    assert_eq!(g, 1);
+    assert_eq!(
+        a & (P::FOUND | P::CONFIRMED | P::KEPT),
+        P::FOUND | P::CONFIRMED | P::KEPT
+    );
+    let ti = (a & u32::MAX as u64) as usize;
+    assert_eq!(e.tables().tunnels[ti].remote, IpAddr::V4(first[0]));
+    // Once its backend is removed the entry is still there, but no longer kept.
+    let gone = e.tables().tunnels[ti].name.clone();
+    let rest: Vec<&str> = ["a", "b", "c"].into_iter().filter(|n| **n != *gone).collect();
+    e.adopt(lb_tables(&rest, |_| {}, 2));
+    p.ask(2, 6, c, s, 0);
+    e.poll(T0);
+    let (a, g) = p.answer_to(2).expect("answered");
+    assert_eq!((a & (P::FOUND | P::KEPT), g), (P::FOUND, 2));
+    // A flow it never saw, and a question asked twice: one answer each.
+    let (c, s) = flow(PORTS.end);
+    p.ask(3, 6, c, s, 0);
+    e.poll(T0);
+    e.poll(T0);
+    assert_eq!(p.answer_to(3), Some((0, 2)));
+    assert_eq!(p.answer_to(2), None);
+}
