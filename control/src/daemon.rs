@@ -480,6 +480,7 @@ impl<'a> LcoreKit<'a> {
             idle: IdlePolicy {
                 spin_polls: 1024,
                 sleep: Duration::from_micros(cfg.lcores.idle_sleep_us),
+                wait: Duration::from_millis(cfg.lcores.idle_wait_ms),
             },
             clock: TscClock::new(eal.tsc_hz()),
             eal,
@@ -504,7 +505,7 @@ fn lcore_roles(kit: &LcoreKit) -> (Roles, Vec<Arc<LcoreStats>>, Arc<RunControl>)
     let mut roles: Roles = Vec::new();
     let mut all_stats = Vec::new();
     rx_roles(kit, &mut roles, &mut all_stats);
-    let run_control = Arc::new(RunControl::new(all_stats.clone()));
+    let run_control = Arc::new(RunControl::new(all_stats.clone(), kit.cfg.lcores.workers.len()));
     worker_roles(kit, &mut roles, &mut all_stats);
     (roles, all_stats, run_control)
 }
