@@ -12,7 +12,8 @@ namespace (192.0.2.1/24):
 
 Measured, alternating fastpathd and Linux: ping at 1,000 pps (`ping -i 0.001`), a UDP echo
 client and a DNS client (Python, one query in flight, paced at 1 ms) — p50, p99 and max of the
-round trips in µs; then fastpathd's CPU over IDLE_SECONDS of no traffic (/proc/PID/stat).
+round trips in µs, and fastpathd's CPU (% of a core) meanwhile; then its CPU over IDLE_SECONDS
+of no traffic (/proc/PID/stat).
 
     FASTPATHD=target/release/fastpathd benches/latency.py
     LAT_LCORES='idle_wait_ms = 0' benches/latency.py      # extra [lcores] keys (old policy)
@@ -210,9 +211,13 @@ def main():
             client(p, "dns")
 
         rows = []
+        hz = os.sysconf("SC_CLK_TCK")
         for name, run in (("ping", ping), ("udp echo", lambda p: client(p, "udp")),
                           ("dns (kernel path)", lambda p: client(p, "dns"))):
-            rows.append((name, run(fp), run(lx)))
+            t0, c0 = time.monotonic(), cpu_ticks(d.pid)
+            a = run(fp)
+            a["cpu"] = (cpu_ticks(d.pid) - c0) / hz / (time.monotonic() - t0) * 100
+            rows.append((name, a, run(lx)))
         time.sleep(1)
         t0, c0 = time.monotonic(), cpu_ticks(d.pid)
         time.sleep(IDLE_SECONDS)
@@ -220,10 +225,10 @@ def main():
         idle = (c1 - c0) / os.sysconf("SC_CLK_TCK") / (t1 - t0) * 100
 
         print(f"latency at 1,000 pps, {COUNT} each, µs (fastpathd [lcores] extra: {LCORES or 'defaults'})\n")
-        print("| test | fastpathd p50 | p99 | max | lost | Linux p50 | p99 | max | lost | Δp50 | Δp99 |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| test | fastpathd p50 | p99 | max | lost | CPU % | Linux p50 | p99 | max | lost | Δp50 | Δp99 |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for name, a, b in rows:
-            print(f"| {name} | {a['p50']:.0f} | {a['p99']:.0f} | {a['max']:.0f} | {a['lost']} "
+            print(f"| {name} | {a['p50']:.0f} | {a['p99']:.0f} | {a['max']:.0f} | {a['lost']} | {a['cpu']:.0f} "
                   f"| {b['p50']:.0f} | {b['p99']:.0f} | {b['max']:.0f} | {b['lost']} "
                   f"| {a['p50'] - b['p50']:.0f} | {a['p99'] - b['p99']:.0f} |")
         print(f"\nidle fastpathd: {idle:.1f} % of a core over {IDLE_SECONDS:.0f} s")

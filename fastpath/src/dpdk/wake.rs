@@ -10,11 +10,16 @@
 //! the Dekker way: the consumer stores its flag, fences, re-checks its queues, then blocks; the
 //! producer publishes its enqueue, fences, then reads the flag and rings if it is set. One of
 //! the two sees the other's store. An eventfd stays readable until read, so a ring that comes
-//! before the block is not lost either.
+//! before the block is not lost either. The fences are asymmetric where the kernel has
+//! `membarrier(2)` (Linux 4.14): the consumer, about to sleep (rare), makes every running
+//! thread of the process pass a full barrier, so the producer, at every publication, needs
+//! only a compiler barrier (an `mfence` per published burst would be ~1 % of the RX lcore at
+//! 30 Mpps); the `membarrier(2)` manual gives this pairing.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Wakes one lcore's [`Waiter`]. Its flag is written only by that lcore, when it goes to sleep
@@ -22,7 +27,33 @@ use std::time::Duration;
 #[repr(align(128))]
 pub struct Doorbell {
     asleep: AtomicBool,
+    /// The sleeper's side issues `membarrier`, so the ringer's needs no fence.
+    asymmetric: bool,
     fd: OwnedFd,
+}
+
+/// `membarrier(2)` commands (linux/membarrier.h; not in the libc crate).
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+/// Whether this process may use private expedited membarriers (registered once).
+fn asymmetric() -> bool {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    *REGISTERED.get_or_init(|| {
+        // SAFETY: membarrier takes two integers and a flags word; no pointer.
+        let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) };
+        rc == 0
+    })
+}
+
+/// A full barrier on this thread and on every running thread of the process.
+fn barrier_everywhere() {
+    // SAFETY: as above; registered by `asymmetric` before any doorbell existed.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
+    if rc != 0 {
+        // Cannot happen once registered; a plain fence is not enough then, but is the best left.
+        fence(Ordering::SeqCst);
+    }
 }
 
 impl Doorbell {
@@ -35,6 +66,7 @@ impl Doorbell {
         }
         Ok(Doorbell {
             asleep: AtomicBool::new(false),
+            asymmetric: asymmetric(),
             // SAFETY: fd was just created and is owned by nobody else.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         })
@@ -45,7 +77,11 @@ impl Doorbell {
     #[inline]
     pub fn ring_if_asleep(&self) {
         // Orders the caller's publication before the flag's read (StoreLoad): module docs.
-        fence(Ordering::SeqCst);
+        if self.asymmetric {
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
         if self.asleep.load(Ordering::Relaxed) {
             self.ring();
         }
@@ -130,8 +166,13 @@ impl Waiter {
     /// arrived meanwhile.
     pub fn wait(&mut self, bound: Duration, idle: impl FnOnce() -> bool) -> Woken {
         self.bell.asleep.store(true, Ordering::Relaxed);
-        // Orders the flag's store before the re-check's reads (module docs).
-        fence(Ordering::SeqCst);
+        // Orders the flag's store before the re-check's reads, here and against every
+        // producer's publication (module docs).
+        if self.bell.asymmetric {
+            barrier_everywhere();
+        } else {
+            fence(Ordering::SeqCst);
+        }
         if !idle() {
             self.bell.asleep.store(false, Ordering::Relaxed);
             return Woken::Io;
@@ -238,6 +279,51 @@ mod tests {
         assert_eq!(w.wait(Duration::from_secs(5), || true), Woken::Bell);
         assert!(t.elapsed() < Duration::from_secs(4));
         ringer.join().unwrap();
+    }
+
+    /// A producer publishes a counter and rings just as the consumer goes to sleep, thousands
+    /// of times, each publication landing before, during or after the consumer's arming and
+    /// re-check: a lost wake-up would leave the consumer waiting for the 3 s bound (without the
+    /// re-check, dozens of the 2000 were lost here).
+    #[test]
+    fn no_wake_up_is_lost_when_publication_and_sleep_race() {
+        use std::sync::atomic::AtomicU64;
+        const N: u64 = 2000;
+        let bell = Arc::new(Doorbell::new().unwrap());
+        let published = Arc::new(AtomicU64::new(0));
+        // The consumer's last look found `published` at window - 1: it is about to sleep.
+        let window = Arc::new(AtomicU64::new(0));
+        let spin = |n: u64| (0..n).for_each(|_| std::hint::spin_loop());
+        let producer = {
+            let (bell, published, window) = (bell.clone(), published.clone(), window.clone());
+            std::thread::spawn(move || {
+                for i in 1..=N {
+                    while window.load(Ordering::Acquire) < i {
+                        std::hint::spin_loop();
+                    }
+                    spin((i * 7919) % 4000);
+                    published.store(i, Ordering::Release);
+                    bell.ring_if_asleep();
+                }
+            })
+        };
+        let mut w = Waiter::new(bell, &[]).unwrap();
+        let mut mine = 0;
+        let mut timeouts = 0;
+        while mine < N {
+            let p = published.load(Ordering::Acquire);
+            if p > mine {
+                mine = p;
+                continue;
+            }
+            window.store(mine + 1, Ordering::Release);
+            spin(2000);
+            if w.wait(Duration::from_secs(3), || published.load(Ordering::Acquire) == mine) == Woken::Timeout {
+                timeouts += 1;
+            }
+        }
+        producer.join().unwrap();
+        assert_eq!(timeouts, 0, "waits that were not woken");
     }
 
     #[test]
