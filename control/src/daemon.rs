@@ -479,6 +479,8 @@ impl<'a> LcoreKit<'a> {
             big,
             idle: IdlePolicy {
                 spin_polls: 1024,
+                // Spinning stops after idle_sleep_us of empty polls too (docs/operating.md).
+                spin_cycles: (cfg.lcores.idle_sleep_us as u128 * eal.tsc_hz() as u128 / 1_000_000) as u64,
                 sleep: Duration::from_micros(cfg.lcores.idle_sleep_us),
                 wait: Duration::from_millis(cfg.lcores.idle_wait_ms),
             },

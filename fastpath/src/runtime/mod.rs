@@ -39,6 +39,11 @@ pub use worker::WorkerLcore;
 pub struct IdlePolicy {
     /// Empty polls in a row before the loop stops spinning.
     pub spin_polls: u32,
+    /// TSC cycles of empty polls in a row before the loop stops spinning, if it has not yet
+    /// (0: no bound): a worker's poll reads its kernel interfaces (a system call each), so 1024
+    /// of them spun ~1 ms, time in which a CPU shared with other tasks preempted it and a
+    /// packet waited for its next turn.
+    pub spin_cycles: u64,
     /// How long to sleep per empty poll after that, where the loop has nothing to block on;
     /// 0 means never sleep nor block (pure busy polling).
     pub sleep: Duration,
@@ -91,8 +96,10 @@ impl Idler {
     /// A poll found nothing (`empty_in_a_row` in a row); `idle()` re-checks, with the loop's
     /// doorbell armed, whatever arrives without a wake-up fd (a worker's sockets).
     #[inline]
-    fn idle(&mut self, empty_in_a_row: u32, stats: &LcoreStats, idle: impl FnOnce() -> bool) {
-        if self.policy.sleep.is_zero() || empty_in_a_row <= self.policy.spin_polls {
+    fn idle(&mut self, (empty_in_a_row, for_cycles): (u32, u64), stats: &LcoreStats, idle: impl FnOnce() -> bool) {
+        let spinning = empty_in_a_row <= self.policy.spin_polls
+            && (self.policy.spin_cycles == 0 || for_cycles < self.policy.spin_cycles);
+        if self.policy.sleep.is_zero() || spinning {
             eal::pause();
             return;
         }
@@ -127,6 +134,8 @@ pub(crate) struct Polls {
     /// counted idle when the next poll starts).
     idle_since: Option<u64>,
     empty_in_a_row: u32,
+    /// The start of the first of those empty polls.
+    empty_since: u64,
 }
 
 impl Polls {
@@ -157,7 +166,11 @@ impl Polls {
             stats.idle_polls.inc();
             self.idle_since = Some(t0);
             self.empty_in_a_row = self.empty_in_a_row.saturating_add(1);
-            idler.idle(self.empty_in_a_row, stats, idle);
+            if self.empty_in_a_row == 1 {
+                self.empty_since = t0;
+            }
+            let for_cycles = t0.wrapping_sub(self.empty_since);
+            idler.idle((self.empty_in_a_row, for_cycles), stats, idle);
         } else {
             stats.busy_polls.inc();
             self.busy_since = Some(t0);
