@@ -68,7 +68,7 @@ fn main() {
         .allowlist_function("rte_pktmbuf_pool_create(_by_ops)?")
         .allowlist_function("rte_mempool_free")
         .allowlist_function("rte_pktmbuf_free_bulk")
-        .allowlist_function("rte_eth_(dev_count_avail|dev_get_port_by_name|dev_info_get|dev_configure|rx_queue_setup|tx_queue_setup|dev_start|dev_stop|dev_close|stats_get|stats_reset|macaddr_get|promiscuous_enable|dev_socket_id|dev_get_name_by_port|dev_set_mtu|link_get_nowait|dev_adjust_nb_rx_tx_desc|xstats_get|xstats_get_names)")
+        .allowlist_function("rte_eth_(dev_count_avail|dev_get_port_by_name|dev_info_get|dev_configure|rx_queue_setup|tx_queue_setup|dev_start|dev_stop|dev_close|stats_get|stats_reset|macaddr_get|promiscuous_enable|dev_socket_id|dev_get_name_by_port|dev_set_mtu|link_get_nowait|dev_adjust_nb_rx_tx_desc|dev_rx_intr_ctl_q_get_fd|dev_rx_intr_enable|xstats_get|xstats_get_names)")
         .allowlist_function("rte_ring_(create|free)")
         .allowlist_function("rte_dev_probe")
         .allowlist_function("rte_eth_promiscuous_disable")

@@ -59,6 +59,13 @@ int fp_errno(void) { return rte_errno; }
 uint64_t fp_rdtsc(void) { return rte_rdtsc(); }
 void fp_pause(void) { rte_pause(); }
 const char *fp_version(void) { return rte_version(); }
+int fp_af_packet_rxq_sockfd(uint16_t port, uint16_t queue)
+{
+	if (port >= RTE_MAX_ETHPORTS || rte_eth_fp_ops[port].rxq.data == NULL)
+		return -1;
+	const int *q = rte_eth_fp_ops[port].rxq.data[queue];
+	return q == NULL ? -1 : *q;
+}
 uint64_t fp_rss_hf_ip_udp_tcp(void) { return RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP | RTE_ETH_RSS_TCP; }
 uint64_t fp_rx_offload_ipv4_cksum(void) { return RTE_ETH_RX_OFFLOAD_IPV4_CKSUM; }
 uint64_t fp_rx_offload_udp_cksum(void) { return RTE_ETH_RX_OFFLOAD_UDP_CKSUM; }

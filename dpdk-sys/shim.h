@@ -105,4 +105,11 @@ uint32_t fp_ip_frag_max_frag(void);
  * shim.c): the application's wait until no lcore can still be inside the removed callback. */
 void fp_set_callback_removal_wait(void (*wait)(void));
 
+/* The socket of `net_af_packet` RX queue `queue` of started port `port` (queue < its RX queues),
+ * or -1: the PMD (22.11) offers no RX interrupt, but its queue is an AF_PACKET socket that
+ * poll() reports readable when a frame waits in its ring. Read from the queue's private struct
+ * (`struct pkt_rx_queue`, whose first member is `int sockfd`); the caller checks that the fd
+ * is an AF_PACKET socket bound to the port's interface before it uses it. */
+int fp_af_packet_rxq_sockfd(uint16_t port, uint16_t queue);
+
 #endif

@@ -479,7 +479,10 @@ impl<'a> LcoreKit<'a> {
             big,
             idle: IdlePolicy {
                 spin_polls: 1024,
+                // Spinning stops after idle_sleep_us of empty polls too (docs/operating.md).
+                spin_cycles: (cfg.lcores.idle_sleep_us as u128 * eal.tsc_hz() as u128 / 1_000_000) as u64,
                 sleep: Duration::from_micros(cfg.lcores.idle_sleep_us),
+                wait: Duration::from_millis(cfg.lcores.idle_wait_ms),
             },
             clock: TscClock::new(eal.tsc_hz()),
             eal,
@@ -504,7 +507,7 @@ fn lcore_roles(kit: &LcoreKit) -> (Roles, Vec<Arc<LcoreStats>>, Arc<RunControl>)
     let mut roles: Roles = Vec::new();
     let mut all_stats = Vec::new();
     rx_roles(kit, &mut roles, &mut all_stats);
-    let run_control = Arc::new(RunControl::new(all_stats.clone()));
+    let run_control = Arc::new(RunControl::new(all_stats.clone(), kit.cfg.lcores.workers.len()));
     worker_roles(kit, &mut roles, &mut all_stats);
     (roles, all_stats, run_control)
 }

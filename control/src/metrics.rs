@@ -153,6 +153,11 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::COUNTER,
     ),
     (
+        "fastpath_lcore_wakeups_total",
+        "Times an idle lcore blocked and woke, by reason: io (a wake-up fd of its RX queues or kernel interfaces had input), bell (another lcore handed it packets, or a stop), timeout (the idle_wait_ms bound passed).",
+        MetricType::COUNTER,
+    ),
+    (
         "fastpath_lcore_busy_cycles_total",
         "TSC cycles spent in loop iterations that received packets, per lcore.",
         MetricType::COUNTER,
@@ -667,11 +672,18 @@ fn lcore_families(s: &Sources, counts: &[PacketCounts], outcomes: &[u64; Outcome
     let mut flow_limited = Vec::new();
     let mut by_state = Vec::new();
     let (mut cost_cycles, mut cost_packets) = (Vec::new(), Vec::new());
+    let mut wakeups = Vec::new();
     for (l, c) in s.lcores.iter().zip(counts) {
         for o in Outcome::ALL.iter().filter(|o| l.cost.packets[o.index()].get() > 0) {
             let lb = vec![("lcore", l.lcore.to_string()), ("outcome", o.name().to_string())];
             cost_cycles.push((lb.clone(), l.cost.cycles[o.index()].get() as f64));
             cost_packets.push((lb, l.cost.packets[o.index()].get() as f64));
+        }
+        for (reason, n) in fastpath::stats::WAKE_REASONS.iter().zip(&l.wakeups) {
+            wakeups.push((
+                vec![("lcore", l.lcore.to_string()), ("reason", reason.to_string())],
+                n.get() as f64,
+            ));
         }
         let lb = vec![("lcore", l.lcore.to_string())];
         let (idle_n, busy_n, busy_c) = (l.idle_polls.get(), l.busy_polls.get(), l.busy_cycles.get());
@@ -702,6 +714,7 @@ fn lcore_families(s: &Sources, counts: &[PacketCounts], outcomes: &[u64; Outcome
         ("fastpath_packets_total", outcome_samples),
         ("fastpath_lcore_idle_polls_total", idle),
         ("fastpath_lcore_busy_polls_total", busy),
+        ("fastpath_lcore_wakeups_total", wakeups),
         ("fastpath_lcore_busy_cycles_total", cycles),
         ("fastpath_lcore_cycles_total", by_state),
         ("fastpath_lcore_outcome_cycles_total", cost_cycles),

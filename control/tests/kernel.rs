@@ -1384,3 +1384,137 @@ fn a_tcp_bulk_flow_reaches_the_kernel_whole_and_in_order() {
     assert!(acted > 0.0, "with them on, neither rule acted on the transfer");
     stop_clean(d, &s);
 }
+
+/// CPU time (user + system) of process `pid` so far, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces): utime and stime are 14 and 15.
+    let rest: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap()
+}
+
+/// The services the idle tests run: DNS through the kernel path, UDP echo on a worker.
+const IDLE_SERVICES: &str = "\n[[service]]\nname = \"dns\"\nports = [53]\nsockets = 2\nsocket_capacity = 256\n\
+                             action = \"kernel\"\n\n[[service]]\nname = \"echo\"\nports = [7]\naction = \"echo\"\n";
+
+#[test]
+fn an_idle_fastpathd_uses_little_cpu() {
+    // The default idle policy: its lcores block on their queues' fds and doorbells. The old
+    // one (a 50 µs sleep per empty poll, ~110 µs with the default timer slack) took 25 % of a
+    // core here; 15 % leaves room for a busy CI machine.
+    let mut h = Host::new();
+    let s = Scratch::new("kernel-idle-cpu");
+    let d = h.start_with(&s, "kernel-idle-cpu", (2, ""), "rx = [0]\nworkers = [1]", IDLE_SERVICES);
+    start_dnsmasq(&mut h, &s);
+    let ping = stdout(&h.client(&["ping", "-c", "3", "-i", "0.2", "-W", "1", "192.0.2.1"]));
+    assert!(ping.contains("3 received"), "{ping}");
+    assert_eq!(kdig(&h, &["@192.0.2.1", "fast.test", "A"]), "198.51.100.77");
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = d.child.id();
+    let hz = 100.0; // USER_HZ: what /proc/PID/stat counts in on Linux
+    let (t0, c0) = (Instant::now(), cpu_ticks(pid));
+    std::thread::sleep(Duration::from_secs(3));
+    let (secs, ticks) = (t0.elapsed().as_secs_f64(), cpu_ticks(pid) - c0);
+    let share = ticks as f64 / hz / secs;
+    assert!(share < 0.15, "an idle fastpathd used {:.1} % of a core", share * 100.0);
+    // The lcores did block, and woke at their bound (no traffic).
+    let m = h.scrape();
+    for l in [0, 1] {
+        let timeouts = sample(
+            &m,
+            &format!("fastpath_lcore_wakeups_total{{lcore=\"{l}\",reason=\"timeout\"}}"),
+        );
+        assert!(timeouts > 0.0, "lcore {l} never blocked: {m:?}");
+    }
+    stop_clean(d, &s);
+}
+
+/// One request every 50-200 ms, by turns an ICMP echo (the RX lcore answers), a UDP echo (a
+/// worker) and a DNS query (a worker, the kernel interface, dnsmasq): prints each kind and its
+/// round trip in ms, or `lost`.
+const SPACED_CLIENT: &str = r#"
+import random, socket, struct, sys, time
+n = int(sys.argv[1])
+def csum(b):
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xffff)
+    return ~(s + (s >> 16)) & 0xffff
+icmp = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for s in (icmp, udp):
+    s.settimeout(0.5)
+for i in range(n):
+    time.sleep(random.uniform(0.05, 0.2))
+    kind = ("icmp", "udp", "dns")[i % 3]
+    t0 = time.monotonic()
+    try:
+        if kind == "icmp":
+            h = struct.pack("!BBHHH", 8, 0, 0, 0x4650, i) + b"idle"
+            icmp.sendto(h[:2] + struct.pack("!H", csum(h)) + h[4:], ("192.0.2.1", 0))
+            while True:
+                d = icmp.recv(2048)
+                if d[20] == 0 and struct.unpack("!HH", d[24:28]) == (0x4650, i):
+                    break
+        elif kind == "udp":
+            udp.sendto(struct.pack("!I", i), ("192.0.2.1", 7))
+            while udp.recv(2048)[:4] != struct.pack("!I", i):
+                pass
+        else:
+            q = b"\x04fast\x04test\x00" + struct.pack("!HH", 1, 1)
+            udp.sendto(struct.pack("!HHHHHH", i, 0x0100, 1, 0, 0, 0) + q, ("192.0.2.1", 53))
+            while udp.recv(2048)[:2] != struct.pack("!H", i):
+                pass
+        print(kind, (time.monotonic() - t0) * 1000)
+    except socket.timeout:
+        print(kind, "lost")
+"#;
+
+#[test]
+fn packets_after_a_long_idle_are_answered_at_once() {
+    // The longest bound (100 ms): a lost wake-up would leave a request waiting for it, so
+    // round trips under 20 ms mean the request woke its lcore (the RX lcore through its
+    // af_packet socket, the worker through its doorbell and then the tap's fd).
+    let mut h = Host::new();
+    let s = Scratch::new("kernel-idle-wake");
+    let d = h.start_with(
+        &s,
+        "kernel-idle-wake",
+        (2, ""),
+        "rx = [0]\nworkers = [1]\nidle_wait_ms = 100",
+        IDLE_SERVICES,
+    );
+    start_dnsmasq(&mut h, &s);
+    // The client's neighbour entry and dnsmasq's first answer, before anything is timed.
+    assert_eq!(kdig(&h, &["@192.0.2.1", "fast.test", "A"]), "198.51.100.77");
+    let out = stdout(&h.client_python(SPACED_CLIENT, &["60"]));
+    let lines: Vec<(&str, f64)> = out
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(kind, ms)| {
+            let ms = ms
+                .parse()
+                .unwrap_or_else(|_| panic!("a {kind} request was not answered:\n{out}"));
+            (kind, ms)
+        })
+        .collect();
+    assert_eq!(lines.len(), 60, "{out}");
+    // A wake-up that never comes leaves most requests waiting 0-100 ms; a busy machine
+    // delays only a few (another process on the lcore's CPU).
+    let slow = lines.iter().filter(|(_, ms)| *ms >= 20.0).count();
+    assert!(
+        slow <= 6,
+        "{slow} of 60 requests after an idle took 20 ms or more:\n{out}"
+    );
+    let m = h.scrape();
+    let woken = |reason: &str| -> f64 {
+        m.iter()
+            .filter(|(k, _)| {
+                k.starts_with("fastpath_lcore_wakeups_total{") && k.contains(&format!("reason=\"{reason}\""))
+            })
+            .map(|(_, v)| v)
+            .sum()
+    };
+    assert!(woken("io") >= 20.0, "the RX lcore woke by its queues' fds: {m:?}");
+    assert!(woken("bell") >= 20.0, "the worker woke by its doorbell: {m:?}");
+    stop_clean(d, &s);
+}

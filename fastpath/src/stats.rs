@@ -19,6 +19,11 @@
 //! back.
 
 use crate::outcome::Outcome;
+
+/// The `reason` label of `fastpath_lcore_wakeups_total`, by index of [`LcoreStats::wakeups`]:
+/// a wake-up fd of an RX queue had input, another lcore rang (a worker's socket filled, a
+/// stop), the wait's bound passed.
+pub const WAKE_REASONS: [&str; 3] = ["io", "bell", "timeout"];
 use std::sync::atomic::{fence, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -308,6 +313,9 @@ pub struct LcoreStats {
     pub idle_cycles: Counter,
     /// Sampled cost by outcome (RX lcores): [`OutcomeCost`].
     pub cost: OutcomeCost,
+    /// Times an idle loop blocked and woke, by why ([`WAKE_REASONS`] order: `io`, `bell`,
+    /// `timeout`).
+    pub wakeups: [Counter; 3],
     /// The config generation this lcore runs (it stores it after adopting one).
     pub generation: AtomicU64,
     /// Reassembly (RX lcores).
@@ -422,6 +430,7 @@ impl LcoreStats {
             rx: rx.into_boxed_slice(),
             tx: tx.into_boxed_slice(),
             idle_polls: Counter::default(),
+            wakeups: Default::default(),
             busy_polls: Counter::default(),
             busy_cycles: Counter::default(),
             idle_cycles: Counter::default(),

@@ -1081,6 +1081,20 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> WorkerEngine<B, Io> {
         Polled { taken, from_kernel }
     }
 
+    /// Whether a socket it drains, or the hand-off queue of a sequence tunnel it owns, holds
+    /// packets now (the producers' indices read afresh): the re-check of an idle worker that
+    /// has said it is going to sleep, so that what an RX lcore published before it read that
+    /// is not left waiting.
+    pub fn has_pending(&self) -> bool {
+        let t = &self.w.tables;
+        self.w.work.iter().any(|d| !d.socket.is_empty())
+            || self
+                .w
+                .owned
+                .iter()
+                .any(|&ti| t.tunnels[ti].handoff.as_ref().is_some_and(|q| !q.is_empty()))
+    }
+
     /// Drops the sockets a reload removed once no RX lcore can still enqueue to them (every RX
     /// lcore has reached the generation that removed them: `reached(generation)`) and they are
     /// empty.

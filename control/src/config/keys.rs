@@ -145,6 +145,11 @@ pub static KEYS: &[KeySpec] = &[
         Get::Top(|c| c.lcores.idle_sleep_us.to_string()),
     ),
     restart(
+        "lcores.idle_wait_ms",
+        "the lcores' idle policy is fixed when they are launched at start-up",
+        Get::Top(|c| c.lcores.idle_wait_ms.to_string()),
+    ),
+    restart(
         "lcores.mode",
         "the RX lcores' loop is chosen when they are launched at start-up",
         Get::Top(|c| mode(c.lcores.mode).to_string()),

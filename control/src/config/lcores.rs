@@ -17,6 +17,7 @@ pub(super) struct LcoresSection {
     #[serde(default)]
     workers: Vec<u32>,
     idle_sleep_us: Option<u64>,
+    idle_wait_ms: Option<u64>,
     mode: Option<String>,
     cpus: Option<String>,
 }
@@ -31,9 +32,12 @@ pub struct LcoreConfig {
     pub rx: Vec<u32>,
     /// Lcores draining sockets.
     pub workers: Vec<u32>,
-    /// Microseconds an idle loop sleeps per empty poll after 1024 empty polls in a row; 0 means
-    /// pure busy polling.
+    /// Microseconds an idle loop sleeps per empty poll after 1024 empty polls in a row, where it
+    /// has nothing to block on; 0 means pure busy polling (no sleep, no block).
     pub idle_sleep_us: u64,
+    /// Milliseconds an idle loop blocks at most, after those polls, on what wakes it (its RX
+    /// queues' wake-up fds, its doorbell); 0 means it never blocks (it sleeps `idle_sleep_us`).
+    pub idle_wait_ms: u64,
     /// What RX lcores do with packets.
     pub mode: LcoreMode,
     /// `[lcores] cpus` as written (DPDK's `--lcores` syntax), if given.
@@ -139,6 +143,7 @@ pub(super) fn validate(lc: LcoresSection, errs: &mut Errs) -> LcoreConfig {
         rx: lc.rx,
         workers: lc.workers,
         idle_sleep_us: lc.idle_sleep_us.unwrap_or(50),
+        idle_wait_ms: lc.idle_wait_ms.unwrap_or(10),
         cpus: lc.cpus,
         placement,
     };
@@ -155,6 +160,13 @@ pub(super) fn validate(lc: LcoresSection, errs: &mut Errs) -> LcoreConfig {
         errs.add(
             &[Key("lcores"), Key("idle_sleep_us")],
             "expected at most 100000 (0 = busy polling)",
+        );
+    }
+    // The health check calls an lcore that has not polled for 500 ms stalled.
+    if lcores.idle_wait_ms > 100 {
+        errs.add(
+            &[Key("lcores"), Key("idle_wait_ms")],
+            "expected at most 100 (0 = never block, sleep idle_sleep_us instead)",
         );
     }
     lcores

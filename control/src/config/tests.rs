@@ -40,11 +40,26 @@ fn good_config_and_defaults() {
     assert_eq!(c.ports[0].ipv4, vec![Ipv4Addr::new(192, 0, 2, 1)]);
     assert_eq!(c.dpdk.mbufs, 16383);
     assert_eq!(c.lcores.idle_sleep_us, 50);
+    assert_eq!(c.lcores.idle_wait_ms, 10);
     assert_eq!(
         c.eal_argv(&["--x".into()]),
         vec!["fastpathd", "-l", "0,1", "--no-huge", "--vdev=net_null0", "--x"]
     );
     assert_eq!(c.rx_assignment(), vec![vec![(0, 0)]]);
+}
+
+#[test]
+fn idle_wait_ms_is_at_most_100_and_0_is_allowed() {
+    let with = |v: &str| GOOD.replace("workers = [1]", &format!("workers = [1]\nidle_wait_ms = {v}"));
+    assert_eq!(parse(&with("0"), "t.toml").unwrap().lcores.idle_wait_ms, 0);
+    assert_eq!(parse(&with("100"), "t.toml").unwrap().lcores.idle_wait_ms, 100);
+    let e = errors(&with("101"));
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert_eq!(
+        (e[0].line, e[0].key.as_str()),
+        (Some(15), "lcores.idle_wait_ms"),
+        "{e:#?}"
+    );
 }
 
 #[test]

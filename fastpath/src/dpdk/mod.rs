@@ -7,7 +7,8 @@
 //!   per-lcore [`RxQueue`]/[`TxQueue`] handles used for bursts;
 //! - [`log`]: DPDK's own log routed into the caller's sink, at the caller's level;
 //! - [`ring`]: [`MbufRing`], the bounded queue behind a service socket;
-//! - [`ip_frag`]: DPDK's own reassembly (librte_ip_frag), for the benchmark's anchor only.
+//! - [`ip_frag`]: DPDK's own reassembly (librte_ip_frag), for the benchmark's anchor only;
+//! - [`wake`]: what an idle lcore blocks on (its RX queues' wake-up fds, a doorbell others ring).
 //!
 //! Every `unsafe` block says why it is sound in a `// SAFETY:` comment. C return codes become
 //! [`Error`]s formatted with `rte_strerror`.
@@ -19,6 +20,7 @@ pub mod mbuf;
 pub mod mempool;
 pub mod port;
 pub mod ring;
+pub mod wake;
 
 pub use eal::Eal;
 pub use mbuf::Mbuf;

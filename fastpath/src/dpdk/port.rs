@@ -4,6 +4,7 @@ use super::{Error, Mbuf, Mempool, Result};
 use crate::wire::toeplitz::{RssKey, KEY_LEN, LONG_KEY_LEN};
 use crate::wire::EthernetAddress;
 use std::ffi::{CStr, CString};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 
 /// How to set a port up.
@@ -41,6 +42,8 @@ pub struct Port {
     kernel_interface: Option<String>,
     rx_queues: u16,
     tx_queues: u16,
+    /// By RX queue: the fd that reports input on it ([`RxQueue::wake_fd`]).
+    wake_fds: Vec<Option<RawFd>>,
     started: bool,
     closed: bool,
     _pool: Arc<Mempool>,
@@ -184,6 +187,12 @@ impl Port {
         if checksums.udp {
             eth_conf.rxmode.offloads |= udp_cksum;
         }
+        // net_tap's RX "interrupt" is its queue's own tap fd, readable while the kernel has
+        // written a frame (an idle worker blocks on it); other drivers keep what they had.
+        let rx_intr = driver == "net_tap";
+        if rx_intr {
+            eth_conf.intr_conf.set_rxq(1);
+        }
         // SAFETY: id is valid; eth_conf is a fully initialised config that DPDK copies, and the
         // key it points to lives on this stack frame across the call.
         let rc = unsafe { dpdk_sys::rte_eth_dev_configure(id, conf.rx_queues, conf.tx_queues, &eth_conf) };
@@ -245,8 +254,12 @@ impl Port {
             // promiscuous mode only receives more.
             let _ = unsafe { dpdk_sys::rte_eth_promiscuous_disable(id) };
         }
+        let wake_fds = (0..conf.rx_queues)
+            .map(|q| wake_fd(id, q, &driver, rx_intr, info.if_index))
+            .collect();
         Ok(Port {
             id,
+            wake_fds,
             kernel_interface: kernel_interface(&driver, info.if_index),
             name: device.to_string(),
             driver,
@@ -304,7 +317,11 @@ impl Port {
     /// The handle for RX queue `queue`. Each handle must be polled by one lcore only: that is
     /// what makes the burst calls safe without a lock, so handles are not `Clone`.
     pub fn rx_queue(&self, queue: u16) -> Option<RxQueue> {
-        (queue < self.rx_queues).then_some(RxQueue { port: self.id, queue })
+        (queue < self.rx_queues).then_some(RxQueue {
+            port: self.id,
+            queue,
+            wake: self.wake_fds.get(queue as usize).copied().flatten(),
+        })
     }
 
     /// The handle for TX queue `queue`; one lcore per handle, as for RX.
@@ -358,6 +375,7 @@ impl Drop for Port {
 pub struct RxQueue {
     port: u16,
     queue: u16,
+    wake: Option<RawFd>,
 }
 
 impl RxQueue {
@@ -368,6 +386,13 @@ impl RxQueue {
     /// Queue index.
     pub fn queue(&self) -> u16 {
         self.queue
+    }
+
+    /// An fd that poll() reports readable while the queue has packets (`net_af_packet`'s
+    /// socket, `net_tap`'s RX interrupt), open while the port is started; `None` for a driver
+    /// that gives none, whose idle lcore sleeps instead.
+    pub fn wake_fd(&self) -> Option<RawFd> {
+        self.wake
     }
 
     /// Receives up to the spare capacity of `out` (at most 65535) packets, appending them.
@@ -451,6 +476,25 @@ impl crate::tx::Transmit<Mbuf> for TxQueue {
     #[inline(always)]
     fn send(&mut self, pkts: &mut Vec<Mbuf>) -> usize {
         TxQueue::send(self, pkts)
+    }
+}
+
+/// The fd that reports input on RX queue `q` of started port `id`, if the driver has one.
+fn wake_fd(id: u16, q: u16, driver: &str, rx_intr: bool, if_index: u32) -> Option<RawFd> {
+    match driver {
+        "net_af_packet" => {
+            // SAFETY: `id` is a started net_af_packet port and `q` one of its RX queues, the
+            // shim's contract; it only reads the queue's first member.
+            let fd = unsafe { dpdk_sys::fp_af_packet_rxq_sockfd(id, q) };
+            // The struct is the driver's private one: used only when it is what we expect.
+            super::wake::is_packet_socket_on(fd, if_index).then_some(fd)
+        }
+        _ if rx_intr => {
+            // SAFETY: `id` is a started port configured with RX interrupts, `q` an RX queue.
+            let fd = unsafe { dpdk_sys::rte_eth_dev_rx_intr_ctl_q_get_fd(id, q) };
+            (fd >= 0).then_some(fd)
+        }
+        _ => None,
     }
 }
 

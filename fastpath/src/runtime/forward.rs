@@ -14,6 +14,7 @@ impl RxLcore {
     /// The forward mode's loop: nothing per poll but the accounting every loop does and the
     /// generation check (a reload must see every lcore reach it).
     pub(super) fn run_forward(mut self, to: &[u16], control: &RunControl) {
+        let mut idler = self.idler(control);
         let mut burst: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut polls = Polls::default();
         let stats = self.engine.stats().clone();
@@ -32,7 +33,7 @@ impl RxLcore {
             if let Some(t) = self.published.newer_than(self.engine.pipeline().generation()) {
                 self.engine.adopt_tables_only(t);
             }
-            polls.end(t0, got, &stats, &self.idle);
+            polls.end(t0, got, &stats, &mut idler, || true);
         }
         polls.finish(&stats);
         control.rx_exited();

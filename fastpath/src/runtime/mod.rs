@@ -14,10 +14,12 @@
 //! the action on every packet, and stop. So at a clean stop no packet is left in a socket and
 //! every one has been counted.
 
+use crate::dpdk::wake::{self, Doorbell, Waiter, Woken};
 use crate::dpdk::{eal, MbufRing};
 use crate::pipeline::Instant;
 use crate::socket::{Socket, SocketQueue};
 use crate::stats::LcoreStats;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,20 +37,90 @@ pub use worker::WorkerLcore;
 /// What a loop does when it polls and finds nothing.
 #[derive(Clone, Copy, Debug)]
 pub struct IdlePolicy {
-    /// Empty polls in a row before the loop starts sleeping.
+    /// Empty polls in a row before the loop stops spinning.
     pub spin_polls: u32,
-    /// How long to sleep per empty poll after that; 0 means never sleep (pure busy polling).
+    /// TSC cycles of empty polls in a row before the loop stops spinning, if it has not yet
+    /// (0: no bound): a worker's poll reads its kernel interfaces (a system call each), so 1024
+    /// of them spun ~1 ms, time in which a CPU shared with other tasks preempted it and a
+    /// packet waited for its next turn.
+    pub spin_cycles: u64,
+    /// How long to sleep per empty poll after that, where the loop has nothing to block on;
+    /// 0 means never sleep nor block (pure busy polling).
     pub sleep: Duration,
+    /// The longest the loop blocks after that on what wakes it (its RX queues' wake-up fds,
+    /// its doorbell), before it polls again (timers, adoption); 0 means never block (sleep).
+    pub wait: Duration,
 }
 
 impl IdlePolicy {
-    #[inline]
-    fn idle(&self, empty_in_a_row: u32) {
-        if !self.sleep.is_zero() && empty_in_a_row > self.spin_polls {
-            std::thread::sleep(self.sleep);
-        } else {
-            eal::pause();
+    /// Whether the loop ever blocks on a [`Waiter`].
+    pub fn blocks(&self) -> bool {
+        !self.sleep.is_zero() && !self.wait.is_zero()
+    }
+}
+
+/// Consecutive waits woken by a wake-up fd whose next poll found nothing, after which the loop
+/// sleeps instead of blocking: a wake-up fd that keeps reporting with nothing to receive (a
+/// driver's fd we misread) must not become a busy loop.
+const FUTILE_WAKES: u32 = 64;
+
+/// One loop's idle policy and what it blocks on.
+pub(crate) struct Idler {
+    policy: IdlePolicy,
+    waiter: Option<Waiter>,
+    /// The last wait was woken by a wake-up fd.
+    woken_by_io: bool,
+    futile: u32,
+}
+
+impl Idler {
+    /// The policy, blocking on `bell` and `fds` where it blocks at all; without a waiter (no
+    /// fd of any queue, or none could be made) it sleeps.
+    pub(crate) fn new(policy: IdlePolicy, bell: Option<Arc<Doorbell>>, fds: &[RawFd]) -> Idler {
+        if !policy.sleep.is_zero() {
+            // A sleep or a wait's bound is what it says: the default 50 µs slack doubled both.
+            wake::set_timer_slack(1_000);
         }
+        let waiter = match bell {
+            Some(b) if policy.blocks() => Waiter::new(b, fds).ok(),
+            _ => None,
+        };
+        Idler {
+            policy,
+            waiter,
+            woken_by_io: false,
+            futile: 0,
+        }
+    }
+
+    /// A poll found nothing (`empty_in_a_row` in a row); `idle()` re-checks, with the loop's
+    /// doorbell armed, whatever arrives without a wake-up fd (a worker's sockets).
+    #[inline]
+    fn idle(&mut self, (empty_in_a_row, for_cycles): (u32, u64), stats: &LcoreStats, idle: impl FnOnce() -> bool) {
+        let spinning = empty_in_a_row <= self.policy.spin_polls
+            && (self.policy.spin_cycles == 0 || for_cycles < self.policy.spin_cycles);
+        if self.policy.sleep.is_zero() || spinning {
+            eal::pause();
+            return;
+        }
+        if std::mem::take(&mut self.woken_by_io) {
+            self.futile = self.futile.saturating_add(1);
+        }
+        match &mut self.waiter {
+            Some(w) if self.futile < FUTILE_WAKES => {
+                let woken = w.wait(self.policy.wait, idle);
+                self.woken_by_io = woken == Woken::Io;
+                stats.wakeups[woken as usize].inc();
+            }
+            _ => std::thread::sleep(self.policy.sleep),
+        }
+    }
+
+    /// A poll received something.
+    #[inline]
+    fn busy(&mut self) {
+        self.woken_by_io = false;
+        self.futile = 0;
     }
 }
 
@@ -62,6 +134,8 @@ pub(crate) struct Polls {
     /// counted idle when the next poll starts).
     idle_since: Option<u64>,
     empty_in_a_row: u32,
+    /// The start of the first of those empty polls.
+    empty_since: u64,
 }
 
 impl Polls {
@@ -77,18 +151,31 @@ impl Polls {
         t0
     }
 
-    /// Ends the poll that started at `t0` and received `got` packets.
+    /// Ends the poll that started at `t0` and received `got` packets; an empty one runs the
+    /// idle policy, `idle` being its re-check ([`Idler`]).
     #[inline(always)]
-    pub(crate) fn end(&mut self, t0: u64, got: usize, stats: &LcoreStats, idle: &IdlePolicy) {
+    pub(crate) fn end(
+        &mut self,
+        t0: u64,
+        got: usize,
+        stats: &LcoreStats,
+        idler: &mut Idler,
+        idle: impl FnOnce() -> bool,
+    ) {
         if got == 0 {
             stats.idle_polls.inc();
             self.idle_since = Some(t0);
             self.empty_in_a_row = self.empty_in_a_row.saturating_add(1);
-            idle.idle(self.empty_in_a_row);
+            if self.empty_in_a_row == 1 {
+                self.empty_since = t0;
+            }
+            let for_cycles = t0.wrapping_sub(self.empty_since);
+            idler.idle((self.empty_in_a_row, for_cycles), stats, idle);
         } else {
             stats.busy_polls.inc();
             self.busy_since = Some(t0);
             self.empty_in_a_row = 0;
+            idler.busy();
         }
     }
 
@@ -140,20 +227,29 @@ pub struct RunControl {
     stop: AtomicBool,
     rx_running: AtomicUsize,
     rx_lcores: Vec<Arc<LcoreStats>>,
+    /// Each RX lcore's doorbell, by slot (`None`: eventfd failed, that lcore sleeps instead).
+    rx_bells: Vec<Option<Arc<Doorbell>>>,
+    /// Each worker's doorbell, by slot: rung by whoever hands it work.
+    worker_bells: Arc<[Option<Arc<Doorbell>>]>,
 }
 
 impl RunControl {
-    /// Coordination for these RX lcores.
-    pub fn new(rx_lcores: Vec<Arc<LcoreStats>>) -> Self {
+    /// Coordination for these RX lcores and `workers` workers.
+    pub fn new(rx_lcores: Vec<Arc<LcoreStats>>, workers: usize) -> Self {
+        let bell = || Doorbell::new().ok().map(Arc::new);
         RunControl {
             stop: AtomicBool::new(false),
             rx_running: AtomicUsize::new(rx_lcores.len()),
+            rx_bells: rx_lcores.iter().map(|_| bell()).collect(),
+            worker_bells: (0..workers).map(|_| bell()).collect(),
             rx_lcores,
         }
     }
     /// Asks every loop to stop (RX lcores at once, workers once their sockets are empty).
     pub fn request_stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.rx_bells.iter().flatten().for_each(|b| b.ring());
+        self.worker_bells.iter().flatten().for_each(|b| b.ring());
     }
     /// Whether a stop was requested.
     #[inline]
@@ -162,11 +258,13 @@ impl RunControl {
     }
     /// Start-up failed before every RX lcore ran: let the ones that did stop, and workers finish.
     pub fn abort(&self) {
-        self.request_stop();
         self.rx_running.store(0, Ordering::SeqCst);
+        self.request_stop();
     }
     pub(crate) fn rx_exited(&self) {
         self.rx_running.fetch_sub(1, Ordering::SeqCst);
+        // Workers wait for every RX lcore's exit before they drain and stop.
+        self.worker_bells.iter().flatten().for_each(|b| b.ring());
     }
     pub(crate) fn rx_all_exited(&self) -> bool {
         self.rx_running.load(Ordering::SeqCst) == 0
@@ -174,6 +272,23 @@ impl RunControl {
     /// Whether every RX lcore runs generation `g` or later (or has exited).
     pub(crate) fn rx_all_reached(&self, g: u64) -> bool {
         self.rx_all_exited() || self.rx_lcores.iter().all(|l| l.generation() >= g)
+    }
+    /// RX lcore `slot`'s doorbell.
+    pub(crate) fn rx_bell(&self, slot: usize) -> Option<Arc<Doorbell>> {
+        self.rx_bells.get(slot).cloned().flatten()
+    }
+    /// Every worker's doorbell, by slot.
+    pub(crate) fn worker_bells(&self) -> &Arc<[Option<Arc<Doorbell>>]> {
+        &self.worker_bells
+    }
+}
+
+/// Rings worker `slot`'s doorbell if it sleeps: it has just been handed work (`bells` is empty
+/// where loops never block).
+#[inline(always)]
+pub(crate) fn wake_worker(bells: &[Option<Arc<Doorbell>>], slot: usize) {
+    if let Some(Some(b)) = bells.get(slot) {
+        b.ring_if_asleep();
     }
 }
 

@@ -2,8 +2,9 @@
 //! polls it adopts a new generation; at the end it stops the engine (fragments still held are
 //! counted). Everything done per packet is the engine's.
 
-use super::{ring, IdlePolicy, Polls, RunControl, TscClock};
+use super::{ring, wake_worker, IdlePolicy, Idler, Polls, RunControl, TscClock};
 use crate::dpdk::eal;
+use crate::dpdk::wake::Doorbell;
 use crate::dpdk::{Mbuf, Mempool, RxQueue, TxQueue};
 use crate::generation::Published;
 use crate::pipeline::Tables;
@@ -21,6 +22,9 @@ pub(super) struct DpdkIo {
     /// An allocation failed since the last reclaim: what reclaiming sockets' workers took
     /// (datagram buffers among them) is to be freed at the end of this poll.
     reclaim_due: bool,
+    /// Each worker's doorbell by slot, rung when this lcore shows it packets (empty where
+    /// loops never block: nothing to ring, no fence).
+    workers: Arc<[Option<Arc<Doorbell>>]>,
 }
 
 impl RxIo<Mbuf> for DpdkIo {
@@ -43,12 +47,18 @@ impl RxIo<Mbuf> for DpdkIo {
     }
     #[inline(always)]
     fn enqueue(&mut self, socket: &Socket, slot: usize, pkts: &mut Vec<Mbuf>, hold: bool) -> usize {
-        ring(socket, slot).map_or(0, |r| r.enqueue_held(pkts, hold))
+        let took = ring(socket, slot).map_or(0, |r| r.enqueue_held(pkts, hold));
+        if !hold {
+            // Published: the socket's worker may be asleep.
+            wake_worker(&self.workers, socket.worker);
+        }
+        took
     }
     #[inline]
     fn publish(&mut self, socket: &Socket, slot: usize) {
         if let Some(r) = ring(socket, slot) {
             r.publish();
+            wake_worker(&self.workers, socket.worker);
         }
     }
     #[inline(always)]
@@ -77,10 +87,12 @@ impl RxIo<Mbuf> for DpdkIo {
         }
     }
     fn hand_off(&mut self, tunnel: &crate::pipeline::tunnel::Tunnel, pkts: &mut Vec<Mbuf>) -> usize {
-        match super::handoff_ring(tunnel) {
+        let took = match super::handoff_ring(tunnel) {
             Some(r) => r.enqueue(pkts),
             None => 0,
-        }
+        };
+        wake_worker(&self.workers, tunnel.owner);
+        took
     }
     /// Frees what the workers took from this lcore's reclaiming queues (a sink's) since its
     /// last enqueue to them, which would otherwise stay held until the socket's next packet.
@@ -96,6 +108,7 @@ impl RxIo<Mbuf> for DpdkIo {
 /// An RX lcore: polls its RX queues, answers on its own TX queue of each port and hands
 /// service packets to sockets.
 pub struct RxLcore {
+    pub(super) slot: usize,
     pub(super) rx: Vec<RxQueue>,
     pub(super) engine: RxEngine<Mbuf, DpdkIo>,
     pub(super) published: Arc<Published>,
@@ -124,8 +137,10 @@ impl RxLcore {
             pool: pools.0,
             big: pools.1,
             reclaim_due: false,
+            workers: Arc::new([]),
         };
         RxLcore {
+            slot,
             rx,
             engine: RxEngine::new(published.current(), slot, tx, io, stats),
             published,
@@ -148,6 +163,10 @@ impl RxLcore {
     pub fn run(mut self, control: &RunControl) {
         if let Some(to) = self.forward.take() {
             return self.run_forward(&to, control);
+        }
+        let mut idler = self.idler(control);
+        if self.idle.blocks() {
+            self.engine.io_mut().workers = control.worker_bells().clone();
         }
         let mut burst: Vec<Mbuf> = Vec::with_capacity(BURST);
         let mut polls = Polls::default();
@@ -183,13 +202,24 @@ impl RxLcore {
             if got == 0 {
                 self.engine.idle();
             }
-            polls.end(t0, got, &stats, &self.idle);
+            // Nothing to re-check: the queues' fds are level-triggered.
+            polls.end(t0, got, &stats, &mut idler, || true);
         }
         polls.finish(&stats);
         stats.open();
         self.engine.stop(self.clock.now());
         stats.close();
         control.rx_exited();
+    }
+
+    /// The idle policy of this lcore, blocking on its queues' wake-up fds and its doorbell:
+    /// only if every queue has such an fd (one without would wait for the bound).
+    pub(super) fn idler(&self, control: &RunControl) -> Idler {
+        let fds: Option<Vec<_>> = self.rx.iter().map(RxQueue::wake_fd).collect();
+        match fds {
+            Some(fds) => Idler::new(self.idle, control.rx_bell(self.slot), &fds),
+            None => Idler::new(self.idle, None, &[]),
+        }
     }
 
     /// Polls each RX queue once; a queue that received packets has them counted and its burst

@@ -5,7 +5,8 @@
 //! Stopping: RX lcores stop first and say so; workers then drain their sockets to empty, run
 //! the action on every packet, and stop. So at a clean stop no packet is left in a socket.
 
-use super::{handoff_ring, ring, spin, IdlePolicy, Polls, RunControl, TscClock};
+use super::{handoff_ring, ring, spin, wake_worker, IdlePolicy, Idler, Polls, RunControl, TscClock};
+use crate::dpdk::wake::Doorbell;
 use crate::dpdk::{Mbuf, Mempool, RxQueue, TxQueue};
 use crate::generation::Published;
 use crate::pipeline::tunnel::Tunnel;
@@ -23,6 +24,9 @@ pub(super) struct DpdkIo {
     kernel_rx: Vec<RxQueue>,
     /// Read when the kernel solicits a neighbour, to time the answers it may take.
     clock: TscClock,
+    /// Each worker's doorbell by slot, rung when this worker hands a sequence tunnel's owner
+    /// packets (empty where loops never block).
+    workers: Arc<[Option<Arc<Doorbell>>]>,
 }
 
 impl WorkerIo<Mbuf> for DpdkIo {
@@ -41,8 +45,11 @@ impl WorkerIo<Mbuf> for DpdkIo {
     }
     #[inline]
     fn hand_off(&mut self, tunnel: &Tunnel, pkts: &mut Vec<Mbuf>) -> usize {
-        handoff_ring(tunnel).map_or(0, |r| r.enqueue(pkts))
+        let took = handoff_ring(tunnel).map_or(0, |r| r.enqueue(pkts));
+        wake_worker(&self.workers, tunnel.owner);
+        took
     }
+
     #[inline]
     fn take_handed(&mut self, tunnel: &Tunnel, out: &mut Vec<Mbuf>) -> Option<usize> {
         handoff_ring(tunnel).map(|r| r.dequeue(out))
@@ -125,10 +132,23 @@ impl WorkerLcore {
 
     /// Runs until a stop is requested, every RX lcore has stopped and its sockets are empty.
     pub fn run(self, control: &RunControl) {
+        // Woken by its doorbell (an RX lcore or worker handed it packets, a stop) and by the
+        // kernel writing into a kernel interface: only if every such queue has an fd.
+        let fds: Option<Vec<_>> = self.kernel_rx.iter().map(RxQueue::wake_fd).collect();
+        let bell = control.worker_bells().get(self.slot).cloned().flatten();
+        let mut idler = match fds {
+            Some(fds) => Idler::new(self.idle, bell, &fds),
+            None => Idler::new(self.idle, None, &[]),
+        };
         let io = DpdkIo {
             pool: self.pool,
             kernel_rx: self.kernel_rx,
             clock: TscClock::new(self.tsc_hz),
+            workers: if self.idle.blocks() {
+                control.worker_bells().clone()
+            } else {
+                Arc::new([])
+            },
         };
         let stats = self.stats;
         let mut engine = WorkerEngine::new(
@@ -155,7 +175,11 @@ impl WorkerLcore {
             if got.taken == 0 && finishing {
                 break;
             }
-            polls.end(t0, got.taken + got.from_kernel, &stats, &self.idle);
+            // Asked with the doorbell armed: what an RX lcore published before it read the flag.
+            polls.end(t0, got.taken + got.from_kernel, &stats, &mut idler, || {
+                let finishing = control.stop_requested() && control.rx_all_exited();
+                !(finishing || engine.has_pending())
+            });
         }
         // Every RX lcore has exited: what this worker took from reclaiming rings is freed here
         // (before the exit's count of mbufs in use).
