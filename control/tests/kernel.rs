@@ -1518,3 +1518,57 @@ fn packets_after_a_long_idle_are_answered_at_once() {
     assert!(woken("bell") >= 20.0, "the worker woke by its doorbell: {m:?}");
     stop_clean(d, &s);
 }
+
+/// Sends `argv[2]` datagrams to 192.0.2.1:`argv[1]` as fast as it can; prints how many left.
+const BLAST: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+n = 0
+for i in range(int(sys.argv[2])):
+    try:
+        s.sendto(b"x" * 64, ("192.0.2.1", int(sys.argv[1])))
+        n += 1
+    except OSError:
+        pass
+print(n)
+"#;
+
+#[test]
+fn frames_the_af_packet_rings_dropped_are_counted_missed() {
+    let h = Host::new();
+    let s = Scratch::new("kernel-ring-drops");
+    // The RX lcore on a thread of its own (lcore 1), so that it alone can be stopped.
+    let d = h.start_with(&s, "kernel-ring-drops", (2, ""), "rx = [1]\nworkers = [0]", "");
+    let pid = d.child.id();
+    let rx_thread = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .find(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .unwrap_or_default()
+                .trim()
+                == "rte-worker-1"
+        })
+        .map(|t| t.file_name().to_string_lossy().parse::<u32>().unwrap())
+        .expect("the RX lcore's thread");
+    // The client learns fastpathd's MAC first: with the RX lcore stopped nobody answers ARP.
+    assert!(h.client(&["ping", "-c", "1", "-W", "2", "192.0.2.1"]).status.success());
+    let before = sample(&h.scrape(), "fastpath_port_rx_missed_total{port=\"net_af_packet0\"}");
+    // While the RX lcore is stopped the flow's ring (512 frames) fills; the rest is dropped by
+    // the kernel, which only PACKET_STATISTICS tells.
+    let stopped = StoppedThread::new(rx_thread, 3.0);
+    let sent: u64 = stdout(&h.client_python(BLAST, &["9", "20000"])).parse().unwrap();
+    drop(stopped);
+    std::thread::sleep(Duration::from_millis(500));
+    let m = h.scrape();
+    let missed = sample(&m, "fastpath_port_rx_missed_total{port=\"net_af_packet0\"}") - before;
+    let rx = sample(&m, "fastpath_port_rx_packets_total{port=\"net_af_packet0\"}");
+    eprintln!("{sent} sent while the RX lcore was stopped: {missed} missed, {rx} received in all");
+    assert!(missed > 0.0, "no ring drop counted");
+    assert!(
+        missed >= sent as f64 - rx - 64.0 && missed <= sent as f64,
+        "{missed} missed of {sent} ({rx} received)"
+    );
+    stop_clean(d, &s);
+}

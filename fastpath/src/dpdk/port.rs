@@ -254,9 +254,12 @@ impl Port {
             // promiscuous mode only receives more.
             let _ = unsafe { dpdk_sys::rte_eth_promiscuous_disable(id) };
         }
-        let wake_fds = (0..conf.rx_queues)
+        let wake_fds: Vec<Option<RawFd>> = (0..conf.rx_queues)
             .map(|q| wake_fd(id, q, &driver, rx_intr, info.if_index))
             .collect();
+        if driver == "net_af_packet" {
+            ring_drops::register(id, wake_fds.iter().flatten().copied().collect());
+        }
         Ok(Port {
             id,
             wake_fds,
@@ -356,6 +359,7 @@ impl Port {
             self.closed = true;
             // No `stats_of` reads the port while it is released.
             let _closing = CLOSING.lock().unwrap_or_else(|e| e.into_inner());
+            ring_drops::forget(self.id);
             // SAFETY: the port is stopped and no lcore uses it; `stats_of` is excluded above.
             let rc = unsafe { dpdk_sys::rte_eth_dev_close(self.id) };
             check(|| format!("rte_eth_dev_close({})", self.name), rc)?;
@@ -564,9 +568,46 @@ pub fn stats_of(id: u16) -> Result<PortStats> {
         opackets: s.opackets,
         ibytes: s.ibytes,
         obytes: s.obytes,
-        imissed: s.imissed,
+        // DPDK 22.11's af_packet leaves its rings' drops (frames the kernel found no free slot
+        // for: the RX lcore did not keep up) out of imissed; they are the same loss.
+        imissed: s.imissed + ring_drops::read(id),
         ierrors: s.ierrors,
         oerrors: s.oerrors,
         rx_nombuf: s.rx_nombuf,
     })
+}
+
+/// The frames the kernel dropped at `net_af_packet` ports' RX rings (`PACKET_STATISTICS`
+/// `tp_drops`). The kernel resets the count at each read, so the total is kept here; the driver
+/// (22.11) never reads it. Read under [`CLOSING`], as the rest of `stats_of`.
+mod ring_drops {
+    use std::collections::HashMap;
+    use std::os::fd::RawFd;
+    use std::sync::Mutex;
+
+    /// By port id: its RX rings' sockets and the drops read from them so far.
+    static PORTS: Mutex<Option<HashMap<u16, (Vec<RawFd>, u64)>>> = Mutex::new(None);
+
+    pub(super) fn register(id: u16, fds: Vec<RawFd>) {
+        let mut p = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+        p.get_or_insert_with(HashMap::new).insert(id, (fds, 0));
+    }
+
+    pub(super) fn forget(id: u16) {
+        if let Some(p) = PORTS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            p.remove(&id);
+        }
+    }
+
+    /// The drops of port `id`'s rings since it started (0 for a port that has none).
+    pub(super) fn read(id: u16) -> u64 {
+        let mut p = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((fds, total)) = p.as_mut().and_then(|p| p.get_mut(&id)) else {
+            return 0;
+        };
+        for &fd in fds.iter() {
+            *total += u64::from(super::super::wake::packet_drops(fd));
+        }
+        *total
+    }
 }

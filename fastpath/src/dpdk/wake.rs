@@ -343,3 +343,30 @@ mod tests {
         assert!(!is_packet_socket_on(r.as_raw_fd(), 1), "a pipe is no packet socket");
     }
 }
+
+/// The frames the kernel dropped at AF_PACKET socket `fd`'s ring since the last call
+/// (`PACKET_STATISTICS`, which resets the socket's counts); 0 if `fd` is not one.
+pub(crate) fn packet_drops(fd: RawFd) -> u32 {
+    let mut st = libc::tpacket_stats {
+        tp_packets: 0,
+        tp_drops: 0,
+    };
+    let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+    // SAFETY: st and len are live and sized as PACKET_STATISTICS expects for a TPACKET_V2 ring
+    // (the layout net_af_packet uses); on an fd that is not a packet socket the call fails and
+    // st stays zero.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            std::ptr::from_mut(&mut st).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        st.tp_drops
+    } else {
+        0
+    }
+}
