@@ -585,8 +585,11 @@ mod ring_drops {
     use std::os::fd::RawFd;
     use std::sync::Mutex;
 
-    /// By port id: its RX rings' sockets and the drops read from them so far.
-    static PORTS: Mutex<Option<HashMap<u16, (Vec<RawFd>, u64)>>> = Mutex::new(None);
+    /// A port's RX rings' sockets and the drops read from them so far.
+    type Rings = (Vec<RawFd>, u64);
+
+    /// By port id.
+    static PORTS: Mutex<Option<HashMap<u16, Rings>>> = Mutex::new(None);
 
     pub(super) fn register(id: u16, fds: Vec<RawFd>) {
         let mut p = PORTS.lock().unwrap_or_else(|e| e.into_inner());

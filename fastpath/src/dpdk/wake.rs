@@ -239,6 +239,33 @@ pub(crate) fn is_packet_socket_on(fd: RawFd, if_index: u32) -> bool {
     rc == 0 && sa.sll_family as i32 == libc::AF_PACKET && sa.sll_ifindex as u32 == if_index
 }
 
+/// The frames the kernel dropped at AF_PACKET socket `fd`'s ring since the last call
+/// (`PACKET_STATISTICS`, which resets the socket's counts); 0 if `fd` is not one.
+pub(crate) fn packet_drops(fd: RawFd) -> u32 {
+    let mut st = libc::tpacket_stats {
+        tp_packets: 0,
+        tp_drops: 0,
+    };
+    let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+    // SAFETY: st and len are live and sized as PACKET_STATISTICS expects for a TPACKET_V2 ring
+    // (the layout net_af_packet uses); on an fd that is not a packet socket the call fails and
+    // st stays zero.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            std::ptr::from_mut(&mut st).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        st.tp_drops
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,32 +368,5 @@ mod tests {
         // Level-triggered: still unread, still woken.
         assert_eq!(w.wait(Duration::from_secs(5), || true), Woken::Io);
         assert!(!is_packet_socket_on(r.as_raw_fd(), 1), "a pipe is no packet socket");
-    }
-}
-
-/// The frames the kernel dropped at AF_PACKET socket `fd`'s ring since the last call
-/// (`PACKET_STATISTICS`, which resets the socket's counts); 0 if `fd` is not one.
-pub(crate) fn packet_drops(fd: RawFd) -> u32 {
-    let mut st = libc::tpacket_stats {
-        tp_packets: 0,
-        tp_drops: 0,
-    };
-    let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
-    // SAFETY: st and len are live and sized as PACKET_STATISTICS expects for a TPACKET_V2 ring
-    // (the layout net_af_packet uses); on an fd that is not a packet socket the call fails and
-    // st stays zero.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_PACKET,
-            libc::PACKET_STATISTICS,
-            std::ptr::from_mut(&mut st).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        st.tp_drops
-    } else {
-        0
     }
 }
