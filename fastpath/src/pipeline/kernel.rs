@@ -521,8 +521,14 @@ pub struct KernelPortCounters {
     /// From the kernel, refused by the port's TX queue (`reason="port_full"`).
     pub port_full: Counter,
     /// Could not be written: no kernel interface for the port it came in on, a packet inside a
-    /// tunnel, no buffer to cut it into fragments (`reason="invalid"`).
+    /// tunnel, no buffer to cut it into fragments; from the kernel, a frame that could not be
+    /// cut into segments (`reason="invalid"`).
     pub invalid: Counter,
+    /// Written into the kernel inside a coalesced frame (GRO, the TAP backend:
+    /// `fastpath_kernel_offloaded_total{direction="to_kernel"}`).
+    pub coalesced: Counter,
+    /// Cut out of a large frame the kernel wrote (TSO, `direction="from_kernel"`).
+    pub segmented: Counter,
 }
 
 /// Every worker's [`KernelPortCounters`], by worker slot and port index.

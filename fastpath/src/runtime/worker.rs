@@ -6,7 +6,7 @@
 //! the action on every packet, and stop. So at a clean stop no packet is left in a socket.
 
 use super::{handoff_ring, ring, spin, IdlePolicy, Polls, RunControl, TscClock};
-use crate::dpdk::{Mbuf, Mempool, RxQueue, TxQueue};
+use crate::dpdk::{KernelRx, Mbuf, Mempool, WorkerTx};
 use crate::generation::Published;
 use crate::pipeline::tunnel::Tunnel;
 use crate::pipeline::Instant;
@@ -20,13 +20,13 @@ use std::sync::Arc;
 pub(super) struct DpdkIo {
     pool: Arc<Mempool>,
     /// This worker's RX queue of each kernel interface (`pipeline/kernel.rs`).
-    kernel_rx: Vec<RxQueue>,
+    kernel_rx: Vec<KernelRx>,
     /// Read when the kernel solicits a neighbour, to time the answers it may take.
     clock: TscClock,
 }
 
 impl WorkerIo<Mbuf> for DpdkIo {
-    type Tx = TxQueue;
+    type Tx = WorkerTx;
     #[inline]
     fn dequeue(&mut self, socket: &Socket, slot: usize, out: &mut Vec<Mbuf>) -> Option<usize> {
         ring(socket, slot).map(|r| r.dequeue(out))
@@ -85,8 +85,8 @@ pub struct WorkerLcore {
     slot: usize,
     tsc_hz: u64,
     pool: Arc<Mempool>,
-    tx: Vec<TxQueue>,
-    kernel_rx: Vec<RxQueue>,
+    tx: Vec<WorkerTx>,
+    kernel_rx: Vec<KernelRx>,
     published: Arc<Published>,
     stats: Arc<LcoreStats>,
     idle: IdlePolicy,
@@ -97,7 +97,7 @@ impl WorkerLcore {
     /// `stats.tx[i]`); `pool` gives the buffers of fragments.
     pub fn new(
         slot: usize,
-        tx: Vec<TxQueue>,
+        tx: Vec<WorkerTx>,
         published: Arc<Published>,
         stats: Arc<LcoreStats>,
         idle: IdlePolicy,
@@ -118,7 +118,7 @@ impl WorkerLcore {
 
     /// Also polls these RX queues of kernel interfaces (one per interface), sending what the
     /// kernel wrote out of the port each mirrors.
-    pub fn with_kernel_rx(mut self, queues: Vec<RxQueue>) -> Self {
+    pub fn with_kernel_rx(mut self, queues: Vec<KernelRx>) -> Self {
         self.kernel_rx = queues;
         self
     }
