@@ -994,8 +994,13 @@ fn remove_runtime_files(dir: &std::path::Path) {
 /// Every port's counters as they stand, kept for the final metrics.
 fn snapshot_port_stats(sources: &Sources, final_port_stats: &FinalPortStats) {
     *final_port_stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(
+        // Ids that name a DPDK port only: between the ports and a TAP kernel interface's id
+        // (past every port's) are ids of nothing, and DPDK logs each refusal.
         (0..sources.port_names.len() as u16)
-            .map(|id| dpdk::port::stats_of(id).ok())
+            .map(|id| {
+                let named = !sources.port_names[id as usize].is_empty() && id < dpdk::tap::TAP_ID_BASE;
+                named.then(|| dpdk::port::stats_of(id).ok()).flatten()
+            })
             .collect(),
     );
 }
