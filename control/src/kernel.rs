@@ -2,11 +2,11 @@
 //! `fastpath::pipeline::kernel`): created at start-up, given the port's MAC, addresses and MTU,
 //! and brought up; closing them removes the interface.
 //!
-//! By default (`[kernel] offloads = true`) the device is fastpathd's own multi-queue TAP with
+//! With `[kernel] offloads = true` the device is fastpathd's own multi-queue TAP with
 //! virtio-net headers (`fastpath::dpdk::tap`): a worker writes a burst's in-order TCP segments
 //! as one 64 KB frame and cuts the kernel's 64 KB frames into segments, so a TCP transfer
 //! through the kernel pays its per-packet cost once per 64 KB. It is not a DPDK port: the
-//! tables know it by an id past every port's. With `offloads = false` it is a DPDK port:
+//! tables know it by an id past every port's. Otherwise (the default) it is a DPDK port:
 //! virtio-user over vhost-net where `/dev/vhost-net` exists (the kernel moves the packets, no
 //! system call per packet on our side), else `net_tap` (a `writev`/`read` per packet on the
 //! worker). Each has one queue pair per worker. Addresses are set with

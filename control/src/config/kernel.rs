@@ -58,7 +58,7 @@ pub struct KernelConfig {
     /// The flow limit sheds dominant punted flows (default false: a bulk flow is not an attack).
     pub flow_limit: bool,
     /// The kernel interfaces are fastpathd's own TAP devices with offloads (coalescing into
-    /// the kernel, segmentation out of it; default true); false: DPDK's `net_tap` (or
+    /// the kernel, segmentation out of it); false (the default): DPDK's `net_tap` (or
     /// virtio-user where `/dev/vhost-net` exists), a packet at a time.
     pub offloads: bool,
 }
@@ -105,7 +105,7 @@ pub(super) fn validate(
         punt_burst: DEFAULT_PUNT_BURST,
         rollover: r.rollover.unwrap_or(false),
         flow_limit: r.flow_limit.unwrap_or(false),
-        offloads: r.offloads.unwrap_or(true),
+        offloads: r.offloads.unwrap_or(false),
     };
     for (key, value, min, out) in [
         ("punt_rate", r.punt_rate, 0, &mut out.punt_rate),

@@ -11,9 +11,10 @@
 //!   transfer is always the dominant flow), the queue has a capacity
 //!   (overflow is the outcome `kernel_full`), and the RX lcore's cost is an enqueue: it never
 //!   makes a system call and never waits on the kernel. The socket's worker writes the packet on
-//!   its own TX queue of the kernel interface (a `net_tap` or virtio-user port with one queue
-//!   pair per worker), cut into fragments if it is larger than the MTU (a reassembled datagram),
-//!   which the kernel reassembles itself.
+//!   its own TX queue of the kernel interface (a `net_tap` or virtio-user port, or with
+//!   `[kernel] offloads` a TAP device of ours that coalesces TCP segments, one queue pair per
+//!   worker), cut into fragments if it is larger than the MTU (a reassembled datagram), which
+//!   the kernel reassembles itself.
 //! - **Out of the kernel.** Each worker polls its own RX queue of every kernel interface and
 //!   sends what the kernel wrote out of the mirrored port, on the worker's own TX queue of that
 //!   port (no shared TX lock). These packets are not "received" in the sense of
