@@ -590,7 +590,8 @@ fn worker_roles(kit: &LcoreKit, roles: &mut Roles, all_stats: &mut Vec<Arc<Lcore
             .iter()
             .flatten()
             .filter_map(|k| {
-                let index = offload_counters.and_then(|(c, at)| at.get(k.id() as usize).copied().flatten().map(|i| (c, i as usize)));
+                let index = offload_counters
+                    .and_then(|(c, at)| at.get(k.id() as usize).copied().flatten().map(|i| (c, i as usize)));
                 k.queue_pair(w, pool, index)
             })
             .unzip();

@@ -1431,10 +1431,18 @@ fn with_offloads_a_bulk_transfer_crosses_the_kernel_interface_exact_in_64k_frame
     live_conservation(&m);
     let d_of = |k: &str| sample(&m, k) - sample(&before, k);
     let port = "port=\"net_af_packet0\"";
-    let to_kernel = d_of(&format!("fastpath_kernel_packets_total{{{port},direction=\"to_kernel\"}}"));
-    let from_kernel = d_of(&format!("fastpath_kernel_packets_total{{{port},direction=\"from_kernel\"}}"));
-    let coalesced = d_of(&format!("fastpath_kernel_offloaded_total{{{port},direction=\"to_kernel\"}}"));
-    let cut = d_of(&format!("fastpath_kernel_offloaded_total{{{port},direction=\"from_kernel\"}}"));
+    let to_kernel = d_of(&format!(
+        "fastpath_kernel_packets_total{{{port},direction=\"to_kernel\"}}"
+    ));
+    let from_kernel = d_of(&format!(
+        "fastpath_kernel_packets_total{{{port},direction=\"from_kernel\"}}"
+    ));
+    let coalesced = d_of(&format!(
+        "fastpath_kernel_offloaded_total{{{port},direction=\"to_kernel\"}}"
+    ));
+    let cut = d_of(&format!(
+        "fastpath_kernel_offloaded_total{{{port},direction=\"from_kernel\"}}"
+    ));
     // What the kernel itself counted on the interface: frames it took from us, frames it gave.
     let (frames_in, frames_out) = (kif_stat(&h, "rx_packets") - rx0, kif_stat(&h, "tx_packets") - tx0);
     eprintln!(
@@ -1453,6 +1461,12 @@ fn with_offloads_a_bulk_transfer_crosses_the_kernel_interface_exact_in_64k_frame
         (frames_out as f64) < from_kernel * 0.5,
         "the kernel wrote {frames_out} frames for {from_kernel} packets"
     );
-    assert_eq!(sample(&m, &format!("fastpath_kernel_dropped_total{{{port},reason=\"invalid\"}}")), 0.0);
+    assert_eq!(
+        sample(
+            &m,
+            &format!("fastpath_kernel_dropped_total{{{port},reason=\"invalid\"}}")
+        ),
+        0.0
+    );
     stop_clean(d, &s);
 }

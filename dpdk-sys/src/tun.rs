@@ -50,7 +50,10 @@ pub fn attach(file: &impl AsRawFd, name: &str, flags: i16) -> io::Result<()> {
     // `ifr_flags` (a short) is the first member; 40 bytes on Linux.
     let mut ifr = [0u8; 40];
     if name.is_empty() || name.len() >= 16 || name.contains('\0') {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface name: 1 to 15 bytes"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "interface name: 1 to 15 bytes",
+        ));
     }
     ifr[..name.len()].copy_from_slice(name.as_bytes());
     ifr[16..18].copy_from_slice(&flags.to_ne_bytes());

@@ -223,10 +223,7 @@ fn continues(a: &[u8], first: &Seg, prev: &Seg, b: &[u8], next: &Seg) -> bool {
         ia[0..4] == ib[0..4] && ia[6..40] == ib[6..40]
     } else {
         // Version, IHL, TOS; flags; TTL, protocol; addresses. The ID the next one.
-        ia[0..2] == ib[0..2]
-            && ia[6..10] == ib[6..10]
-            && ia[12..20] == ib[12..20]
-            && next.id == prev.id.wrapping_add(1)
+        ia[0..2] == ib[0..2] && ia[6..10] == ib[6..10] && ia[12..20] == ib[12..20] && next.id == prev.id.wrapping_add(1)
     };
     // Ethernet; ports; ACK, offset, window, urgent and options (not seq, flags, checksum).
     let (ta, tb) = (&a[first.l4..first.hl], &b[next.l4..next.hl]);

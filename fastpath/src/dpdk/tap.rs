@@ -47,7 +47,10 @@ impl TapDevice {
             let flags = tun::IFF_TAP | tun::IFF_NO_PI | tun::IFF_MULTI_QUEUE | tun::IFF_VNET_HDR;
             tun::attach(&f, name, flags)?;
             tun::set_vnet_hdr_size(&f, HDR_LEN as i32)?;
-            tun::set_offload(&f, tun::TUN_F_CSUM | tun::TUN_F_TSO4 | tun::TUN_F_TSO6 | tun::TUN_F_TSO_ECN)?;
+            tun::set_offload(
+                &f,
+                tun::TUN_F_CSUM | tun::TUN_F_TSO4 | tun::TUN_F_TSO6 | tun::TUN_F_TSO_ECN,
+            )?;
             files.push(f);
         }
         Ok(TapDevice {

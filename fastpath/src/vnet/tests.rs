@@ -208,7 +208,14 @@ fn coalescing_stops_where_linux_gro_would_not_merge() {
     assert_eq!(run_of(&with(2, &|s| s.flags |= PSH), &mut head), 3);
     // A first segment that cannot start a run: written alone behind a zero header.
     let run = coalesce(&bufs(&with(0, &|s| s.flags |= 0x02)), &mut head);
-    assert_eq!(run, Run { count: 1, head_len: HDR_LEN, from: 0 });
+    assert_eq!(
+        run,
+        Run {
+            count: 1,
+            head_len: HDR_LEN,
+            from: 0
+        }
+    );
     assert_eq!(head[..HDR_LEN], [0; HDR_LEN]);
     // A corrupted payload (TCP checksum wrong) is never hidden in a NEEDS_CSUM frame.
     let mut pkts = bufs(&base);
@@ -220,7 +227,10 @@ fn coalescing_stops_where_linux_gro_would_not_merge() {
     // IPv4 options: never.
     let mut f = base[0].frame();
     f[14] = 0x46;
-    assert_eq!(coalesce(&[HeapBuf::new(&f), HeapBuf::new(&base[1].frame())], &mut head).count, 1);
+    assert_eq!(
+        coalesce(&[HeapBuf::new(&f), HeapBuf::new(&base[1].frame())], &mut head).count,
+        1
+    );
     // Not more than 64 KB of IP: 50 segments of 1448 make two runs.
     let big = stream(false, 49, 1448, 1448);
     let pkts = bufs(&big);
@@ -271,15 +281,19 @@ fn a_gso_frame_from_the_kernel_is_cut_into_mss_segments_with_ids_flags_and_check
             seq = seq.wrapping_add(want as u32);
             let f = d[l4 + 13];
             assert_eq!(f & CWR != 0, k == 0, "CWR on the first only");
-            assert_eq!(f & (FIN | PSH), if k == 6 { FIN | PSH } else { 0 }, "FIN, PSH on the last only");
+            assert_eq!(
+                f & (FIN | PSH),
+                if k == 6 { FIN | PSH } else { 0 },
+                "FIN, PSH on the last only"
+            );
             assert_eq!(f & ACK, ACK);
             if !v6 {
                 let ip = Ipv4Packet::new_checked(&d[14..]).unwrap();
                 assert_eq!(ip.ident(), 0xfffeu16.wrapping_add(k as u16));
-                assert_eq!(ip.total_len() as usize, d.len() - 14);
+                assert_eq!(ip.total_len(), d.len() - 14);
             } else {
                 let ip = Ipv6Packet::new_checked(&d[14..]).unwrap();
-                assert_eq!(ip.payload_len() as usize, d.len() - 54);
+                assert_eq!(ip.payload_len(), d.len() - 54);
             }
             payload.extend_from_slice(tcp.payload());
         }
@@ -354,7 +368,16 @@ fn no_buffer_or_a_malformed_frame_leaves_nothing_of_it_and_never_panics() {
     assert_eq!(out.len(), 1, "what came before stays, nothing of the frame");
     // Every truncation and a few corruptions of the header and the frame: an answer, no panic.
     for cut_at in 0..frame.len().min(120) {
-        for hdr in [h, VnetHdr { gso_size: 0, ..h }, VnetHdr { gso_type: 3, ..h }, VnetHdr { csum_start: 60000, ..h }, VnetHdr { gso_type: GSO_NONE, ..h }] {
+        for hdr in [
+            h,
+            VnetHdr { gso_size: 0, ..h },
+            VnetHdr { gso_type: 3, ..h },
+            VnetHdr { csum_start: 60000, ..h },
+            VnetHdr {
+                gso_type: GSO_NONE,
+                ..h
+            },
+        ] {
             let mut out = Vec::new();
             let _ = segment(&hdr, &frame[..cut_at], alloc, &mut out);
         }
