@@ -119,14 +119,6 @@ fn alloc(len: usize) -> Option<HeapBuf> {
     Some(HeapBuf::with_room(&[], 128, len))
 }
 
-/// What the kernel does with a NEEDS_CSUM frame it delivers or segments in software: the sum
-/// from csum_start on, stored at csum_offset.
-fn complete(frame: &mut [u8], h: &VnetHdr) {
-    let (s, o) = (h.csum_start as usize, h.csum_offset as usize);
-    let c = checksum::finish(checksum::sum(0, &frame[s..]));
-    frame[s + o..s + o + 2].copy_from_slice(&c.to_be_bytes());
-}
-
 /// Checks the IP and TCP checksums of `frame` with the wire module's own verification.
 fn verified(frame: &[u8]) -> bool {
     if frame[12] == 0x86 {
@@ -153,18 +145,17 @@ fn a_run_of_in_order_segments_is_written_as_one_gso_frame_that_cuts_back_into_th
         assert_eq!(
             h,
             VnetHdr {
-                flags: F_NEEDS_CSUM,
+                flags: 0,
                 gso_type: if v6 { GSO_TCPV6 } else { GSO_TCPV4 },
                 hdr_len: hl as u16,
                 gso_size: 1448,
-                csum_start: (hl - 32) as u16,
-                csum_offset: 16,
+                csum_start: 0,
+                csum_offset: 0,
             }
         );
-        let mut frame = written(&pkts, &run, &head)[HDR_LEN..].to_vec();
+        let frame = written(&pkts, &run, &head)[HDR_LEN..].to_vec();
         assert_eq!(frame.len(), hl + 30 * 1448 + 500);
-        // The kernel completes the checksum: then the whole frame verifies, lengths included.
-        complete(&mut frame, &h);
+        // The frame's checksum, derived from the segments', verifies over the whole frame.
         assert!(verified(&frame), "v6 {v6}");
         let tcp_at = hl - 32;
         assert_eq!(frame[tcp_at + 13], ACK | PSH, "the last one's PSH");
@@ -217,13 +208,17 @@ fn coalescing_stops_where_linux_gro_would_not_merge() {
         }
     );
     assert_eq!(head[..HDR_LEN], [0; HDR_LEN]);
-    // A corrupted payload (TCP checksum wrong) is never hidden in a NEEDS_CSUM frame.
-    let mut pkts = bufs(&base);
-    pkts[3].data_mut()[100] ^= 0xff;
-    assert_eq!(coalesce(&pkts, &mut head).count, 3);
-    let mut pkts = bufs(&base);
-    pkts[0].data_mut()[100] ^= 0xff;
-    assert_eq!(coalesce(&pkts, &mut head).count, 1);
+    // A corrupted payload (its TCP checksum wrong) makes the whole frame fail the kernel's
+    // check: the frame's checksum is derived from the segments' own.
+    for k in [0, 3, 5] {
+        let mut pkts = bufs(&base);
+        pkts[k].data_mut()[100] ^= 0x5a;
+        let run = coalesce(&pkts, &mut head);
+        assert_eq!(run.count, 6);
+        assert!(!verified(&written(&pkts, &run, &head)[HDR_LEN..]), "corrupt segment {k}");
+    }
+    // An odd MSS: never merged.
+    assert_eq!(run_of(&stream(false, 3, 999, 999), &mut head), 1);
     // IPv4 options: never.
     let mut f = base[0].frame();
     f[14] = 0x46;
