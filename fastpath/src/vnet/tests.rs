@@ -215,7 +215,10 @@ fn coalescing_stops_where_linux_gro_would_not_merge() {
         pkts[k].data_mut()[100] ^= 0x5a;
         let run = coalesce(&pkts, &mut head);
         assert_eq!(run.count, 6);
-        assert!(!verified(&written(&pkts, &run, &head)[HDR_LEN..]), "corrupt segment {k}");
+        assert!(
+            !verified(&written(&pkts, &run, &head)[HDR_LEN..]),
+            "corrupt segment {k}"
+        );
     }
     // An odd MSS: never merged.
     assert_eq!(run_of(&stream(false, 3, 999, 999), &mut head), 1);
