@@ -12,7 +12,8 @@ use crate::reload::{ReloadStats, Reloader};
 use crate::signals::{ControlMsg, Messages, Signals};
 use crate::tables::{OpenedPort, TableBuilder};
 use control::health::{Health, Watch, WatchedPort};
-use fastpath::dpdk::{self, Eal, Mempool, Port, PortConf};
+use control::kernel::KernelInterface;
+use fastpath::dpdk::{self, Eal, Mempool, Port, PortConf, WorkerTx};
 use fastpath::generation::Published;
 use fastpath::outcome::Outcome;
 use fastpath::runtime::{IdlePolicy, RunControl, RxLcore, TscClock, WorkerLcore};
@@ -406,7 +407,7 @@ fn open_ports(cfg: &Config, pool: &Arc<Mempool>) -> Result<Vec<Port>, String> {
 fn describe_ports(
     cfg: &Config,
     ports: &[Port],
-    kernel_ports: &[Option<Port>],
+    kernel_ports: &[Option<KernelInterface>],
 ) -> (Vec<OpenedPort>, Vec<String>, Vec<Option<metrics::PortInfo>>) {
     let mut opened = Vec::new();
     let mut port_names = Vec::new();
@@ -452,7 +453,7 @@ struct LcoreKit<'a> {
     cfg: &'a Config,
     ports: &'a [Port],
     /// By port index: its kernel interface.
-    kernel_ports: &'a [Option<Port>],
+    kernel_ports: &'a [Option<KernelInterface>],
     published: &'a Arc<Published>,
     pool: &'a Arc<Mempool>,
     big: &'a Arc<Mempool>,
@@ -466,7 +467,7 @@ impl<'a> LcoreKit<'a> {
     fn new(
         cfg: &'a Config,
         eal: &'a Eal,
-        (ports, kernel_ports): (&'a [Port], &'a [Option<Port>]),
+        (ports, kernel_ports): (&'a [Port], &'a [Option<KernelInterface>]),
         published: &'a Arc<Published>,
         (pool, big): (&'a Arc<Mempool>, &'a Arc<Mempool>),
     ) -> Self {
@@ -586,13 +587,23 @@ fn worker_roles(kit: &LcoreKit, roles: &mut Roles, all_stats: &mut Vec<Arc<Lcore
     let nrx = cfg.lcores.rx.len();
     for (w, &lcore) in cfg.lcores.workers.iter().enumerate() {
         // Worker w also owns queue pair w of every kernel interface.
-        let kernel = kernel_ports.iter().flatten();
-        let txqs: Vec<_> = ports
+        let tables = published.current();
+        let offload_counters = tables.kernel.as_ref().map(|k| (&k.counters, &k.index_of));
+        let (kernel_tx, kernel_rx): (Vec<_>, Vec<_>) = kernel_ports
+            .iter()
+            .flatten()
+            .filter_map(|k| {
+                let index = offload_counters
+                    .and_then(|(c, at)| at.get(k.id() as usize).copied().flatten().map(|i| (c, i as usize)));
+                k.queue_pair(w, pool, index)
+            })
+            .unzip();
+        let txqs: Vec<WorkerTx> = ports
             .iter()
             .filter_map(|p| p.tx_queue((nrx + w) as u16))
-            .chain(kernel.clone().filter_map(|k| k.tx_queue(w as u16)))
+            .map(WorkerTx::Port)
+            .chain(kernel_tx)
             .collect();
-        let kernel_rx: Vec<_> = kernel.filter_map(|k| k.rx_queue(w as u16)).collect();
         let stats = Arc::new(LcoreStats::new(
             lcore,
             vec![],
@@ -649,7 +660,7 @@ fn metric_sources(
 /// (RX lcores first, as in `lcores`).
 fn health_watch(
     cfg: &Config,
-    (ports, kernel_ports): (&[Port], &[Option<Port>]),
+    (ports, kernel_ports): (&[Port], &[Option<KernelInterface>]),
     lcores: &[Arc<LcoreStats>],
     generation: u64,
 ) -> Watch {
@@ -880,7 +891,7 @@ struct Dataplane {
     pool: Arc<Mempool>,
     big: Arc<Mempool>,
     ports: Vec<Port>,
-    kernel_ports: Vec<Port>,
+    kernel_ports: Vec<KernelInterface>,
     published: Arc<Published>,
     run_control: Arc<RunControl>,
     sources: Arc<Sources>,
@@ -907,11 +918,7 @@ fn shutdown(d: Dataplane, opts: &Options, started: Instant, failed_lcores: Vec<u
     // invalid: DPDK said so at every stop), then the kernel interfaces (closing one removes the
     // interface), then the ports.
     snapshot_port_stats(&sources, &final_port_stats);
-    let mut close_errors: Vec<String> = kernel_ports
-        .iter_mut()
-        .filter_map(|k| k.close().err())
-        .map(|e| e.to_string())
-        .collect();
+    let mut close_errors: Vec<String> = kernel_ports.iter_mut().filter_map(|k| k.close().err()).collect();
     close_errors.extend(close_ports(&mut ports));
     let text = metrics::render(&registry);
     if let Some(path) = &opts.metrics_dump {
@@ -991,8 +998,13 @@ fn remove_runtime_files(dir: &std::path::Path) {
 /// Every port's counters as they stand, kept for the final metrics.
 fn snapshot_port_stats(sources: &Sources, final_port_stats: &FinalPortStats) {
     *final_port_stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(
+        // Ids that name a DPDK port only: between the ports and a TAP kernel interface's id
+        // (past every port's) are ids of nothing, and DPDK logs each refusal.
         (0..sources.port_names.len() as u16)
-            .map(|id| dpdk::port::stats_of(id).ok())
+            .map(|id| {
+                let named = !sources.port_names[id as usize].is_empty() && id < dpdk::tap::TAP_ID_BASE;
+                named.then(|| dpdk::port::stats_of(id).ok()).flatten()
+            })
             .collect(),
     );
 }

@@ -1,16 +1,23 @@
 //! The kernel interfaces of the exception path (`[[port]] kernel_interface`, see
-//! `fastpath::pipeline::kernel`): created at start-up as DPDK ports, given the port's MAC,
-//! addresses and MTU, and brought up; closing the port removes the interface.
+//! `fastpath::pipeline::kernel`): created at start-up, given the port's MAC, addresses and MTU,
+//! and brought up; closing them removes the interface.
 //!
-//! The device is virtio-user over vhost-net where `/dev/vhost-net` exists (the kernel moves
-//! the packets, no system call per packet on our side), else `net_tap` (a `writev`/`read` per
-//! packet on the worker). Either has one queue pair per worker. Addresses are set with
+//! With `[kernel] offloads = true` the device is fastpathd's own multi-queue TAP with
+//! virtio-net headers (`fastpath::dpdk::tap`): a worker writes a burst's in-order TCP segments
+//! as one 64 KB frame and cuts the kernel's 64 KB frames into segments, so a TCP transfer
+//! through the kernel pays its per-packet cost once per 64 KB. It is not a DPDK port: the
+//! tables know it by an id past every port's. Otherwise (the default) it is a DPDK port:
+//! virtio-user over vhost-net where `/dev/vhost-net` exists (the kernel moves the packets, no
+//! system call per packet on our side), else `net_tap` (a `writev`/`read` per packet on the
+//! worker). Each has one queue pair per worker. Addresses are set with
 //! iproute2 (`ip address replace ... nodad`): the one program every Debian system has for it,
 //! called a few times at start-up and on a reload that changes addresses, never on the data
 //! path.
 
 use crate::config::{Config, PortConfig};
-use fastpath::dpdk::{self, Mempool, Port, PortConf};
+use fastpath::dpdk::tap::TAP_ID_BASE;
+use fastpath::dpdk::{self, KernelRx, Mempool, Port, PortConf, TapDevice, WorkerTx};
+use fastpath::pipeline::kernel::KernelCounters;
 use fastpath::pipeline::kernel::KernelListeners;
 use std::process::Command;
 use std::sync::Arc;
@@ -57,9 +64,66 @@ impl Backend {
     }
 }
 
+/// A kernel interface: a DPDK port (`net_tap`, virtio-user) or fastpathd's own TAP device.
+pub enum KernelInterface {
+    /// `[kernel] offloads = false`.
+    Port(Port),
+    /// `[kernel] offloads = true`.
+    Tap(TapDevice),
+}
+
+impl KernelInterface {
+    /// The id the tables know it by (a DPDK port id, or past them for a TAP device).
+    pub fn id(&self) -> u16 {
+        match self {
+            KernelInterface::Port(p) => p.id(),
+            KernelInterface::Tap(t) => t.id(),
+        }
+    }
+
+    /// Worker `w`'s queue pair (TX: into the kernel, RX: from it), counting what the offloads
+    /// did in `counters` at port index `index`.
+    pub fn queue_pair(
+        &self,
+        w: usize,
+        pool: &Arc<Mempool>,
+        counters: Option<(&Arc<KernelCounters>, usize)>,
+    ) -> Option<(WorkerTx, KernelRx)> {
+        match self {
+            KernelInterface::Port(p) => Some((
+                WorkerTx::Port(p.tx_queue(w as u16)?),
+                KernelRx::Port(p.rx_queue(w as u16)?),
+            )),
+            KernelInterface::Tap(t) => {
+                let (mut tx, mut rx) = match t.queue(w as u16, pool.clone()) {
+                    Ok(q) => q,
+                    Err(e) => {
+                        tracing::error!("fastpathd: kernel interface {}: queue {w}: {e}", t.name());
+                        return None;
+                    }
+                };
+                if let Some((c, i)) = counters {
+                    tx = tx.with_counters(c.clone(), w, i);
+                    rx = rx.with_counters(c.clone(), w, i);
+                }
+                Some((WorkerTx::Tap(tx), KernelRx::Tap(rx)))
+            }
+        }
+    }
+
+    /// Stops and closes a DPDK port (removing its interface); a TAP device goes when its last
+    /// queue file closes.
+    pub fn close(&mut self) -> Result<(), String> {
+        match self {
+            KernelInterface::Port(p) => p.close().map_err(|e| e.to_string()),
+            KernelInterface::Tap(_) => Ok(()),
+        }
+    }
+}
+
 /// Creates, starts and addresses the kernel interface of every port that has one (`ports` in
 /// config order); `None` for the others.
-pub fn open(cfg: &Config, ports: &[Port], pool: &Arc<Mempool>) -> Result<Vec<Option<Port>>, String> {
+pub fn open(cfg: &Config, ports: &[Port], pool: &Arc<Mempool>) -> Result<Vec<Option<KernelInterface>>, String> {
     let queues = cfg.lcores.workers.len().max(1);
     let backend = Backend::detect();
     let mut out = Vec::new();
@@ -69,8 +133,22 @@ pub fn open(cfg: &Config, ports: &[Port], pool: &Arc<Mempool>) -> Result<Vec<Opt
             continue;
         };
         let mac = p.mac.unwrap_or(port.mac());
-        let (dev, args) = backend.devargs(i, name, mac, queues);
         let at = |e: String| format!("port[{i}].kernel_interface ({name}): {e}");
+        if cfg.kernel.offloads {
+            let id = TAP_ID_BASE + i as u16;
+            let t = TapDevice::open(name, id, queues).map_err(|e| at(format!("cannot make the TAP device: {e}")))?;
+            let mtu = p.mtu.unwrap_or(1500).to_string();
+            ip(&["link", "set", "dev", name, "address", &mac.to_string(), "mtu", &mtu]).map_err(at)?;
+            set_up(name, p).map_err(at)?;
+            tracing::info!(
+                "fastpathd: kernel interface {name} for port {} (TAP with offloads, id {id}, mac {mac}, {queues} queue pairs, addresses {})",
+                p.device,
+                addresses(p).join(" ")
+            );
+            out.push(Some(KernelInterface::Tap(t)));
+            continue;
+        }
+        let (dev, args) = backend.devargs(i, name, mac, queues);
         dpdk::port::probe(&args).map_err(|e| at(e.to_string()))?;
         let conf = PortConf {
             rx_queues: queues as u16,
@@ -91,7 +169,7 @@ pub fn open(cfg: &Config, ports: &[Port], pool: &Arc<Mempool>) -> Result<Vec<Opt
             k.id(),
             addresses(p).join(" ")
         );
-        out.push(Some(k));
+        out.push(Some(KernelInterface::Port(k)));
     }
     Ok(out)
 }

@@ -521,6 +521,11 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::COUNTER,
     ),
     (
+        "fastpath_kernel_offloaded_total",
+        "Packets of the kernel path carried by the kernel interface's offloads (its TAP backend): written into the kernel inside a coalesced TCP frame (to_kernel), cut out of a large TCP frame the kernel wrote (from_kernel).",
+        MetricType::COUNTER,
+    ),
+    (
         "fastpath_kernel_interface_dropped_total",
         "Packets the kernel dropped at each port's kernel interface, as the kernel counts them: written by fastpathd and dropped at once (to_kernel, rx_dropped), or refused on their way to fastpathd (from_kernel, tx_dropped).",
         MetricType::COUNTER,
@@ -883,10 +888,11 @@ fn socket_families(tables: &Tables) -> Named {
     ]
 }
 
-/// Each port's kernel path: packets each way, drops by reason.
+/// Each port's kernel path: packets each way, drops by reason, what the offloads carried.
 fn kernel_families(s: &Sources, tables: &Tables) -> Named {
     let mut packets = Vec::new();
     let mut dropped = Vec::new();
+    let mut offloaded = Vec::new();
     let mut in_kernel = Vec::new();
     if let Some(k) = &tables.kernel {
         for (id, interface) in k.interface_of.iter().enumerate() {
@@ -918,6 +924,15 @@ fn kernel_families(s: &Sources, tables: &Tables) -> Named {
                     n as f64,
                 ));
             }
+            for (direction, n) in [
+                ("to_kernel", c.sum(i, |x| &x.coalesced)),
+                ("from_kernel", c.sum(i, |x| &x.segmented)),
+            ] {
+                offloaded.push((
+                    vec![("port", port.clone()), ("direction", direction.to_string())],
+                    n as f64,
+                ));
+            }
             for (reason, n) in [
                 ("interface_full", c.sum(i, |x| &x.interface_full)),
                 ("port_full", c.sum(i, |x| &x.port_full)),
@@ -930,6 +945,7 @@ fn kernel_families(s: &Sources, tables: &Tables) -> Named {
     vec![
         ("fastpath_kernel_packets_total", packets),
         ("fastpath_kernel_dropped_total", dropped),
+        ("fastpath_kernel_offloaded_total", offloaded),
         ("fastpath_kernel_interface_dropped_total", in_kernel),
     ]
 }

@@ -8,3 +8,5 @@
 #![allow(clippy::all, clippy::undocumented_unsafe_blocks)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+
+pub mod tun;

@@ -12,6 +12,9 @@
 //!   the buffer and their I/O (no DPDK);
 //! - [`trace`]: the per-packet trace's records, filter and per-lcore ring (what the RX engine
 //!   did with a packet and why);
+//! - [`vnet`]: the virtio-net header of the kernel interface's own TAP backend, and its
+//!   offloads on byte buffers: coalescing TCP segments into the kernel (GRO), cutting the
+//!   kernel's large segments (TSO);
 //! - [`socket`] and [`spsc`]: the sockets' queue abstraction, and the lock-free single-producer,
 //!   single-consumer ring of words behind a socket fed by one RX lcore;
 //! - [`dpdk`] (feature `dpdk`): the only module that touches `dpdk-sys` and mbufs — EAL, mempools,
@@ -37,6 +40,7 @@ pub mod spsc;
 pub mod stats;
 pub mod trace;
 pub mod tx;
+pub mod vnet;
 pub mod wire;
 pub mod worker;
 

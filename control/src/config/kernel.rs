@@ -36,6 +36,7 @@ pub(super) struct KernelSection {
     punt_burst: Option<i64>,
     rollover: Option<bool>,
     flow_limit: Option<bool>,
+    offloads: Option<bool>,
 }
 
 /// `[kernel]`.
@@ -57,6 +58,10 @@ pub struct KernelConfig {
     pub rollover: bool,
     /// The flow limit sheds dominant punted flows (default false: a bulk flow is not an attack).
     pub flow_limit: bool,
+    /// The kernel interfaces are fastpathd's own TAP devices with offloads (coalescing into
+    /// the kernel, segmentation out of it); false (the default): DPDK's `net_tap` (or
+    /// virtio-user where `/dev/vhost-net` exists), a packet at a time.
+    pub offloads: bool,
 }
 
 impl KernelConfig {
@@ -101,6 +106,7 @@ pub(super) fn validate(
         punt_burst: DEFAULT_PUNT_BURST,
         rollover: r.rollover.unwrap_or(false),
         flow_limit: r.flow_limit.unwrap_or(false),
+        offloads: r.offloads.unwrap_or(true),
     };
     for (key, value, min, out) in [
         ("punt_rate", r.punt_rate, 0, &mut out.punt_rate),

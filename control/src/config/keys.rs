@@ -369,6 +369,11 @@ pub static KEYS: &[KeySpec] = &[
     live("kernel.punt_burst", Get::Top(|c| c.kernel.punt_burst.to_string())),
     live("kernel.rollover", Get::Top(|c| c.kernel.rollover.to_string())),
     live("kernel.flow_limit", Get::Top(|c| c.kernel.flow_limit.to_string())),
+    restart(
+        "kernel.offloads",
+        "the kernel interfaces are made at start-up",
+        Get::Top(|c| c.kernel.offloads.to_string()),
+    ),
     live("filter.deny", Get::Top(|c| super::filter::inline_shown(&c.filter.deny))),
     live(
         "filter.allow",

@@ -395,6 +395,8 @@ impl View {
                     "interface_full": c.sum(i, |x| &x.interface_full),
                     "port_full": c.sum(i, |x| &x.port_full),
                     "invalid": c.sum(i, |x| &x.invalid),
+                    "coalesced": c.sum(i, |x| &x.coalesced),
+                    "segmented": c.sum(i, |x| &x.segmented),
                 }))
             })
             .collect();
@@ -407,6 +409,7 @@ impl View {
             "socket_capacity": cfg.kernel.socket_capacity,
             "punt_rate": cfg.kernel.punt_rate,
             "punt_burst": cfg.kernel.punt_burst,
+            "offloads": cfg.kernel.offloads,
             "budget_per_rx_lcore": { "cost_ns": k.budget.cost_ns, "limit_ns": k.budget.limit_ns },
             "listeners": k.listeners.ports(),
             "interfaces": interfaces,

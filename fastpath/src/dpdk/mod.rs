@@ -7,6 +7,8 @@
 //!   per-lcore [`RxQueue`]/[`TxQueue`] handles used for bursts;
 //! - [`log`]: DPDK's own log routed into the caller's sink, at the caller's level;
 //! - [`ring`]: [`MbufRing`], the bounded queue behind a service socket;
+//! - [`tap`]: the kernel interface's own TAP backend with offloads, and the worker's queue
+//!   handles over either kind of kernel interface ([`WorkerTx`], [`KernelRx`]);
 //! - [`ip_frag`]: DPDK's own reassembly (librte_ip_frag), for the benchmark's anchor only;
 //! - [`wake`]: what an idle lcore blocks on (its RX queues' wake-up fds, a doorbell others ring).
 //!
@@ -20,6 +22,7 @@ pub mod mbuf;
 pub mod mempool;
 pub mod port;
 pub mod ring;
+pub mod tap;
 pub mod wake;
 
 pub use eal::Eal;
@@ -27,6 +30,7 @@ pub use mbuf::Mbuf;
 pub use mempool::Mempool;
 pub use port::{Port, PortConf, PortStats, RxQueue, TxQueue};
 pub use ring::MbufRing;
+pub use tap::{KernelRx, TapDevice, WorkerTx};
 
 use std::ffi::CStr;
 use std::fmt;

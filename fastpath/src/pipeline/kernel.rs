@@ -11,9 +11,10 @@
 //!   transfer is always the dominant flow), the queue has a capacity
 //!   (overflow is the outcome `kernel_full`), and the RX lcore's cost is an enqueue: it never
 //!   makes a system call and never waits on the kernel. The socket's worker writes the packet on
-//!   its own TX queue of the kernel interface (a `net_tap` or virtio-user port with one queue
-//!   pair per worker), cut into fragments if it is larger than the MTU (a reassembled datagram),
-//!   which the kernel reassembles itself.
+//!   its own TX queue of the kernel interface (a `net_tap` or virtio-user port, or with
+//!   `[kernel] offloads` a TAP device of ours that coalesces TCP segments, one queue pair per
+//!   worker), cut into fragments if it is larger than the MTU (a reassembled datagram), which
+//!   the kernel reassembles itself.
 //! - **Out of the kernel.** Each worker polls its own RX queue of every kernel interface and
 //!   sends what the kernel wrote out of the mirrored port, on the worker's own TX queue of that
 //!   port (no shared TX lock). These packets are not "received" in the sense of
@@ -521,8 +522,14 @@ pub struct KernelPortCounters {
     /// From the kernel, refused by the port's TX queue (`reason="port_full"`).
     pub port_full: Counter,
     /// Could not be written: no kernel interface for the port it came in on, a packet inside a
-    /// tunnel, no buffer to cut it into fragments (`reason="invalid"`).
+    /// tunnel, no buffer to cut it into fragments; from the kernel, a frame that could not be
+    /// cut into segments (`reason="invalid"`).
     pub invalid: Counter,
+    /// Written into the kernel inside a coalesced frame (GRO, the TAP backend:
+    /// `fastpath_kernel_offloaded_total{direction="to_kernel"}`).
+    pub coalesced: Counter,
+    /// Cut out of a large frame the kernel wrote (TSO, `direction="from_kernel"`).
+    pub segmented: Counter,
 }
 
 /// Every worker's [`KernelPortCounters`], by worker slot and port index.

@@ -7,7 +7,7 @@
 
 use super::{handoff_ring, ring, spin, wake_worker, IdlePolicy, Idler, Polls, RunControl, TscClock};
 use crate::dpdk::wake::Doorbell;
-use crate::dpdk::{Mbuf, Mempool, RxQueue, TxQueue};
+use crate::dpdk::{KernelRx, Mbuf, Mempool, WorkerTx};
 use crate::generation::Published;
 use crate::pipeline::tunnel::Tunnel;
 use crate::pipeline::Instant;
@@ -21,7 +21,7 @@ use std::sync::Arc;
 pub(super) struct DpdkIo {
     pool: Arc<Mempool>,
     /// This worker's RX queue of each kernel interface (`pipeline/kernel.rs`).
-    kernel_rx: Vec<RxQueue>,
+    kernel_rx: Vec<KernelRx>,
     /// Read when the kernel solicits a neighbour, to time the answers it may take.
     clock: TscClock,
     /// Each worker's doorbell by slot, rung when this worker hands a sequence tunnel's owner
@@ -30,7 +30,7 @@ pub(super) struct DpdkIo {
 }
 
 impl WorkerIo<Mbuf> for DpdkIo {
-    type Tx = TxQueue;
+    type Tx = WorkerTx;
     #[inline]
     fn dequeue(&mut self, socket: &Socket, slot: usize, out: &mut Vec<Mbuf>) -> Option<usize> {
         ring(socket, slot).map(|r| r.dequeue(out))
@@ -92,8 +92,8 @@ pub struct WorkerLcore {
     slot: usize,
     tsc_hz: u64,
     pool: Arc<Mempool>,
-    tx: Vec<TxQueue>,
-    kernel_rx: Vec<RxQueue>,
+    tx: Vec<WorkerTx>,
+    kernel_rx: Vec<KernelRx>,
     published: Arc<Published>,
     stats: Arc<LcoreStats>,
     idle: IdlePolicy,
@@ -104,7 +104,7 @@ impl WorkerLcore {
     /// `stats.tx[i]`); `pool` gives the buffers of fragments.
     pub fn new(
         slot: usize,
-        tx: Vec<TxQueue>,
+        tx: Vec<WorkerTx>,
         published: Arc<Published>,
         stats: Arc<LcoreStats>,
         idle: IdlePolicy,
@@ -125,7 +125,7 @@ impl WorkerLcore {
 
     /// Also polls these RX queues of kernel interfaces (one per interface), sending what the
     /// kernel wrote out of the port each mirrors.
-    pub fn with_kernel_rx(mut self, queues: Vec<RxQueue>) -> Self {
+    pub fn with_kernel_rx(mut self, queues: Vec<KernelRx>) -> Self {
         self.kernel_rx = queues;
         self
     }
@@ -134,7 +134,7 @@ impl WorkerLcore {
     pub fn run(self, control: &RunControl) {
         // Woken by its doorbell (an RX lcore or worker handed it packets, a stop) and by the
         // kernel writing into a kernel interface: only if every such queue has an fd.
-        let fds: Option<Vec<_>> = self.kernel_rx.iter().map(RxQueue::wake_fd).collect();
+        let fds: Option<Vec<_>> = self.kernel_rx.iter().map(KernelRx::wake_fd).collect();
         let bell = control.worker_bells().get(self.slot).cloned().flatten();
         let mut idler = match fds {
             Some(fds) => Idler::new(self.idle, bell, &fds),

@@ -285,6 +285,7 @@ const EDITS: &[Edit] = &[
     ("kernel.punt_burst", &[("punt_burst = 1500", "punt_burst = 3000")], &["kernel.punt_burst"]),
     ("kernel.rollover", &[("\nrollover = false\n", "\nrollover = true\n")], &["kernel.rollover"]),
     ("kernel.flow_limit", &[("\nflow_limit = false\n", "\nflow_limit = true\n")], &["kernel.flow_limit"]),
+    ("kernel.offloads", &[("\noffloads = true\n", "\noffloads = false\n")], &["kernel.offloads"]),
     ("filter.deny", &[("\"203.0.113.0/24\", ", "")], &["filter.deny"]),
     ("filter.allow", &[("\"0.0.0.0/0\", ", "")], &["filter.allow"]),
     ("filter.deny_file", &[("keys/deny.list", "keys/svc-deny.list")], &["filter.deny_file"]),
