@@ -215,7 +215,7 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
     ),
     (
         "fastpath_port_rx_missed_total",
-        "Packets the NIC dropped because no RX descriptor was free: the RX lcores did not keep up (rte_eth_stats imissed).",
+        "Packets the NIC dropped because no RX descriptor was free: the RX lcores did not keep up (rte_eth_stats imissed; for net_af_packet, the kernel's drops at its rings).",
         MetricType::COUNTER,
     ),
     (
