@@ -648,6 +648,14 @@ fn metric_sources(
                 None => dpdk::port::stats_of(id).ok(),
             })
         },
+        // Live only: once the ports close (the exit's dump) the driver has none to give.
+        port_xstats: {
+            let last = final_port_stats.clone();
+            Box::new(move |id| match &*last.lock().unwrap_or_else(|e| e.into_inner()) {
+                Some(_) => Vec::new(),
+                None => dpdk::port::xstats_of(id).unwrap_or_default(),
+            })
+        },
         published: published.clone(),
         reload: Arc::new(ReloadStats::default()),
         http: Default::default(),

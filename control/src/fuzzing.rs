@@ -47,6 +47,7 @@ pub fn http_sources() -> (prometheus::Registry, Arc<Sources>) {
         mbufs_in_use: Box::new(|| 0),
         mbufs_capacity: 0,
         port_stats: Box::new(|_| None),
+        port_xstats: Box::new(|_| Vec::new()),
         published: Arc::new(Published::new(Arc::new(Tables::default()))),
         reload: Arc::new(ReloadStats::default()),
         http: Arc::new(HttpStats::default()),

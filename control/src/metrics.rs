@@ -33,6 +33,8 @@ pub struct Sources {
     pub mbufs_capacity: u64,
     /// The counters of a DPDK port by id (`None` if it has none to give).
     pub port_stats: Box<dyn Fn(u16) -> Option<PortStats> + Send + Sync>,
+    /// The driver's extended statistics of a DPDK port by id (name, value; empty if none).
+    pub port_xstats: Box<dyn Fn(u16) -> Vec<(String, u64)> + Send + Sync>,
     /// The published config generation.
     pub published: Arc<Published>,
     /// Reload outcomes.
@@ -211,6 +213,11 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
     (
         "fastpath_port_tx_bytes_total",
         "Bytes the port sent (rte_eth_stats obytes).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_port_xstats_total",
+        "The driver's own extended statistics (rte_eth_xstats), by the driver's name for each: per-queue drops, rx_missed_errors, out_of_buffer, PHY discards, whatever the NIC counts.",
         MetricType::COUNTER,
     ),
     (
@@ -758,6 +765,14 @@ fn port_families(s: &Sources) -> Named {
             Some((vec![("port", s.port(id))], if up { 1.0 } else { 0.0 }))
         })
         .collect();
+    let xstats = (0..s.port_names.len() as u16)
+        .filter(|&id| s.port_info.get(id as usize).is_some_and(Option::is_some))
+        .flat_map(|id| {
+            (s.port_xstats)(id)
+                .into_iter()
+                .map(move |(name, v)| (vec![("port", s.port(id)), ("name", name)], v as f64))
+        })
+        .collect();
     vec![
         ("fastpath_port_rx_packets_total", port_counter(s, |p| p.ipackets)),
         ("fastpath_port_rx_bytes_total", port_counter(s, |p| p.ibytes)),
@@ -767,6 +782,7 @@ fn port_families(s: &Sources) -> Named {
         ("fastpath_port_rx_errors_total", port_counter(s, |p| p.ierrors)),
         ("fastpath_port_tx_errors_total", port_counter(s, |p| p.oerrors)),
         ("fastpath_port_rx_nombuf_total", port_counter(s, |p| p.rx_nombuf)),
+        ("fastpath_port_xstats_total", xstats),
         ("fastpath_port_info", info),
         ("fastpath_port_link_up", link),
     ]
@@ -1476,6 +1492,13 @@ mod tests {
                     ..Default::default()
                 })
             }),
+            port_xstats: Box::new(|id| {
+                if id == 0 {
+                    vec![("rx_q0_errors".into(), 3)]
+                } else {
+                    Vec::new()
+                }
+            }),
             published: Arc::new(Published::new(Arc::new(fastpath::pipeline::Tables {
                 generation: 3,
                 ..Default::default()
@@ -1532,7 +1555,8 @@ mod tests {
         );
         assert!(text.contains("fastpath_port_link_up{port=\"net_pcap0\"} 0"), "{text}");
         assert!(
-            text.contains("fastpath_port_rx_missed_total{port=\"net_pcap0\"} 5"),
+            text.contains("fastpath_port_rx_missed_total{port=\"net_pcap0\"} 5")
+                && text.contains("fastpath_port_xstats_total{port=\"net_pcap0\",name=\"rx_q0_errors\"} 3"),
             "{text}"
         );
         assert!(text.contains("fastpath_lcore_packets_total{lcore=\"0\"} 3"), "{text}");

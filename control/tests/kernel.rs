@@ -1568,6 +1568,12 @@ fn frames_the_af_packet_rings_dropped_are_counted_missed() {
     let rx = sample(&m, "fastpath_port_rx_packets_total{port=\"net_af_packet0\"}");
     eprintln!("{sent} sent while the RX lcore was stopped: {missed} missed, {rx} received in all");
     assert!(missed > 0.0, "no ring drop counted");
+    // The driver's own counters too (ethdev's generic ones at least).
+    let good = sample(
+        &m,
+        "fastpath_port_xstats_total{port=\"net_af_packet0\",name=\"rx_good_packets\"}",
+    );
+    assert_eq!(good, rx, "xstats rx_good_packets against the port's received packets");
     assert!(
         missed >= sent as f64 - rx - 64.0 && missed <= sent as f64,
         "{missed} missed of {sent} ({rx} received)"

@@ -577,6 +577,33 @@ pub fn stats_of(id: u16) -> Result<PortStats> {
     })
 }
 
+/// The driver's extended statistics of port `id` (`rte_eth_xstats_get_names` and
+/// `rte_eth_xstats_get`): each counter's name and value, from any thread, as `stats_of`.
+pub fn xstats_of(id: u16) -> Result<Vec<(String, u64)>> {
+    let _not_closing = CLOSING.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: a NULL array of size 0 asks only for the count; `id` is validated by DPDK.
+    let n = unsafe { dpdk_sys::rte_eth_xstats_get_names(id, std::ptr::null_mut(), 0) };
+    check(|| format!("rte_eth_xstats_get_names(port {id})"), n)?;
+    let empty = dpdk_sys::rte_eth_xstat_name { name: [0; 64] };
+    let mut names = vec![empty; n as usize];
+    let mut values = vec![dpdk_sys::rte_eth_xstat { id: 0, value: 0 }; n as usize];
+    // SAFETY: both arrays hold `n` live, writable elements, the size passed; DPDK writes at
+    // most that many (a driver that grew meanwhile returns a larger count, handled below).
+    let got_names = unsafe { dpdk_sys::rte_eth_xstats_get_names(id, names.as_mut_ptr(), n as u32) };
+    // SAFETY: as above.
+    let got = unsafe { dpdk_sys::rte_eth_xstats_get(id, values.as_mut_ptr(), n as u32) };
+    check(|| format!("rte_eth_xstats_get(port {id})"), got.min(got_names))?;
+    let got = (got.min(got_names) as usize).min(n as usize);
+    Ok(values[..got]
+        .iter()
+        .filter_map(|v| {
+            let name = names.get(v.id as usize)?;
+            let bytes: Vec<u8> = name.name.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+            Some((String::from_utf8_lossy(&bytes).into_owned(), v.value))
+        })
+        .collect())
+}
+
 /// The frames the kernel dropped at `net_af_packet` ports' RX rings (`PACKET_STATISTICS`
 /// `tp_drops`). The kernel resets the count at each read, so the total is kept here; the driver
 /// (22.11) never reads it. Read under [`CLOSING`], as the rest of `stats_of`.
