@@ -20,21 +20,21 @@ Throughput is what port 0 received per second in steady state (after a warm-up):
 
 Scenarios (SCENARIOS below): testpmd io and macswap; fastpathd forward mode; and the full pipeline
 on bench_udp to an open port (a `sink` service), to a closed port (ICMP limiter saturated), as a
-plain drop (not_local), and with `[icmp] build_first = true` (issue 6's cases a-d); the closed
+plain drop (not_local), and with `[icmp] build_first = true` (seed 000's cases a-d); the closed
 port, open port, plain drop and build-first on seed 000's traffic, sources spread over
 198.18.0.0/15 (bench_udp_many: the global limit saturated where bench_udp saturates the
 per-destination one); the closed
 port over IPv6 (bench_udp6) and a SYN flood to a port without a service (bench_tcp), and over IPv6 the
 open-sink (bench_udp6) and the SYN flood (bench_tcp6); the flow-limit
-storm on and off (issue 5: normal flows' answered fraction from packet and byte counters); the
-fragment mix with and without a table smaller than the flood (issue 7); GRE encapsulation through
-a tunnel service (issue 8); open-sink with /metrics scraped every 10 ms (issue 9); open-sink freed
-on RX with one and two RX lcores (issue 30), and on hugepages with the shared runtime directory,
-DPDK's capture framework initialised, before and after dpdk-dumpcap attached (issue 31; these two
+storm on and off (normal flows' answered fraction from packet and byte counters); the
+fragment mix with and without a table smaller than the flood; GRE encapsulation through
+a tunnel service; open-sink with /metrics scraped every 10 ms; open-sink freed
+on RX with one and two RX lcores, and on hugepages with the shared runtime directory,
+DPDK's capture framework initialised, before and after dpdk-dumpcap attached (these two
 need HUGE_MB of hugepages, the others none). fastpathd
 runs RX on lcore 1 (the lcore testpmd forwards on) and its worker lcore 0 (the EAL main lcore,
 with the control thread, where testpmd keeps its command line): the same two lcores. The goals
-of issues 6, 9 and 11 are computed as per-round ratios and printed.
+(GOALS below) are computed as per-round ratios and printed.
 
 Environment: BENCH_SECONDS (measured window per run, default 6), BENCH_REPS (rounds, default 6),
 BENCH_WARMUP (seconds before the window, default 2), BENCH_OUT (directory for results.md and
@@ -257,10 +257,10 @@ SCENARIOS = [
          what="fastpathd [lcores] mode = \"forward\": our DPDK layer and loop, no stage"),
     dict(name="fastpathd-open-sink", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=SINK,
          what="full pipeline, bench_udp to 192.0.2.1:9 with a `sink` service on port 9 (1 socket of 1024, drained "
-              "by the worker on lcore 0): issue 4's open port, issue 6's case (b)"),
+              "by the worker on lcore 0): the open port, case (b)"),
     dict(name="fastpathd-closed-port", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=ICMP_DEFAULTS,
          what="full pipeline, the same traffic with no service on port 9: ICMP Port Unreachable until the limiter "
-              "(Linux defaults) is saturated, then icmp_suppressed, nothing built: seed 000's flood, issue 6's case (a)"),
+              "(Linux defaults) is saturated, then icmp_suppressed, nothing built: seed 000's flood, case (a)"),
     dict(name="fastpathd-closed-port-exempt-65536", kind="fastpathd:pipeline", capture=BENCH_UDP,
          extra=ICMP_DEFAULTS + "exempt = [" + ", ".join(
              f'"100.{64 + (i >> 15)}.{(i >> 7) & 0xff}.{(i & 0x7f) * 2}/32"' for i in range(65536)) + "]\n",
@@ -279,11 +279,11 @@ SCENARIOS = [
               "is in: every packet asks the filter, misses, and goes on"),
     dict(name="fastpathd-plain-drop", kind="fastpathd:pipeline", capture=BENCH_UDP, ipv4=["192.0.2.2"],
          what="full pipeline, the same traffic when 192.0.2.1 is not ours: parsed, then dropped as not_local: "
-              "issue 6's case (c)"),
+              "case (c)"),
     dict(name="fastpathd-build-first", kind="fastpathd:pipeline", capture=BENCH_UDP,
          extra=ICMP_DEFAULTS + "build_first = true   # benchmark only\n",
          what="as closed-port with `[icmp] build_first = true`: every error built in place before the limiter "
-              "is asked (the order seed 000 replaced): issue 6's case (d)"),
+              "is asked (the order seed 000 replaced): case (d)"),
     dict(name="fastpathd-closed-port-many-sources", kind="fastpathd:pipeline", capture=BENCH_UDP_MANY,
          extra=ICMP_DEFAULTS,
          what="closed-port on seed 000's traffic (bench_udp_many: 4096 sources drawn from 198.18.0.0/15 as the "
@@ -292,12 +292,12 @@ SCENARIOS = [
               "sources the per-destination limit holds the flood back: every decision reads the table)"),
     dict(name="fastpathd-plain-drop-many-sources", kind="fastpathd:pipeline", capture=BENCH_UDP_MANY,
          ipv4=["192.0.2.2"],
-         what="plain drop on bench_udp_many: issue 6's case (c) for the traffic above"),
+         what="plain drop on bench_udp_many: case (c) for the traffic above"),
     dict(name="fastpathd-open-sink-many-sources", kind="fastpathd:pipeline", capture=BENCH_UDP_MANY, extra=SINK,
-         what="open-sink on bench_udp_many: issue 6's case (b) for seed 000's traffic"),
+         what="open-sink on bench_udp_many: case (b) for seed 000's traffic"),
     dict(name="fastpathd-build-first-many-sources", kind="fastpathd:pipeline", capture=BENCH_UDP_MANY,
          extra=ICMP_DEFAULTS + "build_first = true   # benchmark only\n",
-         what="build-first on bench_udp_many: issue 6's case (d) for seed 000's traffic"),
+         what="build-first on bench_udp_many: case (d) for seed 000's traffic"),
     dict(name="fastpathd-closed-port-v6", kind="fastpathd:pipeline", capture=BENCH_UDP6, extra=ICMP_DEFAULTS,
          what="closed-port over IPv6 (bench_udp6: the same flood to [2001:db8::1]:9, 66-byte frames): ICMPv6 "
               "Destination Unreachable (port) until the limiter is saturated, then icmp_suppressed"),
@@ -306,10 +306,10 @@ SCENARIOS = [
               "parsed, looked up, a reset (RFC 9293) until the [tcp_reset] limits are spent, then "
               "tcp_reset_suppressed"),
     dict(name="fastpathd-open-sink-v6", kind="fastpathd:pipeline", capture=BENCH_UDP6, extra=SINK,
-         what="open-sink over IPv6: bench_udp6 to [2001:db8::1]:9 with the `sink` service on port 9 (issue 35)"),
+         what="open-sink over IPv6: bench_udp6 to [2001:db8::1]:9 with the `sink` service on port 9"),
     dict(name="fastpathd-tcp-no-service-v6", kind="fastpathd:pipeline", capture=BENCH_TCP6,
          what="tcp-no-service over IPv6: bench_tcp6's SYN flood (1024 flows) to [2001:db8::1]:9 where no service "
-              "listens: a reset until the [tcp_reset] limits are spent, then tcp_reset_suppressed (issue 35)"),
+              "listens: a reset until the [tcp_reset] limits are spent, then tcp_reset_suppressed"),
     dict(name="fastpathd-storm-limit-on", kind="fastpathd:pipeline", capture=BENCH_STORM,
          extra=STORM_ECHO + "\n[flow_limit]\nenabled = true\n", figures="storm",
          what="seed 003's storm (bench_storm: one flow 20x the rate of 20 normal flows) to an `echo` service whose "
@@ -364,7 +364,7 @@ SCENARIOS = [
     dict(name="fastpathd-open-sink-scraped", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=SINK, scrape=True,
          paired=True, min_seconds=12 * SCRAPE_PERIOD,
          what="open-sink while a thread of the benchmark GETs /metrics every 10 ms, in windows of "
-              f"{SCRAPE_PERIOD} s on and off (on, off, off, on, ...) in the same run (issue 9); Mpps = received in the "
+              f"{SCRAPE_PERIOD} s on and off (on, off, off, on, ...) in the same run; Mpps = received in the "
               "scraped windows; `paired ratio` = delivered to the service in scraped windows / in unscraped "
               "windows of the same run"),
     dict(name="fastpathd-open-sink-free-on-rx", kind="fastpathd:pipeline", capture=BENCH_UDP,
@@ -377,7 +377,7 @@ SCENARIOS = [
          extra=SINK + "free_on_rx = true   # benchmark only\n", mbufs=32767, huge=True,
          what=f"open-sink-free-on-rx on hugepages (-m {HUGE_MB}) with the shared runtime directory, as production "
               "runs: DPDK's capture framework is initialised (`rte_pdump_init`), no capture attached; the row above "
-              "runs --no-huge --no-shconf, where it is not (issue 31: capturing costs nothing until a tool attaches)"),
+              "runs --no-huge --no-shconf, where it is not (capturing costs nothing until a tool attaches)"),
     dict(name="fastpathd-open-sink-free-on-rx-pdump-detached", kind="fastpathd:pipeline", capture=BENCH_UDP,
          extra=SINK + "free_on_rx = true   # benchmark only\n", mbufs=32767, huge=True, dumpcap_once=True,
          # benches/instructions.py reads the packets received at the detach from /metrics: as they are now.
@@ -388,17 +388,17 @@ SCENARIOS = [
          extra=SINK + "free_on_rx = true   # benchmark only\n", rx_lcores=2, mbufs=32767,
          what="the same with 2 RX lcores (`rx_lcores = 2`: net_pcap0 replays bench_udp on 2 RX queues, lcore 1 on "
               "CPU 1, lcore 2 on CPU 0 with the sleeping worker, the control thread and this script), sharing no "
-              "written line: Mpps of the port, both queues (issue 30)"),
+              "written line: Mpps of the port, both queues"),
     dict(name="fastpathd-closed-port-scraped", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=ICMP_DEFAULTS,
          workers="[]", scrape=True, paired=True, compare="rx", min_seconds=12 * SCRAPE_PERIOD,
          what="closed-port with no worker lcore, so CPU 0 runs no lcore: the control thread, the metrics "
               "endpoint and the benchmark's scraper share it, and the RX lcore (CPU 1) is alone, as on a machine "
-              "with housekeeping CPUs; /metrics every 10 ms in windows on and off as above (issue 9); `paired "
+              "with housekeeping CPUs; /metrics every 10 ms in windows on and off as above; `paired "
               "ratio` = received in scraped windows / in unscraped windows of the same run (every received "
               "packet is handled on lcore 1, nothing waits in a socket)"),
 ]
 
-# DPDK's own reassembly as the anchor of every `figures="frags"` scenario (issue 35 item 2): the
+# DPDK's own reassembly as the anchor of every `figures="frags"` scenario: the
 # harness benches/examples/ip_frag_anchor.rs runs librte_ip_frag (DPDK's table, as its
 # examples/ip_reassembly drives it) on lcore 1 over the same net_pcap port and capture, with a table
 # of the same memory: max_entries = high_thresh_bytes / 2304 (fastpathd's charge per held fragment;
@@ -441,47 +441,47 @@ def anchor_scenarios(scenarios):
 SCENARIOS += anchor_scenarios(SCENARIOS)
 
 SCENARIO_NAMES = [sc["name"] for sc in SCENARIOS]
-# Goals (issues 6, 9, 11): (label, scenario, reference, least ratio of per-round medians).
+# Goals: (label, scenario, reference, least ratio of per-round medians).
 GOALS = [
-    ("forward ≥ 0.95 × testpmd io (issue 11)", "fastpathd-forward", "testpmd-io", 0.95),
-    ("open port with sink ≥ 0.6 × testpmd io (issue 11)", "fastpathd-open-sink", "testpmd-io", 0.6),
-    ("closed port ≥ open port (issue 11, issue 6 (a) ≥ (b))", "fastpathd-closed-port", "fastpathd-open-sink", 1.0),
-    ("closed port ≥ 0.85 × plain drop (issue 6 (a) ≥ 0.85 (c)), 256 sources: the per-destination limit saturated",
+    ("forward ≥ 0.95 × testpmd io", "fastpathd-forward", "testpmd-io", 0.95),
+    ("open port with sink ≥ 0.6 × testpmd io", "fastpathd-open-sink", "testpmd-io", 0.6),
+    ("closed port ≥ open port (case (a) ≥ (b))", "fastpathd-closed-port", "fastpathd-open-sink", 1.0),
+    ("closed port ≥ 0.85 × plain drop (case (a) ≥ 0.85 (c)), 256 sources: the per-destination limit saturated",
      "fastpathd-closed-port", "fastpathd-plain-drop", 0.85),
-    ("closed port ≥ 0.85 × plain drop (issue 6 (a) ≥ 0.85 (c)), 4096 sources: the global limit saturated "
+    ("closed port ≥ 0.85 × plain drop (case (a) ≥ 0.85 (c)), 4096 sources: the global limit saturated "
      "(seed 000's traffic)", "fastpathd-closed-port-many-sources", "fastpathd-plain-drop-many-sources", 0.85),
-    ("closed port ≥ 2 × build first (issue 6 (a) ≥ 2 (d))", "fastpathd-closed-port", "fastpathd-build-first", 2.0),
+    ("closed port ≥ 2 × build first (case (a) ≥ 2 (d))", "fastpathd-closed-port", "fastpathd-build-first", 2.0),
     ("refused by a 1,000,000-prefix deny list ≥ 0.9 × plain drop", "fastpathd-filtered-1m",
      "fastpathd-plain-drop-many-sources", 0.9),
     ("a 1,000,000-prefix deny list costs what 100 do: filtered-1m ≥ 0.95 × filtered-100", "fastpathd-filtered-1m",
      "fastpathd-filtered-100", 0.95),
     ("closed port with a 1,000,000-prefix deny list it misses ≥ 0.9 × without", "fastpathd-closed-port-many-sources-filter-1m",
      "fastpathd-closed-port-many-sources", 0.9),
-    ("closed port over IPv6 ≥ 0.9 × closed port over IPv4 (issue 35)", "fastpathd-closed-port-v6",
+    ("closed port over IPv6 ≥ 0.9 × closed port over IPv4", "fastpathd-closed-port-v6",
      "fastpathd-closed-port", 0.9),
-    ("open-sink over IPv6 ≥ 0.9 × open-sink over IPv4 (issue 35)", "fastpathd-open-sink-v6", "fastpathd-open-sink", 0.9),
-    ("TCP to a port without a service ≥ 0.95 × plain drop (issue 35)", "fastpathd-tcp-no-service",
+    ("open-sink over IPv6 ≥ 0.9 × open-sink over IPv4", "fastpathd-open-sink-v6", "fastpathd-open-sink", 0.9),
+    ("TCP to a port without a service ≥ 0.95 × plain drop", "fastpathd-tcp-no-service",
      "fastpathd-plain-drop", 0.95),
-    ("TCP over IPv6 to a port without a service ≥ 0.95 × plain drop (issue 35)", "fastpathd-tcp-no-service-v6",
+    ("TCP over IPv6 to a port without a service ≥ 0.95 × plain drop", "fastpathd-tcp-no-service-v6",
      "fastpathd-plain-drop", 0.95),
-    ("closed port ≥ open port, seed 000's traffic (issue 6 (a) ≥ (b), 4096 sources)",
+    ("closed port ≥ open port, seed 000's traffic (case (a) ≥ (b), 4096 sources)",
      "fastpathd-closed-port-many-sources", "fastpathd-open-sink-many-sources", 1.0),
-    ("closed port ≥ 2 × build first, seed 000's traffic (issue 6 (a) ≥ 2 (d), 4096 sources)",
+    ("closed port ≥ 2 × build first, seed 000's traffic (case (a) ≥ 2 (d), 4096 sources)",
      "fastpathd-closed-port-many-sources", "fastpathd-build-first-many-sources", 2.0),
-    ("2 RX lcores ≥ 1.8 × 1 RX lcore, open-sink freed on RX (issue 30: per-lcore rate independent of the "
+    ("2 RX lcores ≥ 1.8 × 1 RX lcore, open-sink freed on RX (per-lcore rate independent of the "
      "lcore count; the second RX lcore shares CPU 0 with the control thread and this script)",
      "fastpathd-open-sink-free-on-rx-2-rx-lcores", "fastpathd-open-sink-free-on-rx", 1.8),
-    ("legitimate datagrams reassembled ≥ 0.9, flood 9x the table at line rate (issue 35)",
+    ("legitimate datagrams reassembled ≥ 0.9, flood 9x the table at line rate",
      "fastpathd-frags-flood", "figure:legit_reassembled", 0.9),
-    ("legitimate datagrams reassembled ≥ 0.9, flood 100x the table at line rate (issue 35)",
+    ("legitimate datagrams reassembled ≥ 0.9, flood 100x the table at line rate",
      "fastpathd-frags-100x", "figure:legit_reassembled", 0.9),
-    ("legitimate datagrams reassembled ≥ 0.9, FragmentSmack at line rate (issue 35)",
+    ("legitimate datagrams reassembled ≥ 0.9, FragmentSmack at line rate",
      "fastpathd-frags-smack", "figure:legit_reassembled", 0.9),
-    ("legitimate datagrams reassembled ≥ 0.9, in order with the flood fitting the table (issue 35: no loss)",
+    ("legitimate datagrams reassembled ≥ 0.9, in order with the flood fitting the table (no loss)",
      "fastpathd-frags", "figure:legit_reassembled", 0.9),
-    ("scraped every 10 ms ≥ 0.98 × not scraped, same run, RX lcore on a CPU of its own (issue 9)",
+    ("scraped every 10 ms ≥ 0.98 × not scraped, same run, RX lcore on a CPU of its own",
      "fastpathd-closed-port-scraped", "figure:paired_ratio", 0.98),
-    ("scraped every 10 ms ≥ 0.98 × not scraped, same run, scraper on the worker's CPU (issue 9; 2-CPU machine)",
+    ("scraped every 10 ms ≥ 0.98 × not scraped, same run, scraper on the worker's CPU (2-CPU machine)",
      "fastpathd-open-sink-scraped", "figure:paired_ratio", 0.98),
 ]
 
@@ -721,7 +721,7 @@ def free_port():
 
 
 class Scraper:
-    """GETs http://127.0.0.1:PORT/metrics every `interval` seconds on a thread (issue 9).
+    """GETs http://127.0.0.1:PORT/metrics every `interval` seconds on a thread.
 
     A plain socket kept open between scrapes, like Prometheus's HTTP keep-alive, not urllib: the
     scraper shares lcore 0 with fastpathd's worker, and urllib's per-request overhead (~1 ms of
@@ -1076,7 +1076,7 @@ def anchor_report(results, scenarios):
         return statistics.median(vals) if vals else None
 
     pct = lambda x: "–" if x is None else f"{x:.1%}"  # noqa: E731
-    lines = ["", "DPDK's own reassembly beside fastpathd's (issue 35; same capture, port, lcore and table memory, "
+    lines = ["", "DPDK's own reassembly beside fastpathd's (same capture, port, lcore and table memory, "
              "same run; medians over rounds; Mpps ratio: fastpathd / DPDK within each round, median):", "",
              "| fastpathd scenario | DPDK anchor | DPDK table entries | legit reassembled, fastpathd | legit "
              "reassembled, DPDK | legit ratio (fastpathd / DPDK) | Mpps fastpathd | Mpps DPDK | Mpps ratio |",
