@@ -576,6 +576,20 @@ impl Drop for Capture {
     }
 }
 
+/// The thread of process `pid` whose name is `comm`.
+pub fn thread_named(pid: u32, comm: &str) -> u32 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let mut seen = Vec::new();
+    for t in tasks.flatten() {
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if name.trim() == comm {
+            return t.file_name().to_string_lossy().parse().unwrap();
+        }
+        seen.push(name.trim().to_string());
+    }
+    panic!("no thread {comm} in {pid}: {seen:?}");
+}
+
 /// Stops one thread, and only that one, while it lives (ptrace's seize and interrupt: a SIGSTOP
 /// would stop the whole process): the thread resumes when the child exits or is killed.
 pub struct StoppedThread(Child);

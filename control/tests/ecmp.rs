@@ -718,16 +718,6 @@ fn two_nodes_share_a_service_address_by_ecmp_and_a_failed_node_is_withdrawn() {
     eprintln!("the whole test took {:?}", t0.elapsed());
 }
 
-fn thread_named(pid: u32, comm: &str) -> u32 {
-    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
-        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if name.trim() == comm {
-            return t.file_name().to_string_lossy().parse().unwrap();
-        }
-    }
-    panic!("no thread {comm} in {pid}");
-}
-
 /// One node without a router: the helper's decisions read from BIRD's protocol state, for the
 /// failures that cannot be made in the ECMP lab without also cutting its BGP session (a port
 /// down) and one more (an lcore stuck).

@@ -285,20 +285,6 @@ fn a_port_whose_driver_reports_link_down_at_start_runs_but_is_unhealthy() {
     );
 }
 
-/// The thread of process `pid` whose name is `comm`.
-fn thread_named(pid: u32, comm: &str) -> u32 {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
-    let mut seen = Vec::new();
-    for t in tasks.flatten() {
-        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if name.trim() == comm {
-            return t.file_name().to_string_lossy().parse().unwrap();
-        }
-        seen.push(name.trim().to_string());
-    }
-    panic!("no thread {comm} in {pid}: {seen:?}");
-}
-
 #[test]
 fn an_lcore_that_stops_polling_is_reported_within_a_second() {
     let s = Scratch::new("health-stuck");

@@ -1543,17 +1543,7 @@ fn frames_the_af_packet_rings_dropped_are_counted_missed() {
     // The RX lcore on a thread of its own (lcore 1), so that it alone can be stopped.
     let d = h.start_with(&s, "kernel-ring-drops", (2, ""), "rx = [1]\nworkers = [0]", "");
     let pid = d.child.id();
-    let rx_thread = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-        .find(|t| {
-            std::fs::read_to_string(t.path().join("comm"))
-                .unwrap_or_default()
-                .trim()
-                == "rte-worker-1"
-        })
-        .map(|t| t.file_name().to_string_lossy().parse::<u32>().unwrap())
-        .expect("the RX lcore's thread");
+    let rx_thread = thread_named(pid, "rte-worker-1");
     // The client learns fastpathd's MAC first: with the RX lcore stopped nobody answers ARP.
     assert!(h.client(&["ping", "-c", "1", "-W", "2", "192.0.2.1"]).status.success());
     let before = sample(&h.scrape(), "fastpath_port_rx_missed_total{port=\"net_af_packet0\"}");
