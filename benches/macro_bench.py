@@ -214,6 +214,61 @@ def conntrack_capture(kind):
 
 
 
+# The many-source flood (many_sources_capture): spoofed sources, each sending one frame a loop,
+# and the legitimate clients among them, to the echo service STORM_ECHO serves ~4 Mpps of.
+FLOOD_SOURCES, LEGIT_CLIENTS, FLOOD_PER_LEGIT = 100_000, 20, 50
+
+
+def many_sources_capture():
+    """A capture of UDP to 192.0.2.1:7, written once to the temp directory (deterministic, 8 MiB):
+    each of LEGIT_CLIENTS clients (198.51.100.1-20, NORMAL_LEN-byte frames) once, then
+    FLOOD_SOURCES spoofed sources (198.18.0.0 + i, STORM_LEN-byte frames) once each with a
+    client's frame after every FLOOD_PER_LEGIT of them: 2% of the frames are the clients', and
+    the lengths tell their answers from the flood's (scenario_figures' "flood" figures). The
+    clients' first frames come before the flood's so the table knows them from the first loop,
+    as clients of a service are known before a flood at it. Its path."""
+    path = os.path.join(tempfile.gettempdir(), f"fastpathd-bench-many-sources-{FLOOD_SOURCES}.pcap")
+    if os.path.exists(path):
+        return path
+
+    def csum(b):
+        s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+        while s >> 16:
+            s = (s & 0xFFFF) + (s >> 16)
+        return ~s & 0xFFFF
+
+    def frame(src, sport, length):
+        payload = bytes(length - 42)
+        udp = struct.pack("!HHHH", sport, 7, 8 + len(payload), 0) + payload
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0x4000, 64, 17, 0, src,
+                         bytes([192, 0, 2, 1]))
+        ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
+        return bytes.fromhex("020000000001" "020000000207" "0800") + ip + udp
+
+    legit = [frame(bytes([198, 51, 100, 1 + c]), 40000 + c, NORMAL_LEN) for c in range(LEGIT_CLIENTS)]
+    frames = list(legit)
+    for i in range(FLOOD_SOURCES):
+        a = (198 << 24 | 18 << 16) + i
+        frames.append(frame(a.to_bytes(4, "big"), 1024 + i % 60000, STORM_LEN))
+        if i % FLOOD_PER_LEGIT == FLOOD_PER_LEGIT - 1:
+            frames.append(legit[(i // FLOOD_PER_LEGIT) % LEGIT_CLIENTS])
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)]
+    out += [struct.pack("<IIII", 0, i, len(f), len(f)) + f for i, f in enumerate(frames)]
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(b"".join(out))
+    os.replace(tmp, path)
+    return path
+
+
+# Per-source budgets for the many-source scenarios: a client's ~25 kpps within its own budget,
+# the flood's newcomers 100 kpps together. The flow limit is off in both rows so that the
+# budget is the only difference (with it on, the flooded socket's limit would shed the clients'
+# flows, which are the dominant ones: seed 003's rule, not this one's).
+MANY_SOURCES = STORM_ECHO + "\n[flow_limit]\nenabled = false\n"
+SOURCE_BUDGETS = "\n[source_limit]\nrate = 100000\nburst = 10000\nnew_rate = 100000\nnew_burst = 1000\n"
+
+
 def deny_list(n, hit):
     """A `[filter] deny_file` of `n` prefixes, written once to the temp directory: 90% /24s spread
     over 1.0.0.0-223.255.255.255, 10% /32s in other /24s (so the lookup's second level is built
@@ -361,6 +416,15 @@ SCENARIOS = [
          extra=GRE_TCP.format(entries=1024), figures="conntrack", mbufs=32767,
          what=f"a flood of new flows: spoofed SYNs and ACKs of {CONNTRACK_FLOWS} tuples, 16 x the table's 1024 "
               "entries: almost every packet misses, takes the way of an older unconfirmed entry and is encapsulated to the Maglev pick"),
+    dict(name="fastpathd-many-sources-budget-off", kind="fastpathd:pipeline", capture=many_sources_capture(),
+         extra=MANY_SOURCES, figures="flood", mbufs=131071,
+         what=f"a flood from {FLOOD_SOURCES:,} spoofed sources at line rate (one frame each a loop) with "
+              f"{LEGIT_CLIENTS} legitimate clients among them (2% of the frames), to an `echo` service whose "
+              "worker serves ~4 Mpps, no per-source budget: the clients get the socket's share of the flood's"),
+    dict(name="fastpathd-many-sources-budget-on", kind="fastpathd:pipeline", capture=many_sources_capture(),
+         extra=MANY_SOURCES + SOURCE_BUDGETS, figures="flood", mbufs=131071,
+         what="the same flood with `[source_limit]` on: the clients, known before it, keep their own budgets "
+              "(100,000/s); the spoofed sources stay newcomers and share 100,000/s"),
     dict(name="fastpathd-open-sink-scraped", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=SINK, scrape=True,
          paired=True, min_seconds=12 * SCRAPE_PERIOD,
          what="open-sink while a thread of the benchmark GETs /metrics every 10 ms, in windows of "
@@ -822,7 +886,7 @@ def scenario_figures(sc, metrics, mpps):
     rx = total("fastpath_rx_packets_total")
     out = {}
     kind = sc.get("figures")
-    if kind == "storm" and rx > 0:
+    if kind in ("storm", "flood") and rx > 0:
         # Storm frames are STORM_LEN bytes and normal ones NORMAL_LEN, and an echo answer is as long as
         # its request: packets and bytes give each kind's count, received and answered.
         rx_b = total("fastpath_rx_bytes_total", "net_pcap0")
@@ -836,6 +900,11 @@ def scenario_figures(sc, metrics, mpps):
         out["storm_answered"] = storm_tx / storm_rx if storm_rx > 0 else None
         out["answered_mpps"] = mpps * tx_p / rx
         out["flow_limited"] = total("fastpath_flow_limit_dropped_total") / rx
+        if kind == "flood":
+            # The many-source flood: its normal frames are the legitimate clients'.
+            out = {"clients_answered": out["normal_answered"], "flood_answered": out["storm_answered"],
+                   "answered_mpps": out["answered_mpps"],
+                   "source_limited": total("fastpath_source_limited_total") / rx}
     elif kind == "frags" and rx > 0:
         legit = rx * FRAGS_LEGIT / FRAGS_FRAMES[os.path.basename(sc["capture"])]
         done = total("fastpath_reasm_completed_total")
@@ -1209,6 +1278,9 @@ def fmt_ratio(x):
 FIGURE_TEXT = {
     "normal_answered": ("normal flows answered", "{:.1%}"),
     "storm_answered": ("storm answered", "{:.1%}"),
+    "clients_answered": ("legitimate clients answered", "{:.1%}"),
+    "flood_answered": ("flood answered", "{:.1%}"),
+    "source_limited": ("source_limited", "{:.1%} of rx"),
     "answered_mpps": ("answered", "{:.2f} Mpps"),
     "flow_limited": ("flow_limited", "{:.1%} of rx"),
     "legit_reassembled": ("legitimate datagrams reassembled", "{:.1%}"),
