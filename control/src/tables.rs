@@ -254,6 +254,7 @@ impl TableBuilder {
             ipv6_prefix: c.ipv6_prefix,
             entries: c.entries as usize,
             idle_ns: c.idle_ms as u64 * 1_000_000,
+            calm_ns: c.calm_ms as u64 * 1_000_000,
             services: if c.services.is_empty() {
                 Vec::new()
             } else {

@@ -407,6 +407,7 @@ pub static KEYS: &[KeySpec] = &[
     ),
     live("source_limit.entries", Get::Top(|c| c.source_limit.entries.to_string())),
     live("source_limit.idle_ms", Get::Top(|c| c.source_limit.idle_ms.to_string())),
+    live("source_limit.calm_ms", Get::Top(|c| c.source_limit.calm_ms.to_string())),
     live("source_limit.services", Get::Top(|c| dbg(&c.source_limit.services))),
 ];
 

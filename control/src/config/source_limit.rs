@@ -23,6 +23,7 @@ pub(super) struct SourceLimitSection {
     ipv6_prefix: Option<i64>,
     entries: Option<i64>,
     idle_ms: Option<i64>,
+    calm_ms: Option<i64>,
     services: Option<Vec<String>>,
 }
 
@@ -47,6 +48,8 @@ pub struct SourceLimitConfig {
     pub entries: u32,
     /// An entry idle this long may be taken by a newcomer.
     pub idle_ms: u32,
+    /// Newcomers are entered into the table only when none was refused for this long.
+    pub calm_ms: u32,
     /// The services it applies to (empty: every service).
     pub services: Vec<String>,
 }
@@ -86,6 +89,7 @@ pub(super) fn validate(
         );
     }
     let idle_ms = num(r.idle_ms, 10_000, 1, 3_600_000, "idle_ms", "milliseconds", errs) as u32;
+    let calm_ms = num(r.calm_ms, 10_000, 0, 3_600_000, "calm_ms", "milliseconds", errs) as u32;
     let names = r.services.unwrap_or_default();
     for (i, n) in names.iter().enumerate() {
         if !services.iter().any(|s| &s.name == n) {
@@ -105,6 +109,7 @@ pub(super) fn validate(
         ipv6_prefix,
         entries: entries as u32,
         idle_ms,
+        calm_ms,
         services: names,
     }
 }

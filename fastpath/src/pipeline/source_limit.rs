@@ -14,10 +14,14 @@
 //! - a newcomer the shared budget admits takes a slot in its bucket of four only if one is free
 //!   or idle for `idle_ms` (the longest idle first): an active source is never evicted, so the
 //!   flood cannot push the real clients out (the reassembler's probation, applied to sources);
-//! - and only while newcomers are few (their budget at least half unspent): under a flood the
-//!   fresh addresses stay newcomers however often they come back, so the flood as a whole never
-//!   gets more than the newcomers' budget. Clients that arrive during a flood share that budget
-//!   with it (SYN cookies' trade: the ones known before keep their service).
+//! - and only while newcomers are few: their budget at least half unspent, and none refused for
+//!   `calm_ms`. Under a flood the fresh addresses stay newcomers however often they come back,
+//!   so the flood as a whole never gets more than the newcomers' budget; a pause in it (or the
+//!   lcore's, on a shared CPU) refills the budget but does not end it, or a flood that stops for
+//!   a tenth of a second now and then would enter half a burst of its sources each time (seen:
+//!   8,192 spoofed sources all known within seconds). Clients that arrive during a flood share
+//!   that budget with it (SYN cookies' trade, and their hold-down after an overflow: the ones
+//!   known before keep their service).
 //!
 //! Per RX lcore: the table, its seed and the newcomer budget are the lcore's own; nothing is
 //! shared for writing, nothing allocates after the table is made.
@@ -47,6 +51,8 @@ pub struct SourceLimitConfig {
     pub entries: usize,
     /// An entry idle this long may be taken by a newcomer.
     pub idle_ns: u64,
+    /// Newcomers are entered only when none was refused for this long.
+    pub calm_ns: u64,
     /// By service index: whether the budgets apply to it (empty: to every service).
     pub services: Vec<bool>,
 }
@@ -103,6 +109,8 @@ pub struct SourceTable {
     tat: Box<[u64]>,
     /// The newcomers' shared GCRA state.
     newcomer_tat: u64,
+    /// When the newcomers' budget last refused one (0: never).
+    newcomer_refused_at: u64,
     /// Keys the fingerprints (per lcore, from the OS): nobody can aim sources at one bucket.
     seed: u64,
 }
@@ -121,6 +129,7 @@ impl SourceTable {
             keys: vec![0; n].into_boxed_slice(),
             tat: vec![0; n].into_boxed_slice(),
             newcomer_tat: 0,
+            newcomer_refused_at: 0,
             seed: seed | 1,
         }
     }
@@ -190,12 +199,15 @@ impl SourceTable {
             }
         }
         if !gcra(&mut self.newcomer_tat, cfg.newcomers, now) {
+            self.newcomer_refused_at = now.max(1);
             return Err(Refusal::Newcomer);
         }
         // Entered into the table only while newcomers are few (their budget at least half
-        // unspent): under a flood of fresh addresses none of them becomes known, however often
-        // it comes back, and they go on sharing the newcomers' budget.
-        let calm = self.newcomer_tat.saturating_sub(now) <= cfg.newcomers.limit_ns / 2;
+        // unspent, none refused for `calm_ns`): under a flood of fresh addresses none of them
+        // becomes known, however often it comes back or pauses, and they go on sharing the
+        // newcomers' budget.
+        let calm = self.newcomer_tat.saturating_sub(now) <= cfg.newcomers.limit_ns / 2
+            && (self.newcomer_refused_at == 0 || now.saturating_sub(self.newcomer_refused_at) >= cfg.calm_ns);
         if let Some(i) = free.or(idlest.map(|(_, i)| i)).filter(|_| calm) {
             self.keys[i] = key;
             self.tat[i] = 0;
@@ -235,6 +247,7 @@ mod tests {
             ipv6_prefix: 64,
             entries: 1024,
             idle_ns: 1_000_000_000,
+            calm_ns: 1_000_000_000,
             services: vec![],
         }
     }
@@ -310,6 +323,48 @@ mod tests {
             assert!(t.keys.contains(&key), "client {i} evicted");
         }
         assert_eq!(t.used(), used_before, "no flood source became known");
+    }
+
+    /// A flood that pauses: 8,192 spoofed sources in pulses of 10 ms, 200 ms apart (each pause
+    /// refills the newcomers' budget). With `calm_ns` none becomes known; without it (0) half a
+    /// burst of them would at every pulse. Once the flood has been over for `calm_ns`, a new
+    /// client is entered again.
+    #[test]
+    fn a_pausing_flood_enters_none_of_its_sources_until_it_has_been_over_for_calm() {
+        let known_after = |calm_ns: u64| {
+            let mut c = cfg(100, 10, 1000, 100);
+            c.calm_ns = calm_ns;
+            let mut t = SourceTable::new(65536, 0x5eed);
+            let mut now = 1_000_000_000u64;
+            for i in 0..50 {
+                assert!(t.admit(&c, v4(i), Instant(now)).is_ok());
+            }
+            let mut n = 0u32;
+            for _pulse in 0..40 {
+                for _ in 0..10_000 {
+                    now += 1_000;
+                    let spoofed = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n % 8192));
+                    let _ = t.admit(&c, spoofed, Instant(now));
+                    n += 1;
+                }
+                now += 200_000_000;
+            }
+            (t.used() - 50, t, c, now)
+        };
+        let (entered, _, _, _) = known_after(0);
+        assert!(
+            entered >= 40 * 40,
+            "without calm_ns the pauses enter the flood: {entered}"
+        );
+        let (entered, mut t, c, now) = known_after(1_000_000_000);
+        assert_eq!(entered, 0, "a flood source became known");
+        // Still within calm_ns of the last refusal (the last pulse ended 200 ms ago): a
+        // newcomer passes on the newcomers' budget but is not entered ...
+        assert!(t.admit(&c, v4(900), Instant(now)).is_ok());
+        assert_eq!(t.used(), 50);
+        // ... and is once the flood has been over for calm_ns.
+        assert!(t.admit(&c, v4(901), Instant(now + 1_000_000_000)).is_ok());
+        assert_eq!(t.used(), 51);
     }
 
     #[test]
@@ -436,6 +491,7 @@ mod share_tests {
             ipv6_prefix: 64,
             entries: 65536,
             idle_ns: 10_000_000_000,
+            calm_ns: 10_000_000_000,
             services: vec![],
         }));
         eprintln!("clients' share under the flood: {without:.3} without [source_limit], {with:.3} with");

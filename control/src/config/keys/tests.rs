@@ -302,6 +302,7 @@ const EDITS: &[Edit] = &[
     ("source_limit.ipv6_prefix", &[("ipv6_prefix = 63", "ipv6_prefix = 48")], &["source_limit.ipv6_prefix"]),
     ("source_limit.entries", &[("entries = 32768", "entries = 4096")], &["source_limit.entries"]),
     ("source_limit.idle_ms", &[("idle_ms = 12345", "idle_ms = 5000")], &["source_limit.idle_ms"]),
+    ("source_limit.calm_ms", &[("calm_ms = 23456", "calm_ms = 500")], &["source_limit.calm_ms"]),
     ("source_limit.services", &[("services = [\"gateway\"]", "services = []")], &["source_limit.services"]),
 ];
 

@@ -166,6 +166,7 @@ pub(super) fn tables(s: Shape) -> Arc<Tables> {
                 ipv6_prefix: 64,
                 entries: 16,
                 idle_ns: 1_000_000,
+                calm_ns: 1_000_000,
                 services: vec![],
             }
         } else {
