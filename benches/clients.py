@@ -555,6 +555,9 @@ def report(results, reps, seconds, warmup, punt_only, load):
         + ("the default punt budget (no services)." if punt_only else "`action = \"kernel\"` services.")
         + " Kernel interfaces (fastpathd's and the bridge's): "
         + ("virtio-user" if os.path.exists("/dev/vhost-net") else "net_tap (no /dev/vhost-net)") + "."
+        + " The links: veth pairs between namespaces of one VM (no NIC; fastpathd's port is net_af_packet "
+        "on one, the bridge's too), so rates are bounded by the kernel's veth and socket costs on 2 CPUs, "
+        "not by a wire: compare the columns, not these figures with a NIC's."
         + " Higher is better for rates, lower for latency, losses and CPU."
         + (f" Failed and run again (the error is in the run's log): {', '.join(RETRIED)}." if RETRIED else ""),
         "",

@@ -254,6 +254,7 @@ def report(pts, results):
 def markdown(rows, goals, seconds, reps, warmup, started):
     out = [f"{started:%Y-%m-%d %H:%M} UTC, {mb.machine()}; {reps} rounds × {seconds} s (after {warmup} s), "
            "medians; ratio = the median of per-round ratios to the same round's first point of the axis.", "",
+           mb.LINK_NOTE, "",
            "| axis | point | scenario | Mpps | min – max | × first point | 90% interval |",
            "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
