@@ -181,7 +181,7 @@ for line in sys.stdin:
         for c in mine: c.join(10)
         out = [c.row() for c in mine]
     elif cmd[0] == 'get':
-        n, got, h, err = int(cmd[1]), 0, hashlib.sha256(), None
+        n, got, h, err, port, backend = int(cmd[1]), 0, hashlib.sha256(), None, None, None
         t = time.time()
         try:
             s = socket.create_connection((vip, 80), timeout=3)
@@ -765,4 +765,133 @@ fn without_a_table_adding_a_backend_breaks_established_tcp_connections() {
     assert_eq!(broken.len() + progressed, n, "the others kept going: {after}");
     let m = lab.stop_fastpathd();
     assert_eq!(family_sum(&m, "fastpath_conntrack_hits_total"), 0.0);
+}
+
+const MB: usize = 1 << 20;
+
+/// A 1 MiB download from the VIP over a path whose last hop toward the client has an MTU of
+/// 1400 (the client's own link is 1500: it offers an MSS of 1460), with `[conntrack]
+/// icmp_per_sec` = `icmp_per_sec`. Returns the download's result, the frames (`ip.len`,
+/// `tcp.len`) of the backend's answers as they left it, the metrics at exit, and the captures
+/// of the router's port toward fastpathd and toward the backend.
+fn download(name: &str, icmp_per_sec: u32) -> (Value, Vec<(u32, u32)>, BTreeMap<String, f64>, Lab) {
+    let mut lab = Lab::new(name, &["a"], 1500, 1400);
+    let ct = format!("entries = 65536\nicmp_per_sec = {icmp_per_sec}");
+    lab.start_fastpathd(&lab.config(&[("a", 1, false)], &ct, None));
+    let to_fp = lab.capture("fp", "to-fp.pcap");
+    let to_a = lab.capture("a", "to-a.pcap");
+    let got = lab.driver().ask(&format!("get {MB}"));
+    to_fp.finish();
+    let pcap = to_a.finish();
+    let m = lab.stop_fastpathd();
+    let segments: Vec<(u32, u32)> = tshark_fields(
+        &pcap,
+        &format!("!gre && ip.src == {VIP} && tcp.srcport == 80 && tcp.len > 100"),
+        &["ip.len", "tcp.len"],
+    )
+    .iter()
+    .map(|r| (r[0].parse().unwrap(), r[1].parse().unwrap()))
+    .collect();
+    eprintln!(
+        "icmp_per_sec {icmp_per_sec}: {got}; {} data segments from the backend, {} of them over 1400 bytes",
+        segments.len(),
+        segments.iter().filter(|s| s.0 > 1400).count()
+    );
+    (got, segments, m, lab)
+}
+
+/// The router's Fragmentation Needed to the VIP (IPv4 frames on the router's port toward
+/// fastpathd, not in GRE): (source, next-hop MTU).
+fn router_frag_needed(lab: &Lab) -> Vec<(String, String)> {
+    tshark_fields(
+        &lab.s.path("to-fp.pcap"),
+        &format!("!gre && ip.dst == {VIP} && icmp.type == 3 && icmp.code == 4"),
+        &["ip.src", "icmp.mtu"],
+    )
+    .into_iter()
+    .map(|r| (r[0].split(',').next().unwrap().to_string(), r[1].clone()))
+    .collect()
+}
+
+/// fastpathd's GRE carrying an ICMP Fragmentation Needed: (outer source, outer destination,
+/// the quoted TCP ports).
+fn forwarded_frag_needed(lab: &Lab) -> Vec<(String, String, String, String)> {
+    tshark_fields(
+        &lab.s.path("to-fp.pcap"),
+        "gre && icmp.type == 3 && icmp.code == 4",
+        &["ip.src", "ip.dst", "tcp.srcport", "tcp.dstport"],
+    )
+    .into_iter()
+    .map(|r| {
+        let first = |f: &str| f.split(',').next().unwrap().to_string();
+        (first(&r[0]), first(&r[1]), r[2].clone(), r[3].clone())
+    })
+    .collect()
+}
+
+/// Path MTU discovery over direct server return: the router's Fragmentation Needed (to the
+/// VIP, the answers' source) reaches fastpathd, which sends it through the GRE tunnel of the
+/// flow's backend; the backend's kernel lowers its path MTU to the client and the download
+/// completes byte for byte in smaller segments.
+#[test]
+fn path_mtu_discovery_works_through_fastpathd() {
+    let (got, segments, m, lab) = download("pmtu", 1000);
+    let frag = router_frag_needed(&lab);
+    assert!(!frag.is_empty(), "the router sent Fragmentation Needed to the VIP");
+    assert!(
+        frag.iter().all(|f| *f == (ROUTER_UNDERLAY.to_string(), "1400".to_string())),
+        "{frag:?}"
+    );
+    let port = got["port"].to_string();
+    let fwd = forwarded_frag_needed(&lab);
+    assert!(!fwd.is_empty(), "fastpathd forwarded it into a tunnel");
+    for f in &fwd {
+        assert_eq!(
+            f,
+            &(FP_UNDERLAY.to_string(), "192.0.2.10".to_string(), "80".to_string(), port.clone()),
+            "in GRE to the flow's backend a, quoting the flow"
+        );
+    }
+    assert!(
+        segments.first().is_some_and(|s| s.0 > 1400),
+        "the backend first sent full-size segments: {:?}",
+        &segments[..segments.len().min(5)]
+    );
+    let small = segments.iter().filter(|s| s.0 <= 1400).count();
+    assert!(
+        segments.last().is_some_and(|s| s.0 <= 1400) && small * 1360 >= MB,
+        "then segments that fit 1400 bytes carried the download: {small} of {}",
+        segments.len()
+    );
+    assert_eq!(got["exact"], true, "the download completed byte for byte: {got}");
+    let forwarded = m
+        .get("fastpath_icmp_to_backend_total{result=\"forwarded\"}")
+        .copied()
+        .unwrap_or(0.0);
+    assert_eq!(forwarded, fwd.len() as f64, "each forwarded error counted");
+    eprintln!(
+        "path MTU: {} Fragmentation Needed from the router, {} forwarded in GRE, download of {MB} bytes in {:.2} s",
+        frag.len(),
+        fwd.len(),
+        got["secs"].as_f64().unwrap()
+    );
+}
+
+/// The same download with the forwarding off (`icmp_per_sec = 0`): the router's errors stop at
+/// fastpathd, the backend never learns the path MTU and the download black-holes.
+#[test]
+fn without_icmp_forwarding_the_download_black_holes() {
+    let (got, segments, m, lab) = download("pmtu-off", 0);
+    assert!(!router_frag_needed(&lab).is_empty(), "the router sent Fragmentation Needed");
+    assert!(forwarded_frag_needed(&lab).is_empty(), "fastpathd forwarded none");
+    assert_eq!(got["exact"], false, "{got}");
+    assert!(got["bytes"].as_u64().unwrap() < MB as u64 / 10, "{got}");
+    assert!(
+        segments.iter().all(|s| s.0 > 1400),
+        "the backend kept sending full-size segments: {segments:?}"
+    );
+    assert_eq!(
+        m.get("fastpath_icmp_to_backend_total{result=\"forwarded\"}").copied().unwrap_or(0.0),
+        0.0
+    );
 }
