@@ -918,3 +918,31 @@ impl Drop for Ovs {
         self.stop();
     }
 }
+
+/// `fastpathctl --json ARGS` against the test's daemon.
+pub fn ctl_json(sock: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_fastpathctl"))
+        .arg("--socket")
+        .arg(sock)
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "fastpathctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Backend `name` as `fastpathctl show tunnels` shows it.
+pub fn tunnel_row(sock: &Path, name: &str) -> serde_json::Value {
+    ctl_json(sock, &["show", "tunnels"])["tunnels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .cloned()
+        .unwrap()
+}

@@ -895,3 +895,87 @@ fn without_icmp_forwarding_the_download_black_holes() {
         0.0
     );
 }
+
+/// `fastpath_backend_up{tunnel}`.
+fn backend_up(m: &BTreeMap<String, f64>, name: &str) -> Option<f64> {
+    m.get(&format!("fastpath_backend_up{{tunnel=\"{name}\"}}")).copied()
+}
+
+/// Backends with `health = "tcp:80"` checks (the backend's own server): b's server dies;
+/// `fastpath_backend_up{tunnel="b"}` drops to 0 within fall × interval + one interval, the
+/// connections on a and c go on, and new connections go to a and c only.
+#[test]
+fn a_backend_whose_server_dies_goes_down_and_new_connections_avoid_it() {
+    let (interval, timeout, fall) = (400u64, 200u64, 3u64);
+    let health = format!(
+        "health_interval_ms = {interval}\nhealth_timeout_ms = {timeout}\nhealth_rise = 2\nhealth_fall = {fall}"
+    );
+    let mut lab = Lab::new("health", &["a", "b", "c"], 1400, 1400);
+    let members = [("a", 1, false), ("b", 1, false), ("c", 1, false)];
+    lab.start_fastpathd(&lab.config(&members, "entries = 65536", Some(&health)));
+    let sock = lab.s.path("control.sock");
+    wait_for(10, "every backend's check passed", || {
+        ["a", "b", "c"].iter().all(|b| tunnel_row(&sock, b)["health_last"] == "ok")
+    });
+    let dr = lab.driver();
+    let first = dr.ask(&format!("long {LONG}"));
+    let per = dr.probe(PROBES);
+    eprintln!("a, b, c: {per:?}");
+    assert!(["a", "b", "c"].iter().all(|b| count(&per, b) > 0), "{per:?}");
+    let st = all_progress(dr, &first, 1.0, "before b's server dies");
+    assert!(
+        rows(&st).iter().any(|c| c["backend"] == "b"),
+        "some long connections are on b: {st}"
+    );
+    assert_eq!(backend_up(&lab.scrape(), "b"), Some(1.0));
+
+    lab.backend("b").kill_server();
+    let killed = Instant::now();
+    let took = loop {
+        let asked = killed.elapsed();
+        if backend_up(&lab.scrape(), "b") == Some(0.0) {
+            break asked;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(10), "b never went down");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let bound = Duration::from_millis(fall * interval + interval);
+    eprintln!(
+        "b down {} ms after its server died (bound {} ms: fall {fall} × interval {interval} ms + one interval)",
+        took.as_millis(),
+        bound.as_millis()
+    );
+    assert!(took <= bound, "b went down after {took:?}, more than {bound:?}");
+
+    let dr = lab.driver();
+    std::thread::sleep(Duration::from_secs(1));
+    let after = dr.ask("status");
+    for (b, a) in rows(&st).iter().zip(rows(&after)) {
+        if a["backend"] == "b" {
+            assert!(!a["err"].is_null(), "b's connections died with its server: {a}");
+        } else {
+            assert!(
+                a["err"].is_null() && a["bytes"].as_u64() > b["bytes"].as_u64(),
+                "a connection on a live backend stopped: {a}"
+            );
+        }
+    }
+    let per = dr.probe(PROBES);
+    eprintln!("b down: {per:?}");
+    assert_eq!(count(&per, "a") + count(&per, "c"), PROBES, "only a and c: {per:?}");
+    let end = dr.ask("stop all");
+    for c in rows(&end) {
+        assert!(c["closed"] == true && c["err"].is_null(), "{c}");
+    }
+    let m = lab.scrape();
+    assert_eq!(
+        m.get("fastpath_backend_transitions_total{tunnel=\"b\",to=\"down\"}").copied(),
+        Some(1.0),
+        "b went down once"
+    );
+    assert_eq!(
+        (backend_up(&m, "a"), backend_up(&m, "b"), backend_up(&m, "c")),
+        (Some(1.0), Some(0.0), Some(1.0))
+    );
+    lab.stop_fastpathd();
+}
