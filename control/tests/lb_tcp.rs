@@ -775,35 +775,68 @@ fn without_a_table_adding_a_backend_breaks_established_tcp_connections() {
 
 const MB: usize = 1 << 20;
 
-/// A 1 MiB download from the VIP over a path whose last hop toward the client has an MTU of
-/// 1400 (the client's own link is 1500: it offers an MSS of 1460), with `[conntrack]
-/// icmp_per_sec` = `icmp_per_sec`. Returns the download's result, the frames (`ip.len`,
-/// `tcp.len`) of the backend's answers as they left it, the metrics at exit, and the captures
-/// of the router's port toward fastpathd and toward the backend.
-fn download(name: &str, icmp_per_sec: u32) -> (Value, Vec<(u32, u32)>, BTreeMap<String, f64>, Lab) {
-    let mut lab = Lab::new(name, &["a"], 1500, 1400);
+/// What [`download`] saw.
+struct Download {
+    /// The driver's answer: `backend`, `port`, `bytes`, `exact`, `err`, `secs`.
+    got: Value,
+    /// The underlay address of the backend that served it.
+    addr: &'static str,
+    /// (`ip.len`, `tcp.len`) of each data segment the serving backend sent, as it left it.
+    segments: Vec<(u32, u32)>,
+    /// GRE frames with an ICMP Fragmentation Needed inside that reached the serving backend's
+    /// port, and the other backend's.
+    icmp_in_gre: usize,
+    icmp_in_gre_other: usize,
+    /// The metrics at exit.
+    m: BTreeMap<String, f64>,
+    lab: Lab,
+}
+
+/// A 1 MiB download from the VIP (two backends, a and b) over a path whose last hop toward
+/// the client has an MTU of 1400 (the router's route to the client, as a lower-MTU link beyond
+/// it would; the client's own link is 1500, so it offers an MSS of 1460), with `[conntrack]
+/// icmp_per_sec` = `icmp_per_sec`. The router's ports toward fastpathd and toward each backend
+/// are captured.
+fn download(name: &str, icmp_per_sec: u32) -> Download {
+    let mut lab = Lab::new(name, &["a", "b"], 1500, 1400);
     let ct = format!("entries = 65536\nicmp_per_sec = {icmp_per_sec}");
-    lab.start_fastpathd(&lab.config(&[("a", 1, false)], &ct, None));
+    lab.start_fastpathd(&lab.config(&[("a", 1, false), ("b", 1, false)], &ct, None));
     let to_fp = lab.capture("fp", "to-fp.pcap");
     let to_a = lab.capture("a", "to-a.pcap");
+    let to_b = lab.capture("b", "to-b.pcap");
     let got = lab.driver().ask(&format!("get {MB}"));
     to_fp.finish();
-    let pcap = to_a.finish();
+    let (a, b) = (to_a.finish(), to_b.finish());
     let m = lab.stop_fastpathd();
-    let segments: Vec<(u32, u32)> = tshark_fields(
-        &pcap,
-        &format!("!gre && ip.src == {VIP} && tcp.srcport == 80 && tcp.len > 100"),
-        &["ip.len", "tcp.len"],
-    )
-    .iter()
-    .map(|r| (r[0].parse().unwrap(), r[1].parse().unwrap()))
-    .collect();
+    let served = got["backend"].as_str().unwrap().to_string();
+    let (pcap, other) = if served == "a" { (a, b) } else { (b, a) };
+    let data = format!("!gre && ip.src == {VIP} && tcp.srcport == 80 && tcp.len > 100");
+    let segments: Vec<(u32, u32)> = tshark_fields(&pcap, &data, &["ip.len", "tcp.len"])
+        .iter()
+        .map(|r| (r[0].parse().unwrap(), r[1].parse().unwrap()))
+        .collect();
+    assert!(
+        tshark_fields(&other, &data, &["frame.number"]).is_empty(),
+        "only backend {served} answered"
+    );
+    let icmp = "gre && icmp.type == 3 && icmp.code == 4";
+    let icmp_in_gre = tshark_fields(&pcap, icmp, &["frame.number"]).len();
+    let icmp_in_gre_other = tshark_fields(&other, icmp, &["frame.number"]).len();
     eprintln!(
-        "icmp_per_sec {icmp_per_sec}: {got}; {} data segments from the backend, {} of them over 1400 bytes",
+        "icmp_per_sec {icmp_per_sec}: {got}; {} data segments from backend {served}, {} of them over 1400 bytes",
         segments.len(),
         segments.iter().filter(|s| s.0 > 1400).count()
     );
-    (got, segments, m, lab)
+    let addr = BACKENDS.iter().find(|b| b.0 == served).unwrap().1;
+    Download {
+        got,
+        addr,
+        segments,
+        icmp_in_gre,
+        icmp_in_gre_other,
+        m,
+        lab,
+    }
 }
 
 /// The router's Fragmentation Needed to the VIP (IPv4 frames on the router's port toward
@@ -841,7 +874,15 @@ fn forwarded_frag_needed(lab: &Lab) -> Vec<(String, String, String, String)> {
 /// completes byte for byte in smaller segments.
 #[test]
 fn path_mtu_discovery_works_through_fastpathd() {
-    let (got, segments, m, lab) = download("pmtu", 1000);
+    let Download {
+        got,
+        addr,
+        segments,
+        icmp_in_gre,
+        icmp_in_gre_other,
+        m,
+        lab,
+    } = download("pmtu", 1000);
     let frag = router_frag_needed(&lab);
     assert!(!frag.is_empty(), "the router sent Fragmentation Needed to the VIP");
     assert!(
@@ -854,10 +895,15 @@ fn path_mtu_discovery_works_through_fastpathd() {
     for f in &fwd {
         assert_eq!(
             f,
-            &(FP_UNDERLAY.to_string(), "192.0.2.10".to_string(), "80".to_string(), port.clone()),
-            "in GRE to the flow's backend a, quoting the flow"
+            &(FP_UNDERLAY.to_string(), addr.to_string(), "80".to_string(), port.clone()),
+            "in GRE to the flow's backend, quoting the flow"
         );
     }
+    assert_eq!(
+        (icmp_in_gre, icmp_in_gre_other),
+        (fwd.len(), 0),
+        "each reached the flow's backend, none the other"
+    );
     assert!(
         segments.first().is_some_and(|s| s.0 > 1400),
         "the backend first sent full-size segments: {:?}",
@@ -876,9 +922,11 @@ fn path_mtu_discovery_works_through_fastpathd() {
         .unwrap_or(0.0);
     assert_eq!(forwarded, fwd.len() as f64, "each forwarded error counted");
     eprintln!(
-        "path MTU: {} Fragmentation Needed from the router, {} forwarded in GRE, download of {MB} bytes in {:.2} s",
+        "path MTU: {} Fragmentation Needed from the router, {} forwarded in GRE, {} segments over 1400 bytes \
+         before the backend lowered its path MTU; {MB} bytes in {:.2} s",
         frag.len(),
         fwd.len(),
+        segments.iter().filter(|s| s.0 > 1400).count(),
         got["secs"].as_f64().unwrap()
     );
 }
@@ -887,17 +935,21 @@ fn path_mtu_discovery_works_through_fastpathd() {
 /// fastpathd, the backend never learns the path MTU and the download black-holes.
 #[test]
 fn without_icmp_forwarding_the_download_black_holes() {
-    let (got, segments, m, lab) = download("pmtu-off", 0);
-    assert!(!router_frag_needed(&lab).is_empty(), "the router sent Fragmentation Needed");
-    assert!(forwarded_frag_needed(&lab).is_empty(), "fastpathd forwarded none");
-    assert_eq!(got["exact"], false, "{got}");
-    assert!(got["bytes"].as_u64().unwrap() < MB as u64 / 10, "{got}");
+    let d = download("pmtu-off", 0);
+    assert!(!router_frag_needed(&d.lab).is_empty(), "the router sent Fragmentation Needed");
+    assert!(forwarded_frag_needed(&d.lab).is_empty(), "fastpathd forwarded none");
+    assert_eq!((d.icmp_in_gre, d.icmp_in_gre_other), (0, 0));
+    assert_eq!(d.got["exact"], false, "{}", d.got);
+    assert!(d.got["bytes"].as_u64().unwrap() < MB as u64 / 10, "{}", d.got);
     assert!(
-        segments.iter().all(|s| s.0 > 1400),
-        "the backend kept sending full-size segments: {segments:?}"
+        !d.segments.is_empty() && d.segments.iter().all(|s| s.0 > 1400),
+        "the backend kept sending full-size segments: {:?}",
+        d.segments
     );
     assert_eq!(
-        m.get("fastpath_icmp_to_backend_total{result=\"forwarded\"}").copied().unwrap_or(0.0),
+        d.m.get("fastpath_icmp_to_backend_total{result=\"forwarded\"}")
+            .copied()
+            .unwrap_or(0.0),
         0.0
     );
 }
