@@ -650,6 +650,9 @@ mod tests {
         h.stop();
         let last = h.snapshot();
         assert_eq!(last.len(), 2, "{last:?}");
-        assert!(last.iter().all(|t| !t.up && t.to_down == 1), "stopped, still down: {last:?}");
+        assert!(
+            last.iter().all(|t| !t.up && t.to_down == 1),
+            "stopped, still down: {last:?}"
+        );
     }
 }

@@ -54,8 +54,9 @@ fn words(s: &str) -> Vec<&str> {
 }
 
 /// The backend's TCP server, on every address port 80: a greeting naming the backend, then
-/// per the client's first line `echo` (everything back until EOF) or `get N` (N bytes of
-/// [`PATTERN`], then close). A connection with no line (a health check) is just closed.
+/// per the client's first line `echo` (everything back until EOF) or `get N` (N bytes of its
+/// pattern, 64 KiB of SHA-256 blocks repeated, then close). A connection with no line (a
+/// health check) is just closed.
 const SERVER_PY: &str = r#"
 import hashlib, socket, sys, threading
 name = sys.argv[1]
@@ -101,7 +102,7 @@ while True:
 /// the connection's `err`); `probe N` opens N connections, reads which backend greets, closes;
 /// `status` lists every long connection; `stop X` ends those on backend X (`all`: every one)
 /// with a clean close (FIN both ways, nothing after the last echo) and lists them; `get N`
-/// downloads N bytes and checks them against [`PATTERN`] within 5 s.
+/// downloads N bytes and checks them against the server's pattern within 5 s.
 const DRIVER_PY: &str = r#"
 import hashlib, json, socket, sys, threading, time
 vip = sys.argv[1]
@@ -210,8 +211,7 @@ struct Backend {
     name: &'static str,
     addr: &'static str,
     ns: String,
-    /// Its underlay veth: `up` in its namespace (a port of br-phy), `rt` on the router's bridge.
-    up: String,
+    /// The router's end of its underlay veth (the other end is a port of its br-phy).
     rt: String,
     mac: String,
     ovs: Ovs,
@@ -390,7 +390,6 @@ impl Lab {
             name,
             addr,
             ns,
-            up,
             rt,
             mac,
             ovs,
@@ -501,7 +500,15 @@ impl Lab {
 impl Backend {
     fn start_server(&mut self) {
         let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "/usr/bin/python3", "-c", SERVER_PY, self.name])
+            .args([
+                "netns",
+                "exec",
+                &self.ns,
+                "/usr/bin/python3",
+                "-c",
+                SERVER_PY,
+                self.name,
+            ])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -629,7 +636,10 @@ fn pinned(lab: &Lab, status: &Value) -> usize {
             .unwrap();
         let f: Value = serde_json::from_slice(&must(out, "fastpathctl flow").into_bytes()).unwrap();
         let e = &f["detail"]["conntrack"][0];
-        assert_eq!(e["backend"], c["backend"], "the table holds the connection's backend: {f}");
+        assert_eq!(
+            e["backend"], c["backend"],
+            "the table holds the connection's backend: {f}"
+        );
         if e["pinned"] == true {
             n += 1;
         }
@@ -655,17 +665,23 @@ fn established_tcp_connections_survive_reloads_that_add_reweight_drain_and_remov
     let per = dr.probe(PROBES);
     eprintln!("a, b: {per:?}");
     assert_eq!(count(&per, "a") + count(&per, "b"), PROBES, "{per:?}");
-    assert!(count(&per, "a") >= PROBES / 5 && count(&per, "b") >= PROBES / 5, "{per:?}");
+    assert!(
+        count(&per, "a") >= PROBES / 5 && count(&per, "b") >= PROBES / 5,
+        "{per:?}"
+    );
     let mut st = all_progress(dr, &first, 1.0, "before any reload");
 
     // Add c.
     lab.reload(&lab.config(&[("a", 1, false), ("b", 1, false), ("c", 1, false)], ct, None));
     let dr = lab.driver();
-    st = all_progress(dr, &st, 1.5, "after adding c");
+    all_progress(dr, &st, 1.5, "after adding c");
     let per = dr.probe(PROBES);
     eprintln!("a, b, c: {per:?}");
     // A third expected (13 of 40); the bound is 3 standard deviations below.
-    assert!(count(&per, "c") >= 5, "new connections reach the added backend: {per:?}");
+    assert!(
+        count(&per, "c") >= 5,
+        "new connections reach the added backend: {per:?}"
+    );
     dr.ask("long 8");
     st = dr.ask("status");
     let pinned_after_add = pinned(&lab, &st);
@@ -693,12 +709,15 @@ fn established_tcp_connections_survive_reloads_that_add_reweight_drain_and_remov
     // Its connections end, cleanly; then it is removed.
     let ended = dr.ask("stop a");
     for c in rows(&ended) {
-        assert!(c["closed"] == true && c["err"].is_null(), "a drained connection ends cleanly: {c}");
+        assert!(
+            c["closed"] == true && c["err"].is_null(),
+            "a drained connection ends cleanly: {c}"
+        );
     }
     st = dr.ask("status");
     lab.reload(&lab.config(&[("b", 1, false), ("c", 3, false)], ct, None));
     let dr = lab.driver();
-    st = all_progress(dr, &st, 1.5, "after removing a");
+    all_progress(dr, &st, 1.5, "after removing a");
     let per = dr.probe(PROBES);
     eprintln!("b, c×3: {per:?}");
     assert_eq!(count(&per, "b") + count(&per, "c"), PROBES, "{per:?}");
@@ -727,7 +746,10 @@ fn established_tcp_connections_survive_reloads_that_add_reweight_drain_and_remov
         family_sum(&m, "fastpath_conntrack_repinned_total"),
         t0.elapsed().as_secs_f64()
     );
-    assert!(pinned_after_weight > 0, "re-weighting moves Maglev's picks of most connections");
+    assert!(
+        pinned_after_weight > 0,
+        "re-weighting moves Maglev's picks of most connections"
+    );
     // Each connection missed once (its SYN) and was confirmed by its handshake's ACK; every
     // later packet, across every reload, found its entry.
     assert_eq!(misses, opened, "one miss a connection");
@@ -737,7 +759,11 @@ fn established_tcp_connections_survive_reloads_that_add_reweight_drain_and_remov
         "every connection's handshake confirmed its entry"
     );
     assert!(hits > 20.0 * opened, "the streams' packets hit the table: {hits}");
-    assert_eq!(family_sum(&m, "fastpath_conntrack_repinned_total"), 0.0, "nothing moved");
+    assert_eq!(
+        family_sum(&m, "fastpath_conntrack_repinned_total"),
+        0.0,
+        "nothing moved"
+    );
 }
 
 /// The same reload that adds a backend, without a connection table (`entries = 0`): Maglev
@@ -886,7 +912,8 @@ fn path_mtu_discovery_works_through_fastpathd() {
     let frag = router_frag_needed(&lab);
     assert!(!frag.is_empty(), "the router sent Fragmentation Needed to the VIP");
     assert!(
-        frag.iter().all(|f| *f == (ROUTER_UNDERLAY.to_string(), "1400".to_string())),
+        frag.iter()
+            .all(|f| *f == (ROUTER_UNDERLAY.to_string(), "1400".to_string())),
         "{frag:?}"
     );
     let port = got["port"].to_string();
@@ -895,7 +922,12 @@ fn path_mtu_discovery_works_through_fastpathd() {
     for f in &fwd {
         assert_eq!(
             f,
-            &(FP_UNDERLAY.to_string(), addr.to_string(), "80".to_string(), port.clone()),
+            &(
+                FP_UNDERLAY.to_string(),
+                addr.to_string(),
+                "80".to_string(),
+                port.clone()
+            ),
             "in GRE to the flow's backend, quoting the flow"
         );
     }
@@ -936,7 +968,10 @@ fn path_mtu_discovery_works_through_fastpathd() {
 #[test]
 fn without_icmp_forwarding_the_download_black_holes() {
     let d = download("pmtu-off", 0);
-    assert!(!router_frag_needed(&d.lab).is_empty(), "the router sent Fragmentation Needed");
+    assert!(
+        !router_frag_needed(&d.lab).is_empty(),
+        "the router sent Fragmentation Needed"
+    );
     assert!(forwarded_frag_needed(&d.lab).is_empty(), "fastpathd forwarded none");
     assert_eq!((d.icmp_in_gre, d.icmp_in_gre_other), (0, 0));
     assert_eq!(d.got["exact"], false, "{}", d.got);
@@ -973,7 +1008,9 @@ fn a_backend_whose_server_dies_goes_down_and_new_connections_avoid_it() {
     lab.start_fastpathd(&lab.config(&members, "entries = 65536", Some(&health)));
     let sock = lab.s.path("control.sock");
     wait_for(10, "every backend's check passed", || {
-        ["a", "b", "c"].iter().all(|b| tunnel_row(&sock, b)["health_last"] == "ok")
+        ["a", "b", "c"]
+            .iter()
+            .all(|b| tunnel_row(&sock, b)["health_last"] == "ok")
     });
     let dr = lab.driver();
     let first = dr.ask(&format!("long {LONG}"));
@@ -1028,7 +1065,8 @@ fn a_backend_whose_server_dies_goes_down_and_new_connections_avoid_it() {
     // Live, and in the metrics written at exit.
     for m in [lab.scrape(), lab.stop_fastpathd()] {
         assert_eq!(
-            m.get("fastpath_backend_transitions_total{tunnel=\"b\",to=\"down\"}").copied(),
+            m.get("fastpath_backend_transitions_total{tunnel=\"b\",to=\"down\"}")
+                .copied(),
             Some(1.0),
             "b went down once"
         );

@@ -47,7 +47,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// fastpathd's end of the veth (`net_af_packet` takes the interface's MAC).
@@ -511,7 +510,8 @@ impl OvsPeer {
             self.ovs.appctl(&["ovs/route/show"]).contains("192.0.2.0/24 dev br-phy")
         });
         wait_for(10, "OVS terminating GRE to its underlay address", || {
-            self.ovs.appctl(&["tnl/ports/show", "-v"])
+            self.ovs
+                .appctl(&["tnl/ports/show", "-v"])
                 .contains(&format!("dst={OVS_UNDERLAY},proto=47"))
         });
         self.ovs.appctl(&["tnl/arp/set", "br-phy", FP_UNDERLAY, FP_MAC]);
@@ -749,7 +749,8 @@ fn tunnel_service(kind: Kind) {
     let mut p = OvsPeer::new(&format!("{}-svc", kind.name), kind);
     let cap = p.capture();
     let mut backend = p
-        .ovs.cmd(&[
+        .ovs
+        .cmd(&[
             "/usr/bin/python3",
             "-c",
             &format!(
