@@ -351,9 +351,10 @@ impl BackendHealth {
 
     /// Stops every check and joins the threads that end within [`STOP_WAIT`]; a check still
     /// connecting then (a long `health_timeout_ms`) is left to end with the process: it holds
-    /// nothing but its socket.
+    /// nothing but its socket. The states stay: the metrics written at exit report a backend
+    /// that was down as down.
     pub fn stop(&self) {
-        let tracked = std::mem::take(&mut *self.tracked.lock().unwrap_or_else(|e| e.into_inner()));
+        let tracked = self.tracked.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut joins: Vec<JoinHandle<()>> = tracked.iter().filter_map(|t| t.stop()).collect();
         joins.append(&mut self.stopped.lock().unwrap_or_else(|e| e.into_inner()));
         let until = Instant::now() + STOP_WAIT;
@@ -647,6 +648,11 @@ mod tests {
         drop(live);
         wait_until("both down", || !h.up_of("a") && !h.up_of("b"));
         h.stop();
-        assert!(h.snapshot().is_empty());
+        let last = h.snapshot();
+        assert_eq!(last.len(), 2, "{last:?}");
+        assert!(
+            last.iter().all(|t| !t.up && t.to_down == 1),
+            "stopped, still down: {last:?}"
+        );
     }
 }

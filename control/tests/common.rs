@@ -739,3 +739,210 @@ pub fn echo_request(src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
     icmp[2..4].copy_from_slice(&sum.to_be_bytes());
     ipv4_frame(src, dst, 1, 1, 0, &icmp)
 }
+
+/// Asserts that a command succeeded; its stdout.
+pub fn must(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `kill -SIG PID`, whatever became of the process.
+pub fn kill(sig: &str, pid: u32) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Stops a daemon we spawned: SIGTERM to the pid its pidfile names (the child's own pid when it
+/// has not written one yet; `ip netns exec` execs, so they are the same process), SIGKILL if it
+/// is still there after 5 s, and reaps it.
+pub fn stop_daemon(child: &mut Child, pidfile: &Path) {
+    let pid = std::fs::read_to_string(pidfile)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(child.id());
+    kill("TERM", pid);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    kill("KILL", pid);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A private Open vSwitch in network namespace `ns`: its own database, sockets, pidfiles and logs
+/// in `dir` (never the system's /var/run/openvswitch), its daemons children of the test (not
+/// detached, so they are reaped). Stopped on drop, ovs-vswitchd before its database; the last
+/// lines of their logs are shown when a test fails.
+pub struct Ovs {
+    pub ns: String,
+    pub dir: PathBuf,
+    /// (daemon, its pidfile), in start order.
+    daemons: Vec<(Child, PathBuf)>,
+}
+
+impl Ovs {
+    /// Nothing runs yet: [`Ovs::start_db`], then [`Ovs::start_vswitchd`] (or a binary of one's
+    /// own with [`Ovs::spawn_daemon_binary`]).
+    pub fn new(ns: &str, dir: PathBuf) -> Ovs {
+        std::fs::create_dir_all(&dir).unwrap();
+        Ovs {
+            ns: ns.to_string(),
+            dir,
+            daemons: vec![],
+        }
+    }
+
+    /// ovsdb-server and ovs-vswitchd.
+    pub fn start(ns: &str, dir: PathBuf) -> Ovs {
+        let mut o = Ovs::new(ns, dir);
+        o.start_db();
+        o.start_vswitchd();
+        o
+    }
+
+    pub fn path(&self, f: &str) -> PathBuf {
+        self.dir.join(f)
+    }
+
+    /// An Open vSwitch command in the namespace, on the private run directory.
+    pub fn cmd(&self, cmd: &[&str]) -> Command {
+        let dir = &self.dir;
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns])
+            .args(cmd)
+            .env("OVS_RUNDIR", dir)
+            .env("OVS_LOGDIR", dir)
+            .env("OVS_DBDIR", dir)
+            .env("OVS_SYSCONFDIR", dir);
+        c
+    }
+
+    pub fn run(&self, cmd: &[&str]) -> String {
+        let out = self
+            .cmd(cmd)
+            .output()
+            .expect("Open vSwitch (ci/setup installs openvswitch-switch)");
+        must(out, &format!("{cmd:?}"))
+    }
+
+    pub fn vsctl(&self, args: &[&str]) -> String {
+        let db = format!("--db=unix:{}", self.path("db.sock").display());
+        let mut cmd = vec!["ovs-vsctl", &db, "--timeout=10"];
+        cmd.extend_from_slice(args);
+        self.run(&cmd)
+    }
+
+    pub fn appctl(&self, args: &[&str]) -> String {
+        let ctl = self.path("ovs-vswitchd.ctl");
+        let mut cmd = vec!["ovs-appctl", "-t", ctl.to_str().unwrap()];
+        cmd.extend_from_slice(args);
+        self.run(&cmd)
+    }
+
+    pub fn spawn_daemon_binary(&mut self, name: &str, binary: &str, args: &[&str]) {
+        let pidfile = self.path(&format!("{name}.pid"));
+        let mut cmd = vec![binary.to_string()];
+        cmd.extend(args.iter().map(|a| a.to_string()));
+        cmd.push(format!("--pidfile={}", pidfile.display()));
+        cmd.push(format!("--unixctl={}", self.path(&format!("{name}.ctl")).display()));
+        cmd.push(format!("--log-file={}", self.path(&format!("{name}.log")).display()));
+        cmd.push("-vconsole:off".into());
+        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let child = self
+            .cmd(&cmd)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.path(&format!("{name}.stderr"))).unwrap())
+            .spawn()
+            .expect("Open vSwitch (ci/setup installs openvswitch-switch)");
+        self.daemons.push((child, pidfile));
+    }
+
+    /// A fresh database and its ovsdb-server, initialised.
+    pub fn start_db(&mut self) {
+        let db = self.path("conf.db");
+        self.run(&[
+            "ovsdb-tool",
+            "create",
+            db.to_str().unwrap(),
+            "/usr/share/openvswitch/vswitch.ovsschema",
+        ]);
+        let remote = format!("--remote=punix:{}", self.path("db.sock").display());
+        self.spawn_daemon_binary("ovsdb-server", "ovsdb-server", &[db.to_str().unwrap(), &remote]);
+        self.vsctl(&["--retry", "--no-wait", "init"]);
+    }
+
+    /// `unix:` + the database's socket.
+    pub fn db_sock(&self) -> String {
+        format!("unix:{}", self.path("db.sock").display())
+    }
+
+    pub fn start_vswitchd(&mut self) {
+        let db = self.db_sock();
+        self.spawn_daemon_binary("ovs-vswitchd", "ovs-vswitchd", &[&db]);
+    }
+
+    /// Stops the daemons (ovs-vswitchd first, then its database); shows the end of their logs
+    /// when the test is failing.
+    pub fn stop(&mut self) {
+        let had = !self.daemons.is_empty();
+        while let Some((mut child, pidfile)) = self.daemons.pop() {
+            stop_daemon(&mut child, &pidfile);
+        }
+        if had && std::thread::panicking() {
+            for log in ["ovs-vswitchd.log", "ovsdb-server.log"] {
+                let text = std::fs::read_to_string(self.path(log)).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                eprintln!(
+                    "--- {} {log} (the end)\n{}",
+                    self.ns,
+                    lines[lines.len().saturating_sub(15)..].join("\n")
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Ovs {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `fastpathctl --json ARGS` against the test's daemon.
+pub fn ctl_json(sock: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_fastpathctl"))
+        .arg("--socket")
+        .arg(sock)
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "fastpathctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Backend `name` as `fastpathctl show tunnels` shows it.
+pub fn tunnel_row(sock: &Path, name: &str) -> serde_json::Value {
+    ctl_json(sock, &["show", "tunnels"])["tunnels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .cloned()
+        .unwrap()
+}

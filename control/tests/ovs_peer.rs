@@ -44,9 +44,8 @@ use common::*;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
@@ -111,44 +110,6 @@ const SEQUENCED_CHECKSUMMED: Kind = Kind {
 
 fn words(s: &str) -> Vec<&str> {
     s.split_whitespace().collect()
-}
-
-fn must(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn kill(sig: &str, pid: u32) {
-    let _ = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// Stops a daemon we spawned: SIGTERM to the pid its pidfile names (the child's own pid when it
-/// has not written one yet; `ip netns exec` execs, so they are the same process), SIGKILL if it
-/// is still there after 5 s, and reaps it.
-fn stop_daemon(child: &mut Child, pidfile: &Path) {
-    let pid = std::fs::read_to_string(pidfile)
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(child.id());
-    kill("TERM", pid);
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(5) {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    kill("KILL", pid);
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 impl Capture {
@@ -335,8 +296,8 @@ struct OvsPeer {
     ns_client: String,
     if_fp: String,
     if_ovs: String,
-    /// (daemon, its pidfile), in start order.
-    daemons: Vec<(Child, PathBuf)>,
+    /// The OVS namespace's Open vSwitch (its files in the scratch directory).
+    ovs: Ovs,
     fastpathd: Option<Daemon>,
     dump: PathBuf,
     far: FarEnd,
@@ -361,7 +322,7 @@ impl OvsPeer {
             ns_client: format!("ovp{id}c"),
             if_fp: format!("ova{id}"),
             if_ovs: format!("ovb{id}"),
-            daemons: vec![],
+            ovs: Ovs::new(&format!("ovp{id}o"), s.0.clone()),
             fastpathd: None,
             dump: s.path("metrics.prom"),
             far,
@@ -391,7 +352,7 @@ impl OvsPeer {
             // it has reconfigured for it; what a worker sends on TX queue 1 before then waits
             // in that queue's ring, unread.
             wait_for(10, "OVS polling both of fastpathd's vhost-user queues", || {
-                let rxq = p.appctl(&["dpif-netdev/pmd-rxq-show"]);
+                let rxq = p.ovs.appctl(&["dpif-netdev/pmd-rxq-show"]);
                 let enabled = |q: &str| {
                     rxq.lines().any(|l| {
                         l.contains("port: vhu0") && l.contains(&format!("queue-id:  {q}")) && l.contains("(enabled)")
@@ -465,81 +426,15 @@ impl OvsPeer {
         must(ns_exec(ovs, &["ethtool", "-K", &self.if_ovs, "tx", "off"]), "ethtool");
     }
 
-    /// An Open vSwitch command in the OVS namespace, on the private run directory.
-    fn ovs_cmd(&self, cmd: &[&str]) -> Command {
-        let dir = &self.s.0;
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns_ovs])
-            .args(cmd)
-            .env("OVS_RUNDIR", dir)
-            .env("OVS_LOGDIR", dir)
-            .env("OVS_DBDIR", dir)
-            .env("OVS_SYSCONFDIR", dir);
-        c
-    }
-
-    fn ovs(&self, cmd: &[&str]) -> String {
-        let out = self
-            .ovs_cmd(cmd)
-            .output()
-            .expect("Open vSwitch (ci/setup installs openvswitch-switch)");
-        must(out, &format!("{cmd:?}"))
-    }
-
-    fn vsctl(&self, args: &[&str]) -> String {
-        let db = format!("--db=unix:{}", self.s.path("db.sock").display());
-        let mut cmd = vec!["ovs-vsctl", &db, "--timeout=10"];
-        cmd.extend_from_slice(args);
-        self.ovs(&cmd)
-    }
-
-    fn appctl(&self, args: &[&str]) -> String {
-        let ctl = self.s.path("ovs-vswitchd.ctl");
-        let mut cmd = vec!["ovs-appctl", "-t", ctl.to_str().unwrap()];
-        cmd.extend_from_slice(args);
-        self.ovs(&cmd)
-    }
-
-    fn spawn_daemon(&mut self, name: &str, args: &[&str]) {
-        self.spawn_daemon_binary(name, name, args)
-    }
-
-    fn spawn_daemon_binary(&mut self, name: &str, binary: &str, args: &[&str]) {
-        let pidfile = self.s.path(&format!("{name}.pid"));
-        let mut cmd = vec![binary.to_string()];
-        cmd.extend(args.iter().map(|a| a.to_string()));
-        cmd.push(format!("--pidfile={}", pidfile.display()));
-        cmd.push(format!("--unixctl={}", self.s.path(&format!("{name}.ctl")).display()));
-        cmd.push(format!("--log-file={}", self.s.path(&format!("{name}.log")).display()));
-        cmd.push("-vconsole:off".into());
-        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-        let child = self
-            .ovs_cmd(&cmd)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.s.path(&format!("{name}.stderr"))).unwrap())
-            .spawn()
-            .expect("Open vSwitch (ci/setup installs openvswitch-switch)");
-        self.daemons.push((child, pidfile));
-    }
-
     /// ovsdb-server and ovs-vswitchd (children of the test, not detached, so they are reaped),
     /// the two netdev bridges, the GRE port, the flows, the addresses and the tunnel's neighbour.
     fn start_ovs(&mut self) {
-        let db = self.s.path("conf.db");
-        self.ovs(&[
-            "ovsdb-tool",
-            "create",
-            db.to_str().unwrap(),
-            "/usr/share/openvswitch/vswitch.ovsschema",
-        ]);
-        let remote = format!("--remote=punix:{}", self.s.path("db.sock").display());
-        self.spawn_daemon("ovsdb-server", &[db.to_str().unwrap(), &remote]);
-        self.vsctl(&["--retry", "--no-wait", "init"]);
-        let db_sock = format!("unix:{}", self.s.path("db.sock").display());
+        self.ovs.start_db();
+        let db_sock = self.ovs.db_sock();
         if self.far == FarEnd::OvsDpdk {
             self.start_ovs_dpdk(&db_sock);
         } else {
-            self.spawn_daemon("ovs-vswitchd", &[&db_sock]);
+            self.ovs.start_vswitchd();
         }
 
         let k = self.kind;
@@ -578,20 +473,20 @@ impl OvsPeer {
         let mut args = words(&bridges);
         args.extend(gre);
         // Without --no-wait: returns once ovs-vswitchd has applied it (the bridges' taps exist).
-        self.vsctl(&args);
+        self.ovs.vsctl(&args);
 
         // br-phy keeps its NORMAL flow (switching, and native tunnel termination for GRE to its
         // address). br-int: its stack's IP into the tunnel (the Ethernet header is dropped on
         // the way into an L3 tunnel), and what comes out of the tunnel, given an Ethernet header
         // addressed to br-int, to the stack.
-        self.ovs(&["ovs-ofctl", "del-flows", "br-int"]);
-        self.ovs(&[
+        self.ovs.run(&["ovs-ofctl", "del-flows", "br-int"]);
+        self.ovs.run(&[
             "ovs-ofctl",
             "add-flow",
             "br-int",
             &format!("in_port=LOCAL,ip,actions=output:{GRE_OFPORT}"),
         ]);
-        self.ovs(&[
+        self.ovs.run(&[
             "ovs-ofctl",
             "add-flow",
             "br-int",
@@ -612,13 +507,14 @@ impl OvsPeer {
         // the underlay route and for GRE to 192.0.2.2 to be terminated, then give the tunnel
         // its next hop (fastpathd's MAC) so the first packet is not spent on ARP.
         wait_for(10, "OVS's route to fastpathd", || {
-            self.appctl(&["ovs/route/show"]).contains("192.0.2.0/24 dev br-phy")
+            self.ovs.appctl(&["ovs/route/show"]).contains("192.0.2.0/24 dev br-phy")
         });
         wait_for(10, "OVS terminating GRE to its underlay address", || {
-            self.appctl(&["tnl/ports/show", "-v"])
+            self.ovs
+                .appctl(&["tnl/ports/show", "-v"])
                 .contains(&format!("dst={OVS_UNDERLAY},proto=47"))
         });
-        self.appctl(&["tnl/arp/set", "br-phy", FP_UNDERLAY, FP_MAC]);
+        self.ovs.appctl(&["tnl/arp/set", "br-phy", FP_UNDERLAY, FP_MAC]);
     }
 
     /// ovs-vswitchd with DPDK on hugepages (its own prefix, in memory, no PCI), its PMD thread
@@ -629,7 +525,7 @@ impl OvsPeer {
             "other_config:dpdk-extra=--no-pci --file-prefix={} --log-level=lib.eal:warning",
             self.huge[1].prefix
         );
-        self.vsctl(&[
+        self.ovs.vsctl(&[
             "--no-wait",
             "set",
             "Open_vSwitch",
@@ -647,9 +543,9 @@ impl OvsPeer {
             Path::new(binary).exists(),
             "{binary} is missing: ci/setup installs openvswitch-switch-dpdk"
         );
-        self.spawn_daemon_binary("ovs-vswitchd", binary, &[db_sock]);
+        self.ovs.spawn_daemon_binary("ovs-vswitchd", binary, &[db_sock]);
         wait_for(20, "OVS-DPDK initialised", || {
-            self.vsctl(&["get", "Open_vSwitch", ".", "dpdk_initialized"]).trim() == "true"
+            self.ovs.vsctl(&["get", "Open_vSwitch", ".", "dpdk_initialized"]).trim() == "true"
         });
         let sock = self.vhost_socket();
         let br_dp = format!(
@@ -659,7 +555,7 @@ impl OvsPeer {
             self.if_fp,
             sock.display()
         );
-        self.vsctl(&words(&br_dp));
+        self.ovs.vsctl(&words(&br_dp));
     }
 
     /// fastpathd's vhost-user socket (it is the server; OVS connects and reconnects to it).
@@ -740,19 +636,7 @@ impl Drop for OvsPeer {
     fn drop(&mut self) {
         drop(self.fastpathd.take());
         // ovs-vswitchd first, then its database.
-        while let Some((mut child, pidfile)) = self.daemons.pop() {
-            stop_daemon(&mut child, &pidfile);
-        }
-        if std::thread::panicking() {
-            for log in ["ovs-vswitchd.log", "ovsdb-server.log"] {
-                let text = std::fs::read_to_string(self.s.path(log)).unwrap_or_default();
-                let lines: Vec<&str> = text.lines().collect();
-                eprintln!(
-                    "--- {log} (the end)\n{}",
-                    lines[lines.len().saturating_sub(15)..].join("\n")
-                );
-            }
-        }
+        self.ovs.stop();
         // Deleting the namespaces removes the veth pairs and OVS's taps with them.
         for ns in [&self.ns_fp, &self.ns_ovs, &self.ns_client] {
             let _ = Command::new("ip")
@@ -865,7 +749,8 @@ fn tunnel_service(kind: Kind) {
     let mut p = OvsPeer::new(&format!("{}-svc", kind.name), kind);
     let cap = p.capture();
     let mut backend = p
-        .ovs_cmd(&[
+        .ovs
+        .cmd(&[
             "/usr/bin/python3",
             "-c",
             &format!(

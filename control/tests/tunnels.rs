@@ -444,34 +444,6 @@ impl Drop for HealthLab {
     }
 }
 
-/// `fastpathctl --json ARGS` against the test's daemon.
-fn ctl_json(sock: &std::path::Path, args: &[&str]) -> serde_json::Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fastpathctl"))
-        .arg("--socket")
-        .arg(sock)
-        .args(args)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "fastpathctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// Backend `name` as `fastpathctl show tunnels` shows it.
-fn tunnel_row(sock: &std::path::Path, name: &str) -> serde_json::Value {
-    ctl_json(sock, &["show", "tunnels"])["tunnels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == name)
-        .cloned()
-        .unwrap()
-}
-
 /// Polls until backend `name` is `up` (false: down); the time it took.
 fn until_state(sock: &std::path::Path, name: &str, up: bool, limit: std::time::Duration) -> std::time::Duration {
     let t = std::time::Instant::now();
