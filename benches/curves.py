@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Cost curves: fastpathd's receive rate on the open port (a `sink`) and on a
 closed port (ICMP limiter saturated) against the number of distinct flows (1K, 64K, 1M), of
-distinct sources (closed port: 1K, 64K, 1M), of services or ports (1, 100, 1000) and the frame
-size (64, 512, 1500 bytes), with dpdk-testpmd io on the same captures as the reference where the
+distinct sources (closed port: 1K, 64K, 1M), of services or ports (1, 100, 1000), the frame
+size (64, 512, 1500 bytes), and established TCP flows (1K, 64K, 1M) through a `tunnel` service with
+and without its connection table (that axis measures the worker's encapsulated Mpps), with dpdk-testpmd io on the same captures as the reference where the
 capture itself changes (flows, frame size): net_pcap replays a capture from mbufs it holds, so a
 1M-frame capture is 2.4 GB of packet memory read once per loop, and testpmd pays for that too.
 
@@ -17,8 +18,8 @@ Writes curves.md and curves.png into BENCH_OUT (default benches/; then the secti
 
 Environment: as macro_bench (BENCH_SECONDS default 4, BENCH_REPS default 3, BENCH_WARMUP, BENCH_OUT,
 FASTPATHD, TESTPMD), CURVES_SMOKE=1 (ci/test: the 1K and 64K flow points and 1 and 100
-services of the open port, with and without `free_on_rx`, only) and CURVES_AXES (comma-separated
-axes to run: flows, sources, services, frame; all by default).
+services of the open port, with and without `free_on_rx`, and 1K tracked flows, only) and CURVES_AXES (comma-separated
+axes to run: flows, sources, services, frame, tracked; all by default).
 """
 import datetime
 import os
@@ -39,6 +40,7 @@ FLOWS = [K, 64 * K, K * K]
 SOURCES = [K, 64 * K, K * K]
 SERVICES = [1, 100, 1000]
 FRAMES = [64, 512, 1500]
+TRACKED = [K, 64 * K, K * K]
 # A pool that holds the whole capture (net_pcap's infinite_rx keeps it in mbufs) plus the
 # benchmark's usual 16383; EAL memory for it at 4 KB per mbuf (2.5 did not fit the 1M pool).
 MBUF_KB = 4
@@ -75,10 +77,26 @@ def host(i):
     return struct.pack("!I", (198 << 24 | 16 << 16) + i)
 
 
+def tcp_ack(src, sport, dport):
+    """A minimum-size Ethernet/IPv4/TCP ACK (60 bytes captured) to 192.0.2.1, checksums right."""
+    tcp = bytearray(struct.pack("!HHIIBBHHH", sport, dport, 1, 1, 0x50, 0x10, 65535, 0, 0))
+    pseudo = src + ME + struct.pack("!BBH", 0, 6, len(tcp)) + bytes(tcp)
+    c = sum(struct.unpack("!%dH" % (len(pseudo) // 2), pseudo))
+    while c >> 16:
+        c = (c & 0xFFFF) + (c >> 16)
+    tcp[16:18] = struct.pack("!H", ~c & 0xFFFF)
+    h = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 40, 0, 0x4000, 64, 6, 0, src, ME))
+    h[10:12] = struct.pack("!H", ip_checksum(bytes(h)))
+    return ME_MAC + PEER_MAC + b"\x08\x00" + bytes(h) + bytes(tcp) + bytes(6)
+
+
 def capture_frames(kind, n, size=64):
     """Frames of one capture: `flows` n flows from 256 hosts (source ports 1024..) to port 9;
     `sources` n frames each from its own source to port 9; `ports` 1024 flows over n ports
-    10000.. (services, or closed ports)."""
+    10000.. (services, or closed ports); `tcp` n established TCP flows (ACKs) from 256 hosts to
+    port 80, one frame each."""
+    if kind == "tcp":
+        return (tcp_ack(host(k % 256), 1024 + k // 256, 80) for k in range(n))
     if kind == "flows":
         return (udp_frame(host(k % 256), 1024 + k // 256, 9, size) for k in range(n))
     if kind == "sources":
@@ -130,6 +148,15 @@ def points(smoke):
         # beyond it is the sockets' rings (README: "What the curves say").
         pts.append(("services", n, "open-sink-free-on-rx",
                     run(("open-free", cap), capture=cap, extra=services(n, 10000, 64, free_on_rx=True))))
+    # A TCP tunnel service over 3 backends (macro_bench's GRE_TCP), with a table of 4 x the flows
+    # and without one: mid-stream flows confirm a second after their first packet, within the
+    # warm-up, so the tracked points measure hits of confirmed entries.
+    for n in TRACKED[:1] if smoke else TRACKED:
+        cap = ("tcp", n, 64)
+        pts.append(("tracked", n, "gre-tracked", run(("tracked", cap), capture=cap, encap=True,
+                                                    extra=mb.GRE_TCP.format(entries=max(1024, 4 * n)))))
+        pts.append(("tracked", n, "gre-untracked", run(("untracked", cap), capture=cap, encap=True,
+                                                      extra=mb.GRE_TCP.format(entries=0))))
     if not smoke:
         for s in FRAMES:
             cap = ("flows", K, s)
@@ -158,8 +185,13 @@ def run_point(key, r, path, prefix, warmup, seconds, tmp):
     if tool == "testpmd":
         return mb.run_testpmd(f"curve-{prefix}", "io", path, prefix, warmup, seconds, mbufs=mbufs, memory_mb=memory)
     sc = dict(name=f"curve-{tool}-{r['capture'][0]}-{r['capture'][1]}-{r['capture'][2]}", kind="fastpathd:pipeline",
-              capture=path, extra=r["extra"], mbufs=mbufs, memory_mb=memory, what="")
-    return mb.run_fastpathd(sc, prefix, warmup, seconds, tmp)
+              capture=path, extra=r["extra"], mbufs=mbufs, memory_mb=memory, what="",
+              figures="conntrack" if r.get("encap") else None)
+    got = mb.run_fastpathd(sc, prefix, warmup, seconds, tmp)
+    if r.get("encap"):
+        # The worker's rate: packets encapsulated (the RX lcore's rate is not the table's).
+        got = dict(got, mpps=got["figures"]["encap_mpps"])
+    return got
 
 
 def label(axis, x):
@@ -284,19 +316,20 @@ def plot(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    axes = [a for a in ("flows", "sources", "services", "frame") if any(r["axis"] == a for r in rows)]
+    axes = [a for a in ("flows", "sources", "services", "frame", "tracked") if any(r["axis"] == a for r in rows)]
     fig, ax = plt.subplots(1, len(axes), figsize=(4.2 * len(axes), 4), dpi=100, squeeze=False)
     for i, a in enumerate(axes):
         sel = [r for r in rows if r["axis"] == a]
         for what, color, style in (("open-sink", "#1f77b4", "o-"), ("closed-port", "#2ca02c", "o-"),
-                                   ("testpmd-io", "#9e9e9e", "o-"), ("open-sink-free-on-rx", "#1f77b4", "o--")):
+                                   ("testpmd-io", "#9e9e9e", "o-"), ("open-sink-free-on-rx", "#1f77b4", "o--"),
+                                   ("gre-tracked", "#d62728", "o-"), ("gre-untracked", "#d62728", "o--")):
             pts = [r for r in sel if r["what"] == what]
             if pts:
                 ax[0][i].plot([label(a, r["x"]) for r in pts], [r["median"] for r in pts], style, color=color,
                               label=what)
         ax[0][i].set_title(a)
         ax[0][i].set_ylim(bottom=0)
-        ax[0][i].set_ylabel("Mpps received (median)")
+        ax[0][i].set_ylabel("Mpps encapsulated (median)" if a == "tracked" else "Mpps received (median)")
         ax[0][i].legend(fontsize=8)
     fig.suptitle("fastpathd's rate against scale (benches/curves.py)")
     fig.tight_layout()
