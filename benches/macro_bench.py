@@ -172,6 +172,21 @@ next_hop_mac = "02:00:00:00:00:fe"
 """ for i in (1, 2, 3))
 # Flows in each connection-table capture (conntrack_capture): 16 x a 1024-entry table.
 CONNTRACK_FLOWS = 16384
+TCP_SINK = """
+[[service]]
+name = "sink"
+protocol = "tcp"
+ports = [80]
+sockets = 1
+socket_capacity = 1024
+action = "sink"
+"""
+
+
+def tcp_state(learn_s):
+    """TCP_SINK with `tcp_state` on: a table of 4 x CONNTRACK_FLOWS entries, a learning window
+    of `learn_s` seconds (0: the capture's ACKs, none after a SYN, are all out of state)."""
+    return TCP_SINK + f"tcp_state = true\n\n[tcp_state]\nentries = {4 * CONNTRACK_FLOWS}\nlearn_s = {learn_s}\n"
 
 
 def conntrack_capture(kind):
@@ -425,6 +440,18 @@ SCENARIOS = [
          extra=MANY_SOURCES + SOURCE_BUDGETS, figures="flood", mbufs=131071,
          what="the same flood with `[source_limit]` on: the clients, known before it, keep their own budgets "
               "(100,000/s); the spoofed sources stay newcomers and share 100,000/s"),
+    dict(name="fastpathd-tcp-ack-flood", kind="fastpathd:pipeline", capture=conntrack_capture("tracked"),
+         extra=TCP_SINK, mbufs=32767,
+         what=f"an ACK flood ({CONNTRACK_FLOWS} tuples, no SYN) to a TCP `sink` service without `tcp_state`: every "
+              "segment delivered (open-sink over TCP, untracked)"),
+    dict(name="fastpathd-tcp-ack-flood-tracked", kind="fastpathd:pipeline", capture=conntrack_capture("tracked"),
+         extra=tcp_state(0), mbufs=32767,
+         what="the same flood with `tcp_state = true` and no learning window: every segment `tcp_out_of_state` "
+              "(`no_flow`) on the RX lcore"),
+    dict(name="fastpathd-tcp-open-sink-tracked", kind="fastpathd:pipeline", capture=conntrack_capture("tracked"),
+         extra=tcp_state(3600), mbufs=32767,
+         what=f"the same {CONNTRACK_FLOWS} flows with `tcp_state = true` and a learning window: learned in the "
+              "warm-up, then every segment hits an established entry and is delivered (open-sink over TCP, tracked)"),
     dict(name="fastpathd-open-sink-scraped", kind="fastpathd:pipeline", capture=BENCH_UDP, extra=SINK, scrape=True,
          paired=True, min_seconds=12 * SCRAPE_PERIOD,
          what="open-sink while a thread of the benchmark GETs /metrics every 10 ms, in windows of "

@@ -406,6 +406,16 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
         MetricType::GAUGE,
     ),
     (
+        "fastpath_tcp_state_total",
+        "TCP segments of services with tcp_state the RX lcores' TCP state table decided without an entry's say-so, by reason: dropped as tcp_out_of_state (no_flow, rst_no_flow, bad_handshake, syn_over_budget), or admitted (table_full: bucket full of established flows, failing open; learned: mid-stream in the learning window).",
+        MetricType::COUNTER,
+    ),
+    (
+        "fastpath_tcp_state_entries",
+        "Entries in use in the RX lcores' TCP state tables, by state (established; handshake: a SYN's or a learned flow's, not yet confirmed).",
+        MetricType::GAUGE,
+    ),
+    (
         "fastpath_conntrack_capacity",
         "Entries each worker's connection table holds at most.",
         MetricType::GAUGE,
@@ -612,6 +622,7 @@ impl Collector for DataPlaneCollector {
         named.extend(kernel_families(s, &tables));
         named.extend(filter_families(&tables));
         named.extend(conntrack_families(s, &tables));
+        named.extend(tcp_state_families(&tables));
         // Every family by name, so the order of FAMILIES and of the samples can never drift.
         let mut by_name: std::collections::HashMap<&str, Samples> = named.into_iter().collect();
         let out: Vec<MetricFamily> = FAMILIES
@@ -1167,6 +1178,42 @@ fn conntrack_families(s: &Sources, tables: &Tables) -> Named {
         ("fastpath_conntrack_entries", entries),
         ("fastpath_conntrack_capacity", per(|c| &c.capacity)),
         ("fastpath_icmp_to_backend_total", icmp),
+    ]
+}
+
+/// The RX lcores' TCP state tables: their decisions by reason, their entries by state.
+fn tcp_state_families(tables: &Tables) -> Named {
+    use fastpath::pipeline::tcp_state::Reason;
+    let c = &tables.tcp_state_counters;
+    let on = tables.tcp_state.entries > 0 || c.rx.iter().any(|l| l.table.insertions.get() > 0);
+    if !on {
+        return vec![
+            ("fastpath_tcp_state_total", Vec::new()),
+            ("fastpath_tcp_state_entries", Vec::new()),
+        ];
+    }
+    let reasons = Reason::ALL
+        .iter()
+        .map(|&r| {
+            (
+                vec![("reason", Reason::LABELS[r as usize].to_string())],
+                c.total(r) as f64,
+            )
+        })
+        .collect();
+    let (all, established) = c.rx.iter().fold((0u64, 0u64), |(a, e), l| {
+        (a + l.table.entries.get(), e + l.table.confirmed.get())
+    });
+    let entries = vec![
+        (vec![("state", "established".to_string())], established as f64),
+        (
+            vec![("state", "handshake".to_string())],
+            all.saturating_sub(established) as f64,
+        ),
+    ];
+    vec![
+        ("fastpath_tcp_state_total", reasons),
+        ("fastpath_tcp_state_entries", entries),
     ]
 }
 

@@ -17,6 +17,7 @@ use fastpath::pipeline::prefix::PrefixSet;
 use fastpath::pipeline::service::Action;
 use fastpath::pipeline::source_limit::{SourceLimitConfig as SourceLimit, SourceLimitCounters};
 use fastpath::pipeline::tcp_reset::ResetCounters;
+use fastpath::pipeline::tcp_state::{TcpStateConfig, TcpStateCounters};
 use fastpath::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
 use fastpath::pipeline::Instant;
 use fastpath::pipeline::{Group, PortAddrs, Service, ServiceTable, Tables};
@@ -62,6 +63,8 @@ pub struct TableBuilder {
     filters: HashMap<String, (FilterConfig, Arc<Filter>)>,
     /// What `[source_limit]` refused, for the daemon's life.
     source_limit_counters: Arc<SourceLimitCounters>,
+    /// What the TCP state tables decided, for the daemon's life.
+    tcp_state_counters: Arc<TcpStateCounters>,
     make_queue: MakeQueue,
     /// The backend health checks whose states shape the `tunnel` services' Maglev tables.
     backends: Option<Arc<crate::backends::BackendHealth>>,
@@ -154,6 +157,7 @@ impl TableBuilder {
             tcp_reset_counters: Arc::new(ResetCounters::new(rx_lcores)),
             filters: HashMap::new(),
             source_limit_counters: Arc::new(SourceLimitCounters::new(rx_lcores)),
+            tcp_state_counters: Arc::new(TcpStateCounters::new(rx_lcores)),
             make_queue,
             backends: None,
         }
@@ -209,6 +213,7 @@ impl TableBuilder {
         let kernel = kernel_service.map(|service| self.kernel_path(cfg, service));
         let filters = self.filters(cfg, &services);
         let source_limit = self.source_limit(cfg, &services);
+        let tcp_state = self.tcp_state(cfg, &services);
         Ok(Tables {
             generation,
             ports: self.port_addrs(cfg),
@@ -236,6 +241,8 @@ impl TableBuilder {
             filters,
             source_limit,
             source_limit_counters: self.source_limit_counters.clone(),
+            tcp_state,
+            tcp_state_counters: self.tcp_state_counters.clone(),
         })
     }
 
@@ -260,6 +267,43 @@ impl TableBuilder {
             } else {
                 services.iter().map(|(s, _)| c.services.contains(&s.name)).collect()
             },
+        }
+    }
+
+    /// `[tcp_state]` as the RX lcores read it: no table (0 entries) unless a service asks for
+    /// one; the SYN budget of a known source per RX lcore, the newcomers' shared among them.
+    fn tcp_state(&self, cfg: &Config, services: &[Listening]) -> TcpStateConfig {
+        let c = &cfg.tcp_state;
+        let asks = |name: &str| cfg.services.iter().any(|c| c.name == name && c.tcp_state);
+        let tracked: Vec<bool> = services.iter().map(|(s, _)| asks(&s.name)).collect();
+        if !tracked.contains(&true) {
+            return TcpStateConfig::default();
+        }
+        let mut names: Vec<String> = services
+            .iter()
+            .filter(|(s, _)| asks(&s.name))
+            .map(|(s, _)| s.name.clone())
+            .collect();
+        names.sort();
+        TcpStateConfig {
+            entries: c.entries,
+            handshake_timeout_s: c.handshake_timeout_s,
+            established_timeout_s: c.established_timeout_s,
+            closing_timeout_s: c.closing_timeout_s,
+            learn_ns: c.learn_s as u64 * 1_000_000_000,
+            syn: SourceLimit {
+                enabled: c.syn_rate > 0,
+                per_source: PuntBudget::per_lcore(c.syn_rate, c.syn_burst, 1),
+                newcomers: PuntBudget::per_lcore(c.syn_new_rate, c.syn_new_burst, self.rx_lcores),
+                ipv4_prefix: 32,
+                ipv6_prefix: 64,
+                entries: (c.entries as usize / 4).max(1024),
+                idle_ns: 10_000_000_000,
+                calm_ns: 10_000_000_000,
+                services: Vec::new(),
+            },
+            services: tracked,
+            tracked: names,
         }
     }
 
@@ -365,6 +409,7 @@ impl TableBuilder {
             cost_ns: 0,
             free_on_rx: false,
             echo_allow_low_ports: false,
+            tcp_state: false,
             filter: Default::default(),
         }
     }

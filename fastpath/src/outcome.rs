@@ -124,6 +124,9 @@ outcomes! {
     /// For a service, over its source's `[source_limit]` budget, or a newcomer over the
     /// newcomers' shared budget: dropped before the fanout.
     SourceLimited => "source_limited",
+    /// For a service with `tcp_state`, a segment of a flow its RX lcore has not seen begin (or
+    /// a SYN over its source's SYN budget): dropped before the fanout, never answered.
+    TcpOutOfState => "tcp_out_of_state",
 }
 
 impl Outcome {

@@ -522,6 +522,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// background thread: seed 001), then every TX batch sent; the identifications' clock.
     pub fn poll_done(&mut self, now: Instant) {
         self.pipeline.idents().set_now(now);
+        self.pipeline.poll_done(now);
         if self.reasm.next_deadline().is_some_and(|d| d <= now) {
             self.trace_on = self.trace.waiting();
             self.reasm.expire(now, EXPIRE_BUDGET, &mut self.side);

@@ -245,6 +245,11 @@ pub enum Note {
         /// The limit.
         limit: u32,
     },
+    /// The TCP state table's reason ([`crate::pipeline::tcp_state::Reason`] as a number).
+    TcpState {
+        /// The reason.
+        reason: u32,
+    },
     /// A worker took it from this socket (an index into [`Tables::sockets`]).
     Worker {
         /// The socket.
@@ -327,6 +332,7 @@ impl Note {
             Note::KernelRule { .. } | Note::KernelUnhandled | Note::KernelLimited => "kernel",
             Note::IcmpSent { .. } | Note::IcmpSuppressed { .. } => "icmp",
             Note::ResetSent | Note::ResetSuppressed { .. } => "tcp_reset",
+            Note::TcpState { .. } => "tcp_state",
             Note::Worker { .. } => "worker",
             Note::WorkerAction { action, .. } => ACTIONS.get(*action as usize).copied().unwrap_or("worker"),
         }
@@ -399,6 +405,14 @@ impl Note {
             Note::ResetSent => "sent".into(),
             Note::ResetSuppressed { limit: 0 } => "suppressed (global)".into(),
             Note::ResetSuppressed { .. } => format!("suppressed (per-destination budget of {src})"),
+            Note::TcpState { reason } => match reason {
+                0 => "dropped: no flow began with a SYN (no_flow)".into(),
+                1 => "dropped: a reset of no flow (rst_no_flow)".into(),
+                2 => "dropped: not the handshake's ACK of the SYN's ISN + 1 (bad_handshake)".into(),
+                3 => format!("dropped: SYN over the SYN budget of {src} (syn_over_budget)"),
+                4 => "admitted untracked: its bucket is full of established flows (table_full)".into(),
+                _ => "admitted and learned: mid-stream in the learning window (learned)".into(),
+            },
             Note::Worker { socket: i } => format!("took it from {}", socket(i)),
             Note::WorkerAction { action, did } => match did {
                 WorkerDid::Port(p) if action == 3 => format!("written to the kernel interface (port {p})"),
@@ -444,6 +458,7 @@ impl Note {
             Note::IcmpSuppressed { limit } => (18, limit, 0),
             Note::ResetSent => (19, 0, 0),
             Note::ResetSuppressed { limit } => (20, limit, 0),
+            Note::TcpState { reason } => (23, reason, 0),
             Note::Worker { socket } => (21, socket, 0),
             Note::WorkerAction { action, did } => {
                 let (a, b) = did.pack();
@@ -477,6 +492,7 @@ impl Note {
             18 => Note::IcmpSuppressed { limit: a },
             19 => Note::ResetSent,
             20 => Note::ResetSuppressed { limit: a },
+            23 => Note::TcpState { reason: a },
             21 => Note::Worker { socket: a },
             t if t & 0xffff == 22 => Note::WorkerAction {
                 action: t >> 16,
@@ -510,6 +526,7 @@ pub fn outcome_stage(o: Outcome) -> &'static str {
         Kernel | KernelFull | KernelLimited | NeighborUnsolicited => "kernel",
         Filtered => "filter",
         SourceLimited => "source_limit",
+        TcpOutOfState => "tcp_state",
     }
 }
 
@@ -573,6 +590,7 @@ fn outcome_reason(o: Outcome, s: &Summary) -> String {
             ),
             None => "over its source's budget".into(),
         },
+        TcpOutOfState => "a segment of no flow the TCP state table saw begin, or a SYN over budget".into(),
     }
 }
 

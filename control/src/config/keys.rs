@@ -203,6 +203,7 @@ pub static KEYS: &[KeySpec] = &[
         Get::Service(|_, s| s.huge_flows.to_string()),
     ),
     live("service.flow_limit", Get::Service(|_, s| s.flow_limit.to_string())),
+    live("service.tcp_state", Get::Service(|_, s| s.tcp_state.to_string())),
     live(
         "port.deny",
         Get::Port(|_, p| super::filter::inline_shown(&p.filter.deny)),
@@ -409,6 +410,34 @@ pub static KEYS: &[KeySpec] = &[
     live("source_limit.idle_ms", Get::Top(|c| c.source_limit.idle_ms.to_string())),
     live("source_limit.calm_ms", Get::Top(|c| c.source_limit.calm_ms.to_string())),
     live("source_limit.services", Get::Top(|c| dbg(&c.source_limit.services))),
+    restart(
+        "tcp_state.entries",
+        "sizes each RX lcore's TCP state table, made when a service first asks for it",
+        Get::Top(|c| c.tcp_state.entries.to_string()),
+    ),
+    live(
+        "tcp_state.handshake_timeout_s",
+        Get::Top(|c| c.tcp_state.handshake_timeout_s.to_string()),
+    ),
+    live(
+        "tcp_state.established_timeout_s",
+        Get::Top(|c| c.tcp_state.established_timeout_s.to_string()),
+    ),
+    live(
+        "tcp_state.closing_timeout_s",
+        Get::Top(|c| c.tcp_state.closing_timeout_s.to_string()),
+    ),
+    live("tcp_state.learn_s", Get::Top(|c| c.tcp_state.learn_s.to_string())),
+    live("tcp_state.syn_rate", Get::Top(|c| c.tcp_state.syn_rate.to_string())),
+    live("tcp_state.syn_burst", Get::Top(|c| c.tcp_state.syn_burst.to_string())),
+    live(
+        "tcp_state.syn_new_rate",
+        Get::Top(|c| c.tcp_state.syn_new_rate.to_string()),
+    ),
+    live(
+        "tcp_state.syn_new_burst",
+        Get::Top(|c| c.tcp_state.syn_new_burst.to_string()),
+    ),
 ];
 
 /// The entry of `key` (`port.forward_to`), if there is one.

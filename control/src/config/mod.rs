@@ -32,6 +32,8 @@ mod rss;
 mod service;
 mod source_limit;
 pub use source_limit::SourceLimitConfig;
+mod tcp_state;
+pub use tcp_state::TcpStateSettings;
 mod tcp_reset;
 mod tunnel;
 
@@ -84,6 +86,7 @@ struct FileConfig {
     kernel: Option<kernel::KernelSection>,
     filter: Option<filter::FilterSection>,
     source_limit: Option<source_limit::SourceLimitSection>,
+    tcp_state: Option<tcp_state::TcpStateSection>,
 }
 
 /// A validated config.
@@ -123,6 +126,8 @@ pub struct Config {
     pub filter: FilterConfig,
     /// `[source_limit]`: per-source budgets in front of services.
     pub source_limit: SourceLimitConfig,
+    /// `[tcp_state]`: the TCP state table of the services with `tcp_state = true`.
+    pub tcp_state: TcpStateSettings,
 }
 
 impl Config {
@@ -515,6 +520,7 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
     let kernel = kernel::validate(raw.kernel, &ports, &services, &lcores, errs);
     let filter = filter::validate(raw.filter, dir, errs);
     let source_limit = source_limit::validate(raw.source_limit, &services, errs);
+    let tcp_state = tcp_state::validate(raw.tcp_state, errs);
     Config {
         dpdk,
         ports,
@@ -533,6 +539,7 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
         kernel,
         filter,
         source_limit,
+        tcp_state,
     }
 }
 

@@ -37,6 +37,7 @@ pub(super) struct ServiceSection {
     huge_flow_rollover: Option<bool>,
     flow_limit: Option<bool>,
     echo_allow_low_ports: Option<bool>,
+    tcp_state: Option<bool>,
     deny: Option<Vec<String>>,
     allow: Option<Vec<String>>,
     deny_file: Option<String>,
@@ -78,6 +79,9 @@ pub struct ServiceConfig {
     /// `echo_allow_low_ports` (default false): the echo action answers source ports 1 to 1023
     /// too (never 0, 7, 13, 17, 19 or 37). Read by the echo action only.
     pub echo_allow_low_ports: bool,
+    /// `tcp_state` (default false): its TCP segments pass the RX lcores' TCP state table
+    /// (`[tcp_state]`); a segment of no flow seen beginning is dropped, `tcp_out_of_state`.
+    pub tcp_state: bool,
     /// Its own prefix filter (`deny`, `allow`, `deny_file`, `allow_file`), after `[filter]`.
     pub filter: super::FilterConfig,
 }
@@ -158,6 +162,12 @@ fn service(
     let fanout = fanout(si, &r, &who, errs);
     let (action, tunnels) = action(si, &r, protocol, &who, errs);
     let kernel = matches!(action, Action::Kernel);
+    if r.tcp_state == Some(true) && protocol != IpProtocol::TCP {
+        errs.add(
+            &at("tcp_state"),
+            format!("{who}: tcp_state tracks TCP: it needs protocol = \"tcp\""),
+        );
+    }
     let service = ServiceConfig {
         name: r.name,
         protocol,
@@ -176,6 +186,7 @@ fn service(
         cost_ns: r.cost_ns.unwrap_or(0),
         free_on_rx: r.free_on_rx.unwrap_or(false),
         echo_allow_low_ports: r.echo_allow_low_ports.unwrap_or(false),
+        tcp_state: r.tcp_state.unwrap_or(false),
         filter: super::filter::lists(
             &[Key("service"), Index(si)],
             super::filter::FilterSection {

@@ -25,6 +25,11 @@
 //!   lasts). Confirmed entries leave only by timeout (idle; shorter after a FIN or RST), or when
 //!   their backend is removed or down: a full table refuses new flows, which then follow the
 //!   Maglev table statelessly, rather than evict established ones.
+//!
+//! The same table (layout, hash, timeouts, admission) is the RX lcores' TCP state table
+//! (`tcp_state.rs`), through the `pub(super)` primitives below, with every way of a bucket
+//! allowed to be confirmed ([`Conntrack::with_max_confirmed`]) and the 16-bit backend field
+//! and the word's top byte holding 24 bits of the client's ISN + 1.
 
 use super::icmp_error::limit::mix;
 use super::parse::Parsed;
@@ -48,10 +53,10 @@ pub const MAX_ENTRIES: u32 = 1 << 26;
 /// Time in the table: nanoseconds >> 26 (67 ms units; 32 bits wrap after 9 years).
 const TICK_SHIFT: u32 = 26;
 
-const CONFIRMED: u64 = 1;
-const SYN_BORN: u64 = 2;
-const CLOSING: u64 = 4;
-const TCP: u64 = 8;
+pub(super) const CONFIRMED: u64 = 1;
+pub(super) const SYN_BORN: u64 = 2;
+pub(super) const CLOSING: u64 = 4;
+pub(super) const TCP: u64 = 8;
 
 /// The table's settings (`[conntrack]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +144,7 @@ impl Timeouts {
 }
 
 /// A worker's flow table (module docs).
+#[derive(Clone)]
 pub struct Conntrack {
     buckets: Box<[Bucket]>,
     mask: usize,
@@ -148,6 +154,9 @@ pub struct Conntrack {
     cursor: usize,
     in_use: u64,
     confirmed: u64,
+    /// Confirmed entries a bucket may hold ([`MAX_CONFIRMED`] here; [`WAYS`] for the TCP state
+    /// table, which fails open rather than keep a way for handshakes).
+    max_confirmed: usize,
 }
 
 impl std::fmt::Debug for Conntrack {
@@ -156,7 +165,7 @@ impl std::fmt::Debug for Conntrack {
     }
 }
 
-fn ticks(now: Instant) -> u32 {
+pub(super) fn ticks(now: Instant) -> u32 {
     (now.0 >> TICK_SHIFT) as u32
 }
 
@@ -164,7 +173,7 @@ fn secs_to_ticks(s: u32) -> u32 {
     ((s as u64 * 1_000_000_000).div_ceil(1 << TICK_SHIFT)).min(u32::MAX as u64 / 2) as u32
 }
 
-fn is_confirmed(word: u64) -> bool {
+pub(super) fn is_confirmed(word: u64) -> bool {
     (word >> 48) & CONFIRMED != 0
 }
 
@@ -188,8 +197,16 @@ impl Conntrack {
             cursor: 0,
             in_use: 0,
             confirmed: 0,
+            max_confirmed: MAX_CONFIRMED,
         };
         t.configure(cfg);
+        t
+    }
+
+    /// [`Conntrack::new`] whose buckets may hold `max` confirmed entries (at most [`WAYS`]).
+    pub fn with_max_confirmed(cfg: &ConntrackConfig, seed: u64, max: usize) -> Conntrack {
+        let mut t = Conntrack::new(cfg, seed);
+        t.max_confirmed = max.min(WAYS);
         t
     }
 
@@ -287,6 +304,7 @@ impl Conntrack {
             buckets,
             timeouts: tm,
             confirmed,
+            max_confirmed,
             ..
         } = self;
         let b = &mut buckets[bi];
@@ -320,7 +338,7 @@ impl Conntrack {
                 Seen::Tcp { .. } if meta & SYN_BORN != 0 => true,
                 _ => t.wrapping_sub(time) >= tm.confirm,
             };
-            if confirms && Self::room(b, tm, t) {
+            if confirms && Self::room(b, tm, t, *max_confirmed) {
                 meta |= CONFIRMED;
                 time = t;
                 *confirmed += 1;
@@ -337,11 +355,76 @@ impl Conntrack {
 
     /// Whether bucket `b` may hold one more confirmed entry.
     #[cold]
-    fn room(b: &Bucket, tm: &Timeouts, t: u32) -> bool {
+    fn room(b: &Bucket, tm: &Timeouts, t: u32, max: usize) -> bool {
         (0..WAYS)
             .filter(|&x| b.tag[x] != 0 && is_confirmed(b.word[x]) && !tm.expired(b.word[x], t))
             .count()
-            < MAX_CONFIRMED
+            < max
+    }
+
+    /// The bucket of flow `key` and its live way, if it has one (`t` from [`ticks`]).
+    #[inline]
+    pub(super) fn find(&self, key: u64, t: u32) -> (usize, Option<usize>) {
+        let bi = self.index(key);
+        let b = &self.buckets[bi];
+        let w = (0..WAYS).find(|&w| b.tag[w] == key && !self.timeouts.expired(b.word[w], t));
+        (bi, w)
+    }
+
+    /// The word of way `w` of bucket `bi`.
+    #[inline]
+    pub(super) fn word(&self, bi: usize, w: usize) -> u64 {
+        self.buckets[bi].word[w]
+    }
+
+    /// Rewrites way `w`'s word keeping its confirmation (use [`Conntrack::confirm`] and
+    /// [`Conntrack::unconfirm`] to change that: they keep the counts).
+    #[inline]
+    pub(super) fn set_word(&mut self, bi: usize, w: usize, word: u64) {
+        let old = self.buckets[bi].word[w];
+        self.buckets[bi].word[w] = (word & !(CONFIRMED << 48)) | (old & CONFIRMED << 48);
+    }
+
+    /// Confirms way `w` at tick `t` if its bucket has room; whether it did.
+    pub(super) fn confirm(&mut self, bi: usize, w: usize, t: u32, c: &ConntrackCounters) -> bool {
+        let word = self.buckets[bi].word[w];
+        if is_confirmed(word) {
+            return true;
+        }
+        if !Self::room(&self.buckets[bi], &self.timeouts, t, self.max_confirmed) {
+            return false;
+        }
+        self.buckets[bi].word[w] = (word & !0xffff_ffff) | (CONFIRMED << 48) | t as u64;
+        self.confirmed += 1;
+        c.confirmations.inc();
+        c.confirmed.set(self.confirmed);
+        true
+    }
+
+    /// Makes way `w` unconfirmed again with word `word` (a new handshake on a closing flow's
+    /// tuple).
+    pub(super) fn unconfirm(&mut self, bi: usize, w: usize, word: u64, c: &ConntrackCounters) {
+        if is_confirmed(self.buckets[bi].word[w]) {
+            self.confirmed -= 1;
+            c.confirmed.set(self.confirmed);
+        }
+        self.buckets[bi].word[w] = word & !(CONFIRMED << 48);
+    }
+
+    /// A new unconfirmed entry for `key` (which has no live one) in bucket `bi`: `value` in
+    /// the backend field, `meta` the state bits (and top byte), at tick `t`. False when the
+    /// bucket holds only live confirmed entries (counted `refused`).
+    #[inline]
+    pub(super) fn insert_meta(
+        &mut self,
+        bi: usize,
+        key: u64,
+        value: u16,
+        meta: u64,
+        t: u32,
+        c: &ConntrackCounters,
+    ) -> bool {
+        self.insert_word(bi, key, (meta & !CONFIRMED) << 48 | (value as u64) << 32 | t as u64, c)
     }
 
     /// A new unconfirmed entry in bucket `bi` (which does not hold `key` alive): the way of an
@@ -349,7 +432,18 @@ impl Conntrack {
     /// confirmed one.
     #[cold]
     fn insert(&mut self, bi: usize, key: u64, id: u16, seen: Seen, t: u32, c: &ConntrackCounters) {
+        let meta = match seen {
+            Seen::Syn => SYN_BORN | TCP,
+            Seen::Tcp { .. } => TCP,
+            Seen::Udp => 0,
+        };
+        self.insert_word(bi, key, meta << 48 | (id as u64) << 32 | t as u64, c);
+    }
+
+    /// [`Conntrack::insert`] of a whole word (its time the entry's birth).
+    fn insert_word(&mut self, bi: usize, key: u64, word: u64, c: &ConntrackCounters) -> bool {
         let tm = self.timeouts;
+        let t = word as u32;
         let b = &self.buckets[bi];
         let mut free = None;
         let mut oldest: Option<(usize, u32)> = None;
@@ -385,20 +479,23 @@ impl Conntrack {
             }
             (None, None) => {
                 c.refused.inc();
-                return;
+                return false;
             }
-        };
-        let meta = match seen {
-            Seen::Syn => SYN_BORN | TCP,
-            Seen::Tcp { .. } => TCP,
-            Seen::Udp => 0,
         };
         let b = &mut self.buckets[bi];
         b.tag[w] = key;
-        b.word[w] = meta << 48 | (id as u64) << 32 | t as u64;
+        b.word[w] = word;
         self.in_use += 1;
         c.insertions.inc();
         c.entries.set(self.in_use);
+        true
+    }
+
+    /// Whether bucket `bi` could take a new entry at tick `t` (an empty, expired or
+    /// unconfirmed way).
+    pub(super) fn can_insert(&self, bi: usize, t: u32) -> bool {
+        let b = &self.buckets[bi];
+        (0..WAYS).any(|w| b.tag[w] == 0 || self.timeouts.expired(b.word[w], t) || !is_confirmed(b.word[w]))
     }
 
     fn remove(&mut self, bi: usize, w: usize, c: &ConntrackCounters) {

@@ -38,6 +38,7 @@ pub mod source;
 pub mod source_limit;
 mod tables;
 pub mod tcp_reset;
+pub mod tcp_state;
 #[cfg(test)]
 pub(crate) mod tests;
 pub mod tunnel;

@@ -222,6 +222,10 @@ pub struct Tables {
     pub source_limit: super::source_limit::SourceLimitConfig,
     /// What they refused, per RX lcore (kept across reloads).
     pub source_limit_counters: Arc<super::source_limit::SourceLimitCounters>,
+    /// The TCP state table in front of the services that ask for it.
+    pub tcp_state: super::tcp_state::TcpStateConfig,
+    /// What it decided, per RX lcore (kept across reloads).
+    pub tcp_state_counters: Arc<super::tcp_state::TcpStateCounters>,
 }
 
 impl Tables {

@@ -91,6 +91,7 @@ struct Probe {
     icmp_limited: [[u64; 2]; 2],
     reset_sent: [u64; 2],
     reset_limited: [[u64; 2]; 2],
+    tcp_state: [u64; crate::pipeline::tcp_state::Reason::COUNT],
     decap: [u64; TUNNELS],
     seq_dropped: [u64; TUNNELS],
     completed: [u64; 2],
@@ -111,12 +112,16 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             icmp_limited: std::array::from_fn(|f| std::array::from_fn(|l| icmp.limited[f][l].get())),
             reset_sent: std::array::from_fn(|f| reset.sent[f].get()),
             reset_limited: std::array::from_fn(|f| std::array::from_fn(|l| reset.limited[f][l].get())),
+            tcp_state: [0; crate::pipeline::tcp_state::Reason::COUNT],
             decap: [0; TUNNELS],
             seq_dropped: [0; TUNNELS],
             completed: std::array::from_fn(|f| st.reasm.completed[f].get()),
             refused: std::array::from_fn(|f| std::array::from_fn(|r| st.reasm.refused[f][r].get())),
             roll: [[0; 3]; SOCKETS],
         };
+        if let Some(c) = t.tcp_state_counters.rx.get(slot) {
+            p.tcp_state = std::array::from_fn(|r| c.reasons[r].get());
+        }
         for (i, tu) in t.tunnels.iter().take(TUNNELS).enumerate() {
             if let Some(c) = tu.counters.rx.get(slot) {
                 p.decap[i] = c.decap.get();
@@ -244,6 +249,11 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             }
             if a.reset_sent[f] > b.reset_sent[f] {
                 rec.push(Note::ResetSent);
+            }
+        }
+        for r in 0..crate::pipeline::tcp_state::Reason::COUNT {
+            if a.tcp_state[r] > b.tcp_state[r] {
+                rec.push(Note::TcpState { reason: r as u32 });
             }
         }
         self.service_notes(&t, &mut rec, a, b, depth);

@@ -304,6 +304,20 @@ const EDITS: &[Edit] = &[
     ("source_limit.idle_ms", &[("idle_ms = 12345", "idle_ms = 5000")], &["source_limit.idle_ms"]),
     ("source_limit.calm_ms", &[("calm_ms = 23456", "calm_ms = 500")], &["source_limit.calm_ms"]),
     ("source_limit.services", &[("services = [\"gateway\"]", "services = []")], &["source_limit.services"]),
+    (
+        "service.tcp_state",
+        &[("tcp_state = false", "tcp_state = true"), ("protocol = \"udp\"", "protocol = \"tcp\"")],
+        &["service[0].protocol", "service[0].tcp_state"],
+    ),
+    ("tcp_state.entries", &[("entries = 8192", "entries = 16384")], &["tcp_state.entries"]),
+    ("tcp_state.handshake_timeout_s", &[("handshake_timeout_s = 7", "handshake_timeout_s = 9")], &["tcp_state.handshake_timeout_s"]),
+    ("tcp_state.established_timeout_s", &[("established_timeout_s = 3456", "established_timeout_s = 3600")], &["tcp_state.established_timeout_s"]),
+    ("tcp_state.closing_timeout_s", &[("closing_timeout_s = 17", "closing_timeout_s = 19")], &["tcp_state.closing_timeout_s"]),
+    ("tcp_state.learn_s", &[("learn_s = 45", "learn_s = 0")], &["tcp_state.learn_s"]),
+    ("tcp_state.syn_rate", &[("syn_rate = 123", "syn_rate = 0")], &["tcp_state.syn_rate"]),
+    ("tcp_state.syn_burst", &[("syn_burst = 34", "syn_burst = 40")], &["tcp_state.syn_burst"]),
+    ("tcp_state.syn_new_rate", &[("syn_new_rate = 12345", "syn_new_rate = 20000")], &["tcp_state.syn_new_rate"]),
+    ("tcp_state.syn_new_burst", &[("syn_new_burst = 1234", "syn_new_burst = 2000")], &["tcp_state.syn_new_burst"]),
 ];
 
 fn edited(edits: &[(&str, &str)]) -> String {

@@ -38,6 +38,8 @@ pub(super) struct Shape {
     pub tight_punt: bool,
     /// Prefix filters ([`filters`]).
     pub filtered: bool,
+    /// The TCP state table in front of "ssh" and "https" ([`tcp_state`]).
+    pub tcp_state: bool,
 }
 
 pub(super) fn shape() -> impl Strategy<Value = Shape> {
@@ -50,9 +52,10 @@ pub(super) fn shape() -> impl Strategy<Value = Shape> {
         proptest::bool::weighted(0.2),
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
     )
         .prop_map(
-            |(two_addresses, rollover, flow_limit, exempt, kernel, unhandled, tight_punt, filtered)| Shape {
+            |(two_addresses, rollover, flow_limit, exempt, kernel, unhandled, tight_punt, filtered, tcp_state)| Shape {
                 two_addresses,
                 rollover,
                 flow_limit,
@@ -61,6 +64,7 @@ pub(super) fn shape() -> impl Strategy<Value = Shape> {
                 unhandled,
                 tight_punt,
                 filtered,
+                tcp_state,
             },
         )
 }
@@ -173,8 +177,35 @@ pub(super) fn tables(s: Shape) -> Arc<Tables> {
             Default::default()
         },
         source_limit_counters: Arc::new(crate::pipeline::source_limit::SourceLimitCounters::new(1)),
+        tcp_state: if s.tcp_state { tcp_state() } else { Default::default() },
+        tcp_state_counters: Arc::new(crate::pipeline::tcp_state::TcpStateCounters::new(1)),
         ..Default::default()
     })
+}
+
+/// The TCP state table in front of "ssh" and "https", no learning window, a SYN budget of 2 at
+/// once a source (100 a second) and 4 at once for newcomers: every reason is drawn.
+fn tcp_state() -> crate::pipeline::tcp_state::TcpStateConfig {
+    crate::pipeline::tcp_state::TcpStateConfig {
+        entries: 1024,
+        handshake_timeout_s: 10,
+        established_timeout_s: 100,
+        closing_timeout_s: 5,
+        learn_ns: 0,
+        syn: crate::pipeline::source_limit::SourceLimitConfig {
+            enabled: true,
+            per_source: PuntBudget::per_lcore(100, 2, 1),
+            newcomers: PuntBudget::per_lcore(1000, 4, 1),
+            ipv4_prefix: 32,
+            ipv6_prefix: 64,
+            entries: 16,
+            idle_ns: 1_000_000,
+            calm_ns: 1_000_000,
+            services: vec![],
+        },
+        services: vec![false, false, false, true, true, false],
+        tracked: vec!["https".into(), "ssh".into()],
+    }
 }
 
 /// With it, `[source_limit]`: one packet at once a source (100 a second), 5 at once for newcomers.
@@ -294,6 +325,15 @@ pub(super) fn assert_same(a: &Run, b: &Run, fast: &Pipeline, general: &Pipeline)
         counts(general),
         "ICMP errors and resets sent and held back"
     );
+    let reasons = |p: &Pipeline| -> Vec<u64> {
+        let c = &p.tables().tcp_state_counters.rx[0];
+        c.reasons
+            .iter()
+            .map(|x| x.get())
+            .chain([c.table.entries.get(), c.table.confirmed.get()])
+            .collect()
+    };
+    prop_assert_eq!(reasons(fast), reasons(general), "TCP state reasons and entries");
     Ok(())
 }
 
@@ -322,6 +362,7 @@ pub(super) fn outcomes_seen<D: std::fmt::Debug>(
                 unhandled: false,
                 tight_punt: false,
                 filtered: kernel,
+                tcp_state: !kernel,
             }),
             0,
         );

@@ -84,7 +84,7 @@ impl Pipeline {
         if v != Verdict::Drop(Outcome::NoService) {
             return Step::Done(v);
         }
-        let v = self.service_socket(parsed, || pkt.rss_hash(), now);
+        let v = self.service_socket(parsed, pkt.data(), || pkt.rss_hash(), now);
         if v == Verdict::Drop(Outcome::NoService) && kernel {
             // A port no service has: to the kernel if `[kernel] punt` lists it (or `unhandled`),
             // instead of a reset or a Port Unreachable.
@@ -118,7 +118,13 @@ impl Pipeline {
     /// fanout to a socket is a call of its own, so the closed-port path carries none of its
     /// registers or code.
     #[inline(always)]
-    fn service_socket(&mut self, p: &Parsed, nic_hash: impl FnOnce() -> Option<u32>, now: Instant) -> Verdict {
+    fn service_socket(
+        &mut self,
+        p: &Parsed,
+        frame: &[u8],
+        nic_hash: impl FnOnce() -> Option<u32>,
+        now: Instant,
+    ) -> Verdict {
         let Some((_, dport)) = p.ports else {
             return Verdict::Drop(Outcome::NoService);
         };
@@ -132,6 +138,11 @@ impl Pipeline {
         }
         if self.tables.source_limit.applies(hit.svc()) {
             if let Some(o) = self.source_limit(p.src, now) {
+                return Verdict::Drop(o);
+            }
+        }
+        if p.protocol == IpProtocol::TCP && self.tables.tcp_state.applies(hit.svc()) {
+            if let Some(o) = self.tcp_state_parsed(p, frame, now) {
                 return Verdict::Drop(o);
             }
         }

@@ -31,7 +31,7 @@ use super::kernel::PuntMeter;
 use super::parse::Parsed;
 use super::tables::{PortAddrs, PortView, Tables};
 use super::verdict::{Instant, Verdict};
-use super::{arp, flow_limit, icmp_error, source, source_limit, tcp_reset};
+use super::{arp, flow_limit, icmp_error, source, source_limit, tcp_reset, tcp_state};
 use crate::buf::{NicChecksum, PacketBuf};
 use crate::ident::Idents;
 use crate::outcome::Outcome;
@@ -188,6 +188,8 @@ fn even_non_zero(x: u64) -> bool {
 /// Mixed into the ICMP seed for the reset limiter's table: its own key, no shared collisions.
 /// Set apart from the ICMP key: the `[source_limit]` table's.
 const SOURCE_SEED: u64 = 0x5eed_0f5e_ed50_c0de;
+/// Set apart from the ICMP key: the TCP state table's (and its SYN budget's).
+const TCP_STATE_SEED: u64 = 0x7c9_5a7e_0f1e_e7ab;
 const RESET_SEED: u64 = 0x5bd1_e995_7f4a_7c15;
 
 /// A pipeline's seeds ([`crate::seed`]): drawn once per lcore, kept across generations.
@@ -231,6 +233,9 @@ pub struct Pipeline {
     /// This lcore's table of sources and budgets, while `[source_limit]` is on (kept across
     /// reloads that keep its size).
     pub(super) sources: Option<source_limit::SourceTable>,
+    /// This lcore's TCP state table, while a service asks for one (kept across reloads that
+    /// keep its size).
+    pub(super) tcp_state: Option<tcp_state::TcpState>,
 }
 
 impl Pipeline {
@@ -243,6 +248,7 @@ impl Pipeline {
         };
         let mut p = Self::seeded(tables, slot, seeds, Idents::from_os());
         p.sources = p.new_source_table();
+        p.tcp_state = p.new_tcp_state();
         p
     }
 
@@ -281,6 +287,7 @@ impl Pipeline {
             to_backend: PuntMeter::default(),
             delivered_to: 0,
             sources: None,
+            tcp_state: None,
         }
     }
 
@@ -333,7 +340,19 @@ impl Pipeline {
         let (rng, punt, to_backend) = (self.rng, self.punt, self.to_backend);
         let idents = std::mem::replace(&mut self.idents, Idents::with_keys([0; 4]));
         let sources = self.sources.take();
+        let state = self.tcp_state.take();
+        let old = Arc::clone(&self.tables);
         *self = Pipeline::seeded(tables, slot, seeds, idents);
+        // The TCP state table stays while its size does, taking the new timeouts; a service
+        // tracked now that was not has its running connections learned again.
+        let relearn = (self.tables.tcp_state.tracked.iter()).any(|n| !old.tcp_state.tracked.contains(n));
+        self.tcp_state = match state {
+            Some(mut t) if self.tables.tcp_state.entries > 0 && t.fits(&self.tables.tcp_state) => {
+                t.configure(&self.tables.tcp_state, relearn);
+                Some(t)
+            }
+            _ => self.new_tcp_state(),
+        };
         // The table stays while its size does; a new one only when `[source_limit]` changed it
         // or was turned on (made here, at the adoption, never on a packet).
         self.sources = match sources {
@@ -554,6 +573,83 @@ impl Pipeline {
         let cfg = &self.tables.source_limit;
         cfg.enabled
             .then(|| source_limit::SourceTable::new(cfg.entries, self.icmp_seed ^ SOURCE_SEED))
+    }
+
+    /// This lcore's TCP state table, if a service is tracked.
+    fn new_tcp_state(&self) -> Option<tcp_state::TcpState> {
+        let cfg = &self.tables.tcp_state;
+        (cfg.entries > 0).then(|| tcp_state::TcpState::new(cfg, self.icmp_seed ^ TCP_STATE_SEED))
+    }
+
+    /// The TCP state table's decision on segment `s` of a tracked service: `TcpOutOfState` or
+    /// `None` to go on.
+    #[inline(never)]
+    fn tcp_state(&mut self, s: &tcp_state::Segment, now: Instant) -> Option<Outcome> {
+        let table = self.tcp_state.as_mut()?;
+        let detached;
+        let c = match self.tables.tcp_state_counters.rx.get(self.fanout.slot) {
+            Some(c) => c,
+            None => {
+                detached = tcp_state::TcpStateLcoreCounters::default();
+                &detached
+            }
+        };
+        table.judge(&self.tables.tcp_state, s, now, c).err()?;
+        Some(Outcome::TcpOutOfState)
+    }
+
+    /// [`Pipeline::tcp_state`] for a fast path's untagged frame (IPv6 if `v6`), read from its
+    /// fixed offsets.
+    #[inline(never)]
+    fn tcp_state_frame(&mut self, frame: &[u8], v6: bool, now: Instant) -> Option<Outcome> {
+        let s = if v6 {
+            let h: &[u8; 74] = frame.first_chunk()?;
+            tcp_state::Segment {
+                client: std::net::IpAddr::V6(crate::wire::ipv6_at(h, 22)),
+                cport: crate::wire::be16(h, 54),
+                service: std::net::IpAddr::V6(crate::wire::ipv6_at(h, 38)),
+                sport: crate::wire::be16(h, 56),
+                flags: crate::wire::TcpFlags(h[67]),
+                seq: u32::from_be_bytes([h[58], h[59], h[60], h[61]]),
+            }
+        } else {
+            let h: &[u8; 54] = frame.first_chunk()?;
+            tcp_state::Segment {
+                client: std::net::IpAddr::V4(crate::wire::ipv4_at(h, 26)),
+                cport: crate::wire::be16(h, 34),
+                service: std::net::IpAddr::V4(crate::wire::ipv4_at(h, 30)),
+                sport: crate::wire::be16(h, 36),
+                flags: crate::wire::TcpFlags(h[47]),
+                seq: u32::from_be_bytes([h[38], h[39], h[40], h[41]]),
+            }
+        };
+        self.tcp_state(&s, now)
+    }
+
+    /// [`Pipeline::tcp_state`] for a parsed TCP segment of `frame`.
+    #[inline(never)]
+    fn tcp_state_parsed(&mut self, p: &Parsed, frame: &[u8], now: Instant) -> Option<Outcome> {
+        let (cport, sport) = p.ports?;
+        let l4 = p.l4_offset as usize;
+        let seq = frame.get(l4 + 4..l4 + 8)?;
+        let s = tcp_state::Segment {
+            client: p.src,
+            cport,
+            service: p.dst,
+            sport,
+            flags: p.tcp_flags.unwrap_or(crate::wire::TcpFlags(0)),
+            seq: u32::from_be_bytes([seq[0], seq[1], seq[2], seq[3]]),
+        };
+        self.tcp_state(&s, now)
+    }
+
+    /// The end of a poll: the TCP state table's sweep (a few buckets, for its gauges).
+    pub fn poll_done(&mut self, now: Instant) {
+        if let Some(t) = self.tcp_state.as_mut() {
+            if let Some(c) = self.tables.tcp_state_counters.rx.get(self.fanout.slot) {
+                t.sweep(now, 4, c);
+            }
+        }
     }
 
     /// `[source_limit]` for a packet of service `svc` from `src` at `now`: `SourceLimited`

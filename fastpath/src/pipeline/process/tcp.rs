@@ -115,6 +115,12 @@ impl Pipeline {
                 return Some(Verdict::Drop(o));
             }
         }
+        // Then the TCP state table: a segment of no flow it saw begin goes no further.
+        if self.tables.tcp_state.applies(hit.svc()) {
+            if let Some(o) = self.tcp_state_frame(pkt.data(), false, now) {
+                return Some(Verdict::Drop(o));
+            }
+        }
         Some(self.tcp4_service(hit, pkt, end))
     }
 
@@ -216,6 +222,12 @@ impl Pipeline {
         }
         if self.tables.source_limit.applies(hit.svc()) {
             if let Some(o) = self.source_limit_frame(pkt.data(), true, now) {
+                return Some(Verdict::Drop(o));
+            }
+        }
+        // Then the TCP state table: a segment of no flow it saw begin goes no further.
+        if self.tables.tcp_state.applies(hit.svc()) {
+            if let Some(o) = self.tcp_state_frame(pkt.data(), true, now) {
                 return Some(Verdict::Drop(o));
             }
         }

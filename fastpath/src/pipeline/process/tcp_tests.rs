@@ -131,7 +131,8 @@ fn segment(d: &Draw, pseudo: impl FnOnce(usize) -> u32) -> Vec<u8> {
         TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0),
     ][d.flags];
     let mut t = tcp_bytes(d.sport, dport, flags);
-    t[4..8].copy_from_slice(&0x0102_0304u32.to_be_bytes());
+    // Every other draw the handshake's ACK (a SYN's ISN + 1), for the TCP state table.
+    t[4..8].copy_from_slice(&(0x0102_0304u32 + (d.payload % 2) as u32).to_be_bytes());
     t[8..12].copy_from_slice(&0x0a0b_0c0du32.to_be_bytes());
     t.extend(std::iter::repeat_n(0x01, d.payload));
     t[12] = [5u8, 6, 4, 0, 15][d.data_offset] << 4;
@@ -253,6 +254,7 @@ fn the_draws_reach_every_verdict() {
         "Martian",
         "Filtered",
         "SourceLimited",
+        "TcpOutOfState",
         "Malformed",
         "Reassembled",
         "Unhandled",
@@ -274,6 +276,7 @@ fn the_fast_paths_take_their_segments() {
         unhandled: false,
         tight_punt: false,
         filtered: false,
+        tcp_state: false,
     };
     let mut p = Pipeline::new(tables(s), 0);
     let base = Draw {

@@ -219,6 +219,7 @@ fn the_fast_path_takes_its_frames() {
         unhandled: false,
         tight_punt: false,
         filtered: false,
+        tcp_state: false,
     };
     let mut p = Pipeline::new(tables(s), 0);
     let base = Draw {
