@@ -509,9 +509,9 @@ impl Lab {
         self.server = Some(child);
     }
 
-    /// The config: the `lb` service on the IPv6 VIP over `backends`, the `lb4` service on the
-    /// IPv4 VIP over `backends4`; every IPv6 tunnel with its health check.
-    fn config(&self, backends: &[&str], backends4: &[&str]) -> String {
+    /// The config: the `lb` service on `vips` over `backends`; every IPv6 tunnel with its
+    /// health check.
+    fn config(&self, backends: &[&str], vips: &[&str]) -> String {
         let vdev = format!("--vdev=net_af_packet0,iface={},qpairs=2", self.if_fp);
         let list = |b: &[&str]| b.iter().map(|b| format!("\"{b}\"")).collect::<Vec<_>>().join(", ");
         let mut cfg = format!(
@@ -519,18 +519,12 @@ impl Lab {
              tx_queues = 2\nipv6 = [\"{FP_UNDERLAY}/64\", \"{VIP}\"]\nipv4 = [\"{FP_UNDERLAY4}/24\", \"{VIP4}\"]\n\n\
              [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 50\n\n[control]\nsocket = \"control.sock\"\n\n\
              [metrics]\nenabled = false\n\n[reassembly]\nbuffers = 32\n\n[conntrack]\nentries = 65536\n\n\
-             [[service]]\nname = \"lb\"\nprotocol = \"tcp\"\nports = [{PORT}]\naddresses = [\"{VIP}\"]\nsockets = 2\n\
+             [[service]]\nname = \"lb\"\nprotocol = \"tcp\"\nports = [{PORT}]\naddresses = [{}]\nsockets = 2\n\
              socket_capacity = 1024\naction = \"tunnel\"\ntunnels = [{}]\n",
             eal_args(&format!("v6lb-{}", self.ns_fp), &[vdev]),
+            list(vips),
             list(backends)
         );
-        if !backends4.is_empty() {
-            cfg += &format!(
-                "\n[[service]]\nname = \"lb4\"\nprotocol = \"tcp\"\nports = [{PORT}]\naddresses = [\"{VIP4}\"]\n\
-                 sockets = 2\nsocket_capacity = 1024\naction = \"tunnel\"\ntunnels = [{}]\n",
-                list(backends4)
-            );
-        }
         for b in BACKENDS {
             cfg += &format!(
                 "\n[[tunnel]]\nname = \"{}\"\nlocal = \"{FP_UNDERLAY}\"\nremote = \"{}\"\nport = \"net_af_packet0\"\n\
@@ -547,8 +541,8 @@ impl Lab {
         cfg
     }
 
-    fn start_fastpathd(&mut self, backends: &[&str], backends4: &[&str]) {
-        std::fs::write(&self.cfg, self.config(backends, backends4)).unwrap();
+    fn start_fastpathd(&mut self, backends: &[&str], vips: &[&str]) {
+        std::fs::write(&self.cfg, self.config(backends, vips)).unwrap();
         let bin = env!("CARGO_BIN_EXE_fastpathd");
         self.fastpathd = Some(Daemon::start_cmd(
             &self.s,
@@ -566,8 +560,8 @@ impl Lab {
     }
 
     /// Rewrites the config and waits for the reload that publishes `generation`.
-    fn reload(&self, backends: &[&str], backends4: &[&str], generation: u32) {
-        std::fs::write(&self.cfg, self.config(backends, backends4)).unwrap();
+    fn reload(&self, backends: &[&str], vips: &[&str], generation: u32) {
+        std::fs::write(&self.cfg, self.config(backends, vips)).unwrap();
         let d = self.fastpathd.as_ref().unwrap();
         d.signal("HUP");
         wait_for(20, "the reload", || {
@@ -682,6 +676,11 @@ const FIELDS: &[&str] = &[
     "icmpv6.checksum.status",
     "icmpv6.mtu",
     "ipv6.plen",
+    "ip.len",
+    "ip.checksum.status",
+    "icmp.type",
+    "icmp.code",
+    "icmp.checksum.status",
 ];
 
 /// One frame as tshark decoded it; fields in several headers are comma-separated, outermost first.
@@ -744,12 +743,18 @@ fn tunnel_problems(frames: &[Frame]) -> Vec<String> {
             problems.push(format!("not GRE to a backend: {}", f.line()));
             continue;
         }
+        if f.f("eth.type") == "0x0800" && f.outer("ip.checksum.status") != "1" {
+            problems.push(format!("an outer IPv4 checksum not good: {}", f.line()));
+        }
         if f.f("ip.flags.mf").split(',').any(|v| v == "1" || v == "True") {
             problems.push(format!("an outer fragment: {}", f.line()));
         }
-        // (A quoted segment in an ICMPv6 error is cut short: its checksum cannot be checked.)
-        if icmp.is_empty() && f.f("tcp.checksum.status") != "1" {
+        // (A quoted segment in an ICMP error is cut short: its checksum cannot be checked.)
+        if icmp.is_empty() && f.f("icmp.type").is_empty() && f.f("tcp.checksum.status") != "1" {
             problems.push(format!("an inner TCP checksum not good: {}", f.line()));
+        }
+        if !f.f("icmp.checksum.status").is_empty() && f.f("icmp.checksum.status") != "1" {
+            problems.push(format!("an inner ICMP checksum not good: {}", f.line()));
         }
         if !f.f("icmpv6.checksum.status").is_empty() && f.f("icmpv6.checksum.status") != "1" {
             problems.push(format!("an inner ICMPv6 checksum not good: {}", f.line()));
@@ -795,14 +800,14 @@ const FLOWS: u16 = 24;
 fn v6_vip_over_ip6gre_backends_keeps_established_flows_across_a_reload() {
     let t0 = Instant::now();
     let mut lab = Lab::new("keep");
-    lab.start_fastpathd(&["a", "b"], &[]);
+    lab.start_fastpathd(&["a", "b"], &[VIP]);
     wait_for(10, "every backend's health check passed", || {
         ["a", "b", "c"].iter().all(|b| lab.tunnel_row(b)["health_last"] == "ok")
     });
     let cap = lab.capture("keep");
     let mut client = lab.client();
     client.ask(&format!("open {VIP} {OLD} {FLOWS}"));
-    lab.reload(&["a", "b", "c"], &[], 2);
+    lab.reload(&["a", "b", "c"], &[VIP], 2);
     client.ask("talk");
     client.ask(&format!("open {VIP} {NEW} {FLOWS}"));
     // `fastpathctl flow` over v6: the worker's tracked backend, pinned where Maglev moved.
@@ -866,12 +871,18 @@ fn server_next_seq(frames: &[Frame], port: u16) -> u32 {
     (seq + len) as u32
 }
 
-/// The largest IPv6 payload length of the server's segments to `port`.
+/// The largest IP packet (IPv6: payload length + 40) of the server's segments to `port`.
 fn largest_answer(frames: &[Frame], port: u16) -> u32 {
     frames
         .iter()
         .filter(|f| f.f("tcp.dstport") == port.to_string() && f.f("tcp.srcport") == PORT.to_string())
-        .map(|f| f.f("ipv6.plen").parse::<u32>().unwrap_or(0))
+        .map(|f| {
+            f.f("ipv6.plen")
+                .parse::<u32>()
+                .map(|l| l + 40)
+                .or_else(|_| f.f("ip.len").parse::<u32>())
+                .unwrap_or(0)
+        })
         .max()
         .unwrap_or(0)
 }
@@ -898,7 +909,7 @@ s.sendto(struct.pack('!BBHI', 2, 0, 0, mtu) + quoted, (vip, 0))
 fn v6_packet_too_big_reaches_the_flows_backend_and_the_tunnels_mtu_is_told_to_the_client() {
     let t0 = Instant::now();
     let mut lab = Lab::new("ptb");
-    lab.start_fastpathd(&["a", "b", "c"], &[]);
+    lab.start_fastpathd(&["a", "b", "c"], &[VIP]);
     let cap = lab.capture("ptb");
     let capc = lab.capture_client("ptb-client");
     let mut client = lab.client();
@@ -958,9 +969,9 @@ fn v6_packet_too_big_reaches_the_flows_backend_and_the_tunnels_mtu_is_told_to_th
     assert_eq!(ptb[0].inner("icmpv6.mtu"), "1300", "{}", ptb[0].line());
     assert_eq!(ptb[0].f("icmpv6.checksum.status"), "1", "{}", ptb[0].line());
     let largest = largest_answer(&after, port);
-    eprintln!("the backend's answers after the Packet Too Big: at most {largest} bytes of IPv6 payload");
+    eprintln!("the backend's answers after the Packet Too Big: at most {largest} bytes");
     assert!(
-        largest <= 1300 - 40,
+        largest <= 1300,
         "the backend's kernel took the Packet Too Big: {largest}"
     );
     // fastpathd's own Packet Too Big to the client for the upload, with the tunnel's inner MTU.
@@ -981,6 +992,141 @@ fn v6_packet_too_big_reaches_the_flows_backend_and_the_tunnels_mtu_is_told_to_th
     assert_eq!(
         m.get("fastpath_icmp_to_backend_total{result=\"forwarded\"}"),
         Some(&1.0)
+    );
+    eprintln!("test took {:?}", t0.elapsed());
+}
+
+/// An ICMP Fragmentation Needed (next-hop MTU 1300) quoting the server's answer on the IPv4
+/// connection from `port` (in-window sequence number `seq`), to the IPv4 VIP.
+const FRAG_NEEDED_PY: &str = r#"
+import socket, struct, sys
+vip, client, port, seq, mtu = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+def csum(b):
+    if len(b) % 2: b += b'\0'
+    s = sum(struct.unpack('!%dH' % (len(b) // 2), b))
+    while s >> 16: s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 1400, 1, 0x4000, 64, 6, 0, socket.inet_aton(vip), socket.inet_aton(client))
+ip = ip[:10] + struct.pack('!H', csum(ip)) + ip[12:]
+quoted = ip + struct.pack('!HHI', 9000, port, seq)
+msg = struct.pack('!BBHHH', 3, 4, 0, 0, mtu) + quoted
+msg = msg[:2] + struct.pack('!H', csum(msg)) + msg[4:]
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+s.bind((client, 0))
+s.sendto(msg, (vip, 0))
+"#;
+
+/// The mixed families through the same paths: one service on an IPv6 and an IPv4 VIP over an
+/// IPv6 GRE backend (`a`) and an IPv4 GRE one (`v4`), so Maglev puts flows of each family on
+/// tunnels of each (IPv6 inside IPv4 GRE, IPv4 inside IPv6 GRE). Every kernel connection
+/// works, the wire is well-formed GRE of the tunnel's family with the flow's protocol type,
+/// each flow keeps one backend, and an ICMP error about a flow carried by the other family
+/// (a Fragmentation Needed about an IPv4 flow on `a`, a Packet Too Big about an IPv6 flow on
+/// `v4`) reaches that flow's backend, whose kernel then answers within the MTU it gave.
+#[test]
+fn mixed_families_v6_in_ipv4_gre_and_v4_in_ipv6_gre() {
+    let t0 = Instant::now();
+    let mut lab = Lab::new("mixed");
+    lab.start_fastpathd(&["a", "v4"], &[VIP, VIP4]);
+    let cap = lab.capture("mixed");
+    let capc = lab.capture_client("mixed-client");
+    let mut client = lab.client();
+    client.ask(&format!("open {VIP} {OLD} {FLOWS}"));
+    client.ask(&format!("open {VIP4} {NEW} {FLOWS}"));
+    client.ask("talk");
+    // Which backend each flow has, by `fastpathctl flow` (the tracked entry).
+    let backend = |client_ep: String, vip_ep: String| -> String {
+        let f = lab.ctl(&["flow", "tcp", &client_ep, &vip_ep]);
+        f["detail"]["conntrack"][0]["backend"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{f}"))
+            .to_string()
+    };
+    let v6_on_v4 = (OLD..OLD + FLOWS)
+        .find(|p| backend(format!("[{CLIENT}]:{p}"), format!("[{VIP}]:{PORT}")) == "v4")
+        .expect("an IPv6 flow on the IPv4 tunnel");
+    let v4_on_a = (NEW..NEW + FLOWS)
+        .find(|p| backend(format!("{CLIENT4}:{p}"), format!("{VIP4}:{PORT}")) == "a")
+        .expect("an IPv4 flow on the IPv6 tunnel");
+    for p in [v6_on_v4, v4_on_a] {
+        client.ask(&format!("big {p}"));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let cwire = read_wire(&capc.finish());
+    for p in [v6_on_v4, v4_on_a] {
+        assert!(
+            largest_answer(&cwire, p) > 1400,
+            "port {p}: full-sized answers before the error"
+        );
+    }
+    let errors = [
+        (PTB_PY, VIP, CLIENT, v6_on_v4),
+        (FRAG_NEEDED_PY, VIP4, CLIENT4, v4_on_a),
+    ];
+    for (py, vip, client_addr, p) in errors {
+        let seq = server_next_seq(&cwire, p).to_string();
+        let p = p.to_string();
+        must(
+            ns_exec(
+                &lab.ns_client,
+                &["/usr/bin/python3", "-c", py, vip, client_addr, &p, &seq, "1300"],
+            ),
+            "the ICMP error",
+        );
+    }
+    let capc = lab.capture_client("mixed-after");
+    std::thread::sleep(Duration::from_millis(300));
+    for p in [v6_on_v4, v4_on_a] {
+        client.ask(&format!("big {p}"));
+    }
+    let after = read_wire(&capc.finish());
+    let wire = read_wire(&cap.finish());
+    let mut combos = BTreeSet::new();
+    for (vip, ports) in [(VIP, OLD..OLD + FLOWS), (VIP4, NEW..NEW + FLOWS)] {
+        let by_port = backends_by_port(&wire, vip);
+        for p in ports {
+            let seen = by_port.get(&p).unwrap_or_else(|| panic!("port {p}: no GRE"));
+            assert_eq!(seen.len(), 1, "port {p}: {seen:?}");
+            combos.insert((vip, *seen.iter().next().unwrap()));
+        }
+    }
+    eprintln!("flows (VIP, backend): {combos:?}");
+    assert_eq!(combos.len(), 4, "each family's flows on both tunnels: {combos:?}");
+    // The tunnel's family outside, the flow's inside (the GRE protocol type says which).
+    for f in wire
+        .iter()
+        .filter(|f| f.f("eth.src") == FP_MAC && !f.f("gre.proto").is_empty())
+    {
+        let v6_headers = f.f("ipv6.dst").split(',').filter(|a| !a.is_empty()).count();
+        let v6_inside = v6_headers > usize::from(f.f("eth.type") == "0x86dd");
+        let want = if v6_inside { "0x86dd" } else { "0x0800" };
+        assert_eq!(f.f("gre.proto"), want, "{}", f.line());
+    }
+    let problems = tunnel_problems(&wire);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let a_addr = BACKENDS[0].addr;
+    let frag_needed: Vec<&Frame> = wire
+        .iter()
+        .filter(|f| f.f("eth.src") == FP_MAC && f.is_gre6() && f.f("icmp.type") == "3")
+        .collect();
+    assert_eq!(frag_needed.len(), 1, "the Fragmentation Needed, in GRE over IPv6");
+    assert_eq!(frag_needed[0].outer("ipv6.dst"), a_addr, "{}", frag_needed[0].line());
+    let ptb: Vec<&Frame> = wire
+        .iter()
+        .filter(|f| f.f("eth.src") == FP_MAC && f.f("eth.type") == "0x0800" && f.f("icmpv6.type") == "2")
+        .collect();
+    assert_eq!(ptb.len(), 1, "the Packet Too Big, in GRE over IPv4");
+    assert_eq!(ptb[0].outer("ip.dst"), OVS_UNDERLAY4, "{}", ptb[0].line());
+    for p in [v6_on_v4, v4_on_a] {
+        let largest = largest_answer(&after, p);
+        eprintln!("port {p}: the backend's answers after the ICMP error: at most {largest} bytes");
+        assert!(largest <= 1300, "port {p}: the backend's kernel took it: {largest}");
+    }
+    drop(client);
+    let m = lab.stop_fastpathd();
+    assert_eq!(
+        m.get("fastpath_icmp_to_backend_total{result=\"forwarded\"}"),
+        Some(&2.0)
     );
     eprintln!("test took {:?}", t0.elapsed());
 }
