@@ -821,13 +821,16 @@ fn backends_by_port(frames: &[Frame], vip: &str) -> BTreeMap<u16, BTreeSet<&'sta
 
 const OLD: u16 = 40_000;
 const NEW: u16 = 41_000;
+/// Connections opened while a backend is down.
+const DOWN: u16 = 43_000;
 const FLOWS: u16 = 24;
 
 /// TCP over IPv6 from a kernel client to the VIP, spread by Maglev over two GRE-over-IPv6
 /// backends whose health checks (`tcp:8080`, `http://[v6]:8080/healthz`) pass; a reload adds a
 /// third; every established connection keeps its backend (the connection table), new ones
 /// follow the new table, `fastpathctl flow` names the tracked backend of a v6 flow; the wire
-/// carries only well-formed GRE over IPv6 with intact inner segments.
+/// carries only well-formed GRE over IPv6 with intact inner segments. Then backend b fails its
+/// check (`http://[2001:db8:1::b]:8080/healthz`) and new connections avoid it until it is back.
 #[test]
 fn v6_vip_over_ip6gre_backends_keeps_established_flows_across_a_reload() {
     let t0 = Instant::now();
@@ -883,10 +886,30 @@ fn v6_vip_over_ip6gre_backends_keeps_established_flows_across_a_reload() {
     assert!(to_c > 0, "new connections follow the new table");
     let problems = tunnel_problems(&wire);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+
+    // Backend b fails its HTTP check over IPv6 (its address is gone: no answer within the
+    // timeout): it leaves the table, new connections avoid it; back, it takes its share again.
+    let b = BACKENDS[1].addr;
+    let ns = lab.ns_ovs.clone();
+    ip(&words(&format!("-n {ns} addr del {b}/64 dev br-phy")));
+    wait_for(10, "b down", || lab.tunnel_row("b")["up"] == false);
+    let row = lab.tunnel_row("b");
+    eprintln!("b: {}", row["health_last"]);
+    let cap = lab.capture("down");
+    client.ask(&format!("open {VIP} {DOWN} {FLOWS}"));
+    let down = backends_by_port(&read_wire(&cap.finish()), VIP);
+    let on: BTreeSet<&str> = (DOWN..DOWN + FLOWS).flat_map(|p| down[&p].iter().copied()).collect();
+    assert_eq!(
+        on,
+        BTreeSet::from(["a", "c"]),
+        "new connections avoid b while it is down"
+    );
+    ip(&words(&format!("-n {ns} addr add {b}/64 dev br-phy nodad")));
+    wait_for(10, "b up again", || lab.tunnel_row("b")["up"] == true);
     drop(client);
     let m = lab.stop_fastpathd();
     let n = FLOWS as f64;
-    assert_eq!(family_sum(&m, "fastpath_conntrack_confirmations_total"), 2.0 * n);
+    assert_eq!(family_sum(&m, "fastpath_conntrack_confirmations_total"), 3.0 * n);
     assert!(family_sum(&m, "fastpath_conntrack_hits_total") > 0.0);
     eprintln!("test took {:?}", t0.elapsed());
 }
