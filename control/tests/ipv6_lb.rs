@@ -267,6 +267,8 @@ struct Lab {
     fastpathd: Option<Daemon>,
     dump: PathBuf,
     cfg: PathBuf,
+    /// Appended to the config (more services).
+    extra: String,
     s: Scratch,
 }
 
@@ -287,6 +289,7 @@ impl Lab {
             fastpathd: None,
             dump: s.path("metrics.prom"),
             cfg: s.path("c.toml"),
+            extra: String::new(),
             s,
         };
         lab.underlay();
@@ -556,7 +559,7 @@ impl Lab {
              next_hop_mac = \"{PHY_MAC}\"\n",
             BACKEND4.name, BACKEND4.addr
         );
-        cfg
+        cfg + &self.extra
     }
 
     fn start_fastpathd(&mut self, backends: &[&str], vips: &[&str]) {
@@ -1208,4 +1211,33 @@ fn v6_fragmented_datagram_to_the_vip_reaches_its_backend() {
         Some(&2.0),
         "{m:?}"
     );
+}
+
+/// An IPv4 and an IPv6 service address on one port, each its own service with its own
+/// backends (as Katran's and VPP lb's VIPs are): the IPv6 one's connections reach only its
+/// GRE-over-IPv6 backends, the IPv4 one's only its IPv4 backend.
+#[test]
+fn a_v4_and_a_v6_service_share_a_port_with_their_own_backends() {
+    let mut lab = Lab::new("shared");
+    lab.extra = format!(
+        "\n[[service]]\nname = \"lb4\"\nprotocol = \"tcp\"\nports = [{PORT}]\naddresses = [\"{VIP4}\"]\nsockets = 2\n\
+         action = \"tunnel\"\ntunnels = [\"v4\"]\n"
+    );
+    lab.start_fastpathd(&["a", "b"], &[VIP]);
+    let cap = lab.capture("shared");
+    let mut client = lab.client();
+    client.ask(&format!("open {VIP} {OLD} {FLOWS}"));
+    client.ask(&format!("open {VIP4} {NEW} 8"));
+    client.ask("talk");
+    let wire = read_wire(&cap.finish());
+    let problems = tunnel_problems(&wire);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let v6: BTreeSet<&str> = backends_by_port(&wire, VIP).values().flatten().copied().collect();
+    let v4: BTreeSet<&str> = backends_by_port(&wire, VIP4).values().flatten().copied().collect();
+    assert_eq!(v6, BTreeSet::from(["a", "b"]), "the IPv6 service's backends");
+    assert_eq!(v4, BTreeSet::from(["v4"]), "the IPv4 service's backend");
+    let f = lab.ctl(&["flow", "tcp", &format!("{CLIENT4}:{NEW}"), &format!("{VIP4}:{PORT}")]);
+    assert_eq!(f["detail"]["service"].as_str(), Some("lb4"), "{f}");
+    drop(client);
+    lab.stop_fastpathd();
 }
