@@ -86,12 +86,14 @@ pub struct ServiceConfig {
 /// tunnels are validated ([`resolve_tunnels`]).
 pub(super) type TunnelRefs = Vec<(usize, Vec<String>)>;
 
-/// What the services seen so far took: their names, and (protocol, port) -> the services
-/// there (name, addresses).
+/// A service on a port: its name and addresses (empty: every address).
+type OnPort = (String, Vec<std::net::IpAddr>);
+
+/// What the services seen so far took: their names, and (protocol, port) -> the services there.
 #[derive(Default)]
 struct Taken {
     names: BTreeSet<String>,
-    ports: BTreeMap<(u8, u16), Vec<(String, Vec<std::net::IpAddr>)>>,
+    ports: BTreeMap<(u8, u16), Vec<OnPort>>,
 }
 
 /// Validates every `[[service]]` (its `action = "tunnel"` still carries no tunnel index: see
