@@ -1,9 +1,10 @@
-//! IPv6 through a `tunnel` service end to end: a kernel client talks TCP over IPv6 to a service
-//! address (VIP) on fastpathd, whose worker spreads the flows over GRE-over-IPv6 backends; Open
-//! vSwitch's user-space (netdev) datapath terminates them (`gre` ports with IPv6
-//! endpoints, IP in GRE) and hands
-//! the inner packets to a kernel server on the VIP, which answers the client directly (direct
-//! server return, as Katran's and VPP lb's backends do).
+//! IPv6 through a `tunnel` service end to end: a kernel client talks TCP (and UDP) over IPv6 to
+//! a service address (VIP) on fastpathd, whose worker spreads the flows over GRE-over-IPv6
+//! backends; Open vSwitch's user-space (netdev) datapath terminates them (`gre` ports with IPv6
+//! endpoints, IP in GRE: OVS's `ip6gre` type carries Ethernet only) and hands the inner packets
+//! to a kernel server on the VIP, which answers the client directly (direct server return, as
+//! Katran's and VPP lb's backends do). One more GRE port with IPv4 endpoints carries the mixed
+//! families.
 //!
 //! ```text
 //!  ns fp                      ns ovs                                            ns client
@@ -16,8 +17,8 @@
 //! ```
 //!
 //! Each test reads the wire on the OVS side of fastpathd's veth with tshark and checks what
-//! fastpathd sent: outer IPv6 from 2001:db8:1::1 to the flow's backend, next header GRE, no
-//! outer fragment, and the inner packet intact (its TCP or ICMPv6 checksum good).
+//! fastpathd sent: outer IPv6 (or IPv4) from fastpathd to the flow's backend, GRE, no outer
+//! fragment, and the inner packet intact (its TCP, UDP, ICMP or ICMPv6 checksum good).
 
 mod common;
 
@@ -425,7 +426,7 @@ impl Lab {
         self.daemons.push((child, pidfile));
     }
 
-    /// ovsdb-server, ovs-vswitchd, the bridges, one ip6gre port per backend (and the IPv4 GRE
+    /// ovsdb-server, ovs-vswitchd, the bridges, one GRE-over-IPv6 port per backend (and the IPv4 GRE
     /// port of the mixed case), the flows into the kernel, the addresses.
     fn start_ovs(&mut self) {
         let db = self.s.path("conf.db");
@@ -835,7 +836,7 @@ const FLOWS: u16 = 24;
 /// carries only well-formed GRE over IPv6 with intact inner segments. Then backend b fails its
 /// check (`http://[2001:db8:1::b]:8080/healthz`) and new connections avoid it until it is back.
 #[test]
-fn v6_vip_over_ip6gre_backends_keeps_established_flows_across_a_reload() {
+fn v6_vip_over_gre_over_ipv6_backends_keeps_established_flows_across_a_reload() {
     let t0 = Instant::now();
     let mut lab = Lab::new("keep");
     lab.start_fastpathd(&["a", "b"], &[VIP]);
