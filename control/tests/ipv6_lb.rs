@@ -49,6 +49,10 @@ const VIP4: &str = "198.18.0.10";
 const FP_MGMT: &str = "2001:db8:2::1";
 const OVS_MGMT: &str = "2001:db8:2::2";
 const PORT: u16 = 9000;
+/// The backend whose tunnel is keyed and checksummed (RFC 2890 key, RFC 2784 checksum) on both
+/// ends; the others are plain.
+const CHECKSUMMED: &str = "c";
+const KEY: u32 = 7;
 
 /// A backend: the tunnel's name, its underlay address on the OVS side, its GRE port's number.
 #[derive(Clone, Copy, Debug)]
@@ -457,6 +461,9 @@ impl Lab {
                  options:remote_ip={FP_UNDERLAY} options:local_ip={2} options:packet_type=legacy_l3",
                 b.name, b.ofport, b.addr
             );
+            if b.name == CHECKSUMMED {
+                cmd += &format!(" options:csum=true options:key={KEY}");
+            }
         }
         cmd += &format!(
             " -- add-port br-int gre-v4 -- set interface gre-v4 type=gre ofport_request={} \
@@ -554,6 +561,9 @@ impl Lab {
                  health_rise = 1\nhealth_fall = 2\n",
                 b.name, b.addr, b.health
             );
+            if b.name == CHECKSUMMED {
+                cfg += &format!("checksum = true\nkey = {KEY}\n");
+            }
         }
         cfg += &format!(
             "\n[[tunnel]]\nname = \"{}\"\nlocal = \"{FP_UNDERLAY4}\"\nremote = \"{}\"\nport = \"net_af_packet0\"\n\
@@ -713,6 +723,9 @@ const FIELDS: &[&str] = &[
     "icmp.checksum.status",
     "udp.checksum.status",
     "udp.dstport",
+    "gre.flags.checksum",
+    "gre.checksum.status",
+    "gre.key",
 ];
 
 /// One frame as tshark decoded it; fields in several headers are comma-separated, outermost first.
@@ -777,6 +790,17 @@ fn tunnel_problems(frames: &[Frame]) -> Vec<String> {
         }
         if f.f("eth.type") == "0x0800" && f.outer("ip.checksum.status") != "1" {
             problems.push(format!("an outer IPv4 checksum not good: {}", f.line()));
+        }
+        let csum = matches!(f.f("gre.flags.checksum").split(',').next(), Some("1" | "True" | "true"));
+        if dst == BACKENDS[2].addr {
+            if !csum || f.f("gre.checksum.status").split(',').next() != Some("1") {
+                problems.push(format!("no good GRE checksum to {CHECKSUMMED}: {}", f.line()));
+            }
+            if f.f("gre.key").split(',').next() != Some(&format!("0x{KEY:08x}")) {
+                problems.push(format!("not GRE key {KEY} to {CHECKSUMMED}: {}", f.line()));
+            }
+        } else if csum || !f.f("gre.key").is_empty() {
+            problems.push(format!("a checksum or key on a plain tunnel: {}", f.line()));
         }
         if f.f("ip.flags.mf").split(',').any(|v| v == "1" || v == "True") {
             problems.push(format!("an outer fragment: {}", f.line()));
@@ -1043,7 +1067,9 @@ fn v6_packet_too_big_reaches_the_flows_backend_and_the_tunnels_mtu_is_told_to_th
         told.iter().map(|f| f.line()).collect::<Vec<_>>()
     );
     assert!(!told.is_empty(), "fastpathd told the client the tunnel's MTU");
-    assert_eq!(told[0].f("icmpv6.mtu"), "1456", "1500 less IPv6 (40) and GRE (4)");
+    // 1500 less IPv6 (40) and GRE (4; 12 with the checksum and key of c's tunnel).
+    let want = if flow_backend == CHECKSUMMED { 1448 } else { 1456 };
+    assert_eq!(told[0].f("icmpv6.mtu"), want.to_string(), "through {flow_backend}");
     let problems = tunnel_problems(&wire);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     drop(client);
