@@ -219,7 +219,7 @@ impl ServiceTable {
                 let e = &mut by_port[slot(p)];
                 if *e == 0 {
                     *e = hit;
-                } else {
+                } else if hit != 0 {
                     t.shared.push((svc.protocol.0, slot(p) as u32, hit));
                 }
             }
