@@ -130,17 +130,18 @@ fn ask(addr: SocketAddr, timeout: Duration) -> Result<(u16, String), String> {
     Ok((code, body))
 }
 
-/// BIRD's control socket and the protocol that carries the service routes.
+/// BIRD's control socket and the protocols that carry the service routes (one per address
+/// family: a BIRD 2 `protocol static` has one channel).
 #[derive(Debug, Clone)]
 pub struct Bird {
     pub birdc: PathBuf,
     pub socket: PathBuf,
-    pub protocol: String,
+    pub protocols: Vec<String>,
 }
 
 impl Bird {
-    /// The `birdc` arguments that make the routes `w`.
-    pub fn args(&self, w: Want) -> Vec<String> {
+    /// The `birdc` arguments that make `protocol`'s routes `w`.
+    pub fn args(&self, w: Want, protocol: &str) -> Vec<String> {
         let verb = match w {
             Want::Announce => "enable",
             Want::Withdraw => "disable",
@@ -149,14 +150,29 @@ impl Bird {
             "-s".into(),
             self.socket.display().to_string(),
             verb.into(),
-            self.protocol.clone(),
+            protocol.into(),
         ]
     }
 
-    /// Runs `birdc`; Ok once BIRD says the protocol is (or already was) in that state.
+    /// Runs `birdc` for every protocol (all of them, also after one fails: a withdrawal takes
+    /// out what it can); Ok once BIRD says each is (or already was) in that state.
     pub fn apply(&self, w: Want) -> Result<(), String> {
+        let errs: Vec<String> = self
+            .protocols
+            .iter()
+            .filter_map(|p| self.apply_one(w, p).err())
+            .collect();
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs.join("; "))
+        }
+    }
+
+    fn apply_one(&self, w: Want, protocol: &str) -> Result<(), String> {
+        let args = self.args(w, protocol);
         let out = Command::new(&self.birdc)
-            .args(self.args(w))
+            .args(&args)
             .output()
             .map_err(|e| format!("{}: {e}", self.birdc.display()))?;
         let text = format!(
@@ -164,8 +180,8 @@ impl Bird {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        check_reply(&text, &self.protocol, w)
-            .map_err(|e| format!("birdc {}: {e} (exit {:?})", self.args(w).join(" "), out.status.code()))
+        check_reply(&text, protocol, w)
+            .map_err(|e| format!("birdc {}: {e} (exit {:?})", args.join(" "), out.status.code()))
     }
 }
 
@@ -217,7 +233,12 @@ impl Actuator {
     /// For the log: what is switched.
     pub fn describe(&self) -> String {
         match self {
-            Actuator::Bird(b) => format!("BIRD protocol {} on {}", b.protocol, b.socket.display()),
+            Actuator::Bird(b) => format!(
+                "BIRD protocol{} {} on {}",
+                if b.protocols.len() > 1 { "s" } else { "" },
+                b.protocols.join(", "),
+                b.socket.display()
+            ),
             Actuator::Commands { .. } => "the announce and withdraw commands".into(),
         }
     }
@@ -351,16 +372,20 @@ mod tests {
         let b = Bird {
             birdc: "birdc".into(),
             socket: "/run/bird/bird.ctl".into(),
-            protocol: p.into(),
+            protocols: vec![p.into()],
         };
-        assert_eq!(b.args(Want::Withdraw), ["-s", "/run/bird/bird.ctl", "disable", p]);
-        // No BIRD on that socket: an error, not a success.
+        assert_eq!(b.args(Want::Withdraw, p), ["-s", "/run/bird/bird.ctl", "disable", p]);
+        // No BIRD on that socket: an error, not a success, naming each protocol.
         let nobody = Bird {
             birdc: "birdc".into(),
             socket: "/nonexistent/bird.ctl".into(),
-            protocol: p.into(),
+            protocols: vec![p.into(), "fastpathd_vips6".into()],
         };
-        assert!(nobody.apply(Want::Withdraw).is_err());
+        let e = nobody.apply(Want::Withdraw).unwrap_err();
+        assert!(
+            e.contains("disable fastpathd_vips:") && e.contains("disable fastpathd_vips6:"),
+            "{e}"
+        );
     }
 
     #[test]

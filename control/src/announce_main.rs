@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
     name = "fastpathd-announce",
     version,
     after_help = "Polls GET /healthz every --interval-ms; the first bad answer (or --fall of them) runs \
-`birdc -s SOCKET disable PROTOCOL`, --rise good answers in a row run `enable`. Starts withdrawn. \
+`birdc -s SOCKET disable PROTOCOL` (for each --protocol), --rise good answers in a row run `enable`. Starts withdrawn. \
 SIGTERM/SIGINT withdraw, then exit 0."
 )]
 struct Args {
@@ -29,9 +29,10 @@ struct Args {
     /// BIRD's control socket.
     #[arg(long, value_name = "PATH", default_value = "/run/bird/bird.ctl")]
     bird_socket: PathBuf,
-    /// The BIRD protocol that holds the service routes (a `protocol static`, declared `disabled`).
+    /// The BIRD protocol that holds the service routes (a `protocol static`, declared
+    /// `disabled`); repeat it for each (one per address family: fastpathd_vips6 for IPv6).
     #[arg(long, value_name = "NAME", default_value = "fastpathd_vips")]
-    protocol: String,
+    protocol: Vec<String>,
     /// The birdc binary.
     #[arg(long, value_name = "PATH", default_value = "birdc")]
     birdc: PathBuf,
@@ -72,7 +73,7 @@ fn main() -> ExitCode {
         _ => Actuator::Bird(Bird {
             birdc: a.birdc.clone(),
             socket: a.bird_socket.clone(),
-            protocol: a.protocol.clone(),
+            protocols: a.protocol.clone(),
         }),
     };
     if a.withdraw {

@@ -33,6 +33,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const VIP: &str = "198.18.0.10";
+/// The IPv6 service address of the IPv6 test, and fastpathd's IPv6 address on node `i`'s link.
+const VIP6: &str = "2001:db8:f::10";
+
+fn node_addr6(i: usize) -> String {
+    format!("2001:db8:{i}::3")
+}
 const SERVICE_PORT: u16 = 9000;
 const NODES_AS: u32 = 65001;
 const ROUTER_AS: u32 = 65000;
@@ -185,7 +191,7 @@ impl Node {
         self.s.path("bird.ctl")
     }
 
-    fn start_bird(&mut self, cfg: &str) {
+    fn start_bird(&mut self, cfg: &str, protocols: &[&str]) {
         let bird_cfg = self.s.write("bird.conf", cfg);
         let ctl = self.bird_socket();
         self.bird = Some(Proc::spawn(
@@ -203,7 +209,13 @@ impl Node {
             self.s.path("bird.log"),
         ));
         wait_for(10, "BIRD's control socket", || self.vips_state() == "down");
-        self.helper = Some(start_helper(&self.ns, METRICS_PORT, &ctl, self.s.path("announce.log")));
+        self.helper = Some(start_helper(
+            &self.ns,
+            METRICS_PORT,
+            &ctl,
+            protocols,
+            self.s.path("announce.log"),
+        ));
     }
 
     fn start_fastpathd(&mut self) {
@@ -226,9 +238,14 @@ impl Node {
 
     /// BIRD's state of the protocol holding the service route: "up" (announced) or "down".
     fn vips_state(&self) -> String {
-        let out = self.birdc(&["show", "protocols", "fastpathd_vips"]);
+        self.state_of("fastpathd_vips")
+    }
+
+    /// BIRD's state of protocol `name`.
+    fn state_of(&self, name: &str) -> String {
+        let out = self.birdc(&["show", "protocols", name]);
         out.lines()
-            .find(|l| l.starts_with("fastpathd_vips"))
+            .find(|l| l.split_whitespace().next() == Some(name))
             .and_then(|l| l.split_whitespace().nth(3))
             .unwrap_or("?")
             .to_string()
@@ -261,12 +278,18 @@ fn node_config(name: &str, i: usize, ns_iface: &str, metrics_port: u16) -> Strin
 }
 
 /// The shipped BIRD template with a node's values; the second router line is dropped (one
-/// router here), and the first too without a router.
+/// router here), and the first too without a router; without `next_hop6` the lines marked
+/// `# v6` (the IPv6 service address) are dropped, as the template says.
 fn bird_config(router_id: &str, router: Option<&str>, next_hop: &str) -> String {
+    bird_config_with(router_id, router, next_hop, None)
+}
+
+fn bird_config_with(router_id: &str, router: Option<&str>, next_hop: &str, next_hop6: Option<&str>) -> String {
     let t = repo_file("configs/bird/fastpathd-bird.conf");
     let text: String = t
         .lines()
         .filter(|l| !l.contains("@ROUTER2@") && (router.is_some() || !l.contains("@ROUTER1@")))
+        .filter(|l| next_hop6.is_some() || !l.ends_with("# v6"))
         .map(|l| format!("{l}\n"))
         .collect();
     let text = text
@@ -275,7 +298,9 @@ fn bird_config(router_id: &str, router: Option<&str>, next_hop: &str) -> String 
         .replace("@ROUTER_AS@", &ROUTER_AS.to_string())
         .replace("@ROUTER1@", router.unwrap_or_default())
         .replace("@NEXT_HOP@", next_hop)
-        .replace("@VIP@", VIP);
+        .replace("@VIP@", VIP)
+        .replace("@NEXT_HOP6@", next_hop6.unwrap_or_default())
+        .replace("@VIP6@", VIP6);
     let code_lines: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with('#')).collect();
     assert!(
         !code_lines.iter().any(|l| l.contains('@')),
@@ -286,24 +311,26 @@ fn bird_config(router_id: &str, router: Option<&str>, next_hop: &str) -> String 
 
 /// The helper, in the node's namespace, on the node's fastpathd and BIRD (its defaults: every
 /// second, rise 3, fall 1).
-fn start_helper(ns: &str, metrics_port: u16, bird_socket: &Path, log: PathBuf) -> Proc {
+fn start_helper(ns: &str, metrics_port: u16, bird_socket: &Path, protocols: &[&str], log: PathBuf) -> Proc {
     let healthz = format!("127.0.0.1:{metrics_port}");
-    Proc::spawn(
-        ns,
-        &[
-            env!("CARGO_BIN_EXE_fastpathd-announce"),
-            "--healthz",
-            &healthz,
-            "--bird-socket",
-            bird_socket.to_str().unwrap(),
-        ],
-        log,
-    )
+    let mut argv = vec![
+        env!("CARGO_BIN_EXE_fastpathd-announce"),
+        "--healthz",
+        &healthz,
+        "--bird-socket",
+        bird_socket.to_str().unwrap(),
+    ];
+    for p in protocols {
+        argv.extend(["--protocol", p]);
+    }
+    Proc::spawn(ns, &argv, log)
 }
 
 /// The namespaces, veths, daemons; everything stopped and removed on drop, failure or not.
 struct Lab {
     id: String,
+    /// Dual-stack nodes (the IPv6 test): IPv6 on the links, an IPv6 service address too.
+    v6: bool,
     router: String,
     client: String,
     nodes: Vec<Node>,
@@ -315,12 +342,19 @@ const METRICS_PORT: u16 = 9464;
 
 impl Lab {
     fn new() -> Lab {
-        let id = format!("{}", std::process::id() % 100_000);
-        let s = Scratch::new("ecmp");
+        Lab::with(false, 2)
+    }
+
+    /// `nodes` nodes; `v6`: dual-stack ([`Lab::v6`]).
+    fn with(v6: bool, nodes: usize) -> Lab {
+        // Its own names for the IPv6 lab: the tests of this file run side by side.
+        let id = format!("{}{}", if v6 { "v" } else { "" }, std::process::id() % 100_000);
+        let s = Scratch::new(if v6 { "ecmp-v6" } else { "ecmp" });
         let mut lab = Lab {
             router: format!("ecr{id}"),
             client: format!("ecc{id}"),
             id,
+            v6,
             nodes: vec![],
             frr: vec![],
             s,
@@ -338,8 +372,8 @@ impl Lab {
                 "net.ipv4.fib_multipath_hash_policy=1",
                 "net.ipv4.conf.all.rp_filter=0",
                 "net.ipv4.conf.default.rp_filter=0",
-                "net.ipv6.conf.all.disable_ipv6=1",
-                "net.ipv6.conf.default.disable_ipv6=1",
+                &format!("net.ipv6.conf.all.disable_ipv6={}", u8::from(!v6)),
+                &format!("net.ipv6.conf.default.disable_ipv6={}", u8::from(!v6)),
             ],
         );
         // Client link.
@@ -362,7 +396,7 @@ impl Lab {
         // The backends are beyond the router: GRE to them is read on the nodes' links, then
         // dropped here without an ICMP error.
         ip(&["-n", &r, "route", "add", "blackhole", "203.0.113.0/24"]);
-        for i in 1..=2 {
+        for i in 1..=nodes {
             lab.add_node(i);
         }
         lab.start_frr();
@@ -377,10 +411,29 @@ impl Lab {
         let (rif, nif) = (format!("ecr{}n{i}", self.id), format!("ecn{}n{i}", self.id));
         ip(&["netns", "add", &ns]);
         let s = Scratch::new(&format!("ecmp-node{i}"));
-        let cfg = s.write(
-            "fastpathd.toml",
-            &node_config(&format!("ecmp-n{i}"), i, &nif, METRICS_PORT),
+        let mut text = node_config(
+            &format!("ecmp-n{}{i}", if self.v6 { "v" } else { "" }),
+            i,
+            &nif,
+            METRICS_PORT,
         );
+        if self.v6 {
+            // fastpathd's IPv6 address on the link, and the IPv6 service address.
+            text = text
+                .replace(
+                    &format!("ipv4 = [\"10.0.{i}.3\", \"{VIP}\"]\n"),
+                    &format!(
+                        "ipv4 = [\"10.0.{i}.3\", \"{VIP}\"]\nipv6 = [\"{}/64\", \"{VIP6}\"]\n",
+                        node_addr6(i)
+                    ),
+                )
+                .replace(
+                    &format!("addresses = [\"{VIP}\"]"),
+                    &format!("addresses = [\"{VIP}\", \"{VIP6}\"]"),
+                );
+            assert!(text.contains(VIP6), "{text}");
+        }
+        let cfg = s.write("fastpathd.toml", &text);
         self.nodes.push(Node {
             i,
             ns: ns.clone(),
@@ -391,11 +444,12 @@ impl Lab {
             bird: None,
         });
         ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        let off = u8::from(!self.v6);
         sysctl(
             &ns,
             &[
-                "net.ipv6.conf.all.disable_ipv6=1",
-                "net.ipv6.conf.default.disable_ipv6=1",
+                &format!("net.ipv6.conf.all.disable_ipv6={off}"),
+                &format!("net.ipv6.conf.default.disable_ipv6={off}"),
             ],
         );
         ip(&["link", "add", &rif, "type", "veth", "peer", "name", &nif]);
@@ -413,16 +467,31 @@ impl Lab {
         ip(&["-n", &self.router, "link", "set", &rif, "up"]);
         // The kernel's address on the node's link: BGP. fastpathd has 10.0.i.3.
         ip(&["-n", &ns, "addr", "add", &format!("10.0.{i}.2/24"), "dev", &nif]);
+        if self.v6 {
+            let (r6, k6) = (format!("2001:db8:{i}::1/64"), format!("2001:db8:{i}::2/64"));
+            ip(&["-n", &self.router, "addr", "add", &r6, "dev", &rif, "nodad"]);
+            ip(&["-n", &ns, "addr", "add", &k6, "dev", &nif, "nodad"]);
+        }
         ip(&["-n", &ns, "link", "set", &nif, "up"]);
         // veth leaves checksums to "hardware": the router's side must put real ones on the wire.
         let out = ns_exec(&self.router, &["ethtool", "-K", &rif, "tx", "off"]);
         assert!(out.status.success(), "ethtool (ci/setup installs it)");
+        let v6 = self.v6.then(|| node_addr6(i));
+        let protocols: &[&str] = if self.v6 {
+            &["fastpathd_vips", "fastpathd_vips6"]
+        } else {
+            &[]
+        };
         let n = self.nodes.last_mut().unwrap();
-        n.start_bird(&bird_config(
-            &format!("10.0.{i}.2"),
-            Some(&format!("10.0.{i}.1")),
-            &format!("10.0.{i}.3"),
-        ));
+        n.start_bird(
+            &bird_config_with(
+                &format!("10.0.{i}.2"),
+                Some(&format!("10.0.{i}.1")),
+                &format!("10.0.{i}.3"),
+                v6.as_deref(),
+            ),
+            protocols,
+        );
     }
 
     /// zebra and bgpd in the router namespace, from the shipped router config, with their
@@ -432,8 +501,10 @@ impl Lab {
         std::fs::create_dir_all(&dir).unwrap();
         let ok = Command::new("chown").args(["frr:frr"]).arg(&dir).status().unwrap();
         assert!(ok.success(), "chown frr: the frr package (ci/setup) makes the user");
-        let nodes: String = (1..=2)
-            .map(|i| format!(" neighbor 10.0.{i}.2 peer-group NODES\n"))
+        let nodes: String = self
+            .nodes
+            .iter()
+            .map(|n| format!(" neighbor 10.0.{}.2 peer-group NODES\n", n.i))
             .collect();
         let t = repo_file("configs/bird/frr-router.conf")
             .replace("@ROUTER_ID@", "10.0.9.1")
@@ -477,10 +548,11 @@ impl Lab {
         }
     }
 
-    /// The router's kernel next hops for the service address.
-    fn next_hops(&self) -> BTreeSet<String> {
+    /// The router's kernel next hops for `addr` (IPv4 or IPv6).
+    fn next_hops_of(&self, addr: &str) -> BTreeSet<String> {
+        let family = if addr.contains(':') { "-6" } else { "-4" };
         let out = Command::new("ip")
-            .args(["-n", &self.router, "route", "show", VIP])
+            .args(["-n", &self.router, family, "route", "show", addr])
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
@@ -493,16 +565,24 @@ impl Lab {
 
     /// Waits until the route has exactly `want` next hops; returns how long that took.
     fn wait_next_hops(&self, want: &[&str], secs: u64, what: &str) -> Duration {
-        let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
+        self.wait_next_hops_of(&[(VIP, want)], secs, what)
+    }
+
+    /// Waits until each address's route has exactly its next hops; how long that took.
+    fn wait_next_hops_of(&self, want: &[(&str, &[&str])], secs: u64, what: &str) -> Duration {
+        let want: Vec<(&str, BTreeSet<String>)> = want
+            .iter()
+            .map(|(a, w)| (*a, w.iter().map(|s| s.to_string()).collect()))
+            .collect();
         let t = Instant::now();
         loop {
-            let got = self.next_hops();
-            if got == want {
+            let got: Vec<BTreeSet<String>> = want.iter().map(|(a, _)| self.next_hops_of(a)).collect();
+            if got.iter().zip(&want).all(|(g, (_, w))| g == w) {
                 return t.elapsed();
             }
             if t.elapsed() > Duration::from_secs(secs) {
                 self.dump();
-                panic!("{what}: the router's route to {VIP} has next hops {got:?}, not {want:?}");
+                panic!("{what}: the router's routes have next hops {got:?}, not {want:?}");
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -526,6 +606,8 @@ impl Lab {
                 self.s.path("frr").to_str().unwrap(),
                 "-c",
                 "show ip bgp",
+                "-c",
+                "show bgp ipv6 unicast",
             ],
         );
         let _ = v;
@@ -786,7 +868,7 @@ fn the_helper_withdraws_on_a_port_down_and_a_stuck_lcore_and_announces_on_recove
     ip(&["-n", &ns, "link", "set", &nif, "up"]);
     ip(&["-n", &peer, "link", "set", &pif, "up"]);
     one.node.start_fastpathd();
-    one.node.start_bird(&bird_config("10.0.1.2", None, "10.0.1.3"));
+    one.node.start_bird(&bird_config("10.0.1.2", None, "10.0.1.3"), &[]);
     let n = &one.node;
     let took = wait_state(n, "up", 10, "announced at start");
     eprintln!("announced {took:?} after the helper started (rise 3 at 1 s)");
@@ -827,4 +909,64 @@ fn the_helper_withdraws_on_a_port_down_and_a_stuck_lcore_and_announces_on_recove
     ] {
         assert!(log.contains(line), "the helper logs `{line}`:\n{log}");
     }
+}
+
+/// An IPv6 service address announced through the shipped BIRD template (its IPv6 lines) and
+/// helper (`--protocol` for both families) over the node's IPv4 BGP session to FRR (the
+/// shipped router config's IPv6 address family): the router installs it with fastpathd's
+/// IPv6 address as the next hop, reaches fastpathd there (neighbour discovery answered by
+/// fastpathd, a ping of the service address answered through that route), and drops it
+/// within a few seconds of fastpathd's death (health failing), IPv4 and IPv6 alike, then takes
+/// both back when fastpathd runs again.
+#[test]
+fn an_ipv6_service_address_is_announced_with_its_next_hop_and_withdrawn_when_fastpathd_fails() {
+    let t0 = Instant::now();
+    let mut lab = Lab::with(true, 1);
+    let nh6 = node_addr6(1);
+    let both: [(&str, &[&str]); 2] = [(VIP, &["10.0.1.3"]), (VIP6, &[nh6.as_str()])];
+    let took = lab.wait_next_hops_of(&both, 30, "both service addresses announced");
+    eprintln!("IPv4 and IPv6 service addresses announced {took:?} after the start (rise 3 at 1 s)");
+    let n = &lab.nodes[0];
+    assert_eq!(
+        (n.state_of("fastpathd_vips"), n.state_of("fastpathd_vips6")),
+        ("up".into(), "up".into())
+    );
+    let routes = n.birdc(&["show", "route", "for", VIP6, "all"]);
+    assert!(routes.contains("fastpathd_vips6"), "in BIRD's table: {routes}");
+    // The route is usable: fastpathd answers the router's neighbour solicitation for its
+    // address and the ping of the service address.
+    wait_for(5, "the router pinging the IPv6 service address", || {
+        ns_exec(&lab.router, &["ping", "-6", "-c", "1", "-W", "1", VIP6])
+            .status
+            .success()
+    });
+    let neigh = ns_exec(&lab.router, &["ip", "-6", "neigh", "show", &nh6]);
+    assert!(
+        String::from_utf8_lossy(&neigh.stdout).contains(&node_mac(1)),
+        "the router resolved fastpathd's IPv6 address to its MAC"
+    );
+
+    // fastpathd dies: /healthz is gone, the helper withdraws both families.
+    let t = Instant::now();
+    let mut d = lab.nodes[0].fastpathd.take().unwrap();
+    d.signal("KILL");
+    let _ = d.child.wait();
+    drop(d);
+    lab.wait_next_hops_of(&[(VIP, &[]), (VIP6, &[])], 10, "withdrawn after SIGKILL");
+    let withdrawn = t.elapsed();
+    let n = &lab.nodes[0];
+    assert_eq!(n.state_of("fastpathd_vips6"), "down");
+
+    let t = Instant::now();
+    lab.nodes[0].start_fastpathd();
+    lab.wait_next_hops_of(&both, 15, "announced again after the restart");
+    let announced = t.elapsed();
+    eprintln!(
+        "withdrawn {withdrawn:?} after SIGKILL; announced again {announced:?} after the restart; test took {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        withdrawn < Duration::from_secs(4),
+        "withdrawn {withdrawn:?} after SIGKILL"
+    );
 }

@@ -118,6 +118,14 @@ pub trait PacketBuf {
         let _ = t;
     }
 
+    /// Whether the reassembler made this datagram from fragments (set on the buffer it builds,
+    /// never on a received frame): its sender sent pieces that fit its path.
+    fn reassembled(&self) -> bool {
+        false
+    }
+    /// Marks a datagram the reassembler built.
+    fn set_reassembled(&mut self) {}
+
     /// Length of the packet in bytes.
     fn len(&self) -> usize {
         self.data().len()
@@ -176,6 +184,7 @@ pub struct HeapBuf {
     port: u16,
     segments: u16,
     tunnelled: Option<Tunnelled>,
+    reassembled: bool,
 }
 
 impl HeapBuf {
@@ -193,6 +202,7 @@ impl HeapBuf {
             port: 0,
             segments: 1,
             tunnelled: None,
+            reassembled: false,
         }
     }
 
@@ -299,6 +309,12 @@ impl PacketBuf for HeapBuf {
     }
     fn set_tunnelled(&mut self, t: Option<Tunnelled>) {
         self.tunnelled = t;
+    }
+    fn reassembled(&self) -> bool {
+        self.reassembled
+    }
+    fn set_reassembled(&mut self) {
+        self.reassembled = true;
     }
 }
 

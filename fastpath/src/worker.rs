@@ -862,6 +862,16 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> Out<B, Io> {
             self.drops.push(m);
             return;
         };
+        if p.version == IpVersion::V6 && m.reassembled() && seq.is_none() {
+            // Its sender sent fragments that fit; fastpathd reassembled them for the service
+            // (RFC 8200 §4.5). A Packet Too Big would not help the sender (the next datagram is
+            // reassembled just as big), so the datagram is cut again into inner fragments that
+            // fit the tunnel, as Linux re-fragments what its conntrack reassembled.
+            if !self.send_in_pieces(cx, m, ti, Tag::Tunnel(ti as u32)) {
+                tables.tunnels[ti].counters.workers[self.slot].tx_full.inc();
+            }
+            return;
+        }
         let df = p.version == IpVersion::V6
             || crate::wire::Ipv4Packet::new_checked(&m.data()[p.l3_offset as usize..]).is_ok_and(|ip| ip.dont_frag());
         if df {

@@ -90,11 +90,14 @@ pub struct ServiceConfig {
 /// tunnels are validated ([`resolve_tunnels`]).
 pub(super) type TunnelRefs = Vec<(usize, Vec<String>)>;
 
-/// What the services seen so far took: their names, and (protocol, port) -> service name.
+/// A service on a port: its name and addresses (empty: every address).
+type OnPort = (String, Vec<std::net::IpAddr>);
+
+/// What the services seen so far took: their names, and (protocol, port) -> the services there.
 #[derive(Default)]
 struct Taken {
     names: BTreeSet<String>,
-    ports: BTreeMap<(u8, u16), String>,
+    ports: BTreeMap<(u8, u16), Vec<OnPort>>,
 }
 
 /// Validates every `[[service]]` (its `action = "tunnel"` still carries no tunnel index: see
@@ -150,8 +153,8 @@ fn service(
         errs.add(&at("name"), format!("{who}: two services have this name"));
     }
     let protocol = protocol(si, &r, &who, errs);
-    let svc_ports = listen_ports(si, &r, protocol, &who, taken, errs);
     let addresses = addresses(si, &r, &who, ports, errs);
+    let svc_ports = listen_ports(si, &r, protocol, &addresses, &who, taken, errs);
     let (sockets, cap) = sockets(si, &r, &who, dpdk, errs);
     if r.cost_ns.is_some_and(|c| c > 10_000_000) {
         errs.add(
@@ -216,11 +219,14 @@ fn protocol(si: usize, r: &ServiceSection, who: &str, errs: &mut Errs) -> IpProt
     }
 }
 
-/// `service[si].ports`: valid ports that no earlier service of the protocol has.
+/// `service[si].ports`: valid ports that no earlier service of the protocol has, unless each
+/// service on the port is bound to `addresses` of its own (an IPv4 and an IPv6 service address
+/// on one port with different backends).
 fn listen_ports(
     si: usize,
     r: &ServiceSection,
     protocol: IpProtocol,
+    addresses: &[std::net::IpAddr],
     who: &str,
     taken: &mut Taken,
     errs: &mut Errs,
@@ -241,13 +247,20 @@ fn listen_ports(
                 continue;
             }
         };
-        match taken.ports.get(&(u8::from(protocol), port)) {
-            Some(other) => errs.add(
+        let there = taken.ports.entry((u8::from(protocol), port)).or_default();
+        let clash = there.iter().find(|(_, theirs)| {
+            addresses.is_empty() || theirs.is_empty() || theirs.iter().any(|a| addresses.contains(a))
+        });
+        match clash {
+            Some((other, _)) => errs.add(
                 &here,
-                format!("{who}: port {port} already belongs to service {other:?}"),
+                format!(
+                    "{who}: port {port} already belongs to service {other:?} (services share a port only \
+                     when each has addresses of its own)"
+                ),
             ),
             None => {
-                taken.ports.insert((u8::from(protocol), port), r.name.clone());
+                there.push((r.name.clone(), addresses.to_vec()));
                 svc_ports.push(port);
             }
         }

@@ -398,6 +398,36 @@ fn bad_services_are_rejected_naming_the_service() {
             .any(|e| e.key == "service[1].ports[0]" && e.message.contains("already belongs to service \"echo\"")),
         "{e:?}"
     );
+    // One port, two services: allowed when each is bound to addresses of its own (an IPv4 and
+    // an IPv6 service address with their own backends), refused when either listens on every
+    // address or they share one.
+    let bound = |name: &str, addrs: &str| {
+        SERVICE
+            .replace("\"echo\"\nports", &format!("\"{name}\"\nports"))
+            .replace("ports = [7]", &format!("ports = [7]\naddresses = [{addrs}]"))
+    };
+    let c = parse(
+        &format!(
+            "{GOOD}{}{}",
+            bound("echo", "\"192.0.2.1\""),
+            bound("echo6", "\"2001:db8::1\"")
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(c.services[1].ports, [7]);
+    for second in [
+        SERVICE.replace("\"echo\"\nports", "\"other\"\nports"),
+        bound("other", "\"2001:db8::1\", \"192.0.2.1\""),
+    ] {
+        let e = errors(&format!("{GOOD}{}{second}", bound("echo", "\"192.0.2.1\"")));
+        assert!(
+            e.iter().any(|e| e.key == "service[1].ports[0]"
+                && e.message
+                    .contains("already belongs to service \"echo\" (services share a port only")),
+            "{second}: {e:?}"
+        );
+    }
     let no_workers = format!(
         "{}{SERVICE}",
         GOOD.replace("workers = [1]", "workers = []")

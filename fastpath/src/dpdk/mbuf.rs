@@ -11,6 +11,11 @@ use std::ptr::NonNull;
 /// lost 5-12% in the same instructions.)
 const TUNNELLED: u64 = (dpdk_sys::RTE_MBUF_F_RX_FDIR | dpdk_sys::RTE_MBUF_F_RX_FDIR_ID) as u64;
 
+/// `packet_type` bit marking a datagram the reassembler built: DPDK's packet types use bits
+/// 0-27 (`RTE_PTYPE_ALL_MASK`), so no driver sets it, nothing here reads the packet type, and
+/// `rte_pktmbuf_alloc` clears the field when the buffer is taken again.
+const REASSEMBLED: u32 = 1 << 31;
+
 /// An mbuf we own: freed (returned to its pool) when dropped, unless it is handed to a TX queue.
 ///
 /// `repr(transparent)` over a non-null pointer, so a slice of `Mbuf` has the layout of the
@@ -376,6 +381,22 @@ impl PacketBuf for Mbuf {
             }
             None => m.ol_flags &= !TUNNELLED,
         }
+    }
+
+    #[inline]
+    fn reassembled(&self) -> bool {
+        // SAFETY: `packet_type` is a plain u32 in a union with the bit fields over the same
+        // 32 bits; every bit pattern is a valid u32.
+        let t = unsafe { self.raw().__bindgen_anon_1.packet_type };
+        t & REASSEMBLED != 0
+    }
+
+    #[inline]
+    fn set_reassembled(&mut self) {
+        let m = self.raw_mut();
+        // SAFETY: as in `reassembled`: any u32 is a valid `packet_type`.
+        let t = unsafe { m.__bindgen_anon_1.packet_type };
+        m.__bindgen_anon_1.packet_type = t | REASSEMBLED;
     }
 }
 

@@ -115,6 +115,11 @@ pub struct ServiceTable {
     udp: Box<[u32; 65536]>,
     /// The same for TCP.
     tcp: Box<[u32; 65536]>,
+    /// Ports that more services than the first (in the port arrays) listen on, each bound to
+    /// its own addresses (an IPv4 and an IPv6 service address on one port, with different
+    /// backends): (protocol, slot, [`Hit`]), sorted. Read only when the first service there
+    /// does not serve the destination, so a port with one service pays nothing for it.
+    shared: Vec<(u8, u32, u32)>,
 }
 
 /// A port-table entry: everything the per-packet path reads of a service, in the word the lookup
@@ -188,14 +193,15 @@ impl Default for ServiceTable {
             hits: Vec::new(),
             udp: no_ports(),
             tcp: no_ports(),
+            shared: Vec::new(),
         }
     }
 }
 
 impl ServiceTable {
     /// A table over `services`, each listening on its `ports`. The caller has rejected
-    /// duplicate (protocol, port) pairs, more than 65535 services, and protocols other than UDP
-    /// and TCP.
+    /// (protocol, port) pairs that two services share unless both are bound to addresses and
+    /// none to the same one, more than 65535 services, and protocols other than UDP and TCP.
     pub fn new(services: Vec<(Service, Vec<u16>)>) -> Self {
         let mut t = ServiceTable::default();
         for (i, (svc, ports)) in services.into_iter().enumerate() {
@@ -210,10 +216,16 @@ impl ServiceTable {
                 }
             };
             for p in ports {
-                by_port[slot(p)] = hit;
+                let e = &mut by_port[slot(p)];
+                if *e == 0 {
+                    *e = hit;
+                } else if hit != 0 {
+                    t.shared.push((svc.protocol.0, slot(p) as u32, hit));
+                }
             }
             t.services.push(svc);
         }
+        t.shared.sort_unstable();
         t
     }
 
@@ -236,18 +248,41 @@ impl ServiceTable {
             IpProtocol::TCP => &self.tcp,
             _ => return None,
         };
-        self.hit(by_port[slot(port)], || *dst)
+        self.hit(protocol, slot(port), by_port[slot(port)], || *dst)
     }
 
-    /// The service of port-table entry `entry` (a [`Hit`], 0 for none) if it takes packets to
-    /// `dst`: the entry says so for a service on every address, without a read of the service.
+    /// The service of port-table entry `entry` (a [`Hit`], 0 for none; the entry of `protocol`
+    /// at `slot`) if it takes packets to `dst`: the entry says so for a service on every
+    /// address, without a read of the service.
     #[inline(always)]
-    fn hit(&self, entry: u32, dst: impl FnOnce() -> IpAddr) -> Option<Hit> {
+    fn hit(&self, protocol: IpProtocol, slot: usize, entry: u32, dst: impl FnOnce() -> IpAddr) -> Option<Hit> {
         if entry == 0 {
             return None;
         }
         let hit = Hit(entry);
-        (entry & BOUND == 0 || self.services[hit.svc()].serves(dst)).then_some(hit)
+        if entry & BOUND == 0 {
+            return Some(hit);
+        }
+        let dst = dst();
+        if self.services[hit.svc()].serves(|| dst) {
+            return Some(hit);
+        }
+        if self.shared.is_empty() {
+            return None;
+        }
+        self.shared_hit(protocol, slot, dst)
+    }
+
+    /// The other services on a shared port ([`ServiceTable::shared`]): the one bound to `dst`.
+    #[cold]
+    fn shared_hit(&self, protocol: IpProtocol, slot: usize, dst: IpAddr) -> Option<Hit> {
+        let key = (protocol.0, slot as u32);
+        let from = self.shared.partition_point(|&(p, s, _)| (p, s) < key);
+        self.shared[from..]
+            .iter()
+            .take_while(|&&(p, s, _)| (p, s) == key)
+            .map(|&(_, _, h)| Hit(h))
+            .find(|h| self.services[h.svc()].serves(|| dst))
     }
 
     /// The [`Hit`] of service `svc`, as its ports' entries hold it (the kernel path's service).
@@ -265,7 +300,8 @@ impl ServiceTable {
     /// Whether service `svc` takes packets to `dst` (tests: [`ServiceTable::hit`]'s decision).
     #[cfg(test)]
     fn serves(&self, svc: usize, dst: impl FnOnce() -> IpAddr) -> bool {
-        self.hit_of(svc).is_some_and(|h| self.hit(h.0, dst).is_some())
+        self.hit_of(svc)
+            .is_some_and(|h| h.0 & BOUND == 0 || self.services[h.svc()].serves(dst))
     }
 
     /// [`ServiceTable::lookup`] for UDP to an IPv4 address (the pipeline's fast path), the port
@@ -273,32 +309,45 @@ impl ServiceTable {
     /// service bound to addresses.
     #[inline(always)]
     pub fn lookup_udp4(&self, port: [u8; 2], dst: Ipv4Addr) -> Option<Hit> {
-        self.hit(self.udp[wire_slot(port)], || IpAddr::V4(dst))
+        self.hit(IpProtocol::UDP, wire_slot(port), self.udp[wire_slot(port)], || {
+            IpAddr::V4(dst)
+        })
     }
 
     /// [`ServiceTable::lookup`] for UDP to an IPv6 address (the IPv6 fast path).
     #[inline(always)]
     pub fn lookup_udp6(&self, port: [u8; 2], dst: &Ipv6Addr) -> Option<Hit> {
-        self.hit(self.udp[wire_slot(port)], || IpAddr::V6(*dst))
+        self.hit(IpProtocol::UDP, wire_slot(port), self.udp[wire_slot(port)], || {
+            IpAddr::V6(*dst)
+        })
     }
 
     /// [`ServiceTable::lookup`] for TCP to an IPv4 address (the TCP fast path).
     #[inline(always)]
     pub fn lookup_tcp4(&self, port: [u8; 2], dst: Ipv4Addr) -> Option<Hit> {
-        self.hit(self.tcp[wire_slot(port)], || IpAddr::V4(dst))
+        self.hit(IpProtocol::TCP, wire_slot(port), self.tcp[wire_slot(port)], || {
+            IpAddr::V4(dst)
+        })
     }
 
     /// [`ServiceTable::lookup`] for TCP to an IPv6 address (the TCP fast path).
     #[inline(always)]
     pub fn lookup_tcp6(&self, port: [u8; 2], dst: &Ipv6Addr) -> Option<Hit> {
-        self.hit(self.tcp[wire_slot(port)], || IpAddr::V6(*dst))
+        self.hit(IpProtocol::TCP, wire_slot(port), self.tcp[wire_slot(port)], || {
+            IpAddr::V6(*dst)
+        })
     }
 
     /// Whether a UDP service with the `echo` action listens on `port` (on any address).
     #[inline]
     pub fn is_udp_echo_port(&self, port: u16) -> bool {
         let e = self.udp[slot(port)];
-        e != 0 && self.services[Hit(e).svc()].action == Action::Echo
+        let echo = |h: u32| self.services[Hit(h).svc()].action == Action::Echo;
+        (e != 0 && echo(e))
+            || self
+                .shared
+                .iter()
+                .any(|&(p, s, h)| p == IpProtocol::UDP.0 && s as usize == slot(port) && echo(h))
     }
 }
 
@@ -609,6 +658,56 @@ mod tests {
 
     /// CVE-2024-2169: never the echo/chargen/daytime/QOTD/time ports or port 0, and no port
     /// below 1024 unless the service allows it.
+    #[test]
+    fn services_bound_to_their_own_addresses_share_a_port() {
+        let svc = |protocol, addresses: Vec<IpAddr>, action| Service {
+            name: "s".into(),
+            protocol,
+            addresses,
+            group: crate::pipeline::Group {
+                sockets: vec![0],
+                mode: FanoutMode::Hash,
+                rollover: false,
+                huge_flows: false,
+                flow_limit: true,
+            },
+            action,
+            cost_ns: 0,
+            echo_allow_low_ports: false,
+        };
+        let v6: IpAddr = "2001:db8::10".parse().unwrap();
+        let v6b: IpAddr = "2001:db8::11".parse().unwrap();
+        let t = ServiceTable::new(vec![
+            (svc(IpProtocol::TCP, vec![IpAddr::V4(ME)], Action::Sink), vec![443, 80]),
+            (svc(IpProtocol::TCP, vec![v6], Action::Sink), vec![443]),
+            (svc(IpProtocol::TCP, vec![v6b], Action::Sink), vec![443]),
+            (svc(IpProtocol::UDP, vec![v6], Action::Echo), vec![443]),
+            (svc(IpProtocol::UDP, vec![IpAddr::V4(ME)], Action::Sink), vec![443]),
+        ]);
+        let tcp = |port: u16, dst: IpAddr| t.lookup(IpProtocol::TCP, port, &dst).map(Hit::svc);
+        assert_eq!(tcp(443, IpAddr::V4(ME)), Some(0));
+        assert_eq!(tcp(443, v6), Some(1));
+        assert_eq!(tcp(443, v6b), Some(2));
+        assert_eq!(tcp(443, IpAddr::V4(THEM)), None, "nobody's address");
+        assert_eq!(tcp(80, v6), None, "only the first listens on 80");
+        if let IpAddr::V6(a) = v6b {
+            assert_eq!(
+                t.lookup_tcp6(443u16.to_be_bytes(), &a).map(Hit::svc),
+                Some(2),
+                "the fast path too"
+            );
+        }
+        assert_eq!(t.lookup_udp4(443u16.to_be_bytes(), ME).map(Hit::svc), Some(4));
+        if let IpAddr::V6(a) = v6 {
+            assert_eq!(t.lookup_udp6(443u16.to_be_bytes(), &a).map(Hit::svc), Some(3));
+        }
+        assert!(
+            t.is_udp_echo_port(443),
+            "an echo service on the port, on one of its addresses"
+        );
+        assert!(!t.is_udp_echo_port(80));
+    }
+
     #[test]
     fn echo_refuses_reflection_ports() {
         for (sport, low_ok, want) in [

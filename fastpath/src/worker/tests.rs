@@ -493,6 +493,30 @@ fn too_big_ipv6_gets_packet_too_big() {
 }
 
 #[test]
+fn too_big_ipv6_that_was_reassembled_here_leaves_in_inner_fragments_each_encapsulated() {
+    let mut e = engine(tables(to_tunnel()));
+    let mut m = HeapBuf::new(&udp6(1452));
+    m.set_reassembled();
+    let s = e.tables().sockets[0].clone();
+    assert!(e.io_mut().deliver(&s, 0, m));
+    e.poll(T0);
+    let out = sent(&mut e, 0);
+    assert_eq!(out.len(), 2, "no Packet Too Big: its sender's fragments fitted");
+    for (i, f) in out.iter().enumerate() {
+        let d = f.data();
+        assert!(is_gre_to_remote(d));
+        assert!(d.len() <= 1514);
+        assert_eq!(frag_field(d, 14) & 0x3fff, 0, "not an outer fragment");
+        // Inside GRE (outer IPv4 20 + GRE with key 8): IPv6 with a Fragment header.
+        assert_eq!(d[42 + 6], 44, "an inner IPv6 fragment");
+        let more = u16::from_be_bytes([d[42 + 40 + 2], d[42 + 40 + 3]]) & 1;
+        assert_eq!(more == 1, i == 0, "more fragments on the first");
+    }
+    let c = tunnel_counters(&e);
+    assert_eq!((c.sum(|c| &c.too_big), c.sum(|c| &c.encap)), (1, 1));
+}
+
+#[test]
 fn too_big_ipv4_without_df_is_encapsulated_in_outer_fragments() {
     let mut e = engine(tables(to_tunnel()));
     deliver(&mut e, 0, &[udp4(4000, 1472, 0)]);

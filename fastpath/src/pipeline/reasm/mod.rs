@@ -1064,6 +1064,9 @@ impl<B: PacketBuf> Reassembler<B> {
         }
         let out_len = head_len + total as usize;
         let mut out = io.alloc(out_len);
+        if let Some(b) = out.as_mut() {
+            b.set_reassembled();
+        }
         let room = out.as_mut().and_then(|b| b.append(out_len));
         let Some(dst) = room else {
             drop(out);

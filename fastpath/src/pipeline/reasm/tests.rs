@@ -69,7 +69,11 @@ fn put(r: &mut Reassembler<HeapBuf>, io: &mut Io, t: u64, frame: &[u8]) -> Inser
 
 fn complete(i: Insert<HeapBuf>) -> Vec<u8> {
     match i {
-        Insert::Complete { datagram, .. } => datagram.data().to_vec(),
+        Insert::Complete { datagram, .. } => {
+            // Marked, so that a worker re-cuts rather than answers it too big.
+            assert!(datagram.reassembled());
+            datagram.data().to_vec()
+        }
         other => panic!("not complete: {other:?}"),
     }
 }
