@@ -386,11 +386,11 @@ fn open_ports(cfg: &Config, pool: &Arc<Mempool>) -> Result<Vec<Port>, String> {
                 port.driver()
             );
         }
-        if p.device.starts_with("net_af_packet") {
+        if p.device.starts_with("net_af_packet") || p.device.starts_with("net_af_xdp") {
             // What fastpathd cannot check from here fails silently otherwise (docs/operating.md,
             // "On a veth or a VM's interface").
             tracing::info!(
-                "fastpathd: port {} is an af_packet socket on a kernel interface: the peer must put \
+                "fastpathd: port {} is a socket on a kernel interface: the peer must put \
                  checksums on the wire (a veth peer: `ethtool -K PEER tx off`), else every TCP/UDP \
                  packet is dropped as a bad checksum (here `udp_bad_checksum`/`tcp_bad_checksum`, \
                  or by the kernel behind a kernel interface)",
@@ -935,11 +935,17 @@ fn shutdown(d: Dataplane, opts: &Options, started: Instant, failed_lcores: Vec<u
         }
     }
     summary(&sources, started.elapsed());
+    let held: u32 = ports.iter().map(Port::held_at_close).sum();
     drop(ports);
     drop(kernel_ports);
     let leaked = pool.in_use() + big.in_use();
-    if leaked != 0 {
+    if leaked > held {
         tracing::error!("fastpathd: {leaked} mbufs were not returned to the pool at exit");
+    } else if leaked != 0 {
+        tracing::info!(
+            "fastpathd: {leaked} mbufs stay with the kernel's AF_XDP rings at exit (net_af_xdp lends \
+             up to {held} and does not take them back at close)"
+        );
     }
     // Everything that holds DPDK objects goes before the EAL: the tables' socket rings (which
     // return any packet still queued to the pool), then the pool.

@@ -226,7 +226,7 @@ pub(super) fn check(cfg: &Config, extra: &[String], m: &Machine, errs: &mut Errs
 }
 
 /// A vdev's own arguments that name things on this machine: a kernel interface
-/// (`iface=` of net_af_packet, `rx_iface=`/`tx_iface=`/`iface=` of net_pcap) must exist; a
+/// (`iface=` of net_af_packet and net_af_xdp, `rx_iface=`/`tx_iface=`/`iface=` of net_pcap) must exist; a
 /// capture to read (`rx_pcap=`) must be a readable file. (net_tap's `iface=` is created.)
 fn check_vdev(dev: &str, spec: &str, sys: &Path, key: &[crate::locate::Seg], errs: &mut Errs) {
     let tap = dev.starts_with("net_tap") || dev.starts_with("net_tun");

@@ -495,6 +495,7 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
     let ports = port::validate(raw.port, &lcores, dir, errs);
     lcores::check_rx_queues(&lcores, &ports, errs);
     port::check_af_packet_queues(&dpdk.eal_args, &ports, errs);
+    port::check_af_xdp(&dpdk.eal_args, &ports, errs);
     let metrics = metrics::validate(raw.metrics, errs);
     let rss = rss::validate(raw.rss, dir, errs);
     let index = port::PortIndex::new(&ports);

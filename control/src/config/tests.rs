@@ -835,6 +835,41 @@ fn an_af_packet_port_polls_every_queue_pair() {
 }
 
 #[test]
+fn an_af_xdp_port_takes_its_queue_pairs_and_hugepages() {
+    let xdp = |eal: &str, rx: u16, tx: u16, lcores: &str| {
+        GOOD.replace("\"--no-huge\", \"--vdev=net_null0\"", eal)
+            .replace(
+                "device = \"net_null0\"\nrx_queues = 1\ntx_queues = 2",
+                &format!("device = \"net_af_xdp0\"\nrx_queues = {rx}\ntx_queues = {tx}"),
+            )
+            .replace("rx = [0]\nworkers = [1]", lcores)
+    };
+    let one = "rx = [0]";
+    let two = "rx = [0]\nworkers = [1]";
+    // One queue pair (queue_count defaults to 1), one lcore, hugepages: good.
+    parse(&xdp("\"--vdev=net_af_xdp0,iface=veth0\"", 1, 1, one), "t.toml").unwrap();
+    // The same on --no-huge: the device line is named.
+    let e = errors(&xdp("\"--no-huge\", \"--vdev=net_af_xdp0,iface=veth0\"", 1, 1, one));
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert_eq!((e[0].key.as_str(), e[0].line), ("port[0].device", Some(6)));
+    assert!(e[0].message.contains("hugepages"), "{}", e[0].message);
+    // A worker needs a second TX queue, and the driver then needs queue_count=2 for both.
+    let e = errors(&xdp("\"--vdev=net_af_xdp0,iface=veth0\"", 2, 2, two));
+    let keys: Vec<&str> = e.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["port[0].rx_queues", "port[0].tx_queues"], "{e:#?}");
+    assert!(e[0].message.contains("queue_count=1"), "{}", e[0].message);
+    parse(
+        &xdp("\"--vdev\", \"net_af_xdp0,iface=eth1,queue_count=2\"", 2, 2, two),
+        "t.toml",
+    )
+    .unwrap();
+    // RX and TX are pairs: 1 RX with 2 TX is refused on rx_queues alone.
+    let e = errors(&xdp("\"--vdev=net_af_xdp0,iface=eth1,queue_count=2\"", 1, 2, two));
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert_eq!(e[0].key, "port[0].rx_queues");
+}
+
+#[test]
 fn control_socket_default_relative_and_bad_paths() {
     let c = parse(GOOD, "/etc/fp/t.toml").unwrap();
     assert_eq!(
