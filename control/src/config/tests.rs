@@ -647,6 +647,61 @@ fn lcore_cpus_place_lcores_and_reach_the_eal() {
     assert!(parse_checked(GOOD, "t.toml").unwrap().warnings.errors.is_empty());
 }
 
+/// A NIC on NUMA node 1 polled by an RX lcore on node 0: a warning on that lcore's entry, from
+/// sysfs (`--check-config`, before any EAL); its lcore on node 1 is fine.
+#[test]
+fn an_rx_lcore_on_another_numa_node_than_its_port_is_warned_of() {
+    let sys = std::env::temp_dir().join(format!("fp-numa-check-{}", std::process::id()));
+    for (n, list) in [(0, "0-3"), (1, "4-7")] {
+        let d = sys.join(format!("devices/system/node/node{n}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("cpulist"), format!("{list}\n")).unwrap();
+    }
+    let nic = sys.join("bus/pci/devices/0000:3b:00.0");
+    std::fs::create_dir_all(&nic).unwrap();
+    std::fs::create_dir_all(sys.join("bus/pci/drivers/vfio-pci")).unwrap();
+    std::os::unix::fs::symlink(sys.join("bus/pci/drivers/vfio-pci"), nic.join("driver")).unwrap();
+    std::fs::write(nic.join("numa_node"), "1\n").unwrap();
+    let src = GOOD
+        .replace(
+            "\"--no-huge\", \"--vdev=net_null0\"",
+            "\"--no-huge\", \"-a\", \"0000:3b:00.0\"",
+        )
+        .replace(
+            "device = \"net_null0\"\nrx_queues = 1\ntx_queues = 2",
+            "device = \"0000:3b:00.0\"\nrx_queues = 2\ntx_queues = 3",
+        )
+        .replace("rx = [0]\nworkers = [1]", "rx = [0, 4]\nworkers = [5]");
+    let c = parse(&src, "t.toml").expect("valid");
+    let m = Machine {
+        sys: sys.clone(),
+        ..cpus(&(0..8).collect::<Vec<_>>())
+    };
+    let (_, w) = check_machine(&c, &[], &src, "t.toml", &m).expect("fits");
+    assert_eq!(w.errors.len(), 1, "{w}");
+    assert_eq!((w.errors[0].key.as_str(), w.errors[0].line), ("lcores.rx[0]", Some(13)));
+    assert!(
+        w.errors[0]
+            .message
+            .contains("RX lcore 0 (NUMA socket 0) polls queue 0 of port[0] 0000:3b:00.0 (socket 1)"),
+        "{w}"
+    );
+    // Both RX lcores on node 1: nothing to say.
+    let both = src.replace("rx = [0, 4]\nworkers = [5]", "rx = [6, 4]\nworkers = [5]");
+    let c = parse(&both, "t.toml").expect("valid");
+    let (_, w) = check_machine(&c, &[], &both, "t.toml", &m).expect("fits");
+    assert!(w.errors.is_empty(), "{w}");
+    // Without NUMA information in sysfs it is said to be unchecked.
+    let flat = Machine {
+        sys: std::path::PathBuf::from("/nonexistent"),
+        ..m.clone()
+    };
+    let c = parse(GOOD, "t.toml").unwrap();
+    let (unchecked, _) = check_machine(&c, &[], GOOD, "t.toml", &flat).expect("fits");
+    assert!(unchecked.iter().any(|u| u.contains("NUMA placement")), "{unchecked:?}");
+    std::fs::remove_dir_all(&sys).unwrap();
+}
+
 #[test]
 fn bad_lcore_cpus_are_refused_with_key_and_line() {
     for (cpus, why) in [

@@ -102,6 +102,22 @@ fn check(what: impl FnOnce() -> String, rc: i32) -> Result<()> {
     }
 }
 
+/// The NUMA socket of the port DPDK probed under `device` (`rte_eth_dev_socket_id`); `Ok(None)`
+/// when the driver does not know (-1: every vdev), an error when there is no such port.
+pub fn socket_of(device: &str) -> Result<Option<u32>> {
+    let cname = CString::new(device).map_err(|_| Error::new("port name", libc::EINVAL))?;
+    let mut id: u16 = 0;
+    // SAFETY: cname is a valid C string and id a valid out-pointer for the call.
+    let rc = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
+    check(
+        || format!("finding port {device:?} (is it in the EAL arguments, e.g. --vdev or -a?)"),
+        rc,
+    )?;
+    // SAFETY: id is a probed port.
+    let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id) };
+    Ok(u32::try_from(socket).ok())
+}
+
 /// Creates a device from DPDK device arguments after EAL start-up (hotplug), e.g.
 /// `net_tap_kernel0,iface=fp0,mac=02:00:00:00:00:01`; then [`Port::open`] finds it by name.
 pub fn probe(devargs: &str) -> Result<()> {
