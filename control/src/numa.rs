@@ -109,12 +109,6 @@ pub fn plan(l: &Layout) -> Plan {
     }
 }
 
-/// The socket of each worker's rings: the worker's own (the consumer's), or `fallback` when
-/// unknown.
-pub fn ring_sockets(worker_sockets: &[Option<u32>], fallback: u32) -> Vec<u32> {
-    worker_sockets.iter().map(|s| s.unwrap_or(fallback)).collect()
-}
-
 /// The NUMA node of each CPU from `<sys>/devices/system/node/node*/cpulist` (empty when the
 /// kernel gives no NUMA information).
 pub fn cpu_nodes(sys: &std::path::Path) -> std::collections::BTreeMap<u32, u32> {
@@ -279,11 +273,6 @@ mod tests {
         );
         // No port at all still has the main lcore's pool.
         assert_eq!(plan(&Layout::default()).pool_sockets, vec![0]);
-    }
-
-    #[test]
-    fn rings_go_to_their_workers_sockets() {
-        assert_eq!(ring_sockets(&[Some(1), Some(0), None], 0), vec![1, 0, 0]);
     }
 
     #[test]

@@ -691,4 +691,37 @@ next_hop_mac = "02:00:00:00:00:fe"
             assert_eq!(*made.lock().unwrap(), want, "{rx_lcores} RX lcores");
         }
     }
+
+    /// Each socket's queues are made for the worker that drains it (where the daemon puts a
+    /// DPDK ring: that worker's NUMA socket); a hand-off ring, which any worker may drain, for
+    /// none.
+    #[test]
+    fn socket_queues_are_made_for_their_draining_worker() {
+        let src = "[dpdk]\neal_args = [\"--no-huge\", \"--vdev=net_null0\"]\n[[port]]\ndevice = \"net_null0\"\n\
+                   ipv4 = [\"192.0.2.1\"]\nrx_queues = 1\ntx_queues = 4\n[lcores]\nrx = [1]\nworkers = [0, 3, 4]\n\
+                   [[service]]\nname = \"echo\"\nports = [7]\nsockets = 3\naction = \"echo\"\n\
+                   [[tunnel]]\nname = \"seq\"\nlocal = \"192.0.2.1\"\nremote = \"198.51.100.3\"\nsequence = true\n\
+                   port = \"net_null0\"\nnext_hop_mac = \"02:00:00:00:00:fe\"\n";
+        let cfg = crate::config::parse(src, "t.toml").expect("valid config");
+        let made: Arc<std::sync::Mutex<Vec<Option<usize>>>> = Default::default();
+        let record = made.clone();
+        let make: MakeQueue = Box::new(move |cap, _, consumer| {
+            record.lock().unwrap().push(consumer);
+            Ok(fastpath::socket::SimQueue::new(cap).into())
+        });
+        let port = OpenedPort {
+            id: 0,
+            mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            kernel: None,
+        };
+        let mut b = TableBuilder::with_queues(vec![port], 1, 3, make);
+        let t = b.build(&cfg, 1).expect("tables");
+        let workers: Vec<usize> = (0..3).map(|i| worker_for("echo", i, 3)).collect();
+        assert_eq!(t.sockets.iter().map(|s| s.worker).collect::<Vec<_>>(), workers);
+        let mut want: Vec<Option<usize>> = workers.iter().map(|&w| Some(w)).collect();
+        want.push(None);
+        assert_eq!(*made.lock().unwrap(), want);
+        // The three sockets land on more than one worker (else the test shows nothing).
+        assert!(workers.iter().any(|&w| w != workers[0]), "{workers:?}");
+    }
 }
