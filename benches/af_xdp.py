@@ -11,8 +11,9 @@ BENCH_REPS rounds (default 3), and each round's af_xdp / af_packet ratio is prin
     benches/af_xdp.py
     BENCH_SECONDS=1 BENCH_REPS=1 BENCH_WARMUP=1 benches/af_xdp.py   # smoke
 """
+import glob
 import os
-import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -54,6 +55,9 @@ def setup():
 def teardown():
     for ns in (HOST, CLIENT):
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    # The EAL runtime directories of this run's prefixes (testpmd leaves its own).
+    for d in glob.glob(f"/var/run/dpdk/fpxb{ID}*"):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def mac_of():
@@ -90,7 +94,7 @@ def rx_total():
 
 def flood(tmp, mac):
     cmd = ["ip", "netns", "exec", CLIENT, "dpdk-testpmd", "--lcores=0@1,1@1", "--no-huge", "-m", "256",
-           "--no-pci", f"--file-prefix=fpxb{ID}tx", "--no-telemetry", f"--vdev=net_af_packet0,iface={PEER}",
+           "--no-pci", "--no-shconf", f"--file-prefix=fpxb{ID}tx", "--no-telemetry", f"--vdev=net_af_packet0,iface={PEER}",
            "--", "--forward-mode=txonly", f"--eth-peer=0,{mac}", "--tx-ip=192.0.2.2,192.0.2.1",
            "--txpkts=64", "--total-num-mbufs=8192"]
     log = open(os.path.join(tmp, "testpmd.log"), "w")
@@ -128,9 +132,13 @@ def main():
                         a, t0 = rx_total(), time.time()
                         time.sleep(seconds)
                         b, t1 = rx_total(), time.time()
+                        sender_died = tx.poll() is not None
                     finally:
                         stop(tx)
                         stop(d)
+                    if sender_died or b <= a:
+                        sys.exit(f"af_xdp: nothing received ({kind}); the sender's log:\n"
+                                 + open(os.path.join(tmp, "testpmd.log")).read())
                     rates[kind].append((b - a) / (t1 - t0))
                     print(f"round {r + 1} {kind}: {rates[kind][-1] / 1e6:.3f} Mpps", flush=True)
         ratios = [x / p for x, p in zip(rates["af_xdp"], rates["af_packet"])]
