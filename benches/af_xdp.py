@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ID = os.getpid() % 100000
