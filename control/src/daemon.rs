@@ -88,12 +88,16 @@ pub fn run(opts: Options) -> u8 {
             );
             return EXIT_CONFIG;
         }
-        Ok(unchecked) if opts.check_config => {
-            for u in unchecked {
-                eprintln!("{file}: not checked: {u}");
+        Ok((unchecked, warnings)) => {
+            for w in warnings.to_string().lines() {
+                tracing::warn!("warning: {w}");
+            }
+            if opts.check_config {
+                for u in unchecked {
+                    eprintln!("{file}: not checked: {u}");
+                }
             }
         }
-        Ok(_) => {}
     }
     if opts.check_config {
         eprintln!("{}: ok", opts.config.display());
@@ -159,16 +163,23 @@ fn start_and_serve(
     // Before the EAL narrows this thread to the main lcore's CPU.
     let allowed = crate::placement::allowed_cpus();
     let eal = init_eal(&cfg, opts)?;
-    let (pool, big) = make_pools(&cfg)?;
-    let ports = open_ports(&cfg, &pool)?;
-    let kernel_ports = control::kernel::open(&cfg, &ports, &pool)?;
+    let numa = numa_plan(&cfg, &eal)?;
+    let (pools, big) = make_pools(&cfg, &numa)?;
+    let ports = open_ports(&cfg, &pools, &numa)?;
+    let kernel_ports = control::kernel::open(&cfg, &ports, &pools.main)?;
     let (opened, port_names, port_info) = describe_ports(&cfg, &ports, &kernel_ports);
     let pin = housekeeping_pin(allowed.as_deref(), &cfg);
     // The checks start up (see `backends`), so the first generation has every backend.
     let backends = Arc::new(control::backends::BackendHealth::new(Arc::new(pin.clone())));
     backends.sync(&cfg);
-    let mut builder = TableBuilder::new(opened, cfg.lcores.rx.len(), cfg.lcores.workers.len(), pool.clone())
-        .with_backend_health(backends.clone());
+    let ring_sockets = cfg.lcores.workers.iter().map(|&w| eal.lcore_socket(w)).collect();
+    let mut builder = TableBuilder::new(
+        opened,
+        cfg.lcores.rx.len(),
+        (cfg.lcores.workers.len(), ring_sockets),
+        pools.main.clone(),
+    )
+    .with_backend_health(backends.clone());
     let first = builder
         .build(&cfg, 1)
         .map_err(|e| format!("{e}\n  Give EAL more memory (-m) for the socket rings."))?;
@@ -178,7 +189,7 @@ fn start_and_serve(
         true => Some(control::kernel::ListenerWatch::new(builder.kernel_listeners())?),
         false => None,
     };
-    let kit = LcoreKit::new(&cfg, &eal, (&ports, &kernel_ports), &published, (&pool, &big));
+    let kit = LcoreKit::new(&cfg, &eal, (&ports, &kernel_ports), &published, (&pools, &big));
     let (roles, all_stats, run_control) = lcore_roles(&kit);
     let final_port_stats = FinalPortStats::default();
     let health = Arc::new(Health::new(port_names.len()));
@@ -187,7 +198,7 @@ fn start_and_serve(
         (port_names, port_info),
         all_stats,
         (start_time, eal.tsc_hz()),
-        (&pool, &big),
+        (&pools, &big),
         &final_port_stats,
         (&published, &health, &backends),
     );
@@ -239,7 +250,7 @@ fn start_and_serve(
     shutdown(
         Dataplane {
             eal,
-            pool,
+            pools,
             big,
             ports,
             kernel_ports: kernel_ports.into_iter().flatten().collect(),
@@ -318,31 +329,126 @@ fn remove_stale_vhost_sockets(argv: &[String]) {
     }
 }
 
-/// The packet pool, and the pool of 64 KiB buffers for reassembled datagrams.
-fn make_pools(cfg: &Config) -> Result<(Arc<Mempool>, Arc<Mempool>), String> {
+/// The packet pools, one per NUMA socket that has a port (`control::numa::plan`), each of
+/// `[dpdk] mbufs`.
+#[derive(Clone)]
+struct Pools {
+    /// (socket, pool), ascending by socket.
+    by_socket: Vec<(u32, Arc<Mempool>)>,
+    /// The main lcore's socket's pool (the first if it has none): the kernel interfaces' and
+    /// the socket rings' home pool.
+    main: Arc<Mempool>,
+}
+
+impl Pools {
+    /// The pool on `socket`, else the main one.
+    fn on(&self, socket: Option<u32>) -> &Arc<Mempool> {
+        socket
+            .and_then(|s| self.by_socket.iter().find(|(t, _)| *t == s))
+            .map_or(&self.main, |(_, p)| p)
+    }
+
+    fn in_use(&self) -> u32 {
+        self.by_socket.iter().map(|(_, p)| p.in_use()).sum()
+    }
+
+    fn size(&self) -> u32 {
+        self.by_socket.iter().map(|(_, p)| p.size()).sum()
+    }
+}
+
+/// Where the ports and lcores are by the EAL, and what follows (`control::numa::plan`): the
+/// pools, each port's, and a warning for each RX lcore that polls a port on another socket
+/// which the machine check (sysfs, before the EAL) could not see.
+struct NumaPlan {
+    plan: control::numa::Plan,
+    main_socket: u32,
+}
+
+fn numa_plan(cfg: &Config, eal: &Eal) -> Result<NumaPlan, String> {
+    let port_sockets = cfg
+        .ports
+        .iter()
+        .map(|p| dpdk::port::socket_of(&p.device).map_err(|e| format!("port {}: {e}", p.device)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let main_socket = eal.lcore_socket(eal.main_lcore()).unwrap_or(0);
+    let layout = control::numa::Layout {
+        port_sockets,
+        rx: cfg
+            .lcores
+            .rx
+            .iter()
+            .zip(cfg.rx_assignment())
+            .map(|(&lcore, queues)| control::numa::RxLcore {
+                lcore,
+                socket: eal.lcore_socket(lcore),
+                queues,
+            })
+            .collect(),
+        main_socket,
+    };
+    let plan = control::numa::plan(&layout);
+    let sys = std::path::Path::new("/sys");
+    for r in &plan.remote {
+        let device = &cfg.ports[r.port].device;
+        let seen_by_sysfs = control::numa::pci_address(device)
+            .and_then(|a| control::numa::pci_node(sys, &a))
+            .is_some();
+        if !seen_by_sysfs {
+            tracing::warn!("fastpathd: {}", r.message(device));
+        }
+    }
+    Ok(NumaPlan { plan, main_socket })
+}
+
+/// The packet pools, and the pool of 64 KiB buffers for reassembled datagrams.
+fn make_pools(cfg: &Config, numa: &NumaPlan) -> Result<(Pools, Arc<Mempool>), String> {
     let max_mtu = cfg.ports.iter().filter_map(|p| p.mtu).max().unwrap_or(1500) as u32;
     let data_room = config::packet_data_room(max_mtu) as u16;
-    let pool = Arc::new(
-        Mempool::with_ops(
-            "fastpath_pkts",
-            cfg.dpdk.mbufs,
-            cfg.dpdk.mbuf_cache,
-            data_room,
+    let sockets = &numa.plan.pool_sockets;
+    let mut by_socket = Vec::new();
+    for &s in sockets {
+        // One socket (every single-socket machine): the name it always had.
+        let name = match sockets.len() {
+            1 => "fastpath_pkts".to_string(),
+            _ => format!("fastpath_pkts_{s}"),
+        };
+        let pool = Mempool::on_socket(
+            &name,
+            (cfg.dpdk.mbufs, cfg.dpdk.mbuf_cache, data_room),
             Some(&cfg.dpdk.mempool_ops),
+            Some(s),
         )
-        .map_err(|e| format!("{e}\n  Give EAL more memory (-m) or lower [dpdk] mbufs."))?,
-    );
+        .map_err(|e| {
+            format!("{e}\n  Give EAL more memory (-m, or --socket-mem for socket {s}) or lower [dpdk] mbufs.")
+        })?;
+        by_socket.push((s, Arc::new(pool)));
+    }
+    if sockets.len() > 1 {
+        tracing::info!(
+            "fastpathd: packet pools on NUMA sockets {sockets:?}, {} mbufs each; ports' pools by socket: {:?}",
+            cfg.dpdk.mbufs,
+            numa.plan.port_pool
+        );
+    }
+    let main = by_socket
+        .iter()
+        .find(|(s, _)| *s == numa.main_socket)
+        .unwrap_or(&by_socket[0])
+        .1
+        .clone();
+    let pools = Pools { by_socket, main };
     // One buffer per reassembled datagram (up to 64 KiB): a pool of its own, so fragment floods
     // cannot take the mbufs RX needs, and the other way round.
     let big = Arc::new(
         Mempool::new("fastpath_reasm", cfg.reassembly_buffers, 8, u16::MAX)
             .map_err(|e| format!("{e}\n  Give EAL more memory (-m) or lower [reassembly] buffers (64 KiB each)."))?,
     );
-    Ok((pool, big))
+    Ok((pools, big))
 }
 
 /// Opens and starts every `[[port]]`, in file order, logging how each was set up.
-fn open_ports(cfg: &Config, pool: &Arc<Mempool>) -> Result<Vec<Port>, String> {
+fn open_ports(cfg: &Config, pools: &Pools, numa: &NumaPlan) -> Result<Vec<Port>, String> {
     let from = match &cfg.rss.source {
         config::KeySource::Default => "the default".to_string(),
         config::KeySource::Inline => "[rss] key".to_string(),
@@ -361,6 +467,7 @@ fn open_ports(cfg: &Config, pool: &Arc<Mempool>) -> Result<Vec<Port>, String> {
             rss_key: cfg.rss.key,
             rss: true,
         };
+        let pool = pools.on(numa.plan.port_pool.get(i).copied());
         let port = Port::open(&p.device, &conf, pool.clone()).map_err(|e| {
             format!(
                 "port[{i}] ({}): {e}\n  Check the device name in [[port]] and the EAL arguments.",
@@ -386,11 +493,11 @@ fn open_ports(cfg: &Config, pool: &Arc<Mempool>) -> Result<Vec<Port>, String> {
                 port.driver()
             );
         }
-        if p.device.starts_with("net_af_packet") {
+        if p.device.starts_with("net_af_packet") || p.device.starts_with("net_af_xdp") {
             // What fastpathd cannot check from here fails silently otherwise (docs/operating.md,
             // "On a veth or a VM's interface").
             tracing::info!(
-                "fastpathd: port {} is an af_packet socket on a kernel interface: the peer must put \
+                "fastpathd: port {} is a socket on a kernel interface: the peer must put \
                  checksums on the wire (a veth peer: `ethtool -K PEER tx off`), else every TCP/UDP \
                  packet is dropped as a bad checksum (here `udp_bad_checksum`/`tcp_bad_checksum`, \
                  or by the kernel behind a kernel interface)",
@@ -455,7 +562,7 @@ struct LcoreKit<'a> {
     /// By port index: its kernel interface.
     kernel_ports: &'a [Option<KernelInterface>],
     published: &'a Arc<Published>,
-    pool: &'a Arc<Mempool>,
+    pools: &'a Pools,
     big: &'a Arc<Mempool>,
     idle: IdlePolicy,
     clock: TscClock,
@@ -469,14 +576,14 @@ impl<'a> LcoreKit<'a> {
         eal: &'a Eal,
         (ports, kernel_ports): (&'a [Port], &'a [Option<KernelInterface>]),
         published: &'a Arc<Published>,
-        (pool, big): (&'a Arc<Mempool>, &'a Arc<Mempool>),
+        (pools, big): (&'a Pools, &'a Arc<Mempool>),
     ) -> Self {
         LcoreKit {
             cfg,
             ports,
             kernel_ports,
             published,
-            pool,
+            pools,
             big,
             idle: IdlePolicy {
                 spin_polls: 1024,
@@ -537,11 +644,12 @@ fn rx_roles(kit: &LcoreKit, roles: &mut Roles, all_stats: &mut Vec<Arc<LcoreStat
         cfg,
         ports,
         published,
-        pool,
+        pools,
         big,
         idle,
         clock,
         counters,
+        eal,
         ..
     } = *kit;
     let forward_to = forward_map(cfg, ports);
@@ -562,7 +670,8 @@ fn rx_roles(kit: &LcoreKit, roles: &mut Roles, all_stats: &mut Vec<Arc<LcoreStat
             stats,
             idle,
             clock,
-            (pool.clone(), big.clone()),
+            // What the lcore allocates (ICMP errors, fragments) from its own socket's pool.
+            (pools.on(eal.lcore_socket(lcore)).clone(), big.clone()),
         );
         if cfg.lcores.mode == LcoreMode::Forward {
             rx_lcore = rx_lcore.forwarding(forward_to.clone());
@@ -578,7 +687,7 @@ fn worker_roles(kit: &LcoreKit, roles: &mut Roles, all_stats: &mut Vec<Arc<Lcore
         ports,
         kernel_ports,
         published,
-        pool,
+        pools,
         idle,
         eal,
         counters,
@@ -595,7 +704,7 @@ fn worker_roles(kit: &LcoreKit, roles: &mut Roles, all_stats: &mut Vec<Arc<Lcore
             .filter_map(|k| {
                 let index = offload_counters
                     .and_then(|(c, at)| at.get(k.id() as usize).copied().flatten().map(|i| (c, i as usize)));
-                k.queue_pair(w, pool, index)
+                k.queue_pair(w, &pools.main, index)
             })
             .unzip();
         let txqs: Vec<WorkerTx> = ports
@@ -613,8 +722,16 @@ fn worker_roles(kit: &LcoreKit, roles: &mut Roles, all_stats: &mut Vec<Arc<Lcore
         roles.push((
             lcore,
             Role::Worker(
-                WorkerLcore::new(w, txqs, published.clone(), stats, idle, eal.tsc_hz(), pool.clone())
-                    .with_kernel_rx(kernel_rx),
+                WorkerLcore::new(
+                    w,
+                    txqs,
+                    published.clone(),
+                    stats,
+                    idle,
+                    eal.tsc_hz(),
+                    pools.on(eal.lcore_socket(lcore)).clone(),
+                )
+                .with_kernel_rx(kernel_rx),
             ),
         ));
     }
@@ -627,11 +744,11 @@ fn metric_sources(
     (port_names, port_info): (Vec<String>, Vec<Option<metrics::PortInfo>>),
     lcores: Vec<Arc<LcoreStats>>,
     (start_time, tsc_hz): (f64, u64),
-    (pool, big): (&Arc<Mempool>, &Arc<Mempool>),
+    (pools, big): (&Pools, &Arc<Mempool>),
     final_port_stats: &FinalPortStats,
     (published, health, backends): (&Arc<Published>, &Arc<Health>, &Arc<control::backends::BackendHealth>),
 ) -> Arc<Sources> {
-    let (pool_for_metrics, big_for_metrics) = (pool.clone(), big.clone());
+    let (pools_for_metrics, big_for_metrics) = (pools.clone(), big.clone());
     Arc::new(Sources {
         port_names,
         port_info,
@@ -639,8 +756,9 @@ fn metric_sources(
         dpdk_version: dpdk::version(),
         start_time,
         tsc_hz,
-        mbufs_capacity: (pool.size() + big.size()) as u64,
-        mbufs_in_use: Box::new(move || (pool_for_metrics.in_use() + big_for_metrics.in_use()) as u64),
+        // Every pool: one per NUMA socket with a port, and the reassembly buffers.
+        mbufs_capacity: (pools.size() + big.size()) as u64,
+        mbufs_in_use: Box::new(move || (pools_for_metrics.in_use() + big_for_metrics.in_use()) as u64),
         port_stats: {
             let last = final_port_stats.clone();
             Box::new(move |id| match &*last.lock().unwrap_or_else(|e| e.into_inner()) {
@@ -896,7 +1014,7 @@ fn serve(
 /// What start-up made that shutdown releases, in its order.
 struct Dataplane {
     eal: Eal,
-    pool: Arc<Mempool>,
+    pools: Pools,
     big: Arc<Mempool>,
     ports: Vec<Port>,
     kernel_ports: Vec<KernelInterface>,
@@ -912,7 +1030,7 @@ struct Dataplane {
 fn shutdown(d: Dataplane, opts: &Options, started: Instant, failed_lcores: Vec<u32>) -> Result<(), String> {
     let Dataplane {
         eal,
-        pool,
+        pools,
         big,
         mut ports,
         mut kernel_ports,
@@ -935,11 +1053,17 @@ fn shutdown(d: Dataplane, opts: &Options, started: Instant, failed_lcores: Vec<u
         }
     }
     summary(&sources, started.elapsed());
+    let held: u32 = ports.iter().map(Port::held_at_close).sum();
     drop(ports);
     drop(kernel_ports);
-    let leaked = pool.in_use() + big.in_use();
-    if leaked != 0 {
+    let leaked = pools.in_use() + big.in_use();
+    if leaked > held {
         tracing::error!("fastpathd: {leaked} mbufs were not returned to the pool at exit");
+    } else if leaked != 0 {
+        tracing::info!(
+            "fastpathd: {leaked} mbufs stay with the kernel's AF_XDP rings at exit (net_af_xdp lends \
+             up to {held} and does not take them back at close)"
+        );
     }
     // Everything that holds DPDK objects goes before the EAL: the tables' socket rings (which
     // return any packet still queued to the pool), then the pool.
@@ -955,8 +1079,12 @@ fn shutdown(d: Dataplane, opts: &Options, started: Instant, failed_lcores: Vec<u
         );
     }
     drop(big);
-    if let Ok(pool) = Arc::try_unwrap(pool) {
-        drop(pool);
+    let Pools { by_socket, main } = pools;
+    drop(main);
+    for (_, pool) in by_socket {
+        if let Ok(pool) = Arc::try_unwrap(pool) {
+            drop(pool);
+        }
     }
     let runtime = eal.runtime_dir();
     eal.cleanup();

@@ -18,6 +18,7 @@ pub mod kernel;
 #[doc(hidden)]
 pub mod locate;
 pub mod metrics;
+pub mod numa;
 pub mod reload;
 pub mod replay;
 pub mod tables;

@@ -257,12 +257,12 @@ const FAMILIES: &[(&str, &str, MetricType)] = &[
     ),
     (
         "fastpath_mbufs_in_use",
-        "Mbufs allocated from the packet pool right now.",
+        "Mbufs allocated from the packet pools (one per NUMA socket with a port) and the reassembly pool right now.",
         MetricType::GAUGE,
     ),
     (
         "fastpath_mbufs_capacity",
-        "Mbufs the pools hold (dpdk.mbufs plus reassembly.buffers): fastpath_mbufs_in_use / fastpath_mbufs_capacity is how full they are.",
+        "Mbufs the pools hold (dpdk.mbufs per packet pool, one per NUMA socket with a port, plus reassembly.buffers): fastpath_mbufs_in_use / fastpath_mbufs_capacity is how full they are.",
         MetricType::GAUGE,
     ),
     (

@@ -171,7 +171,7 @@ pub struct Replayed {
     pub lost: u64,
 }
 
-fn sim_queue(capacity: usize, _: QueueSync) -> Result<SocketQueue, String> {
+fn sim_queue(capacity: usize, _: QueueSync, _: Option<usize>) -> Result<SocketQueue, String> {
     Ok(SimQueue::new(capacity).into())
 }
 

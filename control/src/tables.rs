@@ -71,8 +71,8 @@ pub struct TableBuilder {
 }
 
 /// Makes the queue behind a socket or a hand-off of this capacity, for the lcores `QueueSync`
-/// says will use it.
-pub type MakeQueue = Box<dyn Fn(usize, QueueSync) -> Result<SocketQueue, String> + Send>;
+/// says will use it, drained by the worker slot given (`None`: any worker).
+pub type MakeQueue = Box<dyn Fn(usize, QueueSync, Option<usize>) -> Result<SocketQueue, String> + Send>;
 
 /// A service and the ports it listens on, as [`ServiceTable::new`] takes them.
 type Listening = (Service, Vec<u16>);
@@ -126,10 +126,18 @@ pub fn worker_for(service: &str, index: usize, workers: usize) -> usize {
 impl TableBuilder {
     /// A builder for these opened ports (same order as the config's) and lcore counts, whose
     /// queues are DPDK rings (EAL must be up) for packets from `pool` (the RX pool: see
-    /// [`MbufRing`] for what a ring does with its home pool).
-    pub fn new(ports: Vec<OpenedPort>, rx_lcores: usize, workers: usize, pool: Arc<Mempool>) -> Self {
-        let make = move |capacity: usize, sync: QueueSync| -> Result<SocketQueue, String> {
-            Ok(MbufRing::new(capacity, pool.clone(), sync)
+    /// [`MbufRing`] for what a ring does with its home pool), each on the NUMA socket of the
+    /// worker that drains it (`ring_sockets`, by worker slot; `None` or a ring any worker may
+    /// drain: any socket).
+    pub fn new(
+        ports: Vec<OpenedPort>,
+        rx_lcores: usize,
+        (workers, ring_sockets): (usize, Vec<Option<u32>>),
+        pool: Arc<Mempool>,
+    ) -> Self {
+        let make = move |capacity: usize, sync: QueueSync, consumer: Option<usize>| -> Result<SocketQueue, String> {
+            let socket = consumer.and_then(|w| ring_sockets.get(w).copied().flatten());
+            Ok(MbufRing::on_socket(capacity, pool.clone(), sync, socket)
                 .map_err(|e| e.to_string())?
                 .into())
         };
@@ -519,7 +527,7 @@ impl TableBuilder {
             return Ok(old);
         }
         let queues = (0..self.rx_lcores.max(1))
-            .map(|_| (self.make_queue)(s.socket_capacity, sync))
+            .map(|_| (self.make_queue)(s.socket_capacity, sync, Some(worker)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("service {:?} socket {i}: {e}", s.name))?;
         let counters = self
@@ -591,7 +599,7 @@ impl TableBuilder {
         }
         // Any worker may hand off to the owner; off the common path, so it keeps DPDK's
         // default (shared) modes.
-        let ring = (self.make_queue)(HANDOFF_CAPACITY, QueueSync::SHARED)
+        let ring = (self.make_queue)(HANDOFF_CAPACITY, QueueSync::SHARED, None)
             .map_err(|e| format!("tunnel {name:?} hand-off ring: {e}"))?;
         Ok(Arc::new(ring))
     }
@@ -682,7 +690,7 @@ next_hop_mac = "02:00:00:00:00:fe"
                 crate::config::parse(&src.replace("rx = [1]", &format!("rx = {rx}")), "t.toml").expect("valid config");
             let made: Arc<std::sync::Mutex<Vec<(usize, QueueSync)>>> = Default::default();
             let record = made.clone();
-            let make: MakeQueue = Box::new(move |cap, sync| {
+            let make: MakeQueue = Box::new(move |cap, sync, _| {
                 record.lock().unwrap().push((cap, sync));
                 Ok(fastpath::socket::SimQueue::new(cap).into())
             });
@@ -727,5 +735,38 @@ next_hop_mac = "02:00:00:00:00:fe"
             want.extend(vec![(cap, sink); rx_lcores]);
             assert_eq!(*made.lock().unwrap(), want, "{rx_lcores} RX lcores");
         }
+    }
+
+    /// Each socket's queues are made for the worker that drains it (where the daemon puts a
+    /// DPDK ring: that worker's NUMA socket); a hand-off ring, which any worker may drain, for
+    /// none.
+    #[test]
+    fn socket_queues_are_made_for_their_draining_worker() {
+        let src = "[dpdk]\neal_args = [\"--no-huge\", \"--vdev=net_null0\"]\n[[port]]\ndevice = \"net_null0\"\n\
+                   ipv4 = [\"192.0.2.1\"]\nrx_queues = 1\ntx_queues = 4\n[lcores]\nrx = [1]\nworkers = [0, 3, 4]\n\
+                   [[service]]\nname = \"echo\"\nports = [7]\nsockets = 3\naction = \"echo\"\n\
+                   [[tunnel]]\nname = \"seq\"\nlocal = \"192.0.2.1\"\nremote = \"198.51.100.3\"\nsequence = true\n\
+                   port = \"net_null0\"\nnext_hop_mac = \"02:00:00:00:00:fe\"\n";
+        let cfg = crate::config::parse(src, "t.toml").expect("valid config");
+        let made: Arc<std::sync::Mutex<Vec<Option<usize>>>> = Default::default();
+        let record = made.clone();
+        let make: MakeQueue = Box::new(move |cap, _, consumer| {
+            record.lock().unwrap().push(consumer);
+            Ok(fastpath::socket::SimQueue::new(cap).into())
+        });
+        let port = OpenedPort {
+            id: 0,
+            mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            kernel: None,
+        };
+        let mut b = TableBuilder::with_queues(vec![port], 1, 3, make);
+        let t = b.build(&cfg, 1).expect("tables");
+        let workers: Vec<usize> = (0..3).map(|i| worker_for("echo", i, 3)).collect();
+        assert_eq!(t.sockets.iter().map(|s| s.worker).collect::<Vec<_>>(), workers);
+        let mut want: Vec<Option<usize>> = workers.iter().map(|&w| Some(w)).collect();
+        want.push(None);
+        assert_eq!(*made.lock().unwrap(), want);
+        // The three sockets land on more than one worker (else the test shows nothing).
+        assert!(workers.iter().any(|&w| w != workers[0]), "{workers:?}");
     }
 }

@@ -6,6 +6,7 @@
 use super::errors::Errs;
 use super::{lcores, Config};
 use crate::locate::Seg::{Index, Key};
+use crate::numa::pci_address;
 use std::path::{Path, PathBuf};
 
 /// What this machine offers, as far as it could be read (`None`: could not be read).
@@ -87,25 +88,6 @@ fn eal_value<'a>(args: &'a [String], names: &[&str]) -> Vec<&'a str> {
         }
     }
     out
-}
-
-/// Whether `s` is a PCI address (`0000:3b:00.0` or `3b:00.0`); the full form.
-fn pci_address(s: &str) -> Option<String> {
-    let full = if s.matches(':').count() == 1 {
-        format!("0000:{s}")
-    } else {
-        s.to_string()
-    };
-    let b = full.as_bytes();
-    let ok = b.len() == 12
-        && b[4] == b':'
-        && b[7] == b':'
-        && b[10] == b'.'
-        && full
-            .chars()
-            .enumerate()
-            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit());
-    ok.then_some(full.to_ascii_lowercase())
 }
 
 /// Drivers DPDK can take a PCI NIC through (VFIO, UIO, and the bifurcated Mellanox ones that
@@ -222,11 +204,59 @@ pub(super) fn check(cfg: &Config, extra: &[String], m: &Machine, errs: &mut Errs
          a refusal is exit 3)"
             .to_string(),
     );
+    check_numa(cfg, m, errs, &mut unchecked);
     unchecked
 }
 
+/// RX lcores that poll a queue of a PCI port on another NUMA socket: a warning on the lcore's
+/// `[lcores] rx` entry. The lcore's socket is its CPUs' node (`[lcores] cpus`), the port's its
+/// `numa_node` in sysfs; a vdev's socket only the EAL knows (-1 for all of 22.11's), and the
+/// daemon checks again with the EAL's view at start.
+fn check_numa(cfg: &Config, m: &Machine, errs: &mut Errs, unchecked: &mut Vec<String>) {
+    let nodes = crate::numa::cpu_nodes(&m.sys);
+    if nodes.is_empty() {
+        unchecked.push(format!(
+            "NUMA placement of the RX lcores (no {}/devices/system/node)",
+            m.sys.display()
+        ));
+        return;
+    }
+    let layout = crate::numa::Layout {
+        port_sockets: cfg
+            .ports
+            .iter()
+            .map(|p| pci_address(&p.device).and_then(|a| crate::numa::pci_node(&m.sys, &a)))
+            .collect(),
+        rx: cfg
+            .lcores
+            .rx
+            .iter()
+            .zip(cfg.rx_assignment())
+            .map(|(&lcore, queues)| crate::numa::RxLcore {
+                lcore,
+                socket: lcore_node(&cfg.lcores, lcore, &nodes),
+                queues,
+            })
+            .collect(),
+        main_socket: 0,
+    };
+    for r in crate::numa::plan(&layout).remote {
+        errs.warn(
+            &[Key("lcores"), Key("rx"), Index(r.rx_index)],
+            r.message(&cfg.ports[r.port].device),
+        );
+    }
+}
+
+/// The node of every CPU lcore `l` runs on, if they share one.
+fn lcore_node(lc: &lcores::LcoreConfig, l: u32, nodes: &std::collections::BTreeMap<u32, u32>) -> Option<u32> {
+    let cpus = lc.placement.get(&l)?;
+    let first = *nodes.get(cpus.first()?)?;
+    cpus.iter().all(|c| nodes.get(c) == Some(&first)).then_some(first)
+}
+
 /// A vdev's own arguments that name things on this machine: a kernel interface
-/// (`iface=` of net_af_packet, `rx_iface=`/`tx_iface=`/`iface=` of net_pcap) must exist; a
+/// (`iface=` of net_af_packet and net_af_xdp, `rx_iface=`/`tx_iface=`/`iface=` of net_pcap) must exist; a
 /// capture to read (`rx_pcap=`) must be a readable file. (net_tap's `iface=` is created.)
 fn check_vdev(dev: &str, spec: &str, sys: &Path, key: &[crate::locate::Seg], errs: &mut Errs) {
     let tap = dev.starts_with("net_tap") || dev.starts_with("net_tun");

@@ -253,14 +253,14 @@ pub fn load_checked(path: &Path) -> Result<Loaded, ConfigErrors> {
 /// must be there when the EAL arguments need them, and the ports' devices must exist (a
 /// `--vdev` for each virtual one, the kernel interfaces and captures they name, a PCI device
 /// bound to a driver DPDK can use). Every problem, with key and line; `Ok` lists what could not
-/// be checked.
+/// be checked, and the warnings (an RX lcore polling a port on another NUMA socket).
 pub fn check_machine(
     cfg: &Config,
     extra: &[String],
     src: &str,
     file: &str,
     m: &Machine,
-) -> Result<Vec<String>, ConfigErrors> {
+) -> Result<(Vec<String>, ConfigErrors), ConfigErrors> {
     let loc = Locator::new(src);
     let mut errs = Errs {
         loc: &loc,
@@ -269,7 +269,11 @@ pub fn check_machine(
     };
     let unchecked = machine::check(cfg, extra, m, &mut errs);
     if errs.list.is_empty() {
-        Ok(unchecked)
+        let warnings = ConfigErrors {
+            file: file.to_string(),
+            errors: errs.warnings,
+        };
+        Ok((unchecked, warnings))
     } else {
         errs.list.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
         Err(ConfigErrors {
@@ -500,6 +504,7 @@ fn validate(raw: FileConfig, dir: &Path, errs: &mut Errs) -> Config {
     let ports = port::validate(raw.port, &lcores, dir, errs);
     lcores::check_rx_queues(&lcores, &ports, errs);
     port::check_af_packet_queues(&dpdk.eal_args, &ports, errs);
+    port::check_af_xdp(&dpdk.eal_args, &ports, errs);
     let metrics = metrics::validate(raw.metrics, errs);
     let rss = rss::validate(raw.rss, dir, errs);
     let index = port::PortIndex::new(&ports);

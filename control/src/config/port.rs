@@ -353,6 +353,68 @@ fn local_addrs<A: std::str::FromStr + Eq + std::hash::Hash + Clone + fmt::Displa
     (out, prefixes)
 }
 
+/// Every `--vdev` of `eal_args` (`--vdev=SPEC` or `--vdev SPEC`), in order.
+fn vdev_specs(eal_args: &[String]) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut args = eal_args.iter();
+    while let Some(a) = args.next() {
+        match a.strip_prefix("--vdev=") {
+            Some(s) => out.push(s),
+            None if a == "--vdev" => out.extend(args.next().map(String::as_str)),
+            None => {}
+        }
+    }
+    out
+}
+
+/// `net_af_xdp` vdevs in `eal_args` (`--vdev=net_af_xdp0,iface=eth1,queue_count=2`). DPDK
+/// 22.11's driver gives `queue_count` (default 1) RX/TX queue pairs and refuses any other
+/// count, RX and TX alike; and it builds its UMEM over the packet pool, which receives nothing
+/// when the pool sits on the 4 KiB pages of `--no-huge` (measured: the port opens, the kernel
+/// redirects every packet to the socket, none arrive).
+pub(super) fn check_af_xdp(eal_args: &[String], ports: &[PortConfig], errs: &mut Errs) {
+    let no_huge = eal_args.iter().any(|a| a == "--no-huge");
+    for spec in vdev_specs(eal_args) {
+        let mut parts = spec.split(',');
+        let name = parts.next().unwrap_or_default();
+        if !name.starts_with("net_af_xdp") {
+            continue;
+        }
+        let kv: Vec<&str> = parts.collect();
+        let pairs = kv
+            .iter()
+            .filter_map(|x| x.strip_prefix("queue_count="))
+            .next_back()
+            .and_then(|n| n.parse::<u16>().ok())
+            .unwrap_or(1);
+        for (pi, p) in ports.iter().enumerate().filter(|(_, p)| p.device == name) {
+            if no_huge {
+                errs.add(
+                    &[Key("port"), Index(pi), Key("device")],
+                    format!(
+                        "{name}: net_af_xdp needs the EAL on hugepages (drop --no-huge from [dpdk] eal_args): \
+                         it lends the packet pool to the kernel as its UMEM, and a pool on 4 KiB pages \
+                         receives nothing"
+                    ),
+                );
+            }
+            for (key, n) in [("rx_queues", p.rx_queues), ("tx_queues", p.tx_queues)] {
+                if n != pairs {
+                    errs.add(
+                        &[Key("port"), Index(pi), Key(key)],
+                        format!(
+                            "{name} has queue_count={pairs} in [dpdk] eal_args (1 unless given), so {key} \
+                             must be {pairs}: the driver gives exactly that many RX/TX queue pairs (at most \
+                             the interface's combined channels, `ethtool -l`; a veth has none, so 1: one \
+                             lcore, lcores.rx = [0] and no workers)"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// af_packet ring frames below which a port with several queue pairs gets a warning.
 pub const AF_PACKET_FRAMES: u32 = 4096;
 
@@ -360,16 +422,7 @@ pub const AF_PACKET_FRAMES: u32 = 4096;
 /// one must poll every queue pair, or the kernel's fanout hands packets to a queue nobody reads
 /// and a service behind it is silently dead.
 pub(super) fn check_af_packet_queues(eal_args: &[String], ports: &[PortConfig], errs: &mut Errs) {
-    let mut args = eal_args.iter();
-    while let Some(a) = args.next() {
-        let spec = match a.strip_prefix("--vdev=") {
-            Some(s) => s,
-            None if a == "--vdev" => match args.next() {
-                Some(s) => s,
-                None => break,
-            },
-            None => continue,
-        };
+    for spec in vdev_specs(eal_args) {
         let mut parts = spec.split(',');
         let name = parts.next().unwrap_or_default();
         if !name.starts_with("net_af_packet") {

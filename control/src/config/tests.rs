@@ -677,6 +677,61 @@ fn lcore_cpus_place_lcores_and_reach_the_eal() {
     assert!(parse_checked(GOOD, "t.toml").unwrap().warnings.errors.is_empty());
 }
 
+/// A NIC on NUMA node 1 polled by an RX lcore on node 0: a warning on that lcore's entry, from
+/// sysfs (`--check-config`, before any EAL); its lcore on node 1 is fine.
+#[test]
+fn an_rx_lcore_on_another_numa_node_than_its_port_is_warned_of() {
+    let sys = std::env::temp_dir().join(format!("fp-numa-check-{}", std::process::id()));
+    for (n, list) in [(0, "0-3"), (1, "4-7")] {
+        let d = sys.join(format!("devices/system/node/node{n}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("cpulist"), format!("{list}\n")).unwrap();
+    }
+    let nic = sys.join("bus/pci/devices/0000:3b:00.0");
+    std::fs::create_dir_all(&nic).unwrap();
+    std::fs::create_dir_all(sys.join("bus/pci/drivers/vfio-pci")).unwrap();
+    std::os::unix::fs::symlink(sys.join("bus/pci/drivers/vfio-pci"), nic.join("driver")).unwrap();
+    std::fs::write(nic.join("numa_node"), "1\n").unwrap();
+    let src = GOOD
+        .replace(
+            "\"--no-huge\", \"--vdev=net_null0\"",
+            "\"--no-huge\", \"-a\", \"0000:3b:00.0\"",
+        )
+        .replace(
+            "device = \"net_null0\"\nrx_queues = 1\ntx_queues = 2",
+            "device = \"0000:3b:00.0\"\nrx_queues = 2\ntx_queues = 3",
+        )
+        .replace("rx = [0]\nworkers = [1]", "rx = [0, 4]\nworkers = [5]");
+    let c = parse(&src, "t.toml").expect("valid");
+    let m = Machine {
+        sys: sys.clone(),
+        ..cpus(&(0..8).collect::<Vec<_>>())
+    };
+    let (_, w) = check_machine(&c, &[], &src, "t.toml", &m).expect("fits");
+    assert_eq!(w.errors.len(), 1, "{w}");
+    assert_eq!((w.errors[0].key.as_str(), w.errors[0].line), ("lcores.rx[0]", Some(13)));
+    assert!(
+        w.errors[0]
+            .message
+            .contains("RX lcore 0 (NUMA socket 0) polls queue 0 of port[0] 0000:3b:00.0 (socket 1)"),
+        "{w}"
+    );
+    // Both RX lcores on node 1: nothing to say.
+    let both = src.replace("rx = [0, 4]\nworkers = [5]", "rx = [6, 4]\nworkers = [5]");
+    let c = parse(&both, "t.toml").expect("valid");
+    let (_, w) = check_machine(&c, &[], &both, "t.toml", &m).expect("fits");
+    assert!(w.errors.is_empty(), "{w}");
+    // Without NUMA information in sysfs it is said to be unchecked.
+    let flat = Machine {
+        sys: std::path::PathBuf::from("/nonexistent"),
+        ..m.clone()
+    };
+    let c = parse(GOOD, "t.toml").unwrap();
+    let (unchecked, _) = check_machine(&c, &[], GOOD, "t.toml", &flat).expect("fits");
+    assert!(unchecked.iter().any(|u| u.contains("NUMA placement")), "{unchecked:?}");
+    std::fs::remove_dir_all(&sys).unwrap();
+}
+
 #[test]
 fn bad_lcore_cpus_are_refused_with_key_and_line() {
     for (cpus, why) in [
@@ -862,6 +917,41 @@ fn an_af_packet_port_polls_every_queue_pair() {
     assert!(warned[0].message.contains("framecnt=4096"), "{}", warned[0].message);
     assert!(w(",qpairs=2,framecnt=4096", 2).is_empty());
     assert!(w("", 1).is_empty());
+}
+
+#[test]
+fn an_af_xdp_port_takes_its_queue_pairs_and_hugepages() {
+    let xdp = |eal: &str, rx: u16, tx: u16, lcores: &str| {
+        GOOD.replace("\"--no-huge\", \"--vdev=net_null0\"", eal)
+            .replace(
+                "device = \"net_null0\"\nrx_queues = 1\ntx_queues = 2",
+                &format!("device = \"net_af_xdp0\"\nrx_queues = {rx}\ntx_queues = {tx}"),
+            )
+            .replace("rx = [0]\nworkers = [1]", lcores)
+    };
+    let one = "rx = [0]";
+    let two = "rx = [0]\nworkers = [1]";
+    // One queue pair (queue_count defaults to 1), one lcore, hugepages: good.
+    parse(&xdp("\"--vdev=net_af_xdp0,iface=veth0\"", 1, 1, one), "t.toml").unwrap();
+    // The same on --no-huge: the device line is named.
+    let e = errors(&xdp("\"--no-huge\", \"--vdev=net_af_xdp0,iface=veth0\"", 1, 1, one));
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert_eq!((e[0].key.as_str(), e[0].line), ("port[0].device", Some(6)));
+    assert!(e[0].message.contains("hugepages"), "{}", e[0].message);
+    // A worker needs a second TX queue, and the driver then needs queue_count=2 for both.
+    let e = errors(&xdp("\"--vdev=net_af_xdp0,iface=veth0\"", 2, 2, two));
+    let keys: Vec<&str> = e.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["port[0].rx_queues", "port[0].tx_queues"], "{e:#?}");
+    assert!(e[0].message.contains("queue_count=1"), "{}", e[0].message);
+    parse(
+        &xdp("\"--vdev\", \"net_af_xdp0,iface=eth1,queue_count=2\"", 2, 2, two),
+        "t.toml",
+    )
+    .unwrap();
+    // RX and TX are pairs: 1 RX with 2 TX is refused on rx_queues alone.
+    let e = errors(&xdp("\"--vdev=net_af_xdp0,iface=eth1,queue_count=2\"", 1, 2, two));
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert_eq!(e[0].key, "port[0].rx_queues");
 }
 
 #[test]

@@ -84,6 +84,16 @@ impl Eal {
         unsafe { dpdk_sys::rte_get_main_lcore() }
     }
 
+    /// The NUMA socket of `lcore`'s CPUs as the EAL saw them (`rte_lcore_to_socket_id`); `None`
+    /// for an lcore the EAL does not run.
+    pub fn lcore_socket(&self, lcore: u32) -> Option<u32> {
+        if !self.lcore_enabled(lcore) {
+            return None;
+        }
+        // SAFETY: plain getter, valid after init, for an enabled lcore id (checked above).
+        Some(unsafe { dpdk_sys::rte_lcore_to_socket_id(lcore) })
+    }
+
     /// Whether `lcore` is enabled in the EAL's core list.
     pub fn lcore_enabled(&self, lcore: u32) -> bool {
         // SAFETY: plain getter, valid after init; out-of-range ids return 0.

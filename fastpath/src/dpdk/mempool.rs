@@ -26,6 +26,18 @@ impl Mempool {
     /// Like [`Mempool::new`] with the mempool driver named `ops` (`"stack"`, `"ring_mp_mc"`,
     /// ...; `None` for DPDK's default).
     pub fn with_ops(name: &str, n: u32, cache: u32, data_room: u16, ops: Option<&str>) -> Result<Mempool> {
+        Self::on_socket(name, (n, cache, data_room), ops, None)
+    }
+
+    /// Like [`Mempool::with_ops`] with the memory on NUMA socket `socket` (`None`: any):
+    /// `(n, cache, data_room)` as there.
+    pub fn on_socket(
+        name: &str,
+        (n, cache, data_room): (u32, u32, u16),
+        ops: Option<&str>,
+        socket: Option<u32>,
+    ) -> Result<Mempool> {
+        let socket_id = socket.map_or(dpdk_sys::SOCKET_ID_ANY, |s| s as i32);
         let cname = CString::new(name).map_err(|_| Error::new("mempool name", libc::EINVAL))?;
         let cops = ops
             .map(CString::new)
@@ -41,7 +53,7 @@ impl Mempool {
                 cache,
                 0,
                 data_room,
-                dpdk_sys::SOCKET_ID_ANY,
+                socket_id,
                 cops.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
             )
         };

@@ -7,6 +7,9 @@ use std::ffi::{CStr, CString};
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
+/// The size of net_af_xdp's fill and completion rings (DPDK 22.11, not configurable).
+const AF_XDP_RING: u32 = 2048;
+
 /// How to set a port up.
 #[derive(Clone, Debug)]
 pub struct PortConf {
@@ -97,6 +100,22 @@ fn check(what: impl FnOnce() -> String, rc: i32) -> Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// The NUMA socket of the port DPDK probed under `device` (`rte_eth_dev_socket_id`); `Ok(None)`
+/// when the driver does not know (-1: every vdev), an error when there is no such port.
+pub fn socket_of(device: &str) -> Result<Option<u32>> {
+    let cname = CString::new(device).map_err(|_| Error::new("port name", libc::EINVAL))?;
+    let mut id: u16 = 0;
+    // SAFETY: cname is a valid C string and id a valid out-pointer for the call.
+    let rc = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
+    check(
+        || format!("finding port {device:?} (is it in the EAL arguments, e.g. --vdev or -a?)"),
+        rc,
+    )?;
+    // SAFETY: id is a probed port.
+    let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id) };
+    Ok(u32::try_from(socket).ok())
 }
 
 /// Creates a device from DPDK device arguments after EAL start-up (hotplug), e.g.
@@ -294,6 +313,17 @@ impl Port {
     pub fn mac(&self) -> EthernetAddress {
         self.mac
     }
+    /// At most how many of the pool's mbufs the driver leaves with the kernel when the port
+    /// closes. DPDK 22.11's net_af_xdp lends each queue pair's fill ring 2048 mbufs
+    /// (`ETH_AF_XDP_DFLT_NUM_DESCS`, refilled as packets arrive) and takes sent ones back only
+    /// at its next send, up to its completion ring's 2048; its close frees neither. Others: 0.
+    pub fn held_at_close(&self) -> u32 {
+        if self.driver == "net_af_xdp" {
+            u32::from(self.rx_queues.max(self.tx_queues)) * 2 * AF_XDP_RING
+        } else {
+            0
+        }
+    }
     /// Whether RSS spreads packets over the RX queues (in hardware, or the driver's own).
     pub fn rss(&self) -> bool {
         self.rss
@@ -310,8 +340,8 @@ impl Port {
     }
 
     /// The kernel network interface this port sends and receives through (`net_af_packet`,
-    /// `net_tap`, `net_pcap` on an interface), whose carrier is what tells whether the link is
-    /// up: DPDK 22.11's af_packet reports link up whatever its interface does (its `net_tap`
+    /// `net_af_xdp`, `net_tap`, `net_pcap` on an interface), whose carrier is what tells whether
+    /// the link is up: DPDK 22.11's af_packet and af_xdp report link up whatever their interface does (its `net_tap`
     /// does follow its tap, and is read the same way). `None` for every other port.
     pub fn kernel_interface(&self) -> Option<&str> {
         self.kernel_interface.as_deref()
@@ -504,7 +534,7 @@ fn wake_fd(id: u16, q: u16, driver: &str, rx_intr: bool, if_index: u32) -> Optio
 
 /// The name of interface `if_index` for a driver that runs over a kernel interface.
 fn kernel_interface(driver: &str, if_index: u32) -> Option<String> {
-    if if_index == 0 || !matches!(driver, "net_af_packet" | "net_tap" | "net_pcap") {
+    if if_index == 0 || !matches!(driver, "net_af_packet" | "net_af_xdp" | "net_tap" | "net_pcap") {
         return None;
     }
     let mut name = [0 as libc::c_char; libc::IF_NAMESIZE];

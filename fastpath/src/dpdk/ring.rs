@@ -101,6 +101,13 @@ impl MbufRing {
     /// A ring holding up to `capacity` packets, most of which come from `home`, used as `sync`
     /// says (more producers or consumers than declared corrupt it).
     pub fn new(capacity: usize, home: Arc<Mempool>, sync: QueueSync) -> Result<MbufRing> {
+        Self::on_socket(capacity, home, sync, None)
+    }
+
+    /// Like [`MbufRing::new`], a DPDK ring's memory on NUMA socket `socket` (`None`: any): its
+    /// consumer's, which polls it. A one-producer one-consumer ring is a heap array of this
+    /// process's allocator, where the kernel places pages on first touch.
+    pub fn on_socket(capacity: usize, home: Arc<Mempool>, sync: QueueSync, socket: Option<u32>) -> Result<MbufRing> {
         if sync.single_producer && sync.single_consumer {
             if capacity == 0 || u32::try_from(capacity).is_err() {
                 return Err(Error::new("ring capacity", libc::EINVAL));
@@ -118,6 +125,7 @@ impl MbufRing {
         let name = format!("fps{}", RING_SEQ.fetch_add(1, Ordering::Relaxed));
         let cname = CString::new(name.clone()).expect("no NUL in a generated name");
         let count = u32::try_from(capacity).map_err(|_| Error::new("ring capacity", libc::EINVAL))?;
+        let socket_id = socket.map_or(dpdk_sys::SOCKET_ID_ANY, |s| s as i32);
         let mut flags = dpdk_sys::RING_F_EXACT_SZ;
         if sync.single_producer {
             flags |= dpdk_sys::RING_F_SP_ENQ;
@@ -127,7 +135,7 @@ impl MbufRing {
         }
         // SAFETY: cname is a valid C string for the call (DPDK copies it); count and flags are
         // plain values; a NULL return is handled below.
-        let raw = unsafe { dpdk_sys::rte_ring_create(cname.as_ptr(), count, dpdk_sys::SOCKET_ID_ANY, flags) };
+        let raw = unsafe { dpdk_sys::rte_ring_create(cname.as_ptr(), count, socket_id, flags) };
         NonNull::new(raw)
             .map(|raw| MbufRing {
                 slots: Slots::Dpdk(raw),
