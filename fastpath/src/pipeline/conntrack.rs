@@ -50,6 +50,10 @@ pub const MIN_ENTRIES: u32 = 1024;
 /// The largest table per worker (entries; 16 bytes each: 1 GiB).
 pub const MAX_ENTRIES: u32 = 1 << 26;
 
+/// Tables larger than this (bytes: a core's share of L2 and L3 on common servers) have the
+/// buckets of a worker's burst prefetched before its lookups.
+pub const PREFETCH_ABOVE: usize = 1 << 20;
+
 /// Time in the table: nanoseconds >> 26 (67 ms units; 32 bits wrap after 9 years).
 const TICK_SHIFT: u32 = 26;
 
@@ -279,6 +283,22 @@ impl Conntrack {
     #[inline]
     fn index(&self, key: u64) -> usize {
         (key >> 20) as usize & self.mask
+    }
+
+    /// The address of flow `key`'s bucket (a cache line), for a prefetch. Never read through.
+    #[inline]
+    pub fn bucket_addr(&self, key: u64) -> *const u8 {
+        if self.is_disabled() {
+            return std::ptr::null();
+        }
+        std::ptr::from_ref(&self.buckets[self.index(key)]).cast()
+    }
+
+    /// Whether the table is larger than a core's share of the caches ([`PREFETCH_ABOVE`]): its
+    /// lookups miss, and prefetching a burst's buckets pays.
+    #[inline]
+    pub fn larger_than_caches(&self) -> bool {
+        self.buckets.len() * std::mem::size_of::<Bucket>() > PREFETCH_ABOVE
     }
 
     /// The backend of the flow `key` for a packet that says `seen` at `now`: its entry's backend

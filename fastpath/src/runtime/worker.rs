@@ -74,6 +74,10 @@ impl WorkerIo<Mbuf> for DpdkIo {
     fn spin(&mut self, cycles: u64) {
         spin(cycles);
     }
+    #[inline(always)]
+    fn prefetch(&self, addr: *const u8) {
+        crate::dpdk::prefetch(addr);
+    }
     #[inline]
     fn now(&mut self) -> Instant {
         self.clock.now()
