@@ -322,7 +322,7 @@ impl Flows {
     /// Brings the table's buckets of the TCP and UDP flows in `pkts` into the cache before
     /// [`Flows::pick`] reads them one by one: in a table larger than the caches nearly every
     /// lookup misses, and a burst's misses then overlap instead of following each other. Not
-    /// for a table the caches hold, where it would only parse each packet twice.
+    /// while the caches hold the entries in use, where it would only parse each packet twice.
     #[inline]
     fn prefetch<B: LcoreBuf>(&self, set: &Backends, t: &Tables, pkts: &[B], io: &impl WorkerIo<B>) {
         if set.tunnels.is_empty() || !self.table.larger_than_caches() {

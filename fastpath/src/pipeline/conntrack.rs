@@ -50,9 +50,11 @@ pub const MIN_ENTRIES: u32 = 1024;
 /// The largest table per worker (entries; 16 bytes each: 1 GiB).
 pub const MAX_ENTRIES: u32 = 1 << 26;
 
-/// Tables larger than this (bytes: a core's share of L2 and L3 on common servers) have the
-/// buckets of a worker's burst prefetched before its lookups.
-pub const PREFETCH_ABOVE: usize = 1 << 20;
+/// A table whose entries in use spread over more cache lines than this (bytes) has the buckets
+/// of a worker's burst prefetched before its lookups: below it the caches hold them and the
+/// second parse costs more than the misses it hides (benches/NOTES.md, "Prefetching the
+/// worker's connection table").
+pub const PREFETCH_ABOVE: usize = 16 << 20;
 
 /// Time in the table: nanoseconds >> 26 (67 ms units; 32 bits wrap after 9 years).
 const TICK_SHIFT: u32 = 26;
@@ -294,11 +296,12 @@ impl Conntrack {
         std::ptr::from_ref(&self.buckets[self.index(key)]).cast()
     }
 
-    /// Whether the table is larger than a core's share of the caches ([`PREFETCH_ABOVE`]): its
-    /// lookups miss, and prefetching a burst's buckets pays.
+    /// Whether the entries in use spread over more lines than the caches hold
+    /// ([`PREFETCH_ABOVE`], a line an entry at worst): lookups miss, and prefetching a burst's
+    /// buckets pays.
     #[inline]
     pub fn larger_than_caches(&self) -> bool {
-        self.buckets.len() * std::mem::size_of::<Bucket>() > PREFETCH_ABOVE
+        self.in_use as usize * std::mem::size_of::<Bucket>() > PREFETCH_ABOVE
     }
 
     /// The backend of the flow `key` for a packet that says `seen` at `now`: its entry's backend

@@ -431,3 +431,32 @@ fn quoted_flows_need_the_header_and_eight_bytes_and_never_panic() {
         }
     }
 }
+
+/// The prefetch's address is the bucket a flow's lookup reads, inside the storage; prefetching
+/// starts once the entries in use spread over more lines than PREFETCH_ABOVE.
+#[test]
+fn the_prefetched_bucket_is_the_one_looked_up_and_prefetching_waits_for_a_large_table() {
+    let mut rng = Rng(12);
+    let c = ConntrackCounters::default();
+    let mut ct = Conntrack::new(&cfg(1 << 22), 12);
+    let set = Set::new(&["a", "b"]);
+    let (base, len) = ct.storage();
+    let fs = flows(PREFETCH_ABOVE / 64 + 20_000, &mut rng);
+    for (i, f) in fs.iter().enumerate() {
+        let a = ct.bucket_addr(key(&ct, f)) as usize;
+        assert!(
+            a >= base && a < base + len * 64 && (a - base) % 64 == 0,
+            "flow {i}: {a:#x}"
+        );
+        assert_eq!(a, base + ct.index(key(&ct, f)) * 64);
+        assert_eq!(
+            ct.larger_than_caches(),
+            ct.in_use() as usize * 64 > PREFETCH_ABOVE,
+            "after {i} flows"
+        );
+        send(&mut ct, &set, f, Seen::Syn, Instant(0), &c);
+    }
+    assert!(ct.larger_than_caches(), "{} entries in use", ct.in_use());
+    assert!(ct.bucket_addr(1).is_null() == ct.is_disabled());
+    assert!(Conntrack::new(&cfg(0), 1).bucket_addr(1).is_null());
+}
