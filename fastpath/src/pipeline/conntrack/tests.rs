@@ -445,7 +445,7 @@ fn the_prefetched_bucket_is_the_one_looked_up_and_prefetching_waits_for_a_large_
     for (i, f) in fs.iter().enumerate() {
         let a = ct.bucket_addr(key(&ct, f)) as usize;
         assert!(
-            a >= base && a < base + len * 64 && (a - base) % 64 == 0,
+            a >= base && a < base + len * 64 && (a - base).is_multiple_of(64),
             "flow {i}: {a:#x}"
         );
         assert_eq!(a, base + ct.index(key(&ct, f)) * 64);
