@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
-/// Held by the tests that flood or measure CPU: two of them at once on a 2-CPU machine make
-/// each other's end-to-end bounds fail (the harness runs two tests of this file at a time).
+/// Held by the tests that flood, move bulk data or measure time and CPU: two of them at once on
+/// a 2-CPU machine make each other's end-to-end bounds fail (the harness runs two tests of this
+/// file at a time; seen: a storm's 15 kdig queries took 10 s beside another).
 static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn heavy() -> std::sync::MutexGuard<'static, ()> {
@@ -1319,6 +1320,7 @@ fn bulk(h: &Host, port: u16, bytes: u64) -> (u64, u64) {
 
 #[test]
 fn a_tcp_bulk_flow_reaches_the_kernel_whole_and_in_order() {
+    let _heavy = heavy();
     let mut h = Host::new();
     let s = Scratch::new("kernel-bulk");
     // DPDK's af_packet puts its rings in a fanout group with the rollover flag: a flow whose
@@ -1491,6 +1493,7 @@ for i in range(n):
 
 #[test]
 fn packets_after_a_long_idle_are_answered_at_once() {
+    let _heavy = heavy();
     // The longest bound (100 ms): a lost wake-up would leave a request waiting for it, so
     // round trips under 20 ms mean the request woke its lcore (the RX lcore through its
     // af_packet socket, the worker through its doorbell and then the tap's fd).
@@ -1556,6 +1559,7 @@ print(n)
 
 #[test]
 fn frames_the_af_packet_rings_dropped_are_counted_missed() {
+    let _heavy = heavy();
     let h = Host::new();
     let s = Scratch::new("kernel-ring-drops");
     // The RX lcore on a thread of its own (lcore 1), so that it alone can be stopped.
@@ -1645,6 +1649,7 @@ fn kif_stat(h: &Host, name: &str) -> u64 {
 
 #[test]
 fn with_offloads_a_bulk_transfer_crosses_the_kernel_interface_exact_in_64k_frames_both_ways() {
+    let _heavy = heavy();
     let mut h = Host::new();
     let s = Scratch::new("kernel-offload");
     h.af_packet_args = ",framecnt=4096".to_string();
