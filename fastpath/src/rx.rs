@@ -77,6 +77,12 @@ pub trait RxIo<B: LcoreBuf> {
     fn prefetch(&mut self, socket: &Socket, slot: usize, step: u8) {
         let _ = (socket, slot, step);
     }
+    /// Asks the CPU to bring the cache line at `addr` into its caches (a hint; no read the
+    /// program sees). Without a prefetch instruction to hand, nothing.
+    #[inline(always)]
+    fn prefetch_line(&mut self, addr: *const u8) {
+        let _ = addr;
+    }
     /// Hands `pkts` (answers, not yet encapsulated) to the owning worker of sequence tunnel
     /// `tunnel`: what its ring takes leaves `pkts` from the front, the refused stay. Returns how
     /// many it took.
@@ -341,6 +347,13 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         if let Some(s) = self.warm {
             if let Some(socket) = self.pipeline.tables().sockets.get(s) {
                 self.side.io.prefetch(socket, self.pipeline.slot(), 1);
+            }
+        }
+        if let Some(t) = self.pipeline.tcp_state_to_prefetch() {
+            for m in burst.iter() {
+                if let Some(a) = t.bucket_of_frame(m.data()) {
+                    self.side.io.prefetch_line(a);
+                }
             }
         }
         for m in burst.drain(..) {

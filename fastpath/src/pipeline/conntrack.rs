@@ -301,7 +301,14 @@ impl Conntrack {
     /// buckets pays.
     #[inline]
     pub fn larger_than_caches(&self) -> bool {
-        self.in_use as usize * std::mem::size_of::<Bucket>() > PREFETCH_ABOVE
+        self.larger_than(PREFETCH_ABOVE)
+    }
+
+    /// Whether the entries in use spread over more than `bytes` of lines (a line an entry at
+    /// worst).
+    #[inline]
+    pub fn larger_than(&self, bytes: usize) -> bool {
+        self.in_use as usize * std::mem::size_of::<Bucket>() > bytes
     }
 
     /// The backend of the flow `key` for a packet that says `seen` at `now`: its entry's backend

@@ -197,7 +197,43 @@ fn expected_seq(word: u64) -> u32 {
     ((word >> 32) & 0xffff) as u32 | (((word >> 56) & 0xff) as u32) << 16
 }
 
+/// A table whose entries in use spread over more lines than this (bytes: beyond a core's L2)
+/// has each burst's buckets prefetched: the frame's tuple is read at fixed offsets, a few
+/// instructions, where the worker's table needs a parse (benches/NOTES.md, "Prefetching the
+/// TCP state table").
+pub const PREFETCH_ABOVE: usize = 256 << 10;
+
 impl TcpState {
+    /// Whether the entries in use outgrow the caches ([`PREFETCH_ABOVE`]).
+    #[inline(always)]
+    pub fn outgrows_caches(&self) -> bool {
+        self.table.larger_than(PREFETCH_ABOVE)
+    }
+
+    /// The bucket a plain Ethernet/IPv4 or IPv6 TCP frame's flow would be judged in (for a
+    /// prefetch; never read through). `None` for anything else (VLAN-tagged, IPv4 options, an
+    /// extension header, a fragment): those are judged without it.
+    #[inline(always)]
+    pub fn bucket_of_frame(&self, f: &[u8]) -> Option<*const u8> {
+        let (client, service, ports) = match (f.get(12..14)?, f.get(14)?) {
+            // TCP, not a fragment (offset 0, no More Fragments).
+            ([0x08, 0x00], 0x45) if f.get(23) == Some(&6) && f.get(20)? & 0x3f == 0 && f.get(21) == Some(&0) => {
+                let a: [u8; 4] = f.get(26..30)?.try_into().ok()?;
+                let b: [u8; 4] = f.get(30..34)?.try_into().ok()?;
+                (IpAddr::from(a), IpAddr::from(b), f.get(34..38)?)
+            }
+            ([0x86, 0xdd], v) if v >> 4 == 6 && f.get(20) == Some(&6) => {
+                let a: [u8; 16] = f.get(22..38)?.try_into().ok()?;
+                let b: [u8; 16] = f.get(38..54)?.try_into().ok()?;
+                (IpAddr::from(a), IpAddr::from(b), f.get(54..58)?)
+            }
+            _ => return None,
+        };
+        let cport = u16::from_be_bytes([ports[0], ports[1]]);
+        let sport = u16::from_be_bytes([ports[2], ports[3]]);
+        Some(self.table.bucket_addr(self.table.key(6, client, cport, service, sport)))
+    }
+
     /// A table sized by `cfg.entries`, its hashes keyed by `seed` (from the OS). All its memory
     /// is taken here.
     pub fn new(cfg: &TcpStateConfig, seed: u64) -> TcpState {

@@ -62,6 +62,10 @@ impl RxIo<Mbuf> for DpdkIo {
         }
     }
     #[inline(always)]
+    fn prefetch_line(&mut self, addr: *const u8) {
+        crate::dpdk::prefetch(addr);
+    }
+    #[inline(always)]
     fn prefetch(&mut self, socket: &Socket, slot: usize, step: u8) {
         use crate::dpdk::prefetch;
         match step {

@@ -239,6 +239,13 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
+    /// This lcore's TCP state table, when its entries in use outgrow the caches: the burst's
+    /// buckets are then prefetched before the packets are judged one by one.
+    #[inline(always)]
+    pub fn tcp_state_to_prefetch(&self) -> Option<&tcp_state::TcpState> {
+        self.tcp_state.as_ref().filter(|t| t.outgrows_caches())
+    }
+
     /// A pipeline over `tables` for the RX lcore in counter slot `slot`, its seeds drawn from
     /// the OS (a constant seed would make `fanout = "random"` the same sequence at every start).
     pub fn new(tables: Arc<Tables>, slot: usize) -> Self {

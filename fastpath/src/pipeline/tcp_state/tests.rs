@@ -349,3 +349,46 @@ fn the_isn_wraps() {
     t.connect(c, 2, 0x00ff_ffff, 5 * SEC);
     assert_eq!(t.st.in_use(), (2, 2));
 }
+
+/// The prefetched bucket is the one a segment of the frame's flow is judged in, for IPv4 and
+/// IPv6; frames the prefetch cannot read at fixed offsets get none.
+#[test]
+fn the_prefetched_bucket_is_the_judged_flows() {
+    use crate::pipeline::parse::tests::{tcp_bytes, udp_bytes, v4_frame, v6_frame};
+    use crate::wire::IpProtocol;
+    use std::net::Ipv6Addr;
+    let t = T::new(cfg(4096, 0, None));
+    let (c4, s4) = (Ipv4Addr::new(198, 51, 100, 7), Ipv4Addr::new(192, 0, 2, 1));
+    let bucket = |c: IpAddr, s: IpAddr| t.st.table.bucket_addr(t.st.table.key(6, c, 40000, s, 443));
+    let tcp = tcp_bytes(40000, 443, ACK);
+    let f = v4_frame(c4, s4, IpProtocol::TCP, &[], 0x4000, &tcp);
+    assert_eq!(t.st.bucket_of_frame(&f), Some(bucket(c4.into(), s4.into())));
+    assert_ne!(
+        t.st.bucket_of_frame(&f),
+        Some(bucket(s4.into(), c4.into())),
+        "the direction matters (else this test proves nothing)"
+    );
+    let (c6, s6): (Ipv6Addr, Ipv6Addr) = ("2001:db8::7".parse().unwrap(), "2001:db8::1".parse().unwrap());
+    let f6 = v6_frame(c6, s6, IpProtocol::TCP, &[], 64, &tcp);
+    assert_eq!(t.st.bucket_of_frame(&f6), Some(bucket(c6.into(), s6.into())));
+    // Not TCP, a fragment, options: none.
+    let udp = udp_bytes(40000, 443, b"x");
+    assert_eq!(
+        t.st.bucket_of_frame(&v4_frame(c4, s4, IpProtocol::UDP, &[], 0, &udp)),
+        None
+    );
+    assert_eq!(
+        t.st.bucket_of_frame(&v4_frame(c4, s4, IpProtocol::TCP, &[], 0x2000, &tcp)),
+        None
+    );
+    assert_eq!(
+        t.st.bucket_of_frame(&v4_frame(c4, s4, IpProtocol::TCP, &[], 0x0001, &tcp)),
+        None
+    );
+    assert_eq!(
+        t.st.bucket_of_frame(&v4_frame(c4, s4, IpProtocol::TCP, &[1, 1, 1, 1], 0, &tcp)),
+        None
+    );
+    assert_eq!(t.st.bucket_of_frame(&f[..30]), None);
+    assert_eq!(t.st.bucket_of_frame(&[]), None);
+}
