@@ -946,3 +946,220 @@ pub fn tunnel_row(sock: &Path, name: &str) -> serde_json::Value {
         .cloned()
         .unwrap()
 }
+
+static HOST_SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// fastpathd's namespace (`host`, the veth end `port` with no address, the kernel interface
+/// `kif`) and the client's (`client`, 192.0.2.2/24 and 2001:db8::2/64 on `peer`). Removed on
+/// drop with every program started in them.
+pub struct Host {
+    pub host: String,
+    pub client: String,
+    pub port: String,
+    pub peer: String,
+    pub kif: String,
+    pub programs: Vec<Child>,
+    /// More `net_af_packet` arguments (e.g. `,framecnt=4096`).
+    pub af_packet_args: String,
+}
+
+impl Host {
+    /// Creates the namespaces and the veth pair (a fixture with side effects: no `Default`).
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Host {
+        let n = HOST_SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let id = format!("{}{n}", std::process::id() % 100_000);
+        let h = Host {
+            host: format!("fpk{id}h"),
+            client: format!("fpk{id}c"),
+            port: format!("fkp{id}"),
+            peer: format!("fkc{id}"),
+            kif: format!("fpk{id}"),
+            programs: Vec::new(),
+            af_packet_args: String::new(),
+        };
+        ip(&["netns", "add", &h.host]);
+        ip(&["netns", "add", &h.client]);
+        ip(&["link", "add", "dev", &h.port, "type", "veth", "peer", "name", &h.peer]);
+        ip(&["link", "set", "dev", &h.port, "netns", &h.host]);
+        ip(&["link", "set", "dev", &h.peer, "netns", &h.client]);
+        ip(&["-n", &h.host, "link", "set", "lo", "up"]);
+        ip(&["-n", &h.host, "link", "set", "dev", &h.port, "up"]);
+        let quiet = [
+            format!("net.ipv6.conf.{}.disable_ipv6=1", h.port),
+            format!("net.ipv4.conf.{}.arp_ignore=8", h.port),
+            format!("net.ipv4.conf.{}.rp_filter=1", h.port),
+            "net.ipv4.conf.all.rp_filter=1".to_string(),
+        ];
+        for q in &quiet {
+            assert!(h.exec(&["sysctl", "-qw", q]).status.success(), "sysctl {q}");
+        }
+        ip(&["-n", &h.client, "link", "set", "lo", "up"]);
+        ip(&["-n", &h.client, "addr", "add", "192.0.2.2/24", "dev", &h.peer]);
+        ip(&[
+            "-n",
+            &h.client,
+            "addr",
+            "add",
+            "2001:db8::2/64",
+            "dev",
+            &h.peer,
+            "nodad",
+        ]);
+        ip(&["-n", &h.client, "link", "set", "dev", &h.peer, "up"]);
+        // Checksums on the wire, as a NIC would put them there (veth leaves them to nobody).
+        for (ns, dev) in [(&h.client, &h.peer), (&h.host, &h.port)] {
+            let out = ns_exec(ns, &["ethtool", "-K", dev, "tx", "off"]);
+            assert!(out.status.success(), "ethtool {dev}");
+        }
+        h
+    }
+
+    pub fn exec(&self, cmd: &[&str]) -> Output {
+        ns_exec(&self.host, cmd)
+    }
+
+    pub fn client(&self, cmd: &[&str]) -> Output {
+        ns_exec(&self.client, cmd)
+    }
+
+    pub fn client_python(&self, code: &str, args: &[&str]) -> Output {
+        let mut cmd = vec!["/usr/bin/python3", "-c", code];
+        cmd.extend_from_slice(args);
+        self.client(&cmd)
+    }
+
+    /// A Python program in the client's namespace, running on while the test goes on.
+    pub fn client_spawn(&self, code: &str, args: &[&str]) -> Child {
+        Command::new("ip")
+            .args(["netns", "exec", &self.client, "/usr/bin/python3", "-c", code])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Starts a program in fastpathd's namespace, kept until the host is dropped.
+    pub fn spawn(&mut self, cmd: &[&str], log: &Path) {
+        let f = std::fs::File::create(log).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.host])
+            .args(cmd)
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.programs.push(child);
+    }
+
+    /// fastpathd in its namespace with the kernel interface and `extra` config.
+    pub fn start(&self, s: &Scratch, name: &str, extra: &str) -> Daemon {
+        self.start_with_port(s, name, "", extra)
+    }
+
+    /// Like [`Host::start`] with more `[[port]]` keys.
+    pub fn start_with_port(&self, s: &Scratch, name: &str, port_keys: &str, extra: &str) -> Daemon {
+        self.start_with(s, name, (2, port_keys), "rx = [0]\nworkers = [1]", extra)
+    }
+
+    /// Like [`Host::start`] with `queues` af_packet queue pairs (at least one per lcore), more
+    /// `[[port]]` keys and `lcores` as the `[lcores]` keys.
+    pub fn start_with(
+        &self,
+        s: &Scratch,
+        name: &str,
+        (queues, port_keys): (u16, &str),
+        lcores: &str,
+        extra: &str,
+    ) -> Daemon {
+        let kif = format!("kernel_interface = \"{}\"\n{port_keys}", self.kif);
+        self.start_config(s, name, (queues, &kif), lcores, extra)
+    }
+
+    /// Like [`Host::start_with`] with `port_keys` as all of the port's extra keys (no kernel
+    /// interface unless they name one).
+    pub fn start_config(
+        &self,
+        s: &Scratch,
+        name: &str,
+        (queues, port_keys): (u16, &str),
+        lcores: &str,
+        extra: &str,
+    ) -> Daemon {
+        let vdevs = vec![format!(
+            "--vdev=net_af_packet0,iface={},qpairs={queues}{}",
+            self.port, self.af_packet_args
+        )];
+        let cfg = s.write(
+            "c.toml",
+            &format!(
+                "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = {queues}\n\
+                 tx_queues = {queues}\nipv4 = [\"192.0.2.1/24\"]\nipv6 = [\"2001:db8::1/64\"]\n\
+                 {port_keys}\n[lcores]\n{lcores}\nidle_sleep_us = 50\n\n[control]\nsocket = \"control.sock\"\n\n[metrics]\nlisten = \"127.0.0.1:9464\"\ncache_ms = 0\n\
+                 [reassembly]\nbuffers = 32\n{extra}",
+                eal_args(name, &vdevs),
+            ),
+        );
+        let bin = env!("CARGO_BIN_EXE_fastpathd");
+        Daemon::start_cmd(
+            s,
+            Command::new("ip")
+                .args(["netns", "exec", &self.host, bin, "--config", cfg.to_str().unwrap()])
+                .args(["--metrics-dump", s.path("dump.prom").to_str().unwrap()]),
+        )
+    }
+
+    /// /metrics, asked from inside fastpathd's namespace.
+    pub fn scrape(&self) -> BTreeMap<String, f64> {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.host,
+                "curl",
+                "-s",
+                "-m",
+                "5",
+                "http://127.0.0.1:9464/metrics",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "scrape failed");
+        parse_metrics(&String::from_utf8_lossy(&out.stdout))
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        for c in &mut self.programs {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.host]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.client]).status();
+    }
+}
+
+/// A TCP sink on port argv[1] (run in a namespace): per connection, reads to EOF and answers
+/// the byte count.
+pub const BULK_SERVER: &str = r#"
+import socket, sys, threading
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.listen(16)
+def serve(c):
+    n = 0
+    while True:
+        b = c.recv(1 << 20)
+        if not b:
+            break
+        n += len(b)
+    c.sendall(str(n).encode())
+    c.close()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;

@@ -9,153 +9,8 @@ mod common;
 
 use common::*;
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
-
-/// fastpathd's namespace (the veth end `port` with no address the kernel uses, the kernel
-/// interface `kif`) and the client's (192.0.2.2/24 on `peer`). Removed on drop with every
-/// program started in them.
-struct Host {
-    host: String,
-    client: String,
-    port: String,
-    kif: String,
-    programs: Vec<Child>,
-}
-
-impl Host {
-    fn new() -> Host {
-        let id = std::process::id() % 100_000;
-        let h = Host {
-            host: format!("fpt{id}h"),
-            client: format!("fpt{id}c"),
-            port: format!("ftp{id}"),
-            kif: format!("fpt{id}"),
-            programs: Vec::new(),
-        };
-        let peer = format!("ftc{id}");
-        ip(&["netns", "add", &h.host]);
-        ip(&["netns", "add", &h.client]);
-        ip(&["link", "add", "dev", &h.port, "type", "veth", "peer", "name", &peer]);
-        ip(&["link", "set", "dev", &h.port, "netns", &h.host]);
-        ip(&["link", "set", "dev", &peer, "netns", &h.client]);
-        ip(&["-n", &h.host, "link", "set", "lo", "up"]);
-        ip(&["-n", &h.host, "link", "set", "dev", &h.port, "up"]);
-        // The host's kernel must not see the veth end fastpathd owns (a NIC belongs to DPDK).
-        for q in [
-            format!("net.ipv6.conf.{}.disable_ipv6=1", h.port),
-            format!("net.ipv4.conf.{}.arp_ignore=8", h.port),
-            format!("net.ipv4.conf.{}.rp_filter=1", h.port),
-            "net.ipv4.conf.all.rp_filter=1".to_string(),
-        ] {
-            assert!(ns_exec(&h.host, &["sysctl", "-qw", &q]).status.success(), "sysctl {q}");
-        }
-        ip(&["-n", &h.client, "link", "set", "lo", "up"]);
-        ip(&["-n", &h.client, "addr", "add", "192.0.2.2/24", "dev", &peer]);
-        ip(&["-n", &h.client, "link", "set", "dev", &peer, "up"]);
-        // Checksums on the wire, as a NIC would put them there.
-        for (ns, dev) in [(&h.client, &peer), (&h.host, &h.port)] {
-            assert!(
-                ns_exec(ns, &["ethtool", "-K", dev, "tx", "off"]).status.success(),
-                "ethtool {dev}"
-            );
-        }
-        h
-    }
-
-    fn client_python(&self, code: &str, args: &[&str]) -> Output {
-        let mut cmd = vec!["/usr/bin/python3", "-c", code];
-        cmd.extend_from_slice(args);
-        ns_exec(&self.client, &cmd)
-    }
-
-    /// A program in the client's namespace, running on while the test goes on.
-    fn client_spawn(&self, code: &str, args: &[&str]) -> Child {
-        Command::new("ip")
-            .args(["netns", "exec", &self.client, "/usr/bin/python3", "-c", code])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    }
-
-    /// A program in fastpathd's namespace, kept until the host is dropped.
-    fn spawn(&mut self, cmd: &[&str], log: &std::path::Path) {
-        let f = std::fs::File::create(log).unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.host])
-            .args(cmd)
-            .stdout(f.try_clone().unwrap())
-            .stderr(f)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.programs.push(child);
-    }
-
-    /// fastpathd in its namespace, its port's kernel interface `kif`, `extra` config.
-    fn start(&self, s: &Scratch, extra: &str) -> Daemon {
-        let vdevs = vec![format!("--vdev=net_af_packet0,iface={},qpairs=2", self.port)];
-        let cfg = s.write(
-            "c.toml",
-            &format!(
-                "[dpdk]\neal_args = {}\nmbufs = 16383\n\n[[port]]\ndevice = \"net_af_packet0\"\nrx_queues = 2\n\
-                 tx_queues = 2\nipv4 = [\"192.0.2.1/24\"]\nkernel_interface = \"{}\"\n\n\
-                 [lcores]\nrx = [0]\nworkers = [1]\nidle_sleep_us = 50\n\n[control]\nsocket = \"control.sock\"\n\n\
-                 [metrics]\nlisten = \"127.0.0.1:9464\"\ncache_ms = 0\n\n[reassembly]\nbuffers = 32\n{extra}",
-                eal_args("tcp-state", &vdevs),
-                self.kif,
-            ),
-        );
-        let bin = env!("CARGO_BIN_EXE_fastpathd");
-        Daemon::start_cmd(
-            s,
-            Command::new("ip")
-                .args(["netns", "exec", &self.host, bin, "--config", cfg.to_str().unwrap()])
-                .args(["--metrics-dump", s.path("dump.prom").to_str().unwrap()]),
-        )
-    }
-
-    /// /metrics, asked from inside fastpathd's namespace.
-    fn scrape(&self) -> BTreeMap<String, f64> {
-        let out = ns_exec(&self.host, &["curl", "-s", "-m", "5", "http://127.0.0.1:9464/metrics"]);
-        assert!(out.status.success(), "scrape failed");
-        parse_metrics(&String::from_utf8_lossy(&out.stdout))
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        for c in &mut self.programs {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new("ip").args(["netns", "del", &self.host]).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.client]).status();
-    }
-}
-
-/// Counts what each connection sends and answers the count when the client is done.
-const BULK_SERVER: &str = r#"
-import socket, sys, threading
-s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.listen(16)
-def serve(c):
-    n = 0
-    while True:
-        b = c.recv(1 << 20)
-        if not b:
-            break
-        n += len(b)
-    c.sendall(str(n).encode())
-    c.close()
-while True:
-    c, _ = s.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-"#;
 
 /// argv[4] clients at once, each sending argv[3] bytes to argv[1]:argv[2] on its own
 /// connection; prints what the server counted for each.
@@ -249,6 +104,7 @@ fn a_spoofed_ack_flood_never_reaches_a_tracked_tcp_service_and_its_clients_trans
     // No learning window: every flow here starts after fastpathd does.
     let d = h.start(
         &s,
+        "tcp-state",
         "\n[[service]]\nname = \"bulk\"\nprotocol = \"tcp\"\nports = [5002]\naction = \"kernel\"\n\
          tcp_state = true\n\n[tcp_state]\nlearn_s = 0\n",
     );
