@@ -586,9 +586,10 @@ impl<'a> LcoreKit<'a> {
             pools,
             big,
             idle: IdlePolicy {
-                spin_polls: 1024,
-                // Spinning stops after idle_sleep_us of empty polls too (docs/operating.md).
-                spin_cycles: (cfg.lcores.idle_sleep_us as u128 * eal.tsc_hz() as u128 / 1_000_000) as u64,
+                // Polling stops after idle_poll_us of empty polls, idle_sleep_us at least
+                // (docs/operating.md, "Idle lcores").
+                poll_cycles: (cfg.lcores.idle_poll_us.max(cfg.lcores.idle_sleep_us) as u128 * eal.tsc_hz() as u128
+                    / 1_000_000) as u64,
                 sleep: Duration::from_micros(cfg.lcores.idle_sleep_us),
                 wait: Duration::from_millis(cfg.lcores.idle_wait_ms),
             },

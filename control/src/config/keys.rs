@@ -145,6 +145,11 @@ pub static KEYS: &[KeySpec] = &[
         Get::Top(|c| c.lcores.idle_sleep_us.to_string()),
     ),
     restart(
+        "lcores.idle_poll_us",
+        "the lcores' idle policy is fixed when they are launched at start-up",
+        Get::Top(|c| c.lcores.idle_poll_us.to_string()),
+    ),
+    restart(
         "lcores.idle_wait_ms",
         "the lcores' idle policy is fixed when they are launched at start-up",
         Get::Top(|c| c.lcores.idle_wait_ms.to_string()),

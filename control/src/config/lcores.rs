@@ -17,10 +17,16 @@ pub(super) struct LcoresSection {
     #[serde(default)]
     workers: Vec<u32>,
     idle_sleep_us: Option<u64>,
+    idle_poll_us: Option<u64>,
     idle_wait_ms: Option<u64>,
     mode: Option<String>,
     cpus: Option<String>,
 }
+
+/// `[lcores] idle_poll_us` by default: long enough to bridge the gaps of traffic at 500
+/// packets a second and more, so that a packet then finds its lcores polling instead of
+/// paying for two wake-ups (docs/operating.md, "Idle lcores").
+pub const DEFAULT_IDLE_POLL_US: u64 = 2_000;
 
 /// Highest CPU id accepted in `[lcores] cpus` (the kernel's default `CPU_SETSIZE` is 1024).
 pub const MAX_CPU: u32 = 1023;
@@ -32,9 +38,12 @@ pub struct LcoreConfig {
     pub rx: Vec<u32>,
     /// Lcores draining sockets.
     pub workers: Vec<u32>,
-    /// Microseconds an idle loop sleeps per empty poll after 1024 empty polls in a row, where it
-    /// has nothing to block on; 0 means pure busy polling (no sleep, no block).
+    /// Microseconds an idle loop sleeps per empty poll once it stops polling, where it has
+    /// nothing to block on; 0 means pure busy polling (no sleep, no block, no yield).
     pub idle_sleep_us: u64,
+    /// Microseconds a loop keeps polling after its last poll that received something, giving
+    /// its CPU to any other ready task between empty polls, before it blocks or sleeps.
+    pub idle_poll_us: u64,
     /// Milliseconds an idle loop blocks at most, after those polls, on what wakes it (its RX
     /// queues' wake-up fds, its doorbell); 0 means it never blocks (it sleeps `idle_sleep_us`).
     pub idle_wait_ms: u64,
@@ -143,6 +152,7 @@ pub(super) fn validate(lc: LcoresSection, errs: &mut Errs) -> LcoreConfig {
         rx: lc.rx,
         workers: lc.workers,
         idle_sleep_us: lc.idle_sleep_us.unwrap_or(50),
+        idle_poll_us: lc.idle_poll_us.unwrap_or(DEFAULT_IDLE_POLL_US),
         idle_wait_ms: lc.idle_wait_ms.unwrap_or(10),
         cpus: lc.cpus,
         placement,
@@ -160,6 +170,12 @@ pub(super) fn validate(lc: LcoresSection, errs: &mut Errs) -> LcoreConfig {
         errs.add(
             &[Key("lcores"), Key("idle_sleep_us")],
             "expected at most 100000 (0 = busy polling)",
+        );
+    }
+    if lcores.idle_poll_us > 100_000 {
+        errs.add(
+            &[Key("lcores"), Key("idle_poll_us")],
+            "expected at most 100000 (0 = stop polling after idle_sleep_us of empty polls)",
         );
     }
     // The health check calls an lcore that has not polled for 500 ms stalled.

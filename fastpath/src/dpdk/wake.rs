@@ -103,6 +103,14 @@ impl Doorbell {
     }
 }
 
+/// Gives this thread's CPU to another task ready to run on it, if there is one (returns at once
+/// if not): what a polling lcore does between empty polls while it waits for traffic.
+#[inline]
+pub fn yield_cpu() {
+    // SAFETY: sched_yield takes no argument and only reschedules the calling thread.
+    unsafe { libc::sched_yield() };
+}
+
 /// Why [`Waiter::wait`] returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Woken {

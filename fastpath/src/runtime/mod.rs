@@ -37,15 +37,15 @@ pub use worker::WorkerLcore;
 /// What a loop does when it polls and finds nothing.
 #[derive(Clone, Copy, Debug)]
 pub struct IdlePolicy {
-    /// Empty polls in a row before the loop stops spinning.
-    pub spin_polls: u32,
-    /// TSC cycles of empty polls in a row before the loop stops spinning, if it has not yet
-    /// (0: no bound): a worker's poll reads its kernel interfaces (a system call each), so 1024
-    /// of them spun ~1 ms, time in which a CPU shared with other tasks preempted it and a
-    /// packet waited for its next turn.
-    pub spin_cycles: u64,
+    /// TSC cycles of empty polls in a row (since the last poll that received something) for
+    /// which the loop keeps polling, yielding its CPU between polls, before it blocks or
+    /// sleeps. Polling bridges the gaps of steady traffic: a blocked lcore's wake-up cost ~30 µs
+    /// on this project's VMs, and an answer through a worker needs two; a yield lets the
+    /// client, the kernel or another lcore sharing the CPU run first (a spin held it: the
+    /// echo's client, woken on the worker's CPU, waited out the worker's spin).
+    pub poll_cycles: u64,
     /// How long to sleep per empty poll after that, where the loop has nothing to block on;
-    /// 0 means never sleep nor block (pure busy polling).
+    /// 0 means never sleep nor block nor yield (pure busy polling).
     pub sleep: Duration,
     /// The longest the loop blocks after that on what wakes it (its RX queues' wake-up fds,
     /// its doorbell), before it polls again (timers, adoption); 0 means never block (sleep).
@@ -93,14 +93,16 @@ impl Idler {
         }
     }
 
-    /// A poll found nothing (`empty_in_a_row` in a row); `idle()` re-checks, with the loop's
-    /// doorbell armed, whatever arrives without a wake-up fd (a worker's sockets).
+    /// A poll found nothing, the last `for_cycles` of polls all empty; `idle()` re-checks, with
+    /// the loop's doorbell armed, whatever arrives without a wake-up fd (a worker's sockets).
     #[inline]
-    fn idle(&mut self, (empty_in_a_row, for_cycles): (u32, u64), stats: &LcoreStats, idle: impl FnOnce() -> bool) {
-        let spinning = empty_in_a_row <= self.policy.spin_polls
-            && (self.policy.spin_cycles == 0 || for_cycles < self.policy.spin_cycles);
-        if self.policy.sleep.is_zero() || spinning {
+    fn idle(&mut self, for_cycles: u64, stats: &LcoreStats, idle: impl FnOnce() -> bool) {
+        if self.policy.sleep.is_zero() {
             eal::pause();
+            return;
+        }
+        if for_cycles < self.policy.poll_cycles {
+            wake::yield_cpu();
             return;
         }
         if std::mem::take(&mut self.woken_by_io) {
@@ -170,7 +172,7 @@ impl Polls {
                 self.empty_since = t0;
             }
             let for_cycles = t0.wrapping_sub(self.empty_since);
-            idler.idle((self.empty_in_a_row, for_cycles), stats, idle);
+            idler.idle(for_cycles, stats, idle);
         } else {
             stats.busy_polls.inc();
             self.busy_since = Some(t0);
@@ -315,4 +317,67 @@ pub(crate) fn spin(cycles: u64) {
 #[inline]
 pub(crate) fn handoff_ring(t: &crate::pipeline::tunnel::Tunnel) -> Option<&MbufRing> {
     t.handoff.as_deref().and_then(SocketQueue::ring)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocks(stats: &LcoreStats) -> u64 {
+        stats.wakeups.iter().map(|c| c.get()).sum()
+    }
+
+    /// After a poll that received something, empty polls keep polling (no block, nothing
+    /// counted as a wake-up) for `poll_cycles`; the first empty poll after that blocks on the
+    /// waiter (here until its bound: nothing rings). The TSC readings are the test's own.
+    #[test]
+    fn an_lcore_keeps_polling_for_the_window_after_traffic_then_blocks() {
+        let stats = LcoreStats::new(0, vec![], vec![]);
+        let bell = Arc::new(Doorbell::new().unwrap());
+        let policy = IdlePolicy {
+            poll_cycles: 1_000_000,
+            sleep: Duration::from_micros(50),
+            wait: Duration::from_millis(1),
+        };
+        let mut idler = Idler::new(policy, Some(bell), &[]);
+        assert!(idler.waiter.is_some());
+        let mut polls = Polls::default();
+        polls.end(0, 5, &stats, &mut idler, || true);
+        for t in (1..1_000_000).step_by(100_000) {
+            polls.end(t, 0, &stats, &mut idler, || true);
+        }
+        assert_eq!(blocks(&stats), 0, "polled, never blocked, within the window");
+        // The window runs from the first empty poll: this one is past it.
+        polls.end(1_000_001, 0, &stats, &mut idler, || true);
+        assert_eq!(blocks(&stats), 1, "blocked once past the window");
+        // Traffic again: a new window.
+        polls.end(2_000_000, 3, &stats, &mut idler, || true);
+        polls.end(2_000_001, 0, &stats, &mut idler, || true);
+        polls.end(2_900_000, 0, &stats, &mut idler, || true);
+        assert_eq!(blocks(&stats), 1, "a new window after traffic");
+        // Without a window, the first empty poll blocks.
+        let mut idler = Idler::new(
+            IdlePolicy {
+                poll_cycles: 0,
+                ..policy
+            },
+            Some(Arc::new(Doorbell::new().unwrap())),
+            &[],
+        );
+        polls.end(3_000_000, 1, &stats, &mut idler, || true);
+        polls.end(3_000_001, 0, &stats, &mut idler, || true);
+        assert_eq!(blocks(&stats), 2);
+        // Pure polling never blocks.
+        let mut idler = Idler::new(
+            IdlePolicy {
+                sleep: Duration::ZERO,
+                ..policy
+            },
+            None,
+            &[],
+        );
+        polls.end(4_000_000, 1, &stats, &mut idler, || true);
+        polls.end(9_000_000, 0, &stats, &mut idler, || true);
+        assert_eq!(blocks(&stats), 2);
+    }
 }

@@ -165,6 +165,7 @@ const EDITS: &[Edit] = &[
     ("lcores.workers", &[("workers = [1]", "workers = [3]")], &["lcores.workers"]),
     ("lcores.cpus", &[("cpus = \"0@0,1@0\"", "cpus = \"0@0,1@1\"")], &["lcores.cpus"]),
     ("lcores.idle_sleep_us", &[("idle_sleep_us = 50", "idle_sleep_us = 0")], &["lcores.idle_sleep_us"]),
+    ("lcores.idle_poll_us", &[("idle_poll_us = 2000", "idle_poll_us = 0")], &["lcores.idle_poll_us"]),
     ("lcores.idle_wait_ms", &[("idle_wait_ms = 10", "idle_wait_ms = 0")], &["lcores.idle_wait_ms"]),
     (
         "lcores.mode",
@@ -378,6 +379,7 @@ fn the_start_up_only_keys_are_restart_only() {
         "lcores.mode",
         "port.forward_to",
         "lcores.idle_sleep_us",
+        "lcores.idle_poll_us",
         "lcores.idle_wait_ms",
         "reassembly.buffers",
         "rss.key",
