@@ -590,6 +590,8 @@ impl<'a> LcoreKit<'a> {
                 // (docs/operating.md, "Idle lcores").
                 poll_cycles: (cfg.lcores.idle_poll_us.max(cfg.lcores.idle_sleep_us) as u128 * eal.tsc_hz() as u128
                     / 1_000_000) as u64,
+                // An eighth of the default window: longer than answering a client takes.
+                crowded_cycles: (250 * eal.tsc_hz() as u128 / 1_000_000) as u64,
                 sleep: Duration::from_micros(cfg.lcores.idle_sleep_us),
                 wait: Duration::from_millis(cfg.lcores.idle_wait_ms),
             },

@@ -44,6 +44,11 @@ pub struct IdlePolicy {
     /// client, the kernel or another lcore sharing the CPU run first (a spin held it: the
     /// echo's client, woken on the worker's CPU, waited out the worker's spin).
     pub poll_cycles: u64,
+    /// A yield that gives the CPU away this long (TSC cycles) ran another task for a time
+    /// slice, not a client for an answer: polling on would compete with that task, and the
+    /// lcore would run only when the scheduler got round to it, up to a slice late, where a
+    /// blocked lcore woken by its packet preempts at once. So the loop blocks until traffic.
+    pub crowded_cycles: u64,
     /// How long to sleep per empty poll after that, where the loop has nothing to block on;
     /// 0 means never sleep nor block nor yield (pure busy polling).
     pub sleep: Duration,
@@ -71,6 +76,9 @@ pub(crate) struct Idler {
     /// The last wait was woken by a wake-up fd.
     woken_by_io: bool,
     futile: u32,
+    /// A yield since the last busy poll gave the CPU away for `crowded_cycles` or more: another
+    /// task wants this CPU, so the loop blocks instead of polling.
+    crowded: bool,
 }
 
 impl Idler {
@@ -90,6 +98,7 @@ impl Idler {
             waiter,
             woken_by_io: false,
             futile: 0,
+            crowded: false,
         }
     }
 
@@ -101,8 +110,10 @@ impl Idler {
             eal::pause();
             return;
         }
-        if for_cycles < self.policy.poll_cycles {
+        if for_cycles < self.policy.poll_cycles && !self.crowded {
+            let t = eal::rdtsc();
             wake::yield_cpu();
+            self.crowded = eal::rdtsc().wrapping_sub(t) >= self.policy.crowded_cycles;
             return;
         }
         if std::mem::take(&mut self.woken_by_io) {
@@ -123,6 +134,7 @@ impl Idler {
     fn busy(&mut self) {
         self.woken_by_io = false;
         self.futile = 0;
+        self.crowded = false;
     }
 }
 
@@ -336,6 +348,7 @@ mod tests {
         let bell = Arc::new(Doorbell::new().unwrap());
         let policy = IdlePolicy {
             poll_cycles: 1_000_000,
+            crowded_cycles: u64::MAX,
             sleep: Duration::from_micros(50),
             wait: Duration::from_millis(1),
         };
@@ -367,6 +380,20 @@ mod tests {
         polls.end(3_000_000, 1, &stats, &mut idler, || true);
         polls.end(3_000_001, 0, &stats, &mut idler, || true);
         assert_eq!(blocks(&stats), 2);
+        // A yield that gave the CPU away for `crowded_cycles` (here: any) ends the window.
+        let crowded = IdlePolicy {
+            crowded_cycles: 0,
+            ..policy
+        };
+        let mut idler = Idler::new(crowded, Some(Arc::new(Doorbell::new().unwrap())), &[]);
+        polls.end(3_500_000, 1, &stats, &mut idler, || true);
+        polls.end(3_500_001, 0, &stats, &mut idler, || true);
+        assert_eq!(blocks(&stats), 2, "the first empty poll yields");
+        polls.end(3_500_002, 0, &stats, &mut idler, || true);
+        assert_eq!(blocks(&stats), 3, "crowded: blocks within the window");
+        polls.end(3_600_000, 1, &stats, &mut idler, || true);
+        polls.end(3_600_001, 0, &stats, &mut idler, || true);
+        assert_eq!(blocks(&stats), 3, "traffic again: polls again");
         // Pure polling never blocks.
         let mut idler = Idler::new(
             IdlePolicy {
@@ -378,6 +405,6 @@ mod tests {
         );
         polls.end(4_000_000, 1, &stats, &mut idler, || true);
         polls.end(9_000_000, 0, &stats, &mut idler, || true);
-        assert_eq!(blocks(&stats), 2);
+        assert_eq!(blocks(&stats), 3);
     }
 }
