@@ -406,18 +406,32 @@ def dnsperf(bed, seconds, warmup, qfile):
     return {"qps": float(qps.group(1)), "lost": float(lost.group(1))}
 
 
-def ab(bed, seconds, warmup):
+def busy_ticks():
+    """Ticks every CPU spent busy so far (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v[:8]) - v[3] - v[4]
+
+
+def ab(bed, seconds, warmup, pid):
     url = f"http://{SERVER}/index.html"
     # -t before -n: -t alone caps the run at 50,000 requests. No -k: a connection per request.
     base = ["ab", "-q", "-r", "-c", "8"]
     if warmup > 0:
         bed.client(*base, "-t", f"{warmup:g}", "-n", "10000000", url, timeout=warmup + 60)
+    # CPU per request, all CPUs and the DPDK process's share: what a connection costs where
+    # the rate is bound by the CPUs rather than by round trips.
+    b0, p0 = busy_ticks(), cpu_ticks(pid) if pid else 0
     out = bed.client(*base, "-t", f"{seconds:g}", "-n", "10000000", url, timeout=seconds + 60)
+    b1, p1 = busy_ticks(), cpu_ticks(pid) if pid else 0
     rps = re.search(r"Requests per second:\s+([\d.]+)", out)
+    done = re.search(r"Complete requests:\s+(\d+)", out)
     failed = re.search(r"Failed requests:\s+(\d+)", out)
-    if not rps or not failed:
+    if not rps or not failed or not done:
         raise Failed(f"ab printed no rate:\n{out}")
-    return {"rps": float(rps.group(1)), "failed": int(failed.group(1))}
+    n, us = max(1, int(done.group(1))), 1e6 / os.sysconf("SC_CLK_TCK")
+    return {"rps": float(rps.group(1)), "failed": int(failed.group(1)), "cpu_us": (b1 - b0) * us / n,
+            "dpdk_us": (p1 - p0) * us / n if pid else float("nan")}
 
 
 def ping(bed, seconds):
@@ -463,7 +477,7 @@ def one_setup(setup, rnd, seconds, warmup, tmp, www, qfile, punt_only):
             ("tcp", lambda: iperf_tcp(bed, seconds, warmup, False)),
             ("tcp_r", lambda: iperf_tcp(bed, seconds, warmup, True)),
             ("dns", lambda: dnsperf(bed, seconds, warmup, qfile)),
-            ("http", lambda: ab(bed, seconds, warmup)),
+            ("http", lambda: ab(bed, seconds, warmup, proc.pid if proc else None)),
             ("udp", lambda: iperf_udp(bed, seconds, warmup)),
             ("ping", lambda: ping(bed, seconds)),
             ("echo", lambda: rtt(bed, 7, "echo", seconds)),
@@ -507,6 +521,8 @@ ROWS = [
     ("dnsperf: lost", "dns", "lost", "%", "{:.2f}"),
     ("ab against lighttpd, a connection per request", "http", "rps", "requests/s", "{:.0f}"),
     ("ab: failed requests", "http", "failed", "", "{:.0f}"),
+    ("ab: CPU per request, every CPU", "http", "cpu_us", "µs", "{:.0f}"),
+    ("ab: CPU per request, the DPDK process", "http", "dpdk_us", "µs", "{:.0f}"),
     ("iperf3 UDP -b 1G: received", "udp", "mbps", "Mbit/s", "{:.0f}"),
     ("iperf3 UDP -b 1G: loss", "udp", "loss", "%", "{:.2f}"),
     ("ping at 1,000/s: p50", "ping", "p50", "µs", "{:.0f}"),
