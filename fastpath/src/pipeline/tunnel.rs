@@ -1,4 +1,4 @@
-//! GRE tunnels (RFC 2784, RFC 2890; Linux's "lockless GRE transmit").
+//! GRE tunnels (RFC 2784, RFC 2890; Linux's "ip_gre: lockless xmit").
 //!
 //! - Decapsulation runs on RX lcores: GRE to a local address from a configured tunnel's remote
 //!   (with the tunnel's key, if it has one) is stripped and the inner packet goes through the

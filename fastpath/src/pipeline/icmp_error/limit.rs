@@ -46,7 +46,7 @@
 //! starting full. A slot keeps it as the one time at which the bucket is full again (the
 //! generic cell rate algorithm's form of a token bucket), so a refusal reads the slot and writes
 //! nothing. Linux keeps it in the inetpeer tree; here (as Eric Dumazet suggests in the review
-//! of "icmp: change the order of rate limits": "a hash table to quickly filter elephant flows,
+//! of "net: optimize ICMP-reply code path": "a hash table to quickly filter elephant flows,
 //! preventing them from stealing all the global ICMP credits") it is a fixed-size
 //! open-addressing table, allocated once, with at most [`PROBES`] slots probed per lookup and the fullest of them evicted when all are taken. The
 //! hash is keyed by a per-table secret so an attacker cannot aim addresses at one probe window.

@@ -1,5 +1,5 @@
-//! ICMP and ICMPv6 error messages, rate limited before any work is spent on them (the order of
-//! Linux's "icmp: change the order of rate limits").
+//! ICMP and ICMPv6 error messages, rate limited before any work is spent on them (Linux's "net:
+//! optimize ICMP-reply code path"; docs/mechanisms.md, "Seed 000").
 //!
 //! Three parts, used in this order on the per-packet path:
 //! 1. [`eligible`]: the rules of RFC 1122 §3.2.2, RFC 1812 §4.3.2.7 and RFC 4443 §2.4(e) about
