@@ -48,8 +48,9 @@
 //! nothing. Linux keeps it in the inetpeer tree; here (as Eric Dumazet suggests in the review
 //! of "net: optimize ICMP-reply code path": "a hash table to quickly filter elephant flows,
 //! preventing them from stealing all the global ICMP credits") it is a fixed-size
-//! open-addressing table, allocated once, with at most [`PROBES`] slots probed per lookup and the fullest of them evicted when all are taken. The
-//! hash is keyed by a per-table secret so an attacker cannot aim addresses at one probe window.
+//! open-addressing table, allocated once, with at most [`PROBES`] slots probed per lookup and
+//! the fullest of them evicted when all are taken. The hash is keyed by a per-table secret so
+//! an attacker cannot aim addresses at one probe window.
 //!
 //! An evicted destination comes back with a full burst, as a new inetpeer node does in Linux.
 //! Evicting the fullest bucket means a flooding source (its bucket empty, the least full in its

@@ -25,9 +25,9 @@ impl Pipeline {
     ///
     /// Why a path of its own (no work before the decision, applied to delivery): through the
     /// general parser the frame became a 64-byte `Parsed` in memory, stored field by field and
-    /// read back by each stage, and the verdict travelled through a `Step`; on the open-port benchmark
-    /// that plumbing was a large share of the pipeline's instructions (benches/NOTES.md, "The
-    /// IPv4/UDP fast path").
+    /// read back by each stage, and the verdict travelled through a `Step`; on the open-port
+    /// benchmark that plumbing was a large share of the pipeline's instructions
+    /// (benches/NOTES.md, "The IPv4/UDP fast path").
     ///
     /// `view` is the port's [`PortView`], taken once a burst.
     #[inline(always)]
