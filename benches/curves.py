@@ -13,8 +13,9 @@ writer. Each point is run BENCH_REPS times (default 3), in alternating order; a 
 median of per-round ratios (each round's point over the same round's smallest point), as
 macro_bench computes its goals, with a 90% interval.
 
-Writes curves.md and curves.png into BENCH_OUT (default benches/; then the section between
-`<!-- curves:start -->` and `<!-- curves:end -->` of benches/README.md too).
+Writes curves.png into BENCH_OUT (default benches/) and the report into the section between
+`<!-- curves:start -->` and `<!-- curves:end -->` of benches/README.md when BENCH_OUT is
+benches/, into curves.md there otherwise.
 
 Environment: as macro_bench (BENCH_SECONDS default 4, BENCH_REPS default 3, BENCH_WARMUP, BENCH_OUT,
 FASTPATHD, TESTPMD), CURVES_SMOKE=1 (ci/test: the 1K and 64K flow points and 1 and 100
@@ -233,20 +234,24 @@ def main():
     rows, goals = report(pts, results)
     md = markdown(rows, goals, seconds, reps, warmup, started)
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "curves.md"), "w") as f:
-        f.write("# Cost curves\n\nWritten by `ci/bench` (benches/curves.py); see benches/README.md.\n\n" + md
-                + "\n![Mpps against flows, sources, services and frame size](curves.png)\n")
     plot(rows, os.path.join(out_dir, "curves.png"))
+    # Into benches/ the curves go to one place, the README's generated section; anywhere else
+    # curves.md there.
     readme = os.path.join(mb.REPO, "benches", "README.md")
-    if out_dir == os.path.join(mb.REPO, "benches") and os.path.exists(readme):
+    if os.path.realpath(out_dir) == os.path.realpath(os.path.join(mb.REPO, "benches")):
         with open(readme) as f:
             text = f.read()
         start, end = "<!-- curves:start -->", "<!-- curves:end -->"
-        if start in text and end in text:
-            head, rest = text.split(start, 1)
-            _, tail = rest.split(end, 1)
-            with open(readme, "w") as f:
-                f.write(head + start + "\n" + md + "\n![cost curves](curves.png)\n" + end + tail)
+        if start not in text or end not in text:
+            sys.exit(f"curves: {readme} has no {start} ... {end} section to write the curves into")
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        with open(readme, "w") as f:
+            f.write(head + start + "\n" + md + "\n![cost curves](curves.png)\n" + end + tail)
+    else:
+        with open(os.path.join(out_dir, "curves.md"), "w") as f:
+            f.write("# Cost curves\n\nWritten by `ci/bench` (benches/curves.py); see benches/README.md.\n\n" + md
+                    + "\n![Mpps against flows, sources, services and frame size](curves.png)\n")
     print(md)
 
 

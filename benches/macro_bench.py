@@ -37,9 +37,10 @@ with the control thread, where testpmd keeps its command line): the same two lco
 (GOALS below) are computed as per-round ratios and printed.
 
 Environment: BENCH_SECONDS (measured window per run, default 6), BENCH_REPS (rounds, default 6),
-BENCH_WARMUP (seconds before the window, default 2), BENCH_OUT (directory for results.md and
-results.png, default benches/; when it is benches/, the table in benches/README.md is updated
-too), BENCH_SCENARIOS (comma-separated names to run a subset), FASTPATHD (the binary),
+BENCH_WARMUP (seconds before the window, default 2), BENCH_OUT (directory for results.png and
+results.md, default benches/; in benches/ the report goes into the section between
+`<!-- results:start -->` and `<!-- results:end -->` of benches/README.md instead of results.md),
+BENCH_SCENARIOS (comma-separated names to run a subset), FASTPATHD (the binary),
 TESTPMD (default dpdk-testpmd), DUMPCAP (default dpdk-dumpcap), IP_FRAG_ANCHOR (benches/examples/ip_frag_anchor.rs
 built, default target/release/examples/ip_frag_anchor).
 
@@ -1338,7 +1339,9 @@ LINK_NOTE = (
     "testpmd io on this guest sits at the DPDK anchor, so read a row's × testpmd io as its share of such a core.")
 
 
-def markdown(rows, goals, seconds, reps, warmup, started, capture_note):
+def markdown(rows, goals, seconds, reps, warmup, started, capture_note, brief=False):
+    """The report: the Mpps table and the goals, then (unless brief, the form benches/README.md
+    keeps) each scenario's outcomes and figures, the captures and every round's Mpps."""
     lines = [
         f"Run of {started:%Y-%m-%d %H:%M} UTC on {machine()}: {reps} round(s) of every scenario in "
         f"alternation (every other round backwards), each run {warmup:g} s warm-up then {seconds:g} s measured. Mpps = packets per "
@@ -1367,6 +1370,8 @@ def markdown(rows, goals, seconds, reps, warmup, started, capture_note):
             ci_text = f"{ci[0]:.3f} – {ci[1]:.3f}" if ci else "–"
             lines.append(f"| {g['label']} | {fmt_ratio(g['ratio'])} ({brackets}) | {rounds} | {ci_text} "
                          f"| {'yes' if g['met'] else 'no'} | {g['verdict']} |")
+    if brief:
+        return "\n".join(lines) + "\n"
     lines += ["", "Scenarios (outcomes: shares of received packets over the whole run, last round; other figures: "
               "median over rounds, from the exit dump):", ""]
     for r in rows:
@@ -1473,27 +1478,32 @@ def main():
             "RX on lcore 1, the worker (services) on lcore 0, the EAL main lcore, with the control thread and "
             "this script. EAL: `-l 0,1 " + " ".join(eal_args("PREFIX", "CAPTURE")) + "`; burst 32, "
             f"{DESC} descriptors, {MBUFS} mbufs, cache {MBUF_CACHE}.")
-    table = markdown(rows, goals, seconds, reps, warmup, started, note)
     anchor_text = anchor_report(results, scenarios)
-    table += anchor_text
+    table = markdown(rows, goals, seconds, reps, warmup, started, note) + anchor_text
     os.makedirs(out_dir, exist_ok=True)
-    md_path = os.path.join(out_dir, "results.md")
-    with open(md_path, "w") as f:
-        f.write("# Macro benchmark results\n\nWritten by `ci/bench` (benches/macro_bench.py); "
-                "see benches/README.md.\n\n" + table + "\n![Mpps per scenario](results.png)\n")
     png_path = os.path.join(out_dir, "results.png")
     plot(rows, png_path)
 
+    # Into benches/ the run goes to one place, the README's generated section (the brief form;
+    # the full report is printed below); anywhere else it is results.md there, whole.
     readme = os.path.join(REPO, "benches", "README.md")
-    if out_dir == os.path.join(REPO, "benches") and os.path.exists(readme):
+    if os.path.realpath(out_dir) == os.path.realpath(os.path.join(REPO, "benches")):
         with open(readme) as f:
             text = f.read()
         start, end = "<!-- results:start -->", "<!-- results:end -->"
-        if start in text and end in text:
-            head, rest = text.split(start, 1)
-            _, tail = rest.split(end, 1)
-            with open(readme, "w") as f:
-                f.write(head + start + "\n" + table + "\n![Mpps per scenario](results.png)\n" + end + tail)
+        if start not in text or end not in text:
+            sys.exit(f"macro_bench: {readme} has no {start} ... {end} section to write the results into")
+        brief = markdown(rows, goals, seconds, reps, warmup, started, note, brief=True) + anchor_text
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        with open(readme, "w") as f:
+            f.write(head + start + "\n" + brief + "\n![Mpps per scenario](results.png)\n" + end + tail)
+    else:
+        with open(os.path.join(out_dir, "results.md"), "w") as f:
+            f.write("# Macro benchmark results\n\nWritten by `ci/bench` (benches/macro_bench.py); "
+                    "see benches/README.md.\n\n" + table + "\n![Mpps per scenario](results.png)\n")
+    print()
+    print(table)
 
     print()
     print(f"{'scenario':<36} {'Mpps':>7} {'min':>7} {'max':>7} {'x io':>6} {'x io/round':>10}")

@@ -425,7 +425,7 @@ pub fn reasm_sequence(data: &[u8]) -> ReasmRun {
         timeout_ns: 1_000_000_000,
         buffer_truesize: truesize,
         pressure_scaled_timeout: b & 0x10 == 0,
-        // Bit 0x20 picks the probation policy (seed 001's without: the corpus predates it).
+        // Bit 0x20 picks the probation policy (`linux` without: the corpus predates it).
         policy: if b & 0x20 != 0 {
             Policy::Probation
         } else {

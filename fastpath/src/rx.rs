@@ -532,7 +532,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     }
 
     /// The end of a poll that started at `now`: reassembly expiry (bounded work per poll, no
-    /// background thread: seed 001), then every TX batch sent; the identifications' clock.
+    /// background thread), then every TX batch sent; the identifications' clock.
     pub fn poll_done(&mut self, now: Instant) {
         self.pipeline.idents().set_now(now);
         self.pipeline.poll_done(now);

@@ -1,6 +1,6 @@
 //! Service sockets: bounded packet queues that RX lcores fill and worker lcores drain, plus the
-//! per-socket state the fanout rollover of seed 002 reads (room, pressure flag, recent flow
-//! hashes) and the per-lcore counters it writes.
+//! per-socket state the fanout rollover (as Linux's "packet: refine rollover") reads (room,
+//! pressure flag, recent flow hashes) and the per-lcore counters it writes.
 //!
 //! The queue itself is a [`PacketQueue`] (a DPDK ring in the daemon, [`SimQueue`] in tests), so
 //! the rollover decision is tested without DPDK. What is shared between lcores, and why:
@@ -10,7 +10,7 @@
 //!   consumer when occupancy falls to half — a single clearer, so no clearer races another;
 //! - the flow-hash history: read and written only when the socket is already short of room
 //!   (never on the common path), one cache line, no lock and no index — a random slot is
-//!   overwritten, as the seed's review settled; a lost update only blurs a hint.
+//!   overwritten, as Linux's rollover does; a lost update only blurs a hint.
 //!
 //! Counters are per lcore (one cache-line-aligned slot per lcore), summed when read.
 
@@ -47,7 +47,7 @@ pub trait PacketQueue: Send + Sync + 'static {
 /// without a virtual call.
 // The ring in place, not boxed: with many sockets an RX lcore meets each socket's state cold,
 // and every pointer between the socket and its ring's producer line is one more miss waiting
-// for the last (perf with 1000 sink services: benches/NOTES.md, "Many sockets").
+// for the last (benches/NOTES.md, "Many sockets").
 #[allow(clippy::large_enum_variant)]
 pub enum SocketQueue {
     /// The daemon's: a DPDK ring of mbufs (in the socket's queue slice, apart from the socket's
@@ -155,7 +155,7 @@ impl QueueSync {
     };
 }
 
-/// Room class of a socket for one more packet (seed 002, `packet_rcv_has_room`).
+/// Room class of a socket for one more packet (Linux's `packet_rcv_has_room`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Room {
     /// More than 25% of the capacity stays free after this packet.
@@ -255,8 +255,8 @@ struct Depth(Box<[AtomicU32]>);
 /// Its queue is one single-producer, single-consumer queue per RX lcore (`queues[slot]`, filled
 /// only by the RX lcore in counter slot `slot`), drained round robin by the socket's one worker:
 /// no line is written by two producers, and the producer's enqueue is a plain store of its own
-/// index. The socket's occupancy, which the fanout rules of seed 002 and the flow limit of seed
-/// 003 are about, is the sum of its queues; `capacity` bounds that sum (each queue can hold the
+/// index. The socket's occupancy, which the fanout's rollover and the flow limit are about, is
+/// the sum of its queues; `capacity` bounds that sum (each queue can hold the
 /// whole capacity, so one RX lcore alone can fill the socket, as with one shared queue).
 ///
 /// An RX lcore knows its own queue's length without a read of another core's line (its own
@@ -400,8 +400,8 @@ impl Socket {
     /// the type docs), or their length (any other queue: simulations and test doubles).
     ///
     /// Inlined with the other queues' sum out of line: as one function LLVM kept it a call for
-    /// each socket a burst touched (callgrind with 1000 sink services: benches/NOTES.md, "Many
-    /// sockets"), where one queue's answer is a few loads.
+    /// each socket a burst touched (benches/NOTES.md, "Many sockets"), where one queue's answer is
+    /// a few loads.
     #[inline(always)]
     pub fn producer_len(&self, slot: usize, fresh: bool) -> (usize, bool) {
         let (own, exact) = self.queues[slot].producer_len(fresh);

@@ -400,7 +400,7 @@ fn next_hop_mac(ti: usize, r: &TunnelSection, who: &str, errs: &mut Errs) -> Eth
     }
 }
 
-/// Depth along `via` chains; a chain that revisits a tunnel is a loop (seed 004: a tunnel
+/// Depth along `via` chains; a chain that revisits a tunnel is a loop (a tunnel
 /// routed into itself), one longer than MAX_DEPTH nests too deep.
 fn set_depths(out: &mut [TunnelConfig], vias: &[Option<usize>], errs: &mut Errs) {
     for ti in 0..out.len() {

@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 /// `RTE_MBUF_F_RX_FDIR`). fastpathd programs no flow director or `rte_flow` MARK rule, so no
 /// driver sets them; the word sits beside the RSS hash (`fdir.lo`), not over it. (A registered
 /// dynamic flag would do too, but with one registered the forward and closed-port benchmarks
-/// lost 5-12% in the same instructions.)
+/// ran slower in the same instructions: benches/NOTES.md, "The RX engine split".)
 const TUNNELLED: u64 = (dpdk_sys::RTE_MBUF_F_RX_FDIR | dpdk_sys::RTE_MBUF_F_RX_FDIR_ID) as u64;
 
 /// `packet_type` bit marking a datagram the reassembler built: DPDK's packet types use bits
@@ -119,8 +119,9 @@ impl Mbuf {
     ///
     /// Why not `rte_pktmbuf_free_bulk` for all: it makes the same checks per mbuf, but through
     /// its general loop (a segment walk, a pool comparison through the batch's first entry, the
-    /// pending array in memory): ~41 instructions an mbuf on the RX lcore, where a flood's drops
-    /// (closed port, SYN flood, not local) are a third of the lcore's own work.
+    /// pending array in memory), a large cost per mbuf on the RX lcore, where a flood's drops
+    /// (closed port, SYN flood, not local) are much of the lcore's own work (benches/NOTES.md,
+    /// "Drops go back to their pool unread by DPDK's general free").
     pub fn free_bulk(batch: &mut Vec<Mbuf>) {
         let n = batch.len();
         let Some(first) = batch.first() else {
@@ -226,8 +227,8 @@ fn ip_checksum_ok_by_flags(ol_flags: u64, verify: impl FnOnce() -> bool) -> bool
     let f = ol_flags & MASK;
     // One bit of the two set is the NIC's verdict; none or both ask `verify`. Written so,
     // LLVM tests the flags once for the unchecked case instead of twice (as three `if`s it
-    // tested BAD first and kept the flags for a second test): TCP to no service 297.8 ->
-    // 293.7 instructions a packet, open-sink 327.3 -> 331.3 (callgrind; kept for TCP's goal).
+    // tested BAD first and kept the flags for a second test; benches/NOTES.md, "Tests as branches
+    // on the common case").
     if f != 0 && f != MASK {
         f == GOOD
     } else {
@@ -294,8 +295,8 @@ impl PacketBuf for Mbuf {
             return false;
         }
         // rte_pktmbuf_trim for one segment (the last is the first), written here: through the
-        // shim it was a call of ~27 instructions on every padded frame (a 60-byte TCP SYN is 6
-        // bytes of padding), which the fast paths trim as the general path does.
+        // shim it was a call on every padded frame (a minimum-size TCP SYN carries padding), which
+        // the fast paths trim as the general path does.
         let m = self.raw_mut();
         if n > m.data_len as usize {
             return false;

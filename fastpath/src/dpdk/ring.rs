@@ -27,8 +27,7 @@ pub const FREE_BURST: usize = 64;
 /// The multi-producer enqueue takes its slots with a compare-and-swap on the producer index: a
 /// locked instruction, which waits for that line (the consumer reads it on every poll) and for
 /// every store before it (the burst's mbuf writes) to complete; single-producer mode stores
-/// the index. Paired 4-s runs of the open-port benchmark (one RX lcore): 1.10 x (10 pairs, 8 of
-/// them faster).
+/// the index (benches/NOTES.md, "The hand-off to the workers").
 ///
 /// Handing packets to another lcore costs cache lines, not instructions: the producer wrote
 /// each mbuf's header, and if the consumer reads it (as `rte_pktmbuf_free` does, for the pool,
@@ -38,16 +37,14 @@ pub const FREE_BURST: usize = 64;
 /// its cache anyway, marks in the ring slot each mbuf that may not go straight back to the
 /// ring's home pool (not from that pool, or not direct with one reference and one segment:
 /// `rte_mbuf_raw_free`'s conditions), and [`MbufRing::dequeue_and_free`] returns the unmarked
-/// ones to the pool in one put without touching them. On the open-port benchmark this took the
-/// RX lcore's mbuf resets (`rte_pktmbuf_reset` in the PMD's allocation) from a sixth of its
-/// time to a few percent.
+/// ones to the pool in one put without touching them, so the RX lcore's mbuf resets
+/// (`rte_pktmbuf_reset` in the PMD's allocation) no longer wait for the worker's copy.
 ///
 /// They go straight to the pool's shared store, not through the worker's own mempool cache:
 /// the RX lcore refills its cache from that store, so an mbuf is back in its hands after the
-/// ring and the RX lcore's cache, without also waiting behind the ~375 the worker's cache holds
-/// before it flushes. Fewer mbufs in flight means more of their lines are still in the RX core's
-/// cache when it writes them again: paired 4-s open-sink runs 1.06 x (16 pairs, 11 faster;
-/// 1.09 x in 8 pairs before, all faster).
+/// ring and the RX lcore's cache, without also waiting behind the hundreds the worker's cache
+/// holds before it flushes. Fewer mbufs in flight means more of their lines are still in the RX
+/// core's cache when it writes them again (benches/NOTES.md, "The hand-off to the workers").
 ///
 /// With one producer and one consumer the slots are an [`SpscRing`] instead of a DPDK ring:
 /// the same words (tagged mbuf pointers), but the producer reads the consumer's index only when
@@ -65,9 +62,8 @@ pub const FREE_BURST: usize = 64;
 /// of many.
 /// The slots and the mbufs never leave the RX lcore's cache and the worker touches no mempool
 /// (no shared store, no spinlock); what crosses is one index each way per publication (a burst,
-/// or several under load: `rx::HOLD_BURSTS`). Paired 4-s open-sink runs against the marked free
-/// above: 1.096 x (14 pairs, 12 faster; 1.055 x in 16 pairs, 12 faster, before the last
-/// clean-up). Such a ring hands its consumer no packet
+/// or several under load: `rx::HOLD_BURSTS`); faster than the marked free above
+/// (benches/NOTES.md, "The hand-off to the workers"). Such a ring hands its consumer no packet
 /// ([`MbufRing::dequeue`] returns none), so the daemon keeps a socket across a reload only
 /// for the same use (`Socket::sync`).
 pub struct MbufRing {
@@ -437,14 +433,14 @@ impl PacketQueue for MbufRing {
 /// Nobody touches a reclaiming ring's mbufs between the enqueue and the release (its consumer
 /// only counts them), so what the mark says still holds. Reading every header again at release
 /// was the larger part of the RX lcore's cost for a sink's packets: `rte_pktmbuf_free_bulk`'s
-/// ~41 instructions per mbuf, and with many sockets a cache miss per mbuf, released a thousand
-/// packets after it was enqueued (perf, 1000 sink services: 32% of the RX lcore).
+/// checks per mbuf, and with many sockets a cache miss per mbuf, released long after it was
+/// enqueued (benches/NOTES.md, "Many sockets").
 struct Freed {
     home: *mut dpdk_sys::rte_mempool,
     raw: usize,
     plain: usize,
-    // Not zeroed: an enqueue makes one, and most release one mbuf or none (with many sockets,
-    // zeroing the two arrays was 9% of the RX lcore).
+    // Not zeroed: an enqueue makes one, and most release one mbuf or none (with many sockets
+    // zeroing the two arrays was a measurable share of the RX lcore: NOTES, "Many sockets").
     raw_words: [MaybeUninit<usize>; FREE_BURST],
     plain_words: [MaybeUninit<usize>; FREE_BURST],
 }
@@ -462,9 +458,9 @@ impl Freed {
     }
 
     /// Frees a run of released words as they lie in the ring. Word by word (a call per word
-    /// behind the release closure, copying each into a bulk) this was ~16 instructions a packet
-    /// of the RX lcore's path to a sink (callgrind, an open-sink ring too large to fill under
-    /// valgrind); a run without a mark is one test per word and one put.
+    /// behind the release closure, copying each into a bulk) this was a large share of the RX
+    /// lcore's path to a sink (benches/NOTES.md, "The reclaiming release a run at a time"); a run
+    /// without a mark is one test per word and one put.
     #[inline]
     fn push_run(&mut self, run: &[AtomicUsize]) {
         let marks = run.iter().fold(0, |acc, w| acc | w.load(Ordering::Relaxed)) & CHECK_FREE;

@@ -2,9 +2,9 @@
 //! on a line of its own) that other threads ring, and a [`Waiter`] (an epoll set over the
 //! doorbell and the lcore's RX queues' wake-up fds) the loop blocks in, with a bound.
 //!
-//! Why not a short sleep: on this project's VMs a sleep or wake-up costs several µs of CPU and
-//! a 50 µs sleep takes ~110 µs (timer slack), so sleeping per empty poll cost an idle daemon a
-//! quarter of a core and answers ~100 µs late (docs/operating.md, "Idle lcores").
+//! Why not a short sleep: a sleep or wake-up costs CPU and a short sleep overshoots by the timer
+//! slack, so sleeping per empty poll cost an idle daemon much of a core and answered late
+//! (benches/NOTES.md, "Idle lcores block instead of sleeping per poll").
 //!
 //! The lost wake-up race (a producer enqueues just as the consumer decides to block) is closed
 //! the Dekker way: the consumer stores its flag, fences, re-checks its queues, then blocks; the
@@ -13,8 +13,8 @@
 //! before the block is not lost either. The fences are asymmetric where the kernel has
 //! `membarrier(2)` (Linux 4.14): the consumer, about to sleep (rare), makes every running
 //! thread of the process pass a full barrier, so the producer, at every publication, needs
-//! only a compiler barrier (an `mfence` per published burst would be ~1 % of the RX lcore at
-//! 30 Mpps); the `membarrier(2)` manual gives this pairing.
+//! only a compiler barrier (an `mfence` per published burst would be on the RX lcore's path);
+//! the `membarrier(2)` manual gives this pairing.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -226,8 +226,8 @@ fn clear_socket_error(fd: RawFd) {
     };
 }
 
-/// Sets the calling thread's timer slack (PR_SET_TIMERSLACK): the default 50 µs made a 50 µs
-/// sleep last ~110 µs, and an epoll bound late by as much. Best effort.
+/// Sets the calling thread's timer slack (PR_SET_TIMERSLACK): the default slack about doubles
+/// a short sleep, and makes an epoll bound late by as much. Best effort.
 pub fn set_timer_slack(ns: u64) {
     // SAFETY: PR_SET_TIMERSLACK takes an unsigned long by value and affects this thread only.
     let _ = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };

@@ -1,5 +1,5 @@
 //! Choosing a service's socket for a packet: fanout by flow hash, round robin or random, with
-//! the rollover of seed 002 ("packet: refine rollover", af_packet 2015).
+//! the rollover of Linux's af_packet ("packet: refine rollover", 2015).
 //!
 //! The decision, for the socket `s` the fanout mode picks:
 //! 1. room of `s` after this packet: NORMAL (more than 25% stays free), LOW (some stays free)
@@ -94,8 +94,8 @@ pub struct Group {
     pub mode: FanoutMode,
     /// Whether packets may roll over to another socket.
     pub rollover: bool,
-    /// Whether huge flows roll over early, at LOW room (seed 002 patch 6); without it packets
-    /// move only when their socket has no room (patch 5 alone).
+    /// Whether huge flows roll over early, at LOW room (as af_packet's huge-flow rule); without it
+    /// packets move only when their socket has no room.
     pub huge_flows: bool,
     /// Whether the flow limit (when `[flow_limit]` enables it) sheds this group's dominant
     /// flows. Off for the kernel path by default: Linux's own flow limit is off by default
@@ -446,8 +446,8 @@ impl FanoutState {
         let gi = group.sockets[pos];
         let s = &sockets[gi];
         let queued = self.queued(gi, s);
-        // Flow limit first (seed 003): a dominant flow is shed, a merely large one may still
-        // roll over below. Consulted while the socket has room, as Linux's enqueue_to_backlog
+        // Flow limit first (as Linux's RPS flow limit): a dominant flow is shed, a large one may
+        // still roll over below. Consulted while the socket has room, as Linux's enqueue_to_backlog
         // does (`qlen <= max_backlog && !skb_flow_limit()`): a packet for a full socket is
         // refused or rolled over without hashing it into the history, so a flood that keeps a
         // socket full costs the RX lcore no hash per packet.
@@ -698,7 +698,7 @@ mod tests {
         assert_eq!((c.rollover.get(), c.rollover_huge.get()), (1, 0));
     }
 
-    /// The seed's experiment in small: 4 sockets, one flow far beyond one consumer's rate.
+    /// The rollover experiment in small: 4 sockets, one flow far beyond one consumer's rate.
     /// Without the huge-flow rule the flow fills its socket and overflows at NONE; with it, the
     /// flow is spread while its socket still has room, and nothing is dropped.
     #[test]

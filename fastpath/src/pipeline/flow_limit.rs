@@ -1,4 +1,4 @@
-//! Flow-limit shedding (seed 003, "rps: selective flow shedding during softnet overflow").
+//! Flow-limit shedding (Linux's "rps: selective flow shedding during softnet overflow").
 //!
 //! When the socket a packet is headed for is at least half full, the RX lcore records the
 //! packet's flow bucket in a ring of the last 256 such packets and counts it in a per-bucket
@@ -7,7 +7,7 @@
 //! the service down for everyone else, while flows below half the recent traffic pass.
 //!
 //! The table is per RX lcore (no sharing) and carries its own mask: a new table length is
-//! applied by swapping in a whole new table, so the race the seed's review found (a global
+//! applied by swapping in a whole new table, so the race Linux's review found (a global
 //! length read apart from the table, then used as a mask on a table of another size) cannot
 //! happen. Below half backlog the check costs one comparison the fanout makes anyway.
 

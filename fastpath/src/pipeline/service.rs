@@ -125,8 +125,8 @@ pub struct ServiceTable {
 /// A port-table entry: everything the per-packet path reads of a service, in the word the lookup
 /// loads. With many services a packet meets its service cold, and the `Service` (a 120-byte entry)
 /// and its group's socket list (a heap block of its own) were two misses, one waiting for the
-/// other, before the fanout could even look at the socket (perf with 1000 sink services:
-/// benches/NOTES.md, "Many sockets"); a per-service word beside the port table took that to one
+/// other, before the fanout could even look at the socket (benches/NOTES.md, "Many sockets");
+/// a per-service word beside the port table took that to one
 /// more load, and this to none.
 ///
 /// Bits 16..32: 1 + the service's index (at most 65535 services); bit 15 ([`BOUND`]): the

@@ -9,7 +9,7 @@
 //! - otherwise: `<SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>`, SEG.LEN counting SYN and FIN.
 //!
 //! Like an ICMP error, a reset is an answer an attacker can aim at a third party by spoofing
-//! the source: the limits are decided before anything is built or summed (seed 000's order):
+//! the source: the limits are decided before anything is built or summed (as ICMP errors):
 //! (a) a peek at the global budget, (b) the per-destination bucket, (c) the global credit
 //! (the same lock-free [`GlobalBucket`] and per-lcore [`PeerTable`] as the ICMP limiter, their
 //! own instances). The segment's checksum is verified only once the limits allowed a reset; a

@@ -1,11 +1,11 @@
-//! GRE tunnels (RFC 2784, RFC 2890; seed 004 "lockless GRE transmit").
+//! GRE tunnels (RFC 2784, RFC 2890; Linux's "ip_gre: lockless xmit").
 //!
 //! - Decapsulation runs on RX lcores: GRE to a local address from a configured tunnel's remote
 //!   (with the tunnel's key, if it has one) is stripped and the inner packet goes through the
 //!   pipeline again; the per-tunnel receive sequence state (RFC 2890 §2.2) is RX-lcore local,
 //!   which is exact because a tunnel's packets share one outer address pair and so one RSS hash.
 //! - Encapsulation runs on worker lcores, each on its own TX queue with its own counters: no
-//!   lock and no shared write per packet (the seed's LLTX). Tunnels with `sequence = true` are
+//!   lock and no shared write per packet (Linux's LLTX). Tunnels with `sequence = true` are
 //!   the exception the seed names: an atomic counter would hand out numbers in order but two
 //!   lcores would still put them on the wire in another order (each through its own queue, at
 //!   its own time), and the receiver drops every packet that arrives after a higher number. So

@@ -7,7 +7,7 @@
 //! token bucket of `msgs_per_sec` credits a second, holding at most `burst`, refilled only when at
 //! least 20 ms (`HZ / 50`) have passed since the last refill. Under pressure (no credit, less than
 //! 20 ms since the refill) the check is two loads of a cache line every lcore only reads, so a
-//! flood costs no write and no line bouncing between lcores (seed 000).
+//! flood costs no write and no line bouncing between lcores.
 //!
 //! It is lock-free: the credit and the refill stamp are two atomics. A refill is claimed by a
 //! compare-and-swap on the stamp, so among lcores that see 20 ms passed exactly one adds the
@@ -45,11 +45,12 @@
 //! message, at most `burst × interval` banked (`XRLIM_BURST_FACTOR` = 6), a new destination
 //! starting full. A slot keeps it as the one time at which the bucket is full again (the
 //! generic cell rate algorithm's form of a token bucket), so a refusal reads the slot and writes
-//! nothing. Linux keeps it in the inetpeer tree; here (as Eric Dumazet suggests in the
-//! seed's review: "a hash table to quickly filter elephant flows, preventing them from stealing
-//! all the global ICMP credits") it is a fixed-size open-addressing table, allocated once, with at
-//! most [`PROBES`] slots probed per lookup and the fullest of them evicted when all are taken. The
-//! hash is keyed by a per-table secret so an attacker cannot aim addresses at one probe window.
+//! nothing. Linux keeps it in the inetpeer tree; here (as Eric Dumazet suggests in the review
+//! of "net: optimize ICMP-reply code path": "a hash table to quickly filter elephant flows,
+//! preventing them from stealing all the global ICMP credits") it is a fixed-size
+//! open-addressing table, allocated once, with at most [`PROBES`] slots probed per lookup and
+//! the fullest of them evicted when all are taken. The hash is keyed by a per-table secret so
+//! an attacker cannot aim addresses at one probe window.
 //!
 //! An evicted destination comes back with a full burst, as a new inetpeer node does in Linux.
 //! Evicting the fullest bucket means a flooding source (its bucket empty, the least full in its
@@ -475,8 +476,8 @@ impl PeerTable {
     /// The slot of the last decision is tried first: under a flood from one source (the common
     /// case: a client or an attacker that does not spoof) that is nearly every lookup, and that
     /// slot's address does not wait for the hash, a chain of two multiplies and shifts from the
-    /// parsed source to the load that a decision otherwise ends on (benches/NOTES.md, "ICMP errors
-    /// (seed 000)", "Cheap refusals"). A key is in at most one slot (it is only inserted where its
+    /// parsed source to the load that a decision otherwise ends on (benches/NOTES.md, "Cheap
+    /// refusals"). A key is in at most one slot (it is only inserted where its
     /// window lacks it), so finding it there is finding it where the hash leads. Then a destination
     /// in its home slot (the first of its window: a flood from a few sources) is decided inline;
     /// the window scan and the eviction are a call.

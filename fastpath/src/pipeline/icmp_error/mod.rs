@@ -1,4 +1,5 @@
-//! ICMP and ICMPv6 error messages, rate limited before any work is spent on them (seed 000).
+//! ICMP and ICMPv6 error messages, rate limited before any work is spent on them (Linux's "net:
+//! optimize ICMP-reply code path"; docs/mechanisms.md, "Seed 000").
 //!
 //! Three parts, used in this order on the per-packet path:
 //! 1. [`eligible`]: the rules of RFC 1122 §3.2.2, RFC 1812 §4.3.2.7 and RFC 4443 §2.4(e) about
@@ -12,7 +13,7 @@
 //! 3. [`build_in_place`]: only for [`Decision::Send`], turns the offending frame into the error.
 //!
 //! `build_in_place` does not depend on the limiter, so a "build first, then ask" variant (the
-//! benchmark's case (d), what Linux did before the seed's patch) is
+//! benchmark's case (d), what Linux did before that change) is
 //! `build_in_place(..)` followed by `decide(..)`.
 //!
 //! The per-destination table is per RX lcore. A destination whose packets RSS spreads over `k`
@@ -371,7 +372,7 @@ pub struct IcmpConfig {
     /// Per-destination table slots per RX lcore (a power of two).
     pub peer_table_size: usize,
     /// Benchmark only (`[icmp] build_first`, default false): build the error before asking the
-    /// limiter, as Linux did before seed 000's patch, so `ci/bench` can measure what the order
+    /// limiter, as Linux did before it changed the order, so `ci/bench` can measure what the order
     /// saves. Never turn it on in production: a suppressed error then costs a whole build.
     pub build_first: bool,
 }
@@ -550,7 +551,7 @@ pub fn eligible(kind: ErrorKind, p: &Parsed, frame: &[u8]) -> bool {
 /// packet silently, if checksum is wrong").
 ///
 /// The pipeline asks only once the limits allowed an error, so a flood the limiter holds back
-/// pays nothing for it (seed 000); the per-destination credit such a datagram took is then given
+/// pays nothing for it; the per-destination credit such a datagram took is then given
 /// back ([`IcmpLimiter::refund_peer`]), the global credit is not.
 ///
 /// `nic` is what the NIC found checking it ([`crate::buf::PacketBuf::l4_checksum`]): `Good`
@@ -768,7 +769,7 @@ impl IcmpLimiter {
             self.granted.0 = usize::MAX;
             return Decision::Send;
         }
-        // (b) Trusted sources skip every limit (seed 000: the glibc test's 50 back-to-back
+        // (b) Trusted sources skip every limit (glibc's test suite expects 50 back-to-back
         // errors; Linux exempts packets that arrived on loopback). A binary search over merged
         // ranges; with no exempt prefix, one compare of a pointer with null.
         if self.exempt.contains(src) {

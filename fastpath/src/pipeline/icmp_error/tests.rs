@@ -396,7 +396,7 @@ fn ineligible_before_anything_else() {
 
 #[test]
 fn exempt_sources_get_50_back_to_back() {
-    // The seed's glibc test: 50 iterations of UDP to a closed port, each must get its error.
+    // glibc's test: 50 iterations of UDP to a closed port, each must get its error.
     let cfg = IcmpConfig {
         exempt: ExemptSet::new(vec![
             "198.51.100.0/24".parse().unwrap(),
@@ -435,9 +435,9 @@ fn exempt_sources_get_50_back_to_back() {
 
 #[test]
 fn a_busy_source_does_not_eat_the_others_budget() {
-    // Eric Dumazet's review of seed 000: one source at 1000 pps used to take the whole global
-    // budget. Here one source floods at 100 packets a millisecond for 2 s while a new source
-    // sends one packet every 2 ms: every one of them gets its error.
+    // Eric Dumazet's review of "net: optimize ICMP-reply code path": one source at 1000 pps
+    // took the whole global budget. Here one source floods at 100 packets a millisecond for
+    // 2 s while a new source sends one packet every 2 ms: every one of them gets its error.
     let mut l = limiter(&IcmpConfig::default());
     let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
     let flood = udp4(THEM4, ME4);

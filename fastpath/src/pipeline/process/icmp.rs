@@ -10,7 +10,7 @@ use crate::pipeline::parse::{IpVersion, Parsed};
 use crate::pipeline::verdict::{Instant, Verdict};
 
 impl Pipeline {
-    /// Answers the packet with an ICMP error of `kind` if the rate limits allow (seed 000: every
+    /// Answers the packet with an ICMP error of `kind` if the rate limits allow (every
     /// cheap check first, the packet built only when it will be sent); `otherwise` is the verdict
     /// when no error may be sent at all.
     #[inline(always)]
@@ -27,8 +27,8 @@ impl Pipeline {
             return self.icmp_error_build_first(pkt, p, port, kind, otherwise, now);
         }
         let rng = &mut self.rng;
-        // The decision is inline (under a flood it is the whole per-packet cost: seed 000's
-        // point); counting a suppression is one increment; sending is a call.
+        // The decision is inline (under a flood it is the whole per-packet cost); counting a
+        // suppression is one increment; sending is a call.
         match self.icmp.decide(now, kind, p, pkt.data(), || xorshift(rng)) {
             icmp_error::Decision::Ineligible => otherwise,
             icmp_error::Decision::Suppressed(l) => {
@@ -94,7 +94,7 @@ impl Pipeline {
         self.icmp_counters.limited[icmp_error::family_index(version)][l.index()].inc();
     }
 
-    /// `[icmp] build_first` (benchmark only): the order seed 000 fixed, the error built before the
+    /// `[icmp] build_first` (benchmark only): Linux's old order, the error built before the
     /// limiter is asked, so a suppressed error costs a whole build. Same counters as
     /// [`Pipeline::icmp_error`].
     #[cold]

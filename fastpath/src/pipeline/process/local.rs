@@ -114,7 +114,7 @@ impl Pipeline {
 
     /// A UDP or TCP packet for a local address: its service's socket, or `no_service`.
     /// The service socket for a packet local delivery left to the services. Finding no service
-    /// (a closed port: the flood case of seed 000) is a lookup inlined into the pipeline; the
+    /// (a closed port: a flood's case) is a lookup inlined into the pipeline; the
     /// fanout to a socket is a call of its own, so the closed-port path carries none of its
     /// registers or code.
     #[inline(always)]

@@ -23,11 +23,11 @@ impl Pipeline {
     /// changed): [`Pipeline::process_general`] decides. Every verdict, packet change and state
     /// change here is the general path's for the same frame: a test holds them equal.
     ///
-    /// Why a path of its own (seed 000's point, applied to delivery): through the general
-    /// parser the frame became a 64-byte `Parsed` in memory, stored field by field and read back
-    /// by each stage, and the verdict travelled through a `Step`; on the open-port benchmark
-    /// that plumbing was a large share of the pipeline's instructions (benches/NOTES.md, "The
-    /// IPv4/UDP fast path").
+    /// Why a path of its own (no work before the decision, applied to delivery): through the
+    /// general parser the frame became a 64-byte `Parsed` in memory, stored field by field and
+    /// read back by each stage, and the verdict travelled through a `Step`; on the open-port
+    /// benchmark that plumbing was a large share of the pipeline's instructions
+    /// (benches/NOTES.md, "The IPv4/UDP fast path").
     ///
     /// `view` is the port's [`PortView`], taken once a burst.
     #[inline(always)]

@@ -1,4 +1,4 @@
-//! IPv4 and IPv6 reassembly that survives fragment floods (seed 001).
+//! IPv4 and IPv6 reassembly that survives fragment floods.
 //!
 //! One [`Reassembler`] per RX lcore (every fragment of a datagram hashes to the same lcore: the
 //! flow hash of fragments is the 2-tuple, see [`crate::pipeline::Parsed::parse_ip`]). It holds
@@ -20,11 +20,11 @@
 //! itself is preallocated and not charged.
 //!
 //! # Policies
-//! [`Policy::Probation`] (the default) and [`Policy::Linux`] (seed 001's), chosen by
+//! [`Policy::Probation`] (the default) and [`Policy::Linux`], chosen by
 //! `[reassembly] policy` and switchable by a reload (both keep the same queues).
 //!
 //! # The probation policy
-//! Seed 001's rule keeps up with a flood spread over the timeout, not with one at line rate: once
+//! The `linux` rule keeps up with a flood spread over the timeout, not with one at line rate: once
 //! the flood fills `high_thresh` every new datagram is refused until something times out, so a
 //! flood of first fragments a few times the table, replayed at line rate, or FragmentSmack
 //! (CVE-2018-5391), starves every legitimate datagram (in the simulation and in `ci/bench`:
@@ -49,7 +49,7 @@
 //! main. Progress buys no time in main: FragmentSmack's datagrams get fragment after fragment and
 //! never complete, so they age out however often they are fed.
 //!
-//! # The seed's rule (001, review of "ip: re-introduce fragments cache worker"): `linux`
+//! # The `linux` rule (from the review of Linux's "ip: re-introduce fragments cache worker")
 //! No garbage-collection worker: a **new** datagram is refused while usage is above
 //! `high_thresh` (reason `memory`), and each new datagram's lifetime is
 //! `timeout × (high_thresh − usage) / high_thresh`, usage taken when it is created, so under
@@ -331,7 +331,7 @@ pub enum Policy {
     /// while probation holds less than its share); the timeout is fixed.
     #[default]
     Probation,
-    /// Seed 001's: refuse new datagrams above `high_thresh`, pressure-scaled timeout.
+    /// Refuse new datagrams above `high_thresh`, pressure-scaled timeout.
     Linux,
 }
 
@@ -368,7 +368,7 @@ pub struct ReasmConfig {
     pub max_datagrams: usize,
     /// Bytes charged per held buffer.
     pub buffer_truesize: usize,
-    /// Scale each new datagram's timeout by free memory (seed 001), under [`Policy::Linux`] only.
+    /// Scale each new datagram's timeout by free memory, under [`Policy::Linux`] only.
     /// `false` gives every datagram the full timeout, as the kernel did before; kept for the
     /// comparison in the simulation.
     pub pressure_scaled_timeout: bool,
@@ -643,7 +643,7 @@ impl<B: PacketBuf> Reassembler<B> {
         self.heap.peek().map(|s| Instant(self.slots[s as usize].deadline))
     }
 
-    /// The lifetime a datagram created now gets (the seed's heuristic).
+    /// The lifetime a datagram created now gets (the pressure-scaled heuristic).
     pub fn current_timeout_ns(&self) -> u64 {
         if self.cfg.policy == Policy::Probation || !self.cfg.pressure_scaled_timeout {
             return self.cfg.timeout_ns;

@@ -1,4 +1,4 @@
-//! The seed's scenario as a deterministic simulation (not a benchmark: simulated time, no
+//! A fragment flood as a deterministic simulation (not a benchmark: simulated time, no
 //! clock): legitimate fragmented datagrams mixed with a flood of first fragments that never
 //! complete, from many sources, at several times the table's capacity. Used by a test (which
 //! asserts the outcome) and meant for the benchmark crate to print a table from.
@@ -81,10 +81,10 @@ pub struct FloodParams {
 }
 
 impl FloodParams {
-    /// The seed's scenario at a reduced scale that runs quickly even unoptimized: a 512 KiB
+    /// The flood scenario at a reduced scale that runs quickly even unoptimized: a 512 KiB
     /// threshold (227 datagrams), the 30 s timeout, a flood of `multiplier` × capacity per
     /// timeout from 65536 sources, 20 legitimate 3-fragment datagrams per second, 4 minutes.
-    /// Seed 001's `linux` policy; [`FloodParams::with_policy`] picks another.
+    /// The `linux` policy; [`FloodParams::with_policy`] picks another.
     pub fn seed_scenario(multiplier: f64, pressure_scaled_timeout: bool) -> Self {
         FloodParams {
             config: ReasmConfig {

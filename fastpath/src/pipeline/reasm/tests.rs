@@ -54,7 +54,7 @@ fn cfg() -> ReasmConfig {
     }
 }
 
-/// Seed 001's policy, for the tests of its rules.
+/// The `linux` policy, for the tests of its rules.
 fn linux() -> ReasmConfig {
     ReasmConfig {
         policy: Policy::Linux,
@@ -850,7 +850,7 @@ proptest! {
     }
 }
 
-// ---- the seed's scenario ----
+// ---- the flood scenario ----
 
 // The sweep over flood sizes is `cargo run --release -p benches --example reasm_flood`.
 
