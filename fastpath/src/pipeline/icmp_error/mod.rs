@@ -168,30 +168,13 @@ impl ErrorKind {
     }
 }
 
-/// Which limit suppressed an error: the `limit` label of `fastpath_icmp_rate_limited_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Limit {
-    /// The host-wide budget ([`GlobalBucket`]).
-    Global,
-    /// The per-destination budget ([`PeerTable`]).
-    Peer,
-}
-
-impl Limit {
-    /// Both limits, in label-index order.
-    pub const ALL: [Limit; 2] = [Limit::Global, Limit::Peer];
-
-    /// The `limit` label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Limit::Global => "global",
-            Limit::Peer => "peer",
-        }
-    }
-
-    /// Index in [`Limit::ALL`], for per-lcore counter arrays.
-    pub fn index(self) -> usize {
-        self as usize
+crate::label_set! {
+    /// Which limit suppressed an error: the `limit` label of `fastpath_icmp_rate_limited_total`.
+    pub enum Limit {
+        /// The host-wide budget ([`GlobalBucket`]).
+        Global => "global",
+        /// The per-destination budget ([`PeerTable`]).
+        Peer => "peer",
     }
 }
 
@@ -321,33 +304,10 @@ impl fmt::Display for Prefix {
     }
 }
 
-/// Largest `peer_burst` accepted.
+/// Largest `peer_burst` accepted (the config layer refuses more).
 pub const MAX_PEER_BURST: u32 = 10_000;
 /// Largest `peer_interval_ms` accepted (an hour).
 pub const MAX_PEER_INTERVAL_MS: u32 = 3_600_000;
-
-/// Checks the per-destination settings of a limiter in config `section` (`icmp`,
-/// `tcp_reset`): the table size, the burst and the interval the [`PeerTable`] can work with.
-/// The error starts with the key, `section.key: ...`.
-pub fn validate_peer_limits(section: &str, table_size: usize, burst: u32, interval_ms: u32) -> Result<(), String> {
-    if !table_size.is_power_of_two() || table_size > limit::MAX_PEER_TABLE_SIZE {
-        return Err(format!(
-            "{section}.peer_table_size: {table_size} is not a power of two between 1 and {}",
-            limit::MAX_PEER_TABLE_SIZE
-        ));
-    }
-    if burst == 0 || burst > MAX_PEER_BURST {
-        return Err(format!(
-            "{section}.peer_burst: {burst} is not between 1 and {MAX_PEER_BURST}"
-        ));
-    }
-    if interval_ms > MAX_PEER_INTERVAL_MS {
-        return Err(format!(
-            "{section}.peer_interval_ms: {interval_ms} is more than {MAX_PEER_INTERVAL_MS}"
-        ));
-    }
-    Ok(())
-}
 
 /// The `[icmp]` settings (plain data; the config layer parses and validates them into this).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -393,11 +353,6 @@ impl Default for IcmpConfig {
 }
 
 impl IcmpConfig {
-    /// Checks the values the limiter cannot work with; the error names the key.
-    pub fn validate(&self) -> Result<(), String> {
-        validate_peer_limits("icmp", self.peer_table_size, self.peer_burst, self.peer_interval_ms)
-    }
-
     /// A new global bucket for these settings, full, its clock starting at `now`.
     pub fn global_bucket(&self, now: Instant) -> Arc<GlobalBucket> {
         Arc::new(GlobalBucket::new(self.msgs_per_sec, self.burst, now))
