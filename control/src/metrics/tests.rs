@@ -32,6 +32,55 @@ fn the_contract_lists_every_family_and_nothing_else() {
     );
 }
 
+/// The label values that come from a closed set in the code (`label_set!` and the like) are
+/// each listed in their family's row of docs/contract.md: a new reason, limit or list fails
+/// here until the contract has it.
+#[test]
+fn the_contract_lists_every_value_of_the_closed_labels() {
+    use fastpath::pipeline::{filter, icmp_error, reasm, source_limit, tcp_state};
+    let contract = include_str!("../../../docs/contract.md");
+    let closed: &[(&str, &str, &[&str])] = &[
+        ("fastpath_reasm_refused_total", "reason", &reasm::Reason::LABELS),
+        ("fastpath_tcp_state_total", "reason", &tcp_state::Reason::LABELS),
+        (
+            "fastpath_source_limited_total",
+            "reason",
+            &source_limit::Refusal::LABELS,
+        ),
+        ("fastpath_filtered_total", "list", &filter::List::LABELS),
+        ("fastpath_icmp_rate_limited_total", "limit", &icmp_error::Limit::LABELS),
+        (
+            "fastpath_tcp_resets_rate_limited_total",
+            "limit",
+            &icmp_error::Limit::LABELS,
+        ),
+        (
+            "fastpath_metrics_connections_timed_out_total",
+            "deadline",
+            &crate::http::Deadline::LABELS,
+        ),
+        ("fastpath_lcore_wakeups_total", "reason", &fastpath::stats::WAKE_REASONS),
+    ];
+    for (name, label, values) in closed {
+        assert!(families().any(|d| d.name == *name), "{name} is not emitted");
+        let row = contract
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{name}` |")))
+            .unwrap_or_else(|| panic!("docs/contract.md has no row for {name}"));
+        let labels = row.split(" | ").nth(2).unwrap_or_default();
+        assert!(
+            labels.contains(&format!("`{label}`")),
+            "{name}: no label {label} in {row}"
+        );
+        for v in *values {
+            assert!(
+                labels.contains(&format!("`{v}`")),
+                "docs/contract.md's row of {name} does not list {label} value {v}"
+            );
+        }
+    }
+}
+
 #[test]
 fn dashboard_charts_only_known_families() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/grafana-dashboard.json");
