@@ -109,8 +109,10 @@ fn source_limit(entries: usize) -> SourceLimitConfig {
 
 #[test]
 fn a_reload_keeps_the_source_budgets_while_their_size_does() {
-    let mut t = Tables::default();
-    t.source_limit = source_limit(64);
+    let t = Tables {
+        source_limit: source_limit(64),
+        ..Default::default()
+    };
     let mut p = Pipeline::new(Arc::new(t), 0);
     let cfg = p.tables().source_limit.clone();
     let table = p.sources.as_mut().unwrap();
@@ -141,8 +143,10 @@ fn a_reload_keeps_the_tcp_state_table_while_its_size_does() {
         established_timeout_s,
         ..Default::default()
     };
-    let mut t = Tables::default();
-    t.tcp_state = cfg(1024, 60);
+    let t = Tables {
+        tcp_state: cfg(1024, 60),
+        ..Default::default()
+    };
     let mut p = Pipeline::new(Arc::new(t), 0);
     let storage = p.tcp_state.as_ref().unwrap().storage();
     reload(&mut p, |t| t.tcp_state = cfg(1024, 30));
