@@ -48,6 +48,7 @@ fn the_contract_lists_every_value_of_the_closed_labels() {
             &source_limit::Refusal::LABELS,
         ),
         ("fastpath_filtered_total", "list", &filter::List::LABELS),
+        ("fastpath_icmp_sent_total", "type", &icmp_error::ErrorType::LABELS),
         ("fastpath_icmp_rate_limited_total", "limit", &icmp_error::Limit::LABELS),
         (
             "fastpath_tcp_resets_rate_limited_total",

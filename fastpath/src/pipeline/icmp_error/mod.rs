@@ -70,21 +70,31 @@ pub enum ErrorKind {
     },
 }
 
+crate::label_set! {
+    /// An [`ErrorKind`] without its data: the `type` label of `fastpath_icmp_sent_total`.
+    pub enum ErrorType {
+        /// [`ErrorKind::PortUnreachable`].
+        PortUnreachable => "port_unreachable",
+        /// [`ErrorKind::ProtocolUnreachable`].
+        ProtocolUnreachable => "protocol_unreachable",
+        /// [`ErrorKind::ReassemblyTimeExceeded`].
+        TimeExceeded => "time_exceeded",
+        /// [`ErrorKind::FragmentationNeeded`].
+        FragNeeded => "frag_needed",
+        /// [`ErrorKind::PacketTooBig`].
+        PacketTooBig => "packet_too_big",
+    }
+}
+
 /// The `type` label values of `fastpath_icmp_sent_total`, in [`ErrorKind::type_index`] order.
-pub const TYPE_LABELS: [&str; 5] = [
-    "port_unreachable",
-    "protocol_unreachable",
-    "time_exceeded",
-    "frag_needed",
-    "packet_too_big",
-];
+pub const TYPE_LABELS: [&str; ErrorType::COUNT] = ErrorType::LABELS;
 
 /// Counters one RX lcore keeps for the ICMP errors it sends or holds back.
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub struct IcmpLcoreCounters {
     /// Errors sent, by family and [`ErrorKind::type_index`].
-    pub sent: [[crate::stats::Counter; 5]; 2],
+    pub sent: [[crate::stats::Counter; ErrorType::COUNT]; 2],
     /// Errors held back, by family and [`Limit::index`].
     pub limited: [[crate::stats::Counter; 2]; 2],
     /// ICMP errors about a tunnel service's flow: forwarded to its backend, or over the
@@ -128,18 +138,24 @@ pub fn family_index(version: IpVersion) -> usize {
 impl ErrorKind {
     /// The `type` label of `fastpath_icmp_sent_total`.
     pub fn type_label(self) -> &'static str {
-        TYPE_LABELS[self.type_index()]
+        self.error_type().label()
+    }
+
+    /// The kind without its data.
+    pub fn error_type(self) -> ErrorType {
+        match self {
+            ErrorKind::PortUnreachable => ErrorType::PortUnreachable,
+            ErrorKind::ProtocolUnreachable => ErrorType::ProtocolUnreachable,
+            ErrorKind::ReassemblyTimeExceeded => ErrorType::TimeExceeded,
+            ErrorKind::FragmentationNeeded { .. } => ErrorType::FragNeeded,
+            ErrorKind::PacketTooBig { .. } => ErrorType::PacketTooBig,
+        }
     }
 
     /// Index of the kind in [`TYPE_LABELS`], for per-lcore counter arrays.
+    #[inline]
     pub fn type_index(self) -> usize {
-        match self {
-            ErrorKind::PortUnreachable => 0,
-            ErrorKind::ProtocolUnreachable => 1,
-            ErrorKind::ReassemblyTimeExceeded => 2,
-            ErrorKind::FragmentationNeeded { .. } => 3,
-            ErrorKind::PacketTooBig { .. } => 4,
-        }
+        self.error_type().index()
     }
 
     /// The ICMP (v4) or ICMPv6 type and code of this error for a packet of `version`, or `None`
