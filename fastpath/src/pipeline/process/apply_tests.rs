@@ -160,3 +160,22 @@ fn a_reload_keeps_the_tcp_state_table_while_its_size_does() {
     reload(&mut p, |t| t.tcp_state = cfg(0, 30));
     assert!(p.tcp_state.is_none());
 }
+
+#[test]
+fn a_reload_keeps_the_reset_limiters_memory_of_each_destination() {
+    use crate::pipeline::tcp_reset::ResetDecision;
+    use crate::wire::TcpFlags;
+    let mut p = Pipeline::new(Arc::new(Tables::default()), 0);
+    let (now, them) = (Instant(1_000_000), v4(9));
+    let mut decide = |p: &mut Pipeline| p.tcp_reset.decide(now, &them, TcpFlags::SYN, || 1);
+    assert!(
+        (0..1000).any(|_| decide(&mut p) == ResetDecision::Suppressed(icmp_error::Limit::Peer)),
+        "the per-destination limit never held one back"
+    );
+    // A new global rate keeps the per-destination table: that destination is still held back.
+    reload(&mut p, |t| t.tcp_reset.msgs_per_sec += 1);
+    assert_eq!(decide(&mut p), ResetDecision::Suppressed(icmp_error::Limit::Peer));
+    // A new table size forgets it.
+    reload(&mut p, |t| t.tcp_reset.peer_table_size *= 2);
+    assert_eq!(decide(&mut p), ResetDecision::Send);
+}
