@@ -167,7 +167,7 @@ fn a_reload_keeps_the_reset_limiters_memory_of_each_destination() {
     use crate::wire::TcpFlags;
     let mut p = Pipeline::new(Arc::new(Tables::default()), 0);
     let (now, them) = (Instant(1_000_000), v4(9));
-    let mut decide = |p: &mut Pipeline| p.tcp_reset.decide(now, &them, TcpFlags::SYN, || 1);
+    let decide = |p: &mut Pipeline| p.tcp_reset.decide(now, &them, TcpFlags::SYN, || 1);
     assert!(
         (0..1000).any(|_| decide(&mut p) == ResetDecision::Suppressed(icmp_error::Limit::Peer)),
         "the per-destination limit never held one back"
