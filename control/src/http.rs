@@ -72,31 +72,17 @@ pub struct HttpStats {
     pub timed_out: [AtomicU64; Deadline::ALL.len()],
 }
 
-/// The deadline a connection missed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Deadline {
-    /// [`FIRST_REQUEST`].
-    FirstRequest,
-    /// [`IDLE`].
-    Idle,
-    /// [`HEAD_TIME`].
-    Head,
-    /// [`BUSY_TIME`].
-    Busy,
-}
-
-impl Deadline {
-    /// Every deadline, in label order.
-    pub const ALL: [Deadline; 4] = [Deadline::FirstRequest, Deadline::Idle, Deadline::Head, Deadline::Busy];
-
-    /// The `deadline` label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Deadline::FirstRequest => "first_request",
-            Deadline::Idle => "idle",
-            Deadline::Head => "head",
-            Deadline::Busy => "busy",
-        }
+fastpath::label_set! {
+    /// The deadline a connection missed: the `deadline` label.
+    pub enum Deadline {
+        /// [`FIRST_REQUEST`].
+        FirstRequest => "first_request",
+        /// [`IDLE`].
+        Idle => "idle",
+        /// [`HEAD_TIME`].
+        Head => "head",
+        /// [`BUSY_TIME`].
+        Busy => "busy",
     }
 }
 

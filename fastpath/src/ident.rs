@@ -2,7 +2,8 @@
 //! from it what was sent to another (RFC 6864, RFC 7739; the idle-scan channel of nmap's `-sI`).
 //!
 //! One [`Idents`] per lcore, made once from the OS's randomness and kept for the lcore's life
-//! (across reloads), owns all of it:
+//! (`Pipeline::apply` and `WorkerEngine::adopt` carry it across reloads, each tested), owns all
+//! of it:
 //! - **Atomic datagrams** (DF set, not a fragment: our TCP resets and ICMP errors): a random
 //!   identification per message, from a keyed PRF over a counter (RFC 6864 §4.1: any value; a
 //!   counter shared by all destinations told an attacker how many messages went to others).

@@ -31,6 +31,7 @@ pub mod buf;
 pub mod fuzzing;
 pub mod generation;
 pub mod ident;
+pub mod label;
 pub mod outcome;
 pub mod pipeline;
 pub mod rx;

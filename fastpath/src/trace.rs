@@ -307,7 +307,8 @@ impl WorkerDid {
 
 const ACTIONS: [&str; 4] = ["sink", "echo", "tunnel", "kernel"];
 
-const ICMP_KINDS: [&str; 5] = [
+/// The trace's words for each [`crate::pipeline::icmp_error::ErrorType`], by its index.
+const ICMP_KINDS: [&str; crate::pipeline::icmp_error::ErrorType::COUNT] = [
     "port unreachable",
     "protocol unreachable",
     "time exceeded (reassembly)",

@@ -1155,19 +1155,46 @@ impl<B: LcoreBuf, Io: WorkerIo<B>> WorkerEngine<B, Io> {
 
     /// Adopts generation `t` (at the quiescent point between polls): sockets it no longer has
     /// are kept until drained.
+    ///
+    /// Every field is named below, one step each (no `..`: a new field does not compile until
+    /// its step is written): the per-generation part (`w`) is rebuilt from `t`, the
+    /// connection table reconfigured, everything else carried as it is.
     pub fn adopt(&mut self, t: Arc<Tables>) {
-        let slot = self.out.slot;
-        let next = sockets_of(slot, &t, self.hz);
-        let mut retired = std::mem::take(&mut self.w.work);
+        let WorkerEngine {
+            out,
+            w,
+            buf: _,
+            next_seq: _,
+            hz,
+        } = self;
+        // Carried: the I/O, TX batches and scratch space, the IP identification (a counter
+        // that restarted would repeat IDs a destination still reassembles, RFC 6864 §4.2), the
+        // round-robin turn, and the sequence tunnels' next numbers by name (`next_seq`).
+        let Out {
+            slot,
+            io: _,
+            stats,
+            tx: _,
+            drops: _,
+            scratch: _,
+            spare: _,
+            idents: _,
+            turn: _,
+            flows,
+        } = out;
+        let slot = *slot;
+        let next = sockets_of(slot, &t, *hz);
+        let mut retired = std::mem::take(&mut w.work);
         for d in retired.iter_mut() {
             if !next.iter().any(|n| Arc::ptr_eq(&n.socket, &d.socket)) && d.retired_at.is_none() {
                 d.retired_at = Some(t.generation);
             }
         }
         retired.retain(|d| d.retired_at.is_some());
-        self.out.stats.set_generation(t.generation);
-        self.out.flows.adopt(&t);
-        self.w = tables_for(slot, self.hz, t, retired);
+        stats.set_generation(t.generation);
+        // The connection table: entries kept, backends remapped by tunnel name.
+        flows.adopt(&t);
+        *w = tables_for(slot, *hz, t, retired);
     }
 
     /// Every RX lcore has exited and the sockets are drained: what this worker took from

@@ -2,7 +2,10 @@
 
 use super::errors::Errs;
 use crate::locate::Seg::{Index, Key};
-use fastpath::pipeline::icmp_error::{ExemptSet, ExemptWarning, IcmpConfig, MAX_EXEMPT};
+use fastpath::pipeline::icmp_error::limit::MAX_PEER_TABLE_SIZE;
+use fastpath::pipeline::icmp_error::{
+    ExemptSet, ExemptWarning, IcmpConfig, MAX_EXEMPT, MAX_PEER_BURST, MAX_PEER_INTERVAL_MS,
+};
 use serde::Deserialize;
 
 /// `[icmp]` as written.
@@ -40,20 +43,35 @@ pub(super) fn validate(raw: Option<IcmpSection>, errs: &mut Errs) -> IcmpConfig 
         icmp.build_first = b;
     }
     icmp.exempt = exempt_set("icmp", ic.exempt.as_deref().unwrap_or_default(), errs);
-    if let Err(msg) = icmp.validate() {
-        // The message starts with the key, "icmp.<key>: ...".
-        let key = msg
-            .split(':')
-            .next()
-            .unwrap_or("icmp")
-            .trim_start_matches("icmp.")
-            .to_string();
-        errs.add(
-            &[Key("icmp"), Key(&key)],
-            msg.split_once(": ").map(|x| x.1).unwrap_or(&msg).to_string(),
-        );
-    }
+    peer_limits(
+        "icmp",
+        icmp.peer_table_size,
+        icmp.peer_burst,
+        icmp.peer_interval_ms,
+        errs,
+    );
     icmp
+}
+
+/// `<section>.peer_table_size`, `peer_burst` and `peer_interval_ms` (`icmp`, `tcp_reset`):
+/// the values the per-destination table can work with; the first one it cannot is reported.
+pub(super) fn peer_limits(section: &'static str, table_size: usize, burst: u32, interval_ms: u32, errs: &mut Errs) {
+    let (key, message) = if !table_size.is_power_of_two() || table_size > MAX_PEER_TABLE_SIZE {
+        (
+            "peer_table_size",
+            format!("{table_size} is not a power of two between 1 and {MAX_PEER_TABLE_SIZE}"),
+        )
+    } else if burst == 0 || burst > MAX_PEER_BURST {
+        ("peer_burst", format!("{burst} is not between 1 and {MAX_PEER_BURST}"))
+    } else if interval_ms > MAX_PEER_INTERVAL_MS {
+        (
+            "peer_interval_ms",
+            format!("{interval_ms} is more than {MAX_PEER_INTERVAL_MS}"),
+        )
+    } else {
+        return;
+    };
+    errs.add(&[Key(section), Key(key)], message);
 }
 
 /// `<section>.exempt` (`icmp`, `tcp_reset`): at most [`MAX_EXEMPT`] prefixes, built into the

@@ -1,7 +1,6 @@
 //! `[tcp_reset]`: the resets sent for TCP segments to a closed port, and their rate limits.
 
 use super::errors::Errs;
-use crate::locate::Seg::Key;
 use fastpath::pipeline::tcp_reset::TcpResetConfig;
 use serde::Deserialize;
 
@@ -31,11 +30,12 @@ pub(super) fn validate(raw: Option<TcpResetSection>, errs: &mut Errs) -> TcpRese
         peer_table_size: r.peer_table_size.map_or(d.peer_table_size, |v| v as usize),
         exempt: super::icmp::exempt_set("tcp_reset", r.exempt.as_deref().unwrap_or_default(), errs),
     };
-    if let Err(msg) = cfg.validate() {
-        // "tcp_reset.<key>: ..."
-        let (key, text) = msg.split_once(": ").unwrap_or(("tcp_reset", &msg));
-        let key = key.trim_start_matches("tcp_reset.").to_string();
-        errs.add(&[Key("tcp_reset"), Key(&key)], text.to_string());
-    }
+    super::icmp::peer_limits(
+        "tcp_reset",
+        cfg.peer_table_size,
+        cfg.peer_burst,
+        cfg.peer_interval_ms,
+        errs,
+    );
     cfg
 }

@@ -151,6 +151,45 @@ fn every_semantic_error_is_reported_with_its_line() {
     );
 }
 
+/// `[icmp]` values the limiter cannot take are refused with their key, line and the range.
+#[test]
+fn icmp_peer_limits_name_key_line_and_range() {
+    let base = GOOD.lines().count() + 1;
+    for (text, key, message) in [
+        (
+            "peer_table_size = 1000",
+            "icmp.peer_table_size",
+            "1000 is not a power of two between 1 and 1048576",
+        ),
+        (
+            "peer_table_size = 0",
+            "icmp.peer_table_size",
+            "0 is not a power of two between 1 and 1048576",
+        ),
+        (
+            "peer_table_size = 2097152",
+            "icmp.peer_table_size",
+            "2097152 is not a power of two between 1 and 1048576",
+        ),
+        ("peer_burst = 0", "icmp.peer_burst", "0 is not between 1 and 10000"),
+        (
+            "peer_burst = 10001",
+            "icmp.peer_burst",
+            "10001 is not between 1 and 10000",
+        ),
+        (
+            "peer_interval_ms = 3600001",
+            "icmp.peer_interval_ms",
+            "3600001 is more than 3600000",
+        ),
+    ] {
+        let e = errors(&format!("{GOOD}\n[icmp]\n{text}\n"));
+        assert_eq!(e.len(), 1, "{text}: {e:?}");
+        let got = (e[0].key.as_str(), e[0].line, e[0].message.as_str());
+        assert_eq!(got, (key, Some(base + 2), message), "{text}");
+    }
+}
+
 /// `[tcp_reset]` values the limiter cannot take are refused with their key and line; a good
 /// section is read as written.
 #[test]

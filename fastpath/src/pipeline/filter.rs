@@ -11,18 +11,14 @@ use crate::stats::Counter;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-/// Which list refused a packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum List {
-    /// In the deny list.
-    Deny = 0,
-    /// Not in the allow list.
-    Allow = 1,
-}
-
-impl List {
-    /// The `list` label values, by `List as usize`.
-    pub const LABELS: [&'static str; 2] = ["deny", "allow"];
+crate::label_set! {
+    /// Which list refused a packet: the `list` label.
+    pub enum List {
+        /// In the deny list.
+        Deny => "deny",
+        /// Not in the allow list.
+        Allow => "allow",
+    }
 }
 
 /// Refusals per list, per RX lcore (each lcore writes its own slot).

@@ -65,18 +65,14 @@ impl SourceLimitConfig {
     }
 }
 
-/// Why a packet was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// Its source spent its own budget.
-    OverBudget = 0,
-    /// A newcomer, and the newcomers' shared budget was spent.
-    Newcomer = 1,
-}
-
-impl Refusal {
-    /// The `reason` label values, by `Refusal as usize`.
-    pub const LABELS: [&'static str; 2] = ["over_budget", "newcomer"];
+crate::label_set! {
+    /// Why a packet was refused: the `reason` label.
+    pub enum Refusal {
+        /// Its source spent its own budget.
+        OverBudget => "over_budget",
+        /// A newcomer, and the newcomers' shared budget was spent.
+        Newcomer => "newcomer",
+    }
 }
 
 /// What the budgets refused, per RX lcore (each lcore writes its own slot).

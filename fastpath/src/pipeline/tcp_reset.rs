@@ -24,7 +24,7 @@
 
 use super::icmp_error::limit::{GlobalBucket, GlobalView, PeerRate, PeerTable};
 use super::icmp_error::ExemptSet;
-use super::icmp_error::{family_index, validate_peer_limits, Limit};
+use super::icmp_error::{family_index, Limit};
 use super::parse::{IpVersion, Parsed};
 use super::verdict::Instant;
 use crate::buf::{NicChecksum, PacketBuf};
@@ -76,16 +76,6 @@ impl Default for TcpResetConfig {
 }
 
 impl TcpResetConfig {
-    /// Checks the values the limiter cannot work with; the error names the key.
-    pub fn validate(&self) -> Result<(), String> {
-        validate_peer_limits(
-            "tcp_reset",
-            self.peer_table_size,
-            self.peer_burst,
-            self.peer_interval_ms,
-        )
-    }
-
     /// A new global bucket for these settings, full, its clock starting at `now`.
     pub fn global_bucket(&self, now: Instant) -> Arc<GlobalBucket> {
         Arc::new(GlobalBucket::new(self.msgs_per_sec, self.burst, now))

@@ -80,47 +80,28 @@ impl TcpStateConfig {
     }
 }
 
-/// Why a segment was dropped, or admitted without an entry's say-so.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
-    /// Dropped: not a SYN, and its flow has no entry.
-    NoFlow = 0,
-    /// Dropped: a RST, and its flow has no entry.
-    RstNoFlow = 1,
-    /// Dropped: the handshake's next segment without ACK or RST, or with another sequence number
-    /// than the SYN's ISN + 1.
-    BadHandshake = 2,
-    /// Dropped: a SYN over its source's SYN budget (or a newcomer over the newcomers').
-    SynOverBudget = 3,
-    /// Admitted untracked: its bucket holds only live established flows (fail open).
-    TableFull = 4,
-    /// Admitted and learned: a mid-stream segment in the learning window.
-    Learned = 5,
+crate::label_set! {
+    /// Why a segment was dropped, or admitted without an entry's say-so: the `reason` label.
+    pub enum Reason {
+        /// Dropped: not a SYN, and its flow has no entry.
+        NoFlow => "no_flow",
+        /// Dropped: a RST, and its flow has no entry.
+        RstNoFlow => "rst_no_flow",
+        /// Dropped: the handshake's next segment without ACK or RST, or with another sequence
+        /// number than the SYN's ISN + 1.
+        BadHandshake => "bad_handshake",
+        /// Dropped: a SYN over its source's SYN budget (or a newcomer over the newcomers').
+        SynOverBudget => "syn_over_budget",
+        /// Admitted untracked: its bucket holds only live established flows (fail open).
+        TableFull => "table_full",
+        /// Admitted and learned: a mid-stream segment in the learning window.
+        Learned => "learned",
+    }
 }
 
 impl Reason {
-    /// Reasons in all.
-    pub const COUNT: usize = 6;
     /// The first `DROPS` reasons drop the segment (outcome `tcp_out_of_state`).
     pub const DROPS: usize = 4;
-    /// The `reason` label values, by `Reason as usize`.
-    pub const LABELS: [&'static str; Reason::COUNT] = [
-        "no_flow",
-        "rst_no_flow",
-        "bad_handshake",
-        "syn_over_budget",
-        "table_full",
-        "learned",
-    ];
-    /// Every reason, in label order.
-    pub const ALL: [Reason; Reason::COUNT] = [
-        Reason::NoFlow,
-        Reason::RstNoFlow,
-        Reason::BadHandshake,
-        Reason::SynOverBudget,
-        Reason::TableFull,
-        Reason::Learned,
-    ];
 }
 
 /// One RX lcore's counts (its own writer).

@@ -279,6 +279,24 @@ fn fragments_complete_into_one_datagram_that_goes_through_the_pipeline_again() {
     assert_eq!(e.reassembly_memory(), 0);
 }
 
+/// `RxEngine::adopt` keeps the reassembler (and what it holds) while `[reassembly]` is
+/// unchanged: a datagram whose fragments straddle a reload completes.
+#[test]
+fn a_reload_keeps_the_fragments_held() {
+    let mut e = engine();
+    let frags = fragments(&udp(7, &[7u8; 40]), 98, 16);
+    run_burst(&mut e, &frags[..1], T0);
+    let held = e.reassembly_memory();
+    assert!(held > 0);
+    e.adopt(tables(2, 2, 64), T0);
+    assert_eq!(e.stats().generation(), 2);
+    assert_eq!(e.reassembly_memory(), held, "the held fragment survives the reload");
+    run_burst(&mut e, &frags[1..], T0);
+    assert_eq!(count(&e, Outcome::Reassembled), 2);
+    assert_eq!(count(&e, Outcome::Delivered), 1);
+    assert_eq!(total(&e), 3);
+}
+
 #[test]
 fn an_answer_larger_than_the_mtu_leaves_in_fragments_the_last_one_counted() {
     let mut e = engine();

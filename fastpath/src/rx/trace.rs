@@ -87,7 +87,7 @@ pub(super) fn released_id<B: LcoreBuf>(buf: &B) -> u64 {
 /// The counters a traced packet can move, read before and after it.
 struct Probe {
     outcomes: [u64; Outcome::COUNT],
-    icmp_sent: [[u64; 5]; 2],
+    icmp_sent: [[u64; crate::pipeline::icmp_error::ErrorType::COUNT]; 2],
     icmp_limited: [[u64; 2]; 2],
     reset_sent: [u64; 2],
     reset_limited: [[u64; 2]; 2],

@@ -690,6 +690,17 @@ fn a_socket_a_reload_removes_is_drained_then_released() {
     assert_eq!(e.io().released, 2);
 }
 
+#[test]
+fn a_reload_keeps_the_workers_ip_identification() {
+    let mut e = engine(tables(Action::Sink));
+    let _ = e.out.idents.atomic();
+    let mut twin = e.out.idents.clone();
+    e.adopt(tables_with(Action::Sink, 1, 0, false).with_generation(2));
+    let after: Vec<u16> = (0..8).map(|_| e.out.idents.atomic()).collect();
+    let expected: Vec<u16> = (0..8).map(|_| twin.atomic()).collect();
+    assert_eq!(after, expected, "neither redrawn nor restarted");
+}
+
 trait WithGeneration {
     fn with_generation(self, g: u64) -> Arc<Tables>;
 }

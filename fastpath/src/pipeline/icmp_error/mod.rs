@@ -71,21 +71,31 @@ pub enum ErrorKind {
     },
 }
 
+crate::label_set! {
+    /// An [`ErrorKind`] without its data: the `type` label of `fastpath_icmp_sent_total`.
+    pub enum ErrorType {
+        /// [`ErrorKind::PortUnreachable`].
+        PortUnreachable => "port_unreachable",
+        /// [`ErrorKind::ProtocolUnreachable`].
+        ProtocolUnreachable => "protocol_unreachable",
+        /// [`ErrorKind::ReassemblyTimeExceeded`].
+        TimeExceeded => "time_exceeded",
+        /// [`ErrorKind::FragmentationNeeded`].
+        FragNeeded => "frag_needed",
+        /// [`ErrorKind::PacketTooBig`].
+        PacketTooBig => "packet_too_big",
+    }
+}
+
 /// The `type` label values of `fastpath_icmp_sent_total`, in [`ErrorKind::type_index`] order.
-pub const TYPE_LABELS: [&str; 5] = [
-    "port_unreachable",
-    "protocol_unreachable",
-    "time_exceeded",
-    "frag_needed",
-    "packet_too_big",
-];
+pub const TYPE_LABELS: [&str; ErrorType::COUNT] = ErrorType::LABELS;
 
 /// Counters one RX lcore keeps for the ICMP errors it sends or holds back.
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub struct IcmpLcoreCounters {
     /// Errors sent, by family and [`ErrorKind::type_index`].
-    pub sent: [[crate::stats::Counter; 5]; 2],
+    pub sent: [[crate::stats::Counter; ErrorType::COUNT]; 2],
     /// Errors held back, by family and [`Limit::index`].
     pub limited: [[crate::stats::Counter; 2]; 2],
     /// ICMP errors about a tunnel service's flow: forwarded to its backend, or over the
@@ -129,18 +139,24 @@ pub fn family_index(version: IpVersion) -> usize {
 impl ErrorKind {
     /// The `type` label of `fastpath_icmp_sent_total`.
     pub fn type_label(self) -> &'static str {
-        TYPE_LABELS[self.type_index()]
+        self.error_type().label()
+    }
+
+    /// The kind without its data.
+    pub fn error_type(self) -> ErrorType {
+        match self {
+            ErrorKind::PortUnreachable => ErrorType::PortUnreachable,
+            ErrorKind::ProtocolUnreachable => ErrorType::ProtocolUnreachable,
+            ErrorKind::ReassemblyTimeExceeded => ErrorType::TimeExceeded,
+            ErrorKind::FragmentationNeeded { .. } => ErrorType::FragNeeded,
+            ErrorKind::PacketTooBig { .. } => ErrorType::PacketTooBig,
+        }
     }
 
     /// Index of the kind in [`TYPE_LABELS`], for per-lcore counter arrays.
+    #[inline]
     pub fn type_index(self) -> usize {
-        match self {
-            ErrorKind::PortUnreachable => 0,
-            ErrorKind::ProtocolUnreachable => 1,
-            ErrorKind::ReassemblyTimeExceeded => 2,
-            ErrorKind::FragmentationNeeded { .. } => 3,
-            ErrorKind::PacketTooBig { .. } => 4,
-        }
+        self.error_type().index()
     }
 
     /// The ICMP (v4) or ICMPv6 type and code of this error for a packet of `version`, or `None`
@@ -169,30 +185,13 @@ impl ErrorKind {
     }
 }
 
-/// Which limit suppressed an error: the `limit` label of `fastpath_icmp_rate_limited_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Limit {
-    /// The host-wide budget ([`GlobalBucket`]).
-    Global,
-    /// The per-destination budget ([`PeerTable`]).
-    Peer,
-}
-
-impl Limit {
-    /// Both limits, in label-index order.
-    pub const ALL: [Limit; 2] = [Limit::Global, Limit::Peer];
-
-    /// The `limit` label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Limit::Global => "global",
-            Limit::Peer => "peer",
-        }
-    }
-
-    /// Index in [`Limit::ALL`], for per-lcore counter arrays.
-    pub fn index(self) -> usize {
-        self as usize
+crate::label_set! {
+    /// Which limit suppressed an error: the `limit` label of `fastpath_icmp_rate_limited_total`.
+    pub enum Limit {
+        /// The host-wide budget ([`GlobalBucket`]).
+        Global => "global",
+        /// The per-destination budget ([`PeerTable`]).
+        Peer => "peer",
     }
 }
 
@@ -322,33 +321,10 @@ impl fmt::Display for Prefix {
     }
 }
 
-/// Largest `peer_burst` accepted.
+/// Largest `peer_burst` accepted (the config layer refuses more).
 pub const MAX_PEER_BURST: u32 = 10_000;
 /// Largest `peer_interval_ms` accepted (an hour).
 pub const MAX_PEER_INTERVAL_MS: u32 = 3_600_000;
-
-/// Checks the per-destination settings of a limiter in config `section` (`icmp`,
-/// `tcp_reset`): the table size, the burst and the interval the [`PeerTable`] can work with.
-/// The error starts with the key, `section.key: ...`.
-pub fn validate_peer_limits(section: &str, table_size: usize, burst: u32, interval_ms: u32) -> Result<(), String> {
-    if !table_size.is_power_of_two() || table_size > limit::MAX_PEER_TABLE_SIZE {
-        return Err(format!(
-            "{section}.peer_table_size: {table_size} is not a power of two between 1 and {}",
-            limit::MAX_PEER_TABLE_SIZE
-        ));
-    }
-    if burst == 0 || burst > MAX_PEER_BURST {
-        return Err(format!(
-            "{section}.peer_burst: {burst} is not between 1 and {MAX_PEER_BURST}"
-        ));
-    }
-    if interval_ms > MAX_PEER_INTERVAL_MS {
-        return Err(format!(
-            "{section}.peer_interval_ms: {interval_ms} is more than {MAX_PEER_INTERVAL_MS}"
-        ));
-    }
-    Ok(())
-}
 
 /// The `[icmp]` settings (plain data; the config layer parses and validates them into this).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -394,11 +370,6 @@ impl Default for IcmpConfig {
 }
 
 impl IcmpConfig {
-    /// Checks the values the limiter cannot work with; the error names the key.
-    pub fn validate(&self) -> Result<(), String> {
-        validate_peer_limits("icmp", self.peer_table_size, self.peer_burst, self.peer_interval_ms)
-    }
-
     /// A new global bucket for these settings, full, its clock starting at `now`.
     pub fn global_bucket(&self, now: Instant) -> Arc<GlobalBucket> {
         Arc::new(GlobalBucket::new(self.msgs_per_sec, self.burst, now))

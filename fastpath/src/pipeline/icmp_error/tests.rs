@@ -575,7 +575,7 @@ fn apply_keeps_the_table_unless_its_size_interval_or_burst_changes() {
 // ---- config, prefixes, labels -------------------------------------------------------------
 
 #[test]
-fn defaults_are_linuxs_and_validation_names_the_key() {
+fn defaults_are_linuxs() {
     let d = IcmpConfig::default();
     assert_eq!(
         (d.ratemask, d.msgs_per_sec, d.burst, d.peer_interval_ms, d.peer_burst),
@@ -583,46 +583,6 @@ fn defaults_are_linuxs_and_validation_names_the_key() {
     );
     assert_eq!(d.peer_table_size, 4096);
     assert!(d.exempt.is_empty());
-    assert_eq!(d.validate(), Ok(()));
-    let bad = |c: IcmpConfig, key: &str| {
-        let e = c.validate().unwrap_err();
-        assert!(e.starts_with(key), "{e}");
-    };
-    bad(
-        IcmpConfig {
-            peer_table_size: 1000,
-            ..d.clone()
-        },
-        "icmp.peer_table_size",
-    );
-    bad(
-        IcmpConfig {
-            peer_table_size: 0,
-            ..d.clone()
-        },
-        "icmp.peer_table_size",
-    );
-    bad(
-        IcmpConfig {
-            peer_table_size: 1 << 21,
-            ..d.clone()
-        },
-        "icmp.peer_table_size",
-    );
-    bad(
-        IcmpConfig {
-            peer_burst: 0,
-            ..d.clone()
-        },
-        "icmp.peer_burst",
-    );
-    bad(
-        IcmpConfig {
-            peer_interval_ms: MAX_PEER_INTERVAL_MS + 1,
-            ..d.clone()
-        },
-        "icmp.peer_interval_ms",
-    );
 }
 
 #[test]

@@ -12,6 +12,8 @@
 #[cfg(test)]
 mod answer_tests;
 #[cfg(test)]
+mod apply_tests;
+#[cfg(test)]
 mod fast_harness;
 mod icmp;
 mod local;
@@ -192,15 +194,6 @@ const SOURCE_SEED: u64 = 0x5eed_0f5e_ed50_c0de;
 const TCP_STATE_SEED: u64 = 0x7c9_5a7e_0f1e_e7ab;
 const RESET_SEED: u64 = 0x5bd1_e995_7f4a_7c15;
 
-/// A pipeline's seeds ([`crate::seed`]): drawn once per lcore, kept across generations.
-#[derive(Clone, Copy)]
-struct Seeds {
-    /// The random fanout's generator.
-    fanout: u64,
-    /// The ICMP and TCP-reset per-destination tables' key, and the credit draws.
-    icmp: u64,
-}
-
 /// One lcore's pipeline: the current generation's shared tables plus the lcore's own mutable
 /// state, so nothing is shared for writing on the per-packet path.
 #[derive(Clone, Debug)]
@@ -248,133 +241,121 @@ impl Pipeline {
 
     /// A pipeline over `tables` for the RX lcore in counter slot `slot`, its seeds drawn from
     /// the OS (a constant seed would make `fanout = "random"` the same sequence at every start).
+    /// Only here is per-lcore state made from nothing; [`Pipeline::apply`] carries it on.
     pub fn new(tables: Arc<Tables>, slot: usize) -> Self {
-        let seeds = Seeds {
-            fanout: crate::seed::os_u64(),
-            icmp: crate::seed::os_u64(),
-        };
-        let mut p = Self::seeded(tables, slot, seeds, Idents::from_os());
-        p.sources = p.new_source_table();
-        p.tcp_state = p.new_tcp_state();
-        p
+        let fanout_seed = crate::seed::os_u64();
+        // An unpredictable key for the per-destination tables, so nobody can aim collisions at it.
+        let icmp_seed = crate::seed::os_u64();
+        let mut fanout = FanoutState::new(tables.sockets.len(), slot, fanout_seed);
+        fanout.flow_limit = tables.flow_limit.for_slot(slot).map(flow_limit::FlowLimit::new);
+        let icmp = icmp_error::IcmpLimiter::new(&tables.icmp, icmp_global(&tables), icmp_seed);
+        let tcp_reset = tcp_reset::ResetLimiter::new(&tables.tcp_reset, reset_global(&tables), icmp_seed ^ RESET_SEED);
+        Pipeline {
+            fanout,
+            icmp,
+            icmp_counters: tables.icmp_counters.rx.get(slot).cloned().unwrap_or_default(),
+            tcp_reset,
+            reset_counters: tables.tcp_reset_counters.rx.get(slot).cloned().unwrap_or_default(),
+            rng: icmp_seed | 1,
+            icmp_seed,
+            gre_seq: vec![None; tables.tunnels.len()],
+            idents: Idents::from_os(),
+            punt: PuntMeter::default(),
+            to_backend: PuntMeter::default(),
+            delivered_to: 0,
+            sources: new_source_table(&tables, icmp_seed),
+            tcp_state: new_tcp_state(&tables, icmp_seed),
+            tables,
+        }
     }
 
-    /// [`Pipeline::new`] with these seeds and identification state: `apply` passes the running
-    /// ones, so an adoption draws nothing from the OS on the lcore.
-    fn seeded(tables: Arc<Tables>, slot: usize, seeds: Seeds, idents: Idents) -> Self {
-        let mut fanout = FanoutState::new(tables.sockets.len(), slot, seeds.fanout);
-        fanout.flow_limit = tables.flow_limit.for_slot(slot).map(flow_limit::FlowLimit::new);
-        let gre_seq = vec![None; tables.tunnels.len()];
-        // An unpredictable key for the per-destination table, so nobody can aim collisions at it.
-        let icmp_seed = seeds.icmp;
-        let global = tables
-            .icmp_global
-            .clone()
-            .unwrap_or_else(|| tables.icmp.global_bucket(Instant(0)));
-        let icmp = icmp_error::IcmpLimiter::new(&tables.icmp, global, icmp_seed);
-        let icmp_counters = tables.icmp_counters.rx.get(slot).cloned().unwrap_or_default();
-        let reset_global = tables
-            .tcp_reset_global
-            .clone()
-            .unwrap_or_else(|| tables.tcp_reset.global_bucket(Instant(0)));
-        let tcp_reset = tcp_reset::ResetLimiter::new(&tables.tcp_reset, reset_global, icmp_seed ^ RESET_SEED);
-        let reset_counters = tables.tcp_reset_counters.rx.get(slot).cloned().unwrap_or_default();
-        Pipeline {
+    /// Adopts a new generation. Called by the owning lcore at a quiescent point (between
+    /// bursts), so no packet ever sees a mix of two generations.
+    ///
+    /// Every field is named below, one step each: carried as it is, carried and reconfigured,
+    /// or rebuilt from the new tables. The destructuring has no `..`, so a field added to
+    /// [`Pipeline`] does not compile until its step is written here; `apply_keeps` in
+    /// `process/apply_tests.rs` holds each carried component to surviving a reload. Nothing
+    /// here draws from the OS.
+    pub fn apply(&mut self, tables: Arc<Tables>) {
+        debug_assert!(
+            self.fanout.touched().is_empty(),
+            "generations change between bursts only"
+        );
+        let old = std::mem::replace(&mut self.tables, tables);
+        let Pipeline {
             tables,
             fanout,
             icmp,
             icmp_counters,
             tcp_reset,
             reset_counters,
-            rng: icmp_seed | 1,
+            rng: _,
             icmp_seed,
             gre_seq,
-            idents,
-            punt: PuntMeter::default(),
-            to_backend: PuntMeter::default(),
-            delivered_to: 0,
-            sources: None,
-            tcp_state: None,
-        }
-    }
+            idents: _,
+            punt: _,
+            to_backend: _,
+            delivered_to,
+            sources,
+            tcp_state,
+        } = self;
+        let icmp_seed = *icmp_seed;
+        // Kept as they are: the ICMP credit draws (`rng`) and the tables' key (`icmp_seed`);
+        // the IP identification (`idents`: a counter that restarted would repeat the IDs a
+        // destination still reassembles, RFC 6864 §4.2); the punt and ICMP-forwarding meters.
 
-    /// Adopts a new generation. Called by the owning lcore at a quiescent point (between
-    /// bursts), so no packet ever sees a mix of two generations. Per-lcore state that depends on
-    /// the tables is carried over or rebuilt here.
-    pub fn apply(&mut self, tables: Arc<Tables>) {
-        debug_assert!(
-            self.fanout.touched().is_empty(),
-            "generations change between bursts only"
-        );
-        let slot = self.fanout.slot;
-        // The flow-limit table (and its history) carries over unless its length changed; a new
-        // length means a whole new table, mask included.
-        let keep = match (self.fanout.flow_limit.take(), tables.flow_limit.for_slot(slot)) {
+        // Fanout: views resized to the new sockets, the random fanout going on from where it
+        // was; the flow-limit table (and its history) kept unless its length changed.
+        let slot = fanout.slot;
+        let kept_flow_limit = match (fanout.flow_limit.take(), tables.flow_limit.for_slot(slot)) {
             (Some(t), Some(len)) if t.table_len() == len => Some(t),
-            _ => None,
+            (_, len) => len.map(flow_limit::FlowLimit::new),
         };
-        // A tunnel that stays keeps its receive sequence state.
-        let seq: Vec<Option<u32>> = tables
+        *fanout = FanoutState::new(tables.sockets.len(), slot, fanout.random_state());
+        fanout.flow_limit = kept_flow_limit;
+
+        // ICMP errors and TCP resets: the limiters keep their per-destination tables while
+        // their size and rate do; the counters are this lcore's slot of the new tables'.
+        icmp.apply(&tables.icmp, icmp_global(tables), icmp_seed);
+        *icmp_counters = tables.icmp_counters.rx.get(slot).cloned().unwrap_or_default();
+        tcp_reset.apply(&tables.tcp_reset, reset_global(tables), icmp_seed ^ RESET_SEED);
+        *reset_counters = tables.tcp_reset_counters.rx.get(slot).cloned().unwrap_or_default();
+
+        // GRE: a tunnel that stays (by name) keeps its receive sequence state.
+        *gre_seq = tables
             .tunnels
             .iter()
             .map(|t| {
-                let old = self.tables.tunnels.iter().position(|o| o.name == t.name);
-                old.and_then(|i| self.gre_seq.get(i).copied().flatten())
+                let i = old.tunnels.iter().position(|o| o.name == t.name);
+                i.and_then(|i| gre_seq.get(i).copied().flatten())
             })
             .collect();
-        // The ICMP limiter keeps its per-destination table when its size is unchanged.
-        let mut icmp = std::mem::replace(
-            &mut self.icmp,
-            icmp_error::IcmpLimiter::new(&tables.icmp, tables.icmp.global_bucket(Instant(0)), self.icmp_seed),
-        );
-        let global = tables
-            .icmp_global
-            .clone()
-            .unwrap_or_else(|| tables.icmp.global_bucket(Instant(0)));
-        icmp.apply(&tables.icmp, global, self.icmp_seed);
-        let mut reset = self.tcp_reset.clone();
-        let reset_global = tables
-            .tcp_reset_global
-            .clone()
-            .unwrap_or_else(|| tables.tcp_reset.global_bucket(Instant(0)));
-        reset.apply(&tables.tcp_reset, reset_global, self.icmp_seed ^ RESET_SEED);
-        // The seeds stay: the ICMP key and draws as before, and the random fanout goes on from
-        // where it was; so do the identifications and the punt and ICMP-forwarding meters.
-        let seeds = Seeds {
-            fanout: self.fanout.random_state(),
-            icmp: self.icmp_seed,
+
+        // Set by each `Verdict::Deliver` before it is read.
+        *delivered_to = 0;
+
+        // Source budgets: the table stays while its size does; a new one only when
+        // `[source_limit]` changed it or was turned on (made here, never on a packet).
+        *sources = match sources.take() {
+            Some(t) if t.len() == source_limit::SourceTable::entries_for(tables.source_limit.entries) => Some(t),
+            _ => new_source_table(tables, icmp_seed),
         };
-        let (rng, punt, to_backend) = (self.rng, self.punt, self.to_backend);
-        let idents = std::mem::replace(&mut self.idents, Idents::with_keys([0; 4]));
-        let sources = self.sources.take();
-        let state = self.tcp_state.take();
-        let old = Arc::clone(&self.tables);
-        *self = Pipeline::seeded(tables, slot, seeds, idents);
-        // The TCP state table stays while its size does, taking the new timeouts; a service
+
+        // TCP state: the table stays while its size does, taking the new timeouts; a service
         // tracked now that was not has its running connections learned again.
-        let relearn = (self.tables.tcp_state.tracked.iter()).any(|n| !old.tcp_state.tracked.contains(n));
-        self.tcp_state = match state {
-            Some(mut t) if self.tables.tcp_state.entries > 0 && t.fits(&self.tables.tcp_state) => {
-                t.configure(&self.tables.tcp_state, relearn);
+        let relearn = tables
+            .tcp_state
+            .tracked
+            .iter()
+            .any(|n| !old.tcp_state.tracked.contains(n));
+        *tcp_state = match tcp_state.take() {
+            Some(mut t) if tables.tcp_state.entries > 0 && t.fits(&tables.tcp_state) => {
+                t.configure(&tables.tcp_state, relearn);
                 Some(t)
             }
-            _ => self.new_tcp_state(),
+            _ => new_tcp_state(tables, icmp_seed),
         };
-        // The table stays while its size does; a new one only when `[source_limit]` changed it
-        // or was turned on (made here, at the adoption, never on a packet).
-        self.sources = match sources {
-            Some(t) if t.len() == source_limit::SourceTable::entries_for(self.tables.source_limit.entries) => Some(t),
-            _ => self.new_source_table(),
-        };
-        self.gre_seq = seq;
-        self.icmp = icmp;
-        self.tcp_reset = reset;
-        self.rng = rng;
-        self.punt = punt;
-        self.to_backend = to_backend;
-        if keep.is_some() {
-            self.fanout.flow_limit = keep;
-        }
     }
 
     /// The flow-limit table length in use, if the limit is on for this lcore.
@@ -573,19 +554,6 @@ impl Pipeline {
         let l = f.refuses(src)?;
         f.count(self.fanout.slot, l);
         Some(Outcome::Filtered)
-    }
-
-    /// This lcore's `[source_limit]` table, if it is on.
-    fn new_source_table(&self) -> Option<source_limit::SourceTable> {
-        let cfg = &self.tables.source_limit;
-        cfg.enabled
-            .then(|| source_limit::SourceTable::new(cfg.entries, self.icmp_seed ^ SOURCE_SEED))
-    }
-
-    /// This lcore's TCP state table, if a service is tracked.
-    fn new_tcp_state(&self) -> Option<tcp_state::TcpState> {
-        let cfg = &self.tables.tcp_state;
-        (cfg.entries > 0).then(|| tcp_state::TcpState::new(cfg, self.icmp_seed ^ TCP_STATE_SEED))
     }
 
     /// The TCP state table's decision on segment `s` of a tracked service: `TcpOutOfState` or
@@ -833,6 +801,29 @@ impl Pipeline {
             _ => Err(Verdict::Drop(Outcome::Unhandled)),
         }
     }
+}
+
+/// The ICMP errors' global bucket of `tables` (a fresh one where the tables have none).
+fn icmp_global(tables: &Tables) -> Arc<icmp_error::GlobalBucket> {
+    (tables.icmp_global.clone()).unwrap_or_else(|| tables.icmp.global_bucket(Instant(0)))
+}
+
+/// The TCP resets' global bucket of `tables`, likewise.
+fn reset_global(tables: &Tables) -> Arc<icmp_error::GlobalBucket> {
+    (tables.tcp_reset_global.clone()).unwrap_or_else(|| tables.tcp_reset.global_bucket(Instant(0)))
+}
+
+/// An lcore's `[source_limit]` table for `tables`, if it is on, keyed from its `icmp_seed`.
+fn new_source_table(tables: &Tables, icmp_seed: u64) -> Option<source_limit::SourceTable> {
+    let cfg = &tables.source_limit;
+    cfg.enabled
+        .then(|| source_limit::SourceTable::new(cfg.entries, icmp_seed ^ SOURCE_SEED))
+}
+
+/// An lcore's TCP state table for `tables`, if a service is tracked.
+fn new_tcp_state(tables: &Tables, icmp_seed: u64) -> Option<tcp_state::TcpState> {
+    let cfg = &tables.tcp_state;
+    (cfg.entries > 0).then(|| tcp_state::TcpState::new(cfg, icmp_seed ^ TCP_STATE_SEED))
 }
 
 #[cfg(test)]

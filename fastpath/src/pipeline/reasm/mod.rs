@@ -145,102 +145,44 @@ pub const DEFAULT_TIMEOUT_NS: u64 = 30_000_000_000;
 /// plus the 128-byte `struct rte_mbuf`.
 pub const DEFAULT_TRUESIZE: usize = 2048 + 128 + 128;
 
-/// Address family, the `family` label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Family {
-    /// IPv4.
-    V4,
-    /// IPv6.
-    V6,
-}
-
-impl Family {
-    /// Both families, in counter order.
-    pub const ALL: [Family; 2] = [Family::V4, Family::V6];
-    /// Counter index.
-    pub fn index(self) -> usize {
-        self as usize
-    }
-    /// The `family` label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Family::V4 => "ipv4",
-            Family::V6 => "ipv6",
-        }
+crate::label_set! {
+    /// Address family, the `family` label.
+    pub enum Family {
+        /// IPv4.
+        V4 => "ipv4",
+        /// IPv6.
+        V6 => "ipv6",
     }
 }
 
-/// Why fragments were refused or dropped: the `reason` label of
-/// `fastpath_reasm_refused_total{family,reason}`. See the module doc for each rule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Reason {
-    /// New datagram while usage is above `high_thresh`, or a fragment past the hard limit.
-    Memory,
-    /// Evicted: its source had `max_per_source` datagrams and started another.
-    PerSource,
-    /// Evicted: no free slot for a new datagram.
-    TableFull,
-    /// More than `max_fragments` fragments.
-    TooManyFragments,
-    /// The reassembled length field would exceed 65535.
-    TooBig,
-    /// Overlapping fragments (RFC 5722).
-    Overlap,
-    /// Contradicting last fragments, or data past the last fragment's end.
-    Inconsistent,
-    /// An exact duplicate of a held fragment (dropped alone).
-    Duplicate,
-    /// No data, or a non-last fragment whose data is not a multiple of 8 octets.
-    Tiny,
-    /// An IPv6 first fragment without the whole header chain (RFC 7112).
-    IncompleteChain,
-    /// The completion buffer could not be allocated.
-    NoBuffer,
-    /// Evicted by the `probation` policy to make room below `high_thresh` for a newer fragment.
-    Evicted,
-}
-
-impl Reason {
-    /// Every reason, in counter order.
-    pub const ALL: [Reason; 12] = [
-        Reason::Memory,
-        Reason::PerSource,
-        Reason::TableFull,
-        Reason::TooManyFragments,
-        Reason::TooBig,
-        Reason::Overlap,
-        Reason::Inconsistent,
-        Reason::Duplicate,
-        Reason::Tiny,
-        Reason::IncompleteChain,
-        Reason::NoBuffer,
-        Reason::Evicted,
-    ];
-    /// Number of reasons.
-    pub const COUNT: usize = Self::ALL.len();
-
-    /// Counter index.
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The `reason` label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Reason::Memory => "memory",
-            Reason::PerSource => "per_source",
-            Reason::TableFull => "table_full",
-            Reason::TooManyFragments => "too_many_fragments",
-            Reason::TooBig => "too_big",
-            Reason::Overlap => "overlap",
-            Reason::Inconsistent => "inconsistent",
-            Reason::Duplicate => "duplicate",
-            Reason::Tiny => "tiny",
-            Reason::IncompleteChain => "incomplete_chain",
-            Reason::NoBuffer => "no_buffer",
-            Reason::Evicted => "evicted",
-        }
+crate::label_set! {
+    /// Why fragments were refused or dropped: the `reason` label of
+    /// `fastpath_reasm_refused_total{family,reason}`. See the module doc for each rule.
+    pub enum Reason {
+        /// New datagram while usage is above `high_thresh`, or a fragment past the hard limit.
+        Memory => "memory",
+        /// Evicted: its source had `max_per_source` datagrams and started another.
+        PerSource => "per_source",
+        /// Evicted: no free slot for a new datagram.
+        TableFull => "table_full",
+        /// More than `max_fragments` fragments.
+        TooManyFragments => "too_many_fragments",
+        /// The reassembled length field would exceed 65535.
+        TooBig => "too_big",
+        /// Overlapping fragments (RFC 5722).
+        Overlap => "overlap",
+        /// Contradicting last fragments, or data past the last fragment's end.
+        Inconsistent => "inconsistent",
+        /// An exact duplicate of a held fragment (dropped alone).
+        Duplicate => "duplicate",
+        /// No data, or a non-last fragment whose data is not a multiple of 8 octets.
+        Tiny => "tiny",
+        /// An IPv6 first fragment without the whole header chain (RFC 7112).
+        IncompleteChain => "incomplete_chain",
+        /// The completion buffer could not be allocated.
+        NoBuffer => "no_buffer",
+        /// Evicted by the `probation` policy to make room below `high_thresh` for a newer fragment.
+        Evicted => "evicted",
     }
 }
 
@@ -323,28 +265,22 @@ pub enum Insert<B> {
     },
 }
 
-/// How the table makes room under pressure (`[reassembly] policy`). See the module doc.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum Policy {
-    /// New datagrams enter a probation FIFO; a second fragment promotes one to the main FIFO;
-    /// room below `high_thresh` is made by evicting the oldest datagram of probation (or of main
-    /// while probation holds less than its share); the timeout is fixed.
-    #[default]
-    Probation,
-    /// Refuse new datagrams above `high_thresh`, pressure-scaled timeout.
-    Linux,
+crate::label_set! {
+    /// How the table makes room under pressure (`[reassembly] policy`, its value the label).
+    /// See the module doc.
+    #[derive(Default)]
+    pub enum Policy {
+        /// New datagrams enter a probation FIFO; a second fragment promotes one to the main
+        /// FIFO; room below `high_thresh` is made by evicting the oldest datagram of probation
+        /// (or of main while probation holds less than its share); the timeout is fixed.
+        #[default]
+        Probation => "probation",
+        /// Refuse new datagrams above `high_thresh`, pressure-scaled timeout.
+        Linux => "linux",
+    }
 }
 
 impl Policy {
-    /// Both, in the order the benchmark lists them.
-    pub const ALL: [Policy; 2] = [Policy::Probation, Policy::Linux];
-    /// The config value and label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Policy::Probation => "probation",
-            Policy::Linux => "linux",
-        }
-    }
     /// The policy a config value names.
     pub fn from_label(s: &str) -> Option<Policy> {
         Policy::ALL.into_iter().find(|p| p.label() == s)
