@@ -127,6 +127,9 @@ fn proc_info_stats(ns: &str, prefix: &str) -> BTreeMap<String, u64> {
 
 #[test]
 fn telemetry_and_proc_info_agree_with_the_metrics_on_hugepages() {
+    if missing(&["dpdk-proc-info", "dpdk-telemetry.py", "hugepages"]) {
+        return;
+    }
     let huge = HugePrefix::new("telemetry", 300);
     let p = Pair::new();
     let s = Scratch::new("telemetry");
