@@ -1308,3 +1308,48 @@ impl Daemon {
         m
     }
 }
+
+/// Two namespaces joined by a veth pair: `ns_a` for fastpathd (its end `if_a` up, no address,
+/// IPv6 off so that its kernel says nothing there) and `ns_b` for the peer (`if_b` up with
+/// 192.0.2.2/24). Deleted on drop, the pair with them, also when a test fails.
+pub struct VethPair {
+    pub ns_a: String,
+    pub ns_b: String,
+    pub if_a: String,
+    pub if_b: String,
+    _netns: Netns,
+}
+
+impl VethPair {
+    /// Names from `tag` (two or three letters) and a [`lab_id`].
+    pub fn new(tag: &str) -> VethPair {
+        let id = lab_id();
+        let mut netns = Netns::default();
+        let (ns_a, ns_b) = (netns.add(&format!("{tag}{id}a")), netns.add(&format!("{tag}{id}b")));
+        let (if_a, if_b) = (format!("{tag}a{id}"), format!("{tag}b{id}"));
+        ip(&["link", "add", &if_a, "type", "veth", "peer", "name", &if_b]);
+        let p = VethPair {
+            ns_a,
+            ns_b,
+            if_a,
+            if_b,
+            _netns: netns,
+        };
+        ip(&["link", "set", &p.if_a, "netns", &p.ns_a]);
+        ip(&["link", "set", &p.if_b, "netns", &p.ns_b]);
+        sysctl(&p.ns_a, &[&format!("net.ipv6.conf.{}.disable_ipv6=1", p.if_a)]);
+        ip(&["-n", &p.ns_a, "link", "set", &p.if_a, "up"]);
+        ip(&["-n", &p.ns_b, "addr", "add", "192.0.2.2/24", "dev", &p.if_b]);
+        ip(&["-n", &p.ns_b, "link", "set", &p.if_b, "up"]);
+        p
+    }
+
+    /// The peer's kernel computes its checksums, as a NIC would put them on the wire (veth
+    /// leaves them to "hardware" that does not exist on the way to a packet socket).
+    pub fn checksums_on_wire(&self) {
+        must(
+            ns_exec(&self.ns_b, &["ethtool", "-K", &self.if_b, "tx", "off"]),
+            "ethtool",
+        );
+    }
+}
