@@ -10,6 +10,9 @@ pub mod announce;
 pub mod backends;
 pub mod config;
 pub mod ctl;
+// Test-only (the fuzz targets and tests/fuzz_corpus.rs): feature "testing" keeps it out of the
+// daemon.
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod health;

@@ -107,6 +107,9 @@ except socket.timeout:
 
 #[test]
 fn arp_ping_and_udp_are_answered_through_an_af_xdp_socket_on_a_veth() {
+    if missing(&["hugepages"]) {
+        return;
+    }
     let v = Veth::new();
     let s = Scratch::new("af-xdp");
     let huge = HugePrefix::new("afxdp", 96);

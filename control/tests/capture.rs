@@ -89,6 +89,9 @@ fn stop_clean(d: Daemon, dump: &std::path::Path) {
 
 #[test]
 fn dpdk_dumpcap_captures_rx_and_tx_of_a_running_daemon() {
+    if missing(&["dpdk-dumpcap", "tshark", "hugepages"]) {
+        return;
+    }
     let huge = HugePrefix::new("dumpcap", 300);
     let s = Scratch::new("dumpcap");
     let (d, dump) = start_looping(&huge, &s);
@@ -140,6 +143,9 @@ fn dpdk_dumpcap_captures_rx_and_tx_of_a_running_daemon() {
 /// short captures in a row, each one a detach, then a clean stop.
 #[test]
 fn dpdk_dumpcap_stopping_again_and_again_leaves_the_daemon_running() {
+    if missing(&["dpdk-dumpcap", "hugepages"]) {
+        return;
+    }
     let huge = HugePrefix::new("detach", 300);
     let s = Scratch::new("detach");
     let (mut d, dump) = start_looping(&huge, &s);
@@ -167,6 +173,9 @@ impl Drop for Reaped {
 /// vdevs of its own), until SIGINT.
 #[test]
 fn dpdk_pdump_captures_rx_and_tx_of_a_running_daemon_into_pcaps() {
+    if missing(&["dpdk-pdump", "tshark", "hugepages"]) {
+        return;
+    }
     let huge = HugePrefix::new("pdump", 300);
     let s = Scratch::new("pdump");
     let (d, dump) = start_looping(&huge, &s);

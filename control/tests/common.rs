@@ -411,8 +411,8 @@ pub fn ns_exec(ns: &str, cmd: &[&str]) -> Output {
     out
 }
 
-/// A DPDK file prefix on hugepages for one test: checks that the machine has hugepages (ci/setup
-/// allocates them; a test that needs them fails saying so, it is never skipped) and removes what
+/// A DPDK file prefix on hugepages for one test: checks that the machine has enough free
+/// (ci/setup allocates them; a test calls `missing(&["hugepages"])` first) and removes what
 /// the EAL leaves behind under that prefix (its hugepage files and runtime directory) on drop.
 pub struct HugePrefix {
     pub prefix: String,
@@ -544,17 +544,7 @@ pub struct Capture {
 
 impl Capture {
     pub fn start(ns: &str, iface: &str, pcap: PathBuf) -> Capture {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", ns, "/usr/bin/python3", "-c", CAPTURE_PY, iface])
-            .arg(&pcap)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "the capture on {iface} did not start");
+        let child = python_ready(ns, CAPTURE_PY, &[iface, pcap.to_str().unwrap()]);
         Capture { child, pcap }
     }
 
@@ -947,8 +937,6 @@ pub fn tunnel_row(sock: &Path, name: &str) -> serde_json::Value {
         .unwrap()
 }
 
-static HOST_SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
 /// fastpathd's namespace (`host`, the veth end `port` with no address, the kernel interface
 /// `kif`) and the client's (`client`, 192.0.2.2/24 and 2001:db8::2/64 on `peer`). Removed on
 /// drop with every program started in them.
@@ -967,8 +955,7 @@ impl Host {
     /// Creates the namespaces and the veth pair (a fixture with side effects: no `Default`).
     #[allow(clippy::new_without_default)]
     pub fn new() -> Host {
-        let n = HOST_SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let id = format!("{}{n}", std::process::id() % 100_000);
+        let id = lab_id();
         let h = Host {
             host: format!("fpk{id}h"),
             client: format!("fpk{id}c"),
@@ -1163,3 +1150,206 @@ while True:
     c, _ = s.accept()
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 "#;
+
+// ---- what a test needs from the machine ----
+
+/// What the tests against Open vSwitch's user-space datapath need (tshark reads their wire).
+pub const NEEDS_OVS: &[&str] = &["ovs-vswitchd", "ovsdb-server", "tshark"];
+
+/// Whether the calling test must stop here for want of `needs`: programs by name (on `PATH`,
+/// or in /usr/sbin and /usr/lib/frr where FRR keeps its daemons) or `hugepages` (free 2 MiB
+/// pages on a hugetlbfs mount, what ci/setup allocates).
+///
+/// Outside CI (`CI` unset) a missing one skips the test with a line naming it, also appended
+/// to the file `$FASTPATH_TEST_SKIPS` names (ci/test fails when that file is not empty). Under
+/// CI a missing one fails the test, naming it: CI runs every test.
+pub fn missing(needs: &[&str]) -> bool {
+    let absent: Vec<&str> = needs.iter().copied().filter(|n| !present(n)).collect();
+    if absent.is_empty() {
+        return false;
+    }
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    let what = format!("{test}: needs {} (ci/setup installs it)", absent.join(", "));
+    assert!(std::env::var_os("CI").is_none(), "{what}; under CI no test is skipped");
+    eprintln!("SKIPPED {what}");
+    if let Some(f) = std::env::var_os("FASTPATH_TEST_SKIPS") {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(f).unwrap();
+        writeln!(f, "{what}").unwrap();
+    }
+    true
+}
+
+/// Whether one of [`missing`]'s needs is on this machine.
+fn present(need: &str) -> bool {
+    if need == "hugepages" {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let free = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("HugePages_Free:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        let mounted = std::fs::read_to_string("/proc/mounts")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"));
+        return free > 0 && mounted;
+    }
+    let path = std::env::var("PATH").unwrap_or_default();
+    let mut dirs = path.split(':').chain(["/usr/sbin", "/sbin", "/usr/lib/frr"]);
+    dirs.any(|d| Path::new(d).join(need).is_file())
+}
+
+// ---- namespaces, programs and daemons in them ----
+
+static LAB_SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A short id unique to this process and call, for namespace and interface names (at most 15
+/// bytes with a prefix of a few letters and a suffix of one or two).
+pub fn lab_id() -> String {
+    let n = LAB_SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    format!("{}{n}", std::process::id() % 100_000)
+}
+
+/// The network namespaces a test made. Each is deleted on drop (its veths, bridges and taps go
+/// with it), also when the test panics half way through its set-up; declare it after whatever
+/// runs in them so that those stop first.
+#[derive(Default)]
+pub struct Netns(Vec<String>);
+
+impl Netns {
+    /// Creates namespace `name` with its loopback up, deleted on drop; returns the name.
+    pub fn add(&mut self, name: &str) -> String {
+        ip(&["netns", "add", name]);
+        self.0.push(name.to_string());
+        ip(&["-n", name, "link", "set", "lo", "up"]);
+        name.to_string()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        while let Some(ns) = self.0.pop() {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &ns])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// `sysctl -qw KEY=VALUE...` in namespace `ns`, which must succeed.
+pub fn sysctl(ns: &str, kv: &[&str]) {
+    let mut cmd = vec!["sysctl", "-qw"];
+    cmd.extend_from_slice(kv);
+    must(ns_exec(ns, &cmd), "sysctl");
+}
+
+/// A program of the test's, killed and reaped on drop.
+pub struct Program(pub Child);
+
+impl Program {
+    /// [`python_ready`], killed on drop.
+    pub fn python_ready(ns: &str, code: &str, args: &[&str]) -> Program {
+        Program(python_ready(ns, code, args))
+    }
+}
+
+/// `/usr/bin/python3 -c CODE ARGS` in namespace `ns` (stdin and stdout piped), returned once it
+/// printed `ready`; killed if it does not.
+pub fn python_ready(ns: &str, code: &str, args: &[&str]) -> Child {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "/usr/bin/python3", "-c", code])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let _ = BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line);
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{args:?} in {ns} did not start (printed {line:?}):\n{code}");
+    }
+    child
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `s` split on white space (an `ip` command line written as one string).
+pub fn words(s: &str) -> Vec<&str> {
+    s.split_whitespace().collect()
+}
+
+impl Daemon {
+    /// fastpathd in namespace `ns` on config `cfg`, dumping its metrics at exit to `dump`.
+    pub fn start_in(s: &Scratch, ns: &str, cfg: &Path, dump: &Path) -> Daemon {
+        let bin = env!("CARGO_BIN_EXE_fastpathd");
+        Daemon::start_cmd(
+            s,
+            Command::new("ip")
+                .args(["netns", "exec", ns, bin, "--config", cfg.to_str().unwrap()])
+                .args(["--metrics-dump", dump.to_str().unwrap()]),
+        )
+    }
+
+    /// Stops it (exit 0 asserted) and returns the metrics it dumped to `dump` at exit, every
+    /// received packet checked to have ended in one outcome.
+    pub fn stop_clean(self, dump: &Path) -> BTreeMap<String, f64> {
+        let (code, log) = self.stop();
+        assert_eq!(code, Some(0), "{log}");
+        let m = parse_metrics(&std::fs::read_to_string(dump).unwrap());
+        assert_conservation(&m);
+        m
+    }
+}
+
+/// Two namespaces joined by a veth pair: `ns_a` for fastpathd (its end `if_a` up, no address,
+/// IPv6 off so that its kernel says nothing there) and `ns_b` for the peer (`if_b` up with
+/// 192.0.2.2/24). Deleted on drop, the pair with them, also when a test fails.
+pub struct VethPair {
+    pub ns_a: String,
+    pub ns_b: String,
+    pub if_a: String,
+    pub if_b: String,
+    _netns: Netns,
+}
+
+impl VethPair {
+    /// Names from `tag` (two or three letters) and a [`lab_id`].
+    pub fn new(tag: &str) -> VethPair {
+        let id = lab_id();
+        let mut netns = Netns::default();
+        let (ns_a, ns_b) = (netns.add(&format!("{tag}{id}a")), netns.add(&format!("{tag}{id}b")));
+        let (if_a, if_b) = (format!("{tag}a{id}"), format!("{tag}b{id}"));
+        ip(&["link", "add", &if_a, "type", "veth", "peer", "name", &if_b]);
+        let p = VethPair {
+            ns_a,
+            ns_b,
+            if_a,
+            if_b,
+            _netns: netns,
+        };
+        ip(&["link", "set", &p.if_a, "netns", &p.ns_a]);
+        ip(&["link", "set", &p.if_b, "netns", &p.ns_b]);
+        sysctl(&p.ns_a, &[&format!("net.ipv6.conf.{}.disable_ipv6=1", p.if_a)]);
+        ip(&["-n", &p.ns_a, "link", "set", &p.if_a, "up"]);
+        ip(&["-n", &p.ns_b, "addr", "add", "192.0.2.2/24", "dev", &p.if_b]);
+        ip(&["-n", &p.ns_b, "link", "set", &p.if_b, "up"]);
+        p
+    }
+
+    /// The peer's kernel computes its checksums, as a NIC would put them on the wire (veth
+    /// leaves them to "hardware" that does not exist on the way to a packet socket).
+    pub fn checksums_on_wire(&self) {
+        must(
+            ns_exec(&self.ns_b, &["ethtool", "-K", &self.if_b, "tx", "off"]),
+            "ethtool",
+        );
+    }
+}

@@ -10,57 +10,26 @@ mod common;
 use common::*;
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-static SEQ: AtomicUsize = AtomicUsize::new(0);
+/// fastpathd's namespace `a` and `b` for the client (192.0.2.2) and the wire the backends' GRE
+/// arrives on ([`VethPair`]).
+struct Pair(VethPair);
 
-/// Two namespaces joined by a veth pair: `a` for fastpathd, `b` for the client (192.0.2.2) and
-/// the wire the backends' GRE arrives on. Removed on drop, even when a test fails.
-struct Pair {
-    ns_a: String,
-    ns_b: String,
-    if_a: String,
-    if_b: String,
+impl std::ops::Deref for Pair {
+    type Target = VethPair;
+    fn deref(&self) -> &VethPair {
+        &self.0
+    }
 }
 
 impl Pair {
     fn new() -> Pair {
-        let n = SEQ.fetch_add(1, Ordering::SeqCst);
-        let id = format!("{}{n}", std::process::id() % 100_000);
-        let p = Pair {
-            ns_a: format!("fpc{id}a"),
-            ns_b: format!("fpc{id}b"),
-            if_a: format!("fca{id}"),
-            if_b: format!("fcb{id}"),
-        };
-        ip(&["netns", "add", &p.ns_a]);
-        ip(&["netns", "add", &p.ns_b]);
-        ip(&["link", "add", &p.if_a, "type", "veth", "peer", "name", &p.if_b]);
-        ip(&["link", "set", &p.if_a, "netns", &p.ns_a]);
-        ip(&["link", "set", &p.if_b, "netns", &p.ns_b]);
-        ip(&["-n", &p.ns_a, "link", "set", "lo", "up"]);
-        ip(&["-n", &p.ns_a, "link", "set", &p.if_a, "up"]);
-        let out = ns_exec(
-            &p.ns_a,
-            &["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", p.if_a)],
-        );
-        assert!(out.status.success());
-        ip(&["-n", &p.ns_b, "link", "set", "lo", "up"]);
-        ip(&["-n", &p.ns_b, "addr", "add", "192.0.2.2/24", "dev", &p.if_b]);
-        ip(&["-n", &p.ns_b, "link", "set", &p.if_b, "up"]);
-        p
+        Pair(VethPair::new("fpc"))
     }
 
     fn mac(ns: &str, iface: &str) -> String {
         let out = ns_exec(ns, &["cat", &format!("/sys/class/net/{iface}/address")]);
         String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.ns_a]).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.ns_b]).status();
     }
 }
 

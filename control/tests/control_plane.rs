@@ -23,6 +23,9 @@ fn null_config(s: &Scratch, name: &str) -> std::path::PathBuf {
 
 #[test]
 fn promtool_accepts_a_live_scrape_and_health_answers() {
+    if missing(&["promtool"]) {
+        return;
+    }
     let s = Scratch::new("promtool");
     let cfg = null_config(&s, "promtool");
     let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);
@@ -71,6 +74,9 @@ fn promtool_accepts_a_live_scrape_and_health_answers() {
 
 #[test]
 fn a_real_prometheus_scrapes_our_counters() {
+    if missing(&["prometheus"]) {
+        return;
+    }
     let s = Scratch::new("prometheus");
     let cfg = null_config(&s, "prometheus");
     let d = Daemon::start(&s, &["--config", cfg.to_str().unwrap()]);

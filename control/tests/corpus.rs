@@ -298,6 +298,9 @@ fn report(failures: &[String]) {
 
 #[test]
 fn corpus_through_the_daemon() {
+    if missing(&["tshark"]) {
+        return;
+    }
     let jobs: usize = std::env::var("FASTPATH_CORPUS_JOBS")
         .ok()
         .and_then(|j| j.parse().ok())

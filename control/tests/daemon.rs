@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn replays_arp_and_junk_and_answers_arp() {
+    if missing(&["tshark"]) {
+        return;
+    }
     let s = Scratch::new("replay");
     let input = repo().join("configs/captures/demo.pcap");
     let (out0, out1) = (s.path("out-q0.pcap"), s.path("out-q1.pcap"));

@@ -699,6 +699,9 @@ fn check_phase(seen: &[(usize, Tunnelled)], phase: &str, nodes: &[usize]) -> BTr
 
 #[test]
 fn two_nodes_share_a_service_address_by_ecmp_and_a_failed_node_is_withdrawn() {
+    if missing(&["bird", "birdc", "zebra", "bgpd"]) {
+        return;
+    }
     let t0 = Instant::now();
     let mut lab = Lab::new();
     let (nh1, nh2) = ("10.0.1.3", "10.0.2.3");
@@ -841,6 +844,9 @@ fn wait_state(n: &Node, want: &str, secs: u64, what: &str) -> Duration {
 
 #[test]
 fn the_helper_withdraws_on_a_port_down_and_a_stuck_lcore_and_announces_on_recovery() {
+    if missing(&["bird", "birdc"]) {
+        return;
+    }
     let id = format!("{}", std::process::id() % 100_000);
     let (ns, peer) = (format!("eca{id}n"), format!("eca{id}p"));
     let (nif, pif) = (format!("eca{id}n"), format!("eca{id}p"));
@@ -920,6 +926,9 @@ fn the_helper_withdraws_on_a_port_down_and_a_stuck_lcore_and_announces_on_recove
 /// both back when fastpathd runs again.
 #[test]
 fn an_ipv6_service_address_is_announced_with_its_next_hop_and_withdrawn_when_fastpathd_fails() {
+    if missing(&["bird", "birdc", "zebra", "bgpd"]) {
+        return;
+    }
     let t0 = Instant::now();
     let mut lab = Lab::with(true, 1);
     let nh6 = node_addr6(1);

@@ -26,11 +26,8 @@ use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
-
-static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 const FP_MAC: &str = "02:00:00:00:6a:01";
 const PHY_MAC: &str = "02:00:00:00:6b:01";
@@ -100,45 +97,6 @@ fn backend_of(addr: &str) -> &'static str {
         .find(|b| b.addr == addr)
         .map(|b| b.name)
         .unwrap_or_else(|| panic!("no backend at {addr}"))
-}
-
-fn must(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn words(s: &str) -> Vec<&str> {
-    s.split_whitespace().collect()
-}
-
-/// Stops a daemon we spawned (its pidfile's pid, or the child's): SIGTERM, SIGKILL after 5 s.
-fn stop_daemon(child: &mut Child, pidfile: &Path) {
-    let pid: u32 = std::fs::read_to_string(pidfile)
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(child.id());
-    let kill = |sig: &str| {
-        let _ = Command::new("kill")
-            .args([&format!("-{sig}"), &pid.to_string()])
-            .stderr(Stdio::null())
-            .status();
-    };
-    kill("TERM");
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(5) {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    kill("KILL");
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// The kernel server on the OVS side: TCP on both VIPs, port 9000; echoes what it reads, and
@@ -259,7 +217,8 @@ impl Drop for Client {
 }
 
 /// fastpathd, OVS and the kernel client and server (see the module doc). Everything is stopped
-/// and removed on drop, also when a test fails half way through setting it up.
+/// and removed on drop (fastpathd, the server and OVS, then the namespaces), also when a test
+/// fails half way through setting it up.
 struct Lab {
     ns_fp: String,
     ns_ovs: String,
@@ -267,9 +226,10 @@ struct Lab {
     if_fp: String,
     if_ovs: String,
     if_cl: String,
-    daemons: Vec<(Child, PathBuf)>,
-    server: Option<Child>,
     fastpathd: Option<Daemon>,
+    server: Option<Program>,
+    ovs: Option<Ovs>,
+    netns: Netns,
     dump: PathBuf,
     cfg: PathBuf,
     /// Appended to the config (more services).
@@ -279,8 +239,7 @@ struct Lab {
 
 impl Lab {
     fn new(name: &str) -> Lab {
-        let n = SEQ.fetch_add(1, Ordering::SeqCst);
-        let id = format!("{}{n}", std::process::id() % 100_000);
+        let id = lab_id();
         let s = Scratch::new(&format!("v6lb-{name}"));
         let mut lab = Lab {
             ns_fp: format!("v6l{id}f"),
@@ -289,9 +248,10 @@ impl Lab {
             if_fp: format!("v6a{id}"),
             if_ovs: format!("v6b{id}"),
             if_cl: format!("v6c{id}"),
-            daemons: vec![],
-            server: None,
             fastpathd: None,
+            server: None,
+            ovs: None,
+            netns: Netns::default(),
             dump: s.path("metrics.prom"),
             cfg: s.path("c.toml"),
             extra: String::new(),
@@ -304,12 +264,11 @@ impl Lab {
     }
 
     fn underlay(&mut self) {
-        let (fp, ovs, cl) = (&self.ns_fp, &self.ns_ovs, &self.ns_client);
+        let (fp, ovs, cl) = (&self.ns_fp.clone(), &self.ns_ovs.clone(), &self.ns_client.clone());
         let if_cl_ovs = self.if_fp.replace("v6a", "v6d");
         let (mgmt_fp, mgmt_ovs) = (self.if_fp.replace("v6a", "v6m"), self.if_fp.replace("v6a", "v6n"));
         for ns in [fp, ovs, cl] {
-            ip(&["netns", "add", ns]);
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
+            self.netns.add(ns);
         }
         ip(&["link", "add", &self.if_fp, "type", "veth", "peer", "name", &self.if_ovs]);
         ip(&["link", "set", &self.if_fp, "netns", fp, "address", FP_MAC]);
@@ -322,26 +281,15 @@ impl Lab {
         ip(&["link", "set", &mgmt_ovs, "netns", ovs]);
         // fastpathd's kernel says nothing on the veth DPDK drives; the OVS side's kernel sends no
         // router solicitations into it.
-        must(
-            ns_exec(
-                fp,
-                &["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", self.if_fp)],
-            ),
-            "sysctl",
-        );
-        must(
-            ns_exec(
-                ovs,
-                &[
-                    "sysctl",
-                    "-qw",
-                    "net.ipv6.conf.default.router_solicitations=0",
-                    "net.ipv6.conf.all.router_solicitations=0",
-                    "net.ipv4.conf.all.rp_filter=0",
-                    "net.ipv4.conf.default.rp_filter=0",
-                ],
-            ),
-            "sysctl",
+        sysctl(fp, &[&format!("net.ipv6.conf.{}.disable_ipv6=1", self.if_fp)]);
+        sysctl(
+            ovs,
+            &[
+                "net.ipv6.conf.default.router_solicitations=0",
+                "net.ipv6.conf.all.router_solicitations=0",
+                "net.ipv4.conf.all.rp_filter=0",
+                "net.ipv4.conf.default.rp_filter=0",
+            ],
         );
         for (ns, ifname) in [
             (fp, &self.if_fp),
@@ -378,73 +326,15 @@ impl Lab {
         ip(&words(&format!("-n {fp} -6 route add 2001:db8:1::/64 via {OVS_MGMT}")));
     }
 
-    fn ovs_cmd(&self, cmd: &[&str]) -> Command {
-        let dir = &self.s.0;
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns_ovs])
-            .args(cmd)
-            .env("OVS_RUNDIR", dir)
-            .env("OVS_LOGDIR", dir)
-            .env("OVS_DBDIR", dir)
-            .env("OVS_SYSCONFDIR", dir);
-        c
-    }
-
-    fn ovs(&self, cmd: &[&str]) -> String {
-        let out = self
-            .ovs_cmd(cmd)
-            .output()
-            .expect("Open vSwitch (ci/setup installs openvswitch-switch)");
-        must(out, &format!("{cmd:?}"))
-    }
-
-    fn vsctl(&self, args: &[&str]) -> String {
-        let db = format!("--db=unix:{}", self.s.path("db.sock").display());
-        let mut cmd = vec!["ovs-vsctl", &db, "--timeout=10"];
-        cmd.extend_from_slice(args);
-        self.ovs(&cmd)
-    }
-
-    fn appctl(&self, args: &[&str]) -> String {
-        let ctl = self.s.path("ovs-vswitchd.ctl");
-        let mut cmd = vec!["ovs-appctl", "-t", ctl.to_str().unwrap()];
-        cmd.extend_from_slice(args);
-        self.ovs(&cmd)
-    }
-
-    fn spawn_daemon(&mut self, name: &str, args: &[&str]) {
-        let pidfile = self.s.path(&format!("{name}.pid"));
-        let mut cmd = vec![name.to_string()];
-        cmd.extend(args.iter().map(|a| a.to_string()));
-        cmd.push(format!("--pidfile={}", pidfile.display()));
-        cmd.push(format!("--unixctl={}", self.s.path(&format!("{name}.ctl")).display()));
-        cmd.push(format!("--log-file={}", self.s.path(&format!("{name}.log")).display()));
-        cmd.push("-vconsole:off".into());
-        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-        let child = self
-            .ovs_cmd(&cmd)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.s.path(&format!("{name}.stderr"))).unwrap())
-            .spawn()
-            .expect("Open vSwitch (ci/setup installs openvswitch-switch)");
-        self.daemons.push((child, pidfile));
+    fn ovs(&self) -> &Ovs {
+        self.ovs.as_ref().unwrap()
     }
 
     /// ovsdb-server, ovs-vswitchd, the bridges, one GRE-over-IPv6 port per backend (and the IPv4 GRE
     /// port of the mixed case), the flows into the kernel, the addresses.
     fn start_ovs(&mut self) {
-        let db = self.s.path("conf.db");
-        self.ovs(&[
-            "ovsdb-tool",
-            "create",
-            db.to_str().unwrap(),
-            "/usr/share/openvswitch/vswitch.ovsschema",
-        ]);
-        let remote = format!("--remote=punix:{}", self.s.path("db.sock").display());
-        self.spawn_daemon("ovsdb-server", &[db.to_str().unwrap(), &remote]);
-        self.vsctl(&["--retry", "--no-wait", "init"]);
-        let db_sock = format!("unix:{}", self.s.path("db.sock").display());
-        self.spawn_daemon("ovs-vswitchd", &[&db_sock]);
+        self.ovs = Some(Ovs::start(&self.ns_ovs, self.s.path("ovs")));
+        let ovs = self.ovs();
         let if_cl_ovs = self.if_fp.replace("v6a", "v6d");
         let mut cmd = format!(
             "add-br br-phy -- set bridge br-phy datapath_type=netdev other-config:hwaddr={PHY_MAC} \
@@ -470,11 +360,11 @@ impl Lab {
              options:remote_ip={FP_UNDERLAY4} options:local_ip={OVS_UNDERLAY4} options:packet_type=legacy_l3",
             BACKEND4.ofport
         );
-        self.vsctl(&words(&cmd));
-        self.ovs(&["ovs-ofctl", "del-flows", "br-int"]);
+        ovs.vsctl(&words(&cmd));
+        ovs.run(&["ovs-ofctl", "del-flows", "br-int"]);
         for b in BACKENDS.iter().chain([&BACKEND4]) {
             for proto in ["ip", "ipv6"] {
-                self.ovs(&[
+                ovs.run(&[
                     "ovs-ofctl",
                     "add-flow",
                     "br-int",
@@ -504,7 +394,7 @@ impl Lab {
         // OVS learns the bridges' addresses from the namespace's netlink: GRE to each backend
         // address must be terminated before the first flow.
         wait_for(10, "OVS terminating GRE to every backend address", || {
-            let ports = self.appctl(&["tnl/ports/show", "-v"]);
+            let ports = ovs.appctl(&["tnl/ports/show", "-v"]);
             BACKENDS
                 .iter()
                 .all(|b| ports.contains(&format!("dst={},proto=47", b.addr)))
@@ -513,27 +403,7 @@ impl Lab {
     }
 
     fn start_server(&mut self) {
-        let mut child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns_ovs,
-                "/usr/bin/python3",
-                "-c",
-                SERVER_PY,
-                VIP,
-                VIP4,
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "the server did not start");
-        self.server = Some(child);
+        self.server = Some(Program::python_ready(&self.ns_ovs, SERVER_PY, &[VIP, VIP4]));
     }
 
     /// The config: the `lb` service on `vips` over `backends`; every IPv6 tunnel with its
@@ -575,20 +445,7 @@ impl Lab {
 
     fn start_fastpathd(&mut self, backends: &[&str], vips: &[&str]) {
         std::fs::write(&self.cfg, self.config(backends, vips)).unwrap();
-        let bin = env!("CARGO_BIN_EXE_fastpathd");
-        self.fastpathd = Some(Daemon::start_cmd(
-            &self.s,
-            Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &self.ns_fp,
-                    bin,
-                    "--config",
-                    self.cfg.to_str().unwrap(),
-                ])
-                .args(["--metrics-dump", self.dump.to_str().unwrap()]),
-        ));
+        self.fastpathd = Some(Daemon::start_in(&self.s, &self.ns_fp, &self.cfg, &self.dump));
     }
 
     /// Rewrites the config and waits for the reload that publishes `generation`.
@@ -602,29 +459,11 @@ impl Lab {
     }
 
     fn ctl(&self, args: &[&str]) -> serde_json::Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_fastpathctl"))
-            .arg("--socket")
-            .arg(self.s.path("control.sock"))
-            .args(args)
-            .arg("--json")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "fastpathctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        ctl_json(&self.s.path("control.sock"), args)
     }
 
     fn tunnel_row(&self, name: &str) -> serde_json::Value {
-        self.ctl(&["show", "tunnels"])["tunnels"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["name"] == name)
-            .cloned()
-            .unwrap()
+        tunnel_row(&self.s.path("control.sock"), name)
     }
 
     fn client(&self) -> Client {
@@ -659,39 +498,16 @@ impl Lab {
     }
 
     fn stop_fastpathd(&mut self) -> BTreeMap<String, f64> {
-        let (code, log) = self.fastpathd.take().unwrap().stop();
-        assert_eq!(code, Some(0), "{log}");
-        let m = parse_metrics(&std::fs::read_to_string(&self.dump).unwrap());
-        assert_conservation(&m);
-        m
+        self.fastpathd.take().unwrap().stop_clean(&self.dump)
     }
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        // What runs in the namespaces stops before `netns` deletes them.
         drop(self.fastpathd.take());
-        if let Some(mut s) = self.server.take() {
-            let _ = s.kill();
-            let _ = s.wait();
-        }
-        while let Some((mut child, pidfile)) = self.daemons.pop() {
-            stop_daemon(&mut child, &pidfile);
-        }
-        if std::thread::panicking() {
-            let text = std::fs::read_to_string(self.s.path("ovs-vswitchd.log")).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            eprintln!(
-                "--- ovs-vswitchd.log (the end)\n{}",
-                lines[lines.len().saturating_sub(20)..].join("\n")
-            );
-        }
-        // Deleting the namespaces removes the veth pairs and OVS's taps with them.
-        for ns in [&self.ns_fp, &self.ns_ovs, &self.ns_client] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", ns])
-                .stderr(Stdio::null())
-                .status();
-        }
+        drop(self.server.take());
+        drop(self.ovs.take());
     }
 }
 
@@ -861,6 +677,9 @@ const FLOWS: u16 = 24;
 /// check (`http://[2001:db8:1::b]:8080/healthz`) and new connections avoid it until it is back.
 #[test]
 fn v6_vip_over_gre_over_ipv6_backends_keeps_established_flows_across_a_reload() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     let t0 = Instant::now();
     let mut lab = Lab::new("keep");
     lab.start_fastpathd(&["a", "b"], &[VIP]);
@@ -990,6 +809,9 @@ s.sendto(struct.pack('!BBHI', 2, 0, 0, mtu) + quoted, (vip, 0))
 /// Too Big from fastpathd, after which the client's kernel sends smaller segments that arrive.
 #[test]
 fn v6_packet_too_big_reaches_the_flows_backend_and_the_tunnels_mtu_is_told_to_the_client() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     let t0 = Instant::now();
     let mut lab = Lab::new("ptb");
     lab.start_fastpathd(&["a", "b", "c"], &[VIP]);
@@ -1110,6 +932,9 @@ s.sendto(msg, (vip, 0))
 /// `v4`) reaches that flow's backend, whose kernel then answers within the MTU it gave.
 #[test]
 fn mixed_families_v6_in_ipv4_gre_and_v4_in_ipv6_gre() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     let t0 = Instant::now();
     let mut lab = Lab::new("mixed");
     lab.start_fastpathd(&["a", "v4"], &[VIP, VIP4]);
@@ -1221,6 +1046,9 @@ fn mixed_families_v6_in_ipv4_gre_and_v4_in_ipv6_gre() {
 /// whole (the client sent fragments that fit; a Packet Too Big would not help it).
 #[test]
 fn v6_fragmented_datagram_to_the_vip_reaches_its_backend() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     let mut lab = Lab::new("frag");
     lab.start_fastpathd(&["a", "b"], &[VIP]);
     let cap = lab.capture("frag");
@@ -1245,6 +1073,9 @@ fn v6_fragmented_datagram_to_the_vip_reaches_its_backend() {
 /// GRE-over-IPv6 backends, the IPv4 one's only its IPv4 backend.
 #[test]
 fn a_v4_and_a_v6_service_share_a_port_with_their_own_backends() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     let mut lab = Lab::new("shared");
     lab.extra = format!(
         "\n[[service]]\nname = \"lb4\"\nprotocol = \"tcp\"\nports = [{PORT}]\naddresses = [\"{VIP4}\"]\nsockets = 2\n\

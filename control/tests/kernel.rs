@@ -135,6 +135,9 @@ fn kdig(h: &Host, args: &[&str]) -> String {
 
 #[test]
 fn dns_http_and_ssh_reach_real_programs_through_the_kernel_interface() {
+    if missing(&["dnsmasq", "tshark", "curl"]) {
+        return;
+    }
     let mut h = Host::new();
     let s = Scratch::new("kernel-programs");
     let web = s.path("www");
@@ -414,6 +417,9 @@ print(n)
 
 #[test]
 fn the_flow_limit_sheds_a_storm_on_a_kernel_service_while_other_clients_get_answers() {
+    if missing(&["dnsmasq", "curl"]) {
+        return;
+    }
     let _heavy = heavy();
     let mut h = Host::new();
     let s = Scratch::new("kernel-storm");
@@ -521,6 +527,9 @@ print(len(got), count)
 
 #[test]
 fn a_flood_into_the_kernel_path_leaves_the_fast_paths_echo_service_alone() {
+    if missing(&["curl"]) {
+        return;
+    }
     let _heavy = heavy();
     let h = Host::new();
     let s = Scratch::new("kernel-flood");
@@ -675,6 +684,9 @@ fn syn_flood_resets(h: &Host, s: &Scratch, port: u16, tag: &str) -> (u64, usize)
 
 #[test]
 fn a_spoofed_syn_flood_at_a_closed_port_gets_no_more_resets_through_the_kernel_interface() {
+    if missing(&["tshark", "curl"]) {
+        return;
+    }
     let _heavy = heavy();
     // The same flood at a port nobody listens on, without and with a kernel interface (punt
     // `unhandled`, the default, and a route back for the kernel's own answers): the resets on
@@ -738,6 +750,9 @@ fn a_spoofed_syn_flood_at_a_closed_port_gets_no_more_resets_through_the_kernel_i
 
 #[test]
 fn a_syn_reaches_the_kernel_where_it_listens_and_nowhere_else() {
+    if missing(&["curl"]) {
+        return;
+    }
     // sock_diag's view in the daemon's namespace: a kernel listener on 2222 gets its SYNs (and
     // answers with a SYN-ACK), the closed port 2223 gets fastpathd's reset.
     let mut h = Host::new();
@@ -819,6 +834,9 @@ for port in (2222, 2223):
 
 #[test]
 fn two_workers_each_carry_the_kernel_path_on_their_own_queue_pair() {
+    if missing(&["curl"]) {
+        return;
+    }
     let mut h = Host::new();
     let s = Scratch::new("kernel-workers");
     let web = s.path("www");
@@ -969,6 +987,9 @@ fn neighbour_mac(h: &Host, addr: &str) -> String {
 
 #[test]
 fn unsolicited_neighbour_answers_do_not_rewrite_the_kernels_entries() {
+    if missing(&["curl"]) {
+        return;
+    }
     let mut h = Host::new();
     let s = Scratch::new("kernel-neigh");
     let d = h.start(&s, "kernel-neigh", "\n[kernel]\npunt = [\"tcp:22\"]\n");
@@ -1116,6 +1137,9 @@ fn bulk(h: &Host, port: u16, bytes: u64) -> (u64, u64) {
 
 #[test]
 fn a_tcp_bulk_flow_reaches_the_kernel_whole_and_in_order() {
+    if missing(&["tshark", "curl"]) {
+        return;
+    }
     let _heavy = heavy();
     let mut h = Host::new();
     let s = Scratch::new("kernel-bulk");
@@ -1216,6 +1240,9 @@ const IDLE_SERVICES: &str = "\n[[service]]\nname = \"dns\"\nports = [53]\nsocket
 
 #[test]
 fn an_idle_fastpathd_uses_little_cpu() {
+    if missing(&["dnsmasq", "curl"]) {
+        return;
+    }
     let _heavy = heavy();
     // The default idle policy: its lcores block on their queues' fds and doorbells. The old
     // one (a 50 µs sleep per empty poll, ~110 µs with the default timer slack) took 25 % of a
@@ -1289,6 +1316,9 @@ for i in range(n):
 
 #[test]
 fn packets_after_a_long_idle_are_answered_at_once() {
+    if missing(&["dnsmasq", "curl"]) {
+        return;
+    }
     let _heavy = heavy();
     // The longest bound (100 ms): a lost wake-up would leave a request waiting for it, so
     // round trips under 20 ms mean the request woke its lcore (the RX lcore through its
@@ -1355,6 +1385,9 @@ print(n)
 
 #[test]
 fn frames_the_af_packet_rings_dropped_are_counted_missed() {
+    if missing(&["curl"]) {
+        return;
+    }
     let _heavy = heavy();
     let h = Host::new();
     let s = Scratch::new("kernel-ring-drops");
@@ -1445,6 +1478,9 @@ fn kif_stat(h: &Host, name: &str) -> u64 {
 
 #[test]
 fn with_offloads_a_bulk_transfer_crosses_the_kernel_interface_exact_in_64k_frames_both_ways() {
+    if missing(&["curl"]) {
+        return;
+    }
     let _heavy = heavy();
     let mut h = Host::new();
     let s = Scratch::new("kernel-offload");
@@ -1616,6 +1652,9 @@ fn dns_client_under_flood(h: &Host, secs: f64) -> (u64, u64, u64) {
 /// runs both, budgets off and then on by reload.
 #[test]
 fn under_a_spoofed_many_source_flood_a_known_dns_client_keeps_its_answers_with_source_budgets() {
+    if missing(&["dnsmasq", "curl"]) {
+        return;
+    }
     let _heavy = heavy();
     let mut h = Host::new();
     let s = Scratch::new("kernel-sources");

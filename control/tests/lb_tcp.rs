@@ -28,10 +28,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 const VIP: &str = "198.18.0.10";
 const FP_UNDERLAY: &str = "192.0.2.1";
@@ -48,10 +45,6 @@ const BACKENDS: [(&str, &str); 4] = [
     ("c", "192.0.2.12"),
     ("d", "192.0.2.13"),
 ];
-
-fn words(s: &str) -> Vec<&str> {
-    s.split_whitespace().collect()
-}
 
 /// The backend's TCP server, on every address port 80: a greeting naming the backend, then
 /// per the client's first line `echo` (everything back until EOF) or `get N` (N bytes of its
@@ -214,12 +207,14 @@ struct Backend {
     /// The router's end of its underlay veth (the other end is a port of its br-phy).
     rt: String,
     mac: String,
-    ovs: Ovs,
-    server: Option<Child>,
+    /// Stopped before its Open vSwitch (fields drop in order).
+    server: Option<Program>,
+    /// Kept for its drop, which stops it.
+    _ovs: Ovs,
 }
 
 /// The namespaces, backends and fastpathd of one test; everything is stopped and removed on
-/// drop, also when a test fails half way.
+/// drop (fastpathd and the programs first, then the namespaces), also when a test fails half way.
 struct Lab {
     id: String,
     fp: String,
@@ -232,7 +227,7 @@ struct Lab {
     fastpathd: Option<Daemon>,
     driver: Option<Driver>,
     /// Every namespace made so far (a backend's too before its setup completes).
-    namespaces: Vec<String>,
+    netns: Netns,
     s: Scratch,
 }
 
@@ -241,8 +236,7 @@ impl Lab {
     /// the router's route to the client has MTU `path_mtu` (forwarding honours it: a larger
     /// packet with DF gets Fragmentation Needed).
     fn new(name: &str, names: &[&str], client_mtu: u32, path_mtu: u32) -> Lab {
-        let n = SEQ.fetch_add(1, Ordering::SeqCst);
-        let id = format!("{}{n}", std::process::id() % 100_000);
+        let id = lab_id();
         let s = Scratch::new(&format!("lb-{name}"));
         let mut lab = Lab {
             fp: format!("lb{id}fp"),
@@ -254,13 +248,11 @@ impl Lab {
             backends: vec![],
             fastpathd: None,
             driver: None,
-            namespaces: vec![],
+            netns: Netns::default(),
             s,
         };
         for ns in [lab.fp.clone(), lab.rt.clone(), lab.cl.clone()] {
-            ip(&["netns", "add", &ns]);
-            lab.namespaces.push(ns.clone());
-            ip(&["-n", &ns, "link", "set", "lo", "up"]);
+            lab.netns.add(&ns);
         }
         lab.router(client_mtu, path_mtu);
         for (i, (b, addr)) in BACKENDS.iter().enumerate() {
@@ -271,17 +263,11 @@ impl Lab {
         lab
     }
 
-    fn sysctl(ns: &str, kv: &[&str]) {
-        let mut cmd = vec!["sysctl", "-qw"];
-        cmd.extend_from_slice(kv);
-        must(ns_exec(ns, &cmd), "sysctl");
-    }
-
     /// The router, the client, fastpathd's veth and the health checks' path.
     fn router(&mut self, client_mtu: u32, path_mtu: u32) {
         let (fp, rt, cl, id) = (&self.fp, &self.rt, &self.cl, &self.id);
         for ns in [fp, rt, cl] {
-            Self::sysctl(
+            sysctl(
                 ns,
                 &[
                     "net.ipv6.conf.all.disable_ipv6=1",
@@ -292,8 +278,8 @@ impl Lab {
             );
         }
         // Path MTU discovery as Linux does it by default, set here rather than assumed.
-        Self::sysctl(cl, &["net.ipv4.ip_no_pmtu_disc=0", "net.ipv4.tcp_mtu_probing=0"]);
-        Self::sysctl(rt, &["net.ipv4.ip_forward=1"]);
+        sysctl(cl, &["net.ipv4.ip_no_pmtu_disc=0", "net.ipv4.tcp_mtu_probing=0"]);
+        sysctl(rt, &["net.ipv4.ip_forward=1"]);
         ip(&["-n", rt, "link", "add", "br0", "type", "bridge"]);
         ip(&["-n", rt, "addr", "add", &format!("{ROUTER_UNDERLAY}/24"), "dev", "br0"]);
         ip(&["-n", rt, "link", "set", "br0", "up"]);
@@ -340,10 +326,8 @@ impl Lab {
         let ns = format!("lb{id}b{name}");
         let (up, rt) = (format!("lb{id}u{name}"), format!("lb{id}U{name}"));
         let mac = format!("02:00:00:00:0b:{:02x}", 0x10 + i);
-        ip(&["netns", "add", &ns]);
-        self.namespaces.push(ns.clone());
-        ip(&["-n", &ns, "link", "set", "lo", "up"]);
-        Self::sysctl(
+        self.netns.add(&ns);
+        sysctl(
             &ns,
             &[
                 "net.ipv6.conf.all.disable_ipv6=1",
@@ -397,8 +381,8 @@ impl Lab {
             ns,
             rt,
             mac,
-            ovs,
             server: None,
+            _ovs: ovs,
         };
         b.start_server();
         self.backends.push(b);
@@ -444,14 +428,7 @@ impl Lab {
 
     fn start_fastpathd(&mut self, cfg: &str) {
         let path = self.s.write("c.toml", cfg);
-        let dump = self.s.path("metrics.prom");
-        let bin = env!("CARGO_BIN_EXE_fastpathd");
-        self.fastpathd = Some(Daemon::start_cmd(
-            &self.s,
-            Command::new("ip")
-                .args(["netns", "exec", &self.fp, bin, "--config", path.to_str().unwrap()])
-                .args(["--metrics-dump", dump.to_str().unwrap()]),
-        ));
+        self.fastpathd = Some(Daemon::start_in(&self.s, &self.fp, &path, &self.s.path("metrics.prom")));
     }
 
     fn daemon(&self) -> &Daemon {
@@ -477,11 +454,7 @@ impl Lab {
 
     /// Stops fastpathd (exit 0) and returns its metrics at exit, conservation checked.
     fn stop_fastpathd(&mut self) -> BTreeMap<String, f64> {
-        let (code, log) = self.fastpathd.take().unwrap().stop();
-        assert_eq!(code, Some(0), "{log}");
-        let m = parse_metrics(&std::fs::read_to_string(self.s.path("metrics.prom")).unwrap());
-        assert_conservation(&m);
-        m
+        self.fastpathd.take().unwrap().stop_clean(&self.s.path("metrics.prom"))
     }
 
     fn driver(&mut self) -> &mut Driver {
@@ -504,33 +477,12 @@ impl Lab {
 
 impl Backend {
     fn start_server(&mut self) {
-        let mut child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns,
-                "/usr/bin/python3",
-                "-c",
-                SERVER_PY,
-                self.name,
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "backend {}'s server", self.name);
-        self.server = Some(child);
+        self.server = Some(Program::python_ready(&self.ns, SERVER_PY, &[self.name]));
     }
 
     /// Kills the server: its port is closed once this returns.
     fn kill_server(&mut self) {
-        if let Some(mut c) = self.server.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        drop(self.server.take());
     }
 }
 
@@ -538,17 +490,9 @@ impl Drop for Lab {
     fn drop(&mut self) {
         drop(self.driver.take());
         drop(self.fastpathd.take());
-        for b in &mut self.backends {
-            b.kill_server();
-            b.ovs.stop();
-        }
-        // Deleting the namespaces removes the veth pairs, the bridge and OVS's taps with them.
-        for ns in &self.namespaces {
-            let _ = Command::new("ip")
-                .args(["netns", "del", ns])
-                .stderr(Stdio::null())
-                .status();
-        }
+        // Servers before their OVS; `netns` then deletes the namespaces (the veth pairs, the
+        // bridge and OVS's taps go with them).
+        self.backends.clear();
     }
 }
 
@@ -659,6 +603,9 @@ const PROBES: usize = 40;
 /// opened after each reload follow the new weights.
 #[test]
 fn established_tcp_connections_survive_reloads_that_add_reweight_drain_and_remove_backends() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     let t0 = Instant::now();
     let mut lab = Lab::new("reload", &["a", "b", "c"], 1400, 1400);
     let ct = "entries = 65536";
@@ -774,6 +721,9 @@ fn established_tcp_connections_survive_reloads_that_add_reweight_drain_and_remov
 /// them and resets them.
 #[test]
 fn without_a_table_adding_a_backend_breaks_established_tcp_connections() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     let mut lab = Lab::new("nct", &["a", "b", "c"], 1400, 1400);
     let ct = "entries = 0";
     lab.start_fastpathd(&lab.config(&[("a", 1, false), ("b", 1, false)], ct, None));
@@ -903,6 +853,9 @@ fn forwarded_frag_needed(lab: &Lab) -> Vec<(String, String, String, String)> {
 /// completes byte for byte in smaller segments.
 #[test]
 fn path_mtu_discovery_works_through_fastpathd() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     let Download {
         got,
         addr,
@@ -970,6 +923,9 @@ fn path_mtu_discovery_works_through_fastpathd() {
 /// fastpathd, the backend never learns the path MTU and the download black-holes.
 #[test]
 fn without_icmp_forwarding_the_download_black_holes() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     let d = download("pmtu-off", 0);
     assert!(
         !router_frag_needed(&d.lab).is_empty(),
@@ -1002,6 +958,9 @@ fn backend_up(m: &BTreeMap<String, f64>, name: &str) -> Option<f64> {
 /// connections on a and c go on, and new connections go to a and c only.
 #[test]
 fn a_backend_whose_server_dies_goes_down_and_new_connections_avoid_it() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     let (interval, timeout, fall) = (400u64, 200u64, 3u64);
     let health = format!(
         "health_interval_ms = {interval}\nhealth_timeout_ms = {timeout}\nhealth_rise = 2\nhealth_fall = {fall}"

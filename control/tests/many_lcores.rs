@@ -129,6 +129,9 @@ fn rollover_holds_with_the_traffic_spread_over_rx_lcores() {
 /// full; the normal flows, on every lcore, are answered; the shed count is per lcore.
 #[test]
 fn the_flow_limit_sheds_a_storm_spread_over_rx_lcores() {
+    if missing(&["tshark"]) {
+        return;
+    }
     for n in [2, 4] {
         let name = format!("many-storm-{n}");
         let s = Scratch::new(&name);
@@ -167,6 +170,9 @@ fn the_flow_limit_sheds_a_storm_spread_over_rx_lcores() {
 /// lcores gets k bursts (docs/mechanisms.md), and never more.
 #[test]
 fn icmp_limits_hold_across_rx_lcores() {
+    if missing(&["tshark"]) {
+        return;
+    }
     for n in [2, 4] {
         let name = format!("many-icmp-{n}");
         let s = Scratch::new(&name);

@@ -841,11 +841,17 @@ fn fragmented_ping_on(kind: Kind, far: FarEnd) {
 
 #[test]
 fn plain_ping_and_port_unreachable_through_ovs() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     ping_and_port_unreachable(PLAIN)
 }
 
 #[test]
 fn plain_udp_echo_through_ovs() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     udp_echo(PLAIN)
 }
 
@@ -856,6 +862,9 @@ fn plain_tunnel_service_to_ovs() {
 
 #[test]
 fn plain_fragmented_ping_through_ovs() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     fragmented_ping(PLAIN)
 }
 
@@ -863,11 +872,17 @@ fn plain_fragmented_ping_through_ovs() {
 
 #[test]
 fn keyed_ping_and_port_unreachable_through_ovs() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     ping_and_port_unreachable(KEYED)
 }
 
 #[test]
 fn keyed_udp_echo_through_ovs() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     udp_echo(KEYED)
 }
 
@@ -878,6 +893,9 @@ fn keyed_tunnel_service_to_ovs() {
 
 #[test]
 fn keyed_fragmented_ping_through_ovs() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     fragmented_ping(KEYED)
 }
 
@@ -885,11 +903,17 @@ fn keyed_fragmented_ping_through_ovs() {
 
 #[test]
 fn checksummed_ping_and_port_unreachable_through_ovs() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     ping_and_port_unreachable(CHECKSUMMED)
 }
 
 #[test]
 fn checksummed_udp_echo_through_ovs() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     udp_echo(CHECKSUMMED)
 }
 
@@ -900,6 +924,9 @@ fn checksummed_tunnel_service_to_ovs() {
 
 #[test]
 fn checksummed_fragmented_ping_through_ovs() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     fragmented_ping(CHECKSUMMED)
 }
 
@@ -907,11 +934,17 @@ fn checksummed_fragmented_ping_through_ovs() {
 
 #[test]
 fn sequenced_ping_and_port_unreachable_through_ovs() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     ping_and_port_unreachable(SEQUENCED)
 }
 
 #[test]
 fn sequenced_udp_echo_through_ovs() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     udp_echo(SEQUENCED)
 }
 
@@ -922,6 +955,9 @@ fn sequenced_tunnel_service_to_ovs() {
 
 #[test]
 fn sequenced_fragmented_ping_through_ovs() {
+    if missing(NEEDS_OVS) {
+        return;
+    }
     fragmented_ping(SEQUENCED)
 }
 
@@ -1034,17 +1070,35 @@ const KEYED_CHECKSUMMED: Kind = Kind {
     seq: false,
 };
 
+/// OVS-DPDK: its DPDK build of ovs-vswitchd, and hugepages for both DPDK processes.
+const NEEDS_OVS_DPDK: &[&str] = &[
+    "ovs-vswitchd",
+    "ovsdb-server",
+    "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk",
+    "tshark",
+    "hugepages",
+];
+
 #[test]
 fn ovs_dpdk_ping_and_port_unreachable_over_vhost_user() {
+    if missing(NEEDS_OVS_DPDK) {
+        return;
+    }
     ping_and_port_unreachable_on(KEYED_CHECKSUMMED, FarEnd::OvsDpdk)
 }
 
 #[test]
 fn ovs_dpdk_udp_echo_over_vhost_user() {
+    if missing(NEEDS_OVS_DPDK) {
+        return;
+    }
     udp_echo_on(KEYED_CHECKSUMMED, FarEnd::OvsDpdk)
 }
 
 #[test]
 fn ovs_dpdk_fragmented_ping_over_vhost_user() {
+    if missing(NEEDS_OVS_DPDK) {
+        return;
+    }
     fragmented_ping_on(KEYED_CHECKSUMMED, FarEnd::OvsDpdk)
 }

@@ -6,59 +6,25 @@ mod common;
 
 use common::*;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-static SEQ: AtomicUsize = AtomicUsize::new(0);
+/// [`VethPair`] (`a` for fastpathd, `b` for the kernel peer, which also has 2001:db8::2/64 and
+/// puts checksums on the wire).
+struct Peer(VethPair);
 
-/// Two namespaces joined by a veth pair: `a` for fastpathd (no address on its end), `b` for the
-/// kernel peer with 192.0.2.2/24 and 2001:db8::2/64. Removed on drop, even when a test fails.
-struct Peer {
-    ns_a: String,
-    ns_b: String,
-    if_a: String,
+impl std::ops::Deref for Peer {
+    type Target = VethPair;
+    fn deref(&self) -> &VethPair {
+        &self.0
+    }
 }
 
 impl Peer {
     fn new() -> Peer {
-        let n = SEQ.fetch_add(1, Ordering::SeqCst);
-        let id = format!("{}{n}", std::process::id() % 100_000);
-        let p = Peer {
-            ns_a: format!("fpt{id}a"),
-            ns_b: format!("fpt{id}b"),
-            if_a: format!("fpa{id}"),
-        };
-        let if_b = format!("fpb{id}");
-        ip(&["netns", "add", &p.ns_a]);
-        ip(&["netns", "add", &p.ns_b]);
-        ip(&["link", "add", &p.if_a, "type", "veth", "peer", "name", &if_b]);
-        ip(&["link", "set", &p.if_a, "netns", &p.ns_a]);
-        ip(&["link", "set", &if_b, "netns", &p.ns_b]);
-        ip(&["-n", &p.ns_a, "link", "set", "lo", "up"]);
-        ip(&["-n", &p.ns_a, "link", "set", &p.if_a, "up"]);
-        // The kernel of namespace a must not speak on fastpathd's interface.
-        p.exec_a(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", p.if_a)]);
-        ip(&["-n", &p.ns_b, "link", "set", "lo", "up"]);
-        ip(&["-n", &p.ns_b, "addr", "add", "192.0.2.2/24", "dev", &if_b]);
-        ip(&["-n", &p.ns_b, "addr", "add", "2001:db8::2/64", "dev", &if_b, "nodad"]);
-        ip(&["-n", &p.ns_b, "link", "set", &if_b, "up"]);
-        // veth leaves UDP checksums to "hardware" that does not exist on the way to a packet
-        // socket: make the peer's kernel compute them, as a real NIC would have them on the wire.
-        let out = p.exec_b(&["ethtool", "-K", &if_b, "tx", "off"]);
-        assert!(
-            out.status.success(),
-            "ethtool: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let p = Peer(VethPair::new("fpt"));
+        ip(&["-n", &p.ns_b, "addr", "add", "2001:db8::2/64", "dev", &p.if_b, "nodad"]);
+        p.checksums_on_wire();
         p
-    }
-
-    fn exec_a(&self, cmd: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.ns_a])
-            .args(cmd)
-            .output()
-            .unwrap()
     }
 
     fn exec_b(&self, cmd: &[&str]) -> Output {
@@ -98,21 +64,7 @@ impl Peer {
                 eal_args(name, &vdevs)
             ),
         );
-        let bin = env!("CARGO_BIN_EXE_fastpathd");
-        Daemon::start_cmd(
-            s,
-            Command::new("ip")
-                .args(["netns", "exec", &self.ns_a, bin, "--config", cfg.to_str().unwrap()])
-                .args(["--metrics-dump", dump.to_str().unwrap()]),
-        )
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        // Deleting the namespaces removes the veth pair with them.
-        let _ = Command::new("ip").args(["netns", "del", &self.ns_a]).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.ns_b]).status();
+        Daemon::start_in(s, &self.ns_a, &cfg, dump)
     }
 }
 
@@ -170,14 +122,7 @@ fn the_kernel_pings_us_and_talks_to_our_echo_service() {
 #[test]
 fn the_kernel_accepts_our_port_unreachables_and_exempt_sources_get_every_one() {
     let p = Peer::new();
-    let out = p.exec_b(&[
-        "ip",
-        "addr",
-        "add",
-        "192.0.2.3/24",
-        "dev",
-        &p.if_a.replace("fpa", "fpb"),
-    ]);
+    let out = p.exec_b(&["ip", "addr", "add", "192.0.2.3/24", "dev", &p.if_b]);
     assert!(out.status.success());
     let s = Scratch::new("peer-icmp");
     let dump = s.path("metrics.prom");
@@ -316,8 +261,7 @@ struct TapPeer {
 
 impl TapPeer {
     fn new() -> TapPeer {
-        let n = SEQ.fetch_add(1, Ordering::SeqCst);
-        let id = format!("{}{n}", std::process::id() % 100_000);
+        let id = lab_id();
         let p = TapPeer {
             ns: format!("fpt{id}t"),
             tap: format!("fptap{id}"),
@@ -347,13 +291,7 @@ impl TapPeer {
                 eal_args(name, &[format!("--vdev=net_tap0,iface={}", self.tap)])
             ),
         );
-        let bin = env!("CARGO_BIN_EXE_fastpathd");
-        let d = Daemon::start_cmd(
-            s,
-            Command::new("ip")
-                .args(["netns", "exec", &self.ns, bin, "--config", cfg.to_str().unwrap()])
-                .args(["--metrics-dump", dump.to_str().unwrap()]),
-        );
+        let d = Daemon::start_in(s, &self.ns, &cfg, dump);
         // The tap exists once the port is up: give the kernel side its addresses.
         ip(&["-n", &self.ns, "addr", "add", "192.0.2.2/24", "dev", &self.tap]);
         ip(&[

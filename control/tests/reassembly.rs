@@ -9,6 +9,9 @@ use common::*;
 
 #[test]
 fn fragmented_datagrams_are_reassembled_answered_and_counted() {
+    if missing(&["tshark"]) {
+        return;
+    }
     let s = Scratch::new("reasm");
 
     let (q0, q1) = (s.path("q0.pcap"), s.path("q1.pcap"));

@@ -115,6 +115,9 @@ fn storm(limit: bool) -> (f64, std::collections::BTreeMap<String, f64>) {
 /// it the storm fills the socket and the normal flows lose most of theirs.
 #[test]
 fn the_flow_limit_sheds_a_storm_and_serves_normal_flows() {
+    if missing(&["tshark"]) {
+        return;
+    }
     let (with, m_on) = storm(true);
     let (without, m_off) = storm(false);
     eprintln!(

@@ -99,6 +99,9 @@ fn live_conservation(m: &BTreeMap<String, f64>) {
 
 #[test]
 fn a_spoofed_ack_flood_never_reaches_a_tracked_tcp_service_and_its_clients_transfer_whole() {
+    if missing(&["curl"]) {
+        return;
+    }
     let mut h = Host::new();
     let s = Scratch::new("tcp-state");
     // No learning window: every flow here starts after fastpathd does.

@@ -12,45 +12,12 @@ use std::collections::BTreeMap;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-/// Namespace `a` (fastpathd) and `b` (the kernel at 192.0.2.2) joined by a veth pair, IPv6 off
-/// on both ends so nothing but the test's traffic crosses it; both removed on drop.
-struct Pair {
-    ns_a: String,
-    ns_b: String,
-    if_a: String,
-}
-
-impl Pair {
-    fn new() -> Pair {
-        let id = std::process::id() % 100_000;
-        let p = Pair {
-            ns_a: format!("fptl{id}a"),
-            ns_b: format!("fptl{id}b"),
-            if_a: format!("fptla{id}"),
-        };
-        let if_b = format!("fptlb{id}");
-        ip(&["netns", "add", &p.ns_a]);
-        ip(&["netns", "add", &p.ns_b]);
-        ip(&["link", "add", &p.if_a, "type", "veth", "peer", "name", &if_b]);
-        ip(&["link", "set", &p.if_a, "netns", &p.ns_a]);
-        ip(&["link", "set", &if_b, "netns", &p.ns_b]);
-        for (ns, dev) in [(&p.ns_a, &p.if_a), (&p.ns_b, &if_b)] {
-            let out = ns_exec(ns, &["sysctl", "-qw", &format!("net.ipv6.conf.{dev}.disable_ipv6=1")]);
-            assert!(out.status.success());
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
-        }
-        ip(&["-n", &p.ns_b, "addr", "add", "192.0.2.2/24", "dev", &if_b]);
-        ip(&["-n", &p.ns_a, "link", "set", &p.if_a, "up"]);
-        ip(&["-n", &p.ns_b, "link", "set", &if_b, "up"]);
-        p
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.ns_a]).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.ns_b]).status();
-    }
+/// Namespace `a` (fastpathd) and `b` (the kernel at 192.0.2.2), a [`VethPair`] with IPv6 off on
+/// both ends so nothing but the test's traffic crosses it.
+fn pair() -> VethPair {
+    let p = VethPair::new("fptl");
+    sysctl(&p.ns_b, &[&format!("net.ipv6.conf.{}.disable_ipv6=1", p.if_b)]);
+    p
 }
 
 fn scrape(ns: &str, port: u16) -> BTreeMap<String, f64> {
@@ -127,8 +94,11 @@ fn proc_info_stats(ns: &str, prefix: &str) -> BTreeMap<String, u64> {
 
 #[test]
 fn telemetry_and_proc_info_agree_with_the_metrics_on_hugepages() {
+    if missing(&["dpdk-proc-info", "dpdk-telemetry.py", "hugepages"]) {
+        return;
+    }
     let huge = HugePrefix::new("telemetry", 300);
-    let p = Pair::new();
+    let p = pair();
     let s = Scratch::new("telemetry");
     let port = free_port();
     // fastpathd's defaults: telemetry on, the shared runtime directory (no --no-shconf).

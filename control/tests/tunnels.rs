@@ -15,6 +15,9 @@ fn tunnel(name: &str, remote: &str, extra: &str) -> String {
 
 #[test]
 fn gre_capture_replay() {
+    if missing(&["tshark"]) {
+        return;
+    }
     let s = Scratch::new("gre");
     let (q0, q1) = (s.path("q0.pcap"), s.path("q1.pcap"));
     let vdev = format!(
@@ -146,6 +149,9 @@ fn gre_capture_replay() {
 /// encapsulated and sent in outer fragments that tshark reassembles.
 #[test]
 fn packets_too_big_for_the_tunnel() {
+    if missing(&["tshark"]) {
+        return;
+    }
     let s = Scratch::new("gre-mtu");
     let q1 = s.path("q1.pcap");
     let vdev = format!(
@@ -213,6 +219,9 @@ fn packets_too_big_for_the_tunnel() {
 /// another order) send every flow to the same backend; draining one moves its flows and no other.
 #[test]
 fn maglev_choice_agrees_across_nodes_and_a_drain_moves_only_its_flows() {
+    if missing(&["tshark"]) {
+        return;
+    }
     let s = Scratch::new("maglev");
     let input = s.path("flows.pcap");
     let gen = std::process::Command::new("/usr/bin/python3")

@@ -27,6 +27,9 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod buf;
+// Test-only: what the fuzz targets, benches and corpus tests run; feature "testing" keeps it out
+// of the daemon.
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod generation;

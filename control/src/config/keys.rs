@@ -7,7 +7,7 @@
 //! structs has no entry here, or an entry names no field.
 //!
 //! Adding a key: add the field to its section's serde struct, then its entry here, in the
-//! section's place. `Restart` says what reads the key at start-up; check `daemon.rs`'s start-up
+//! section's place. `Restart` says what reads the key at start-up; check `daemon/startup.rs`
 //! (anything it reads from the config rather than from the published tables is restart-only).
 
 use super::{fingerprint, Config, KeySource, LcoreMode, PortConfig, ServiceConfig, TunnelConfig, TunnelVia};

@@ -120,6 +120,7 @@
 mod fragment;
 mod index;
 mod meta;
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod sim;
 #[cfg(test)]
