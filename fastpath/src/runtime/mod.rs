@@ -76,10 +76,36 @@ pub(crate) struct Idler {
     /// The last wait was woken by a wake-up fd.
     woken_by_io: bool,
     futile: u32,
-    /// A yield since the last busy poll gave the CPU away for `crowded_cycles` or more: another
-    /// task wants this CPU, so the loop blocks instead of polling.
-    crowded: bool,
+    /// Until this TSC reading the loop does not poll when idle but blocks at once: two yields in
+    /// a row gave the CPU away for `crowded_cycles` or more, so another task wants this CPU.
+    crowded_until: u64,
+    /// How long the next such finding (two long yields in a row) keeps the loop from polling:
+    /// doubled at each, back to the least once a whole window was polled without one.
+    backoff: u64,
+    /// What the yields of the current window found.
+    window: Window,
+    /// Long yields since the last short one (across windows): one is a task that ran for a
+    /// while (the client just answered, a kernel worker), two in a row a task that wants the
+    /// CPU for as long as it gets it.
+    long_in_a_row: u32,
 }
+
+/// What the yields of an lcore's polling window (since its last busy poll) found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Window {
+    /// None yet.
+    Unpolled,
+    /// Every one was short.
+    Clean,
+    /// One gave the CPU away for long.
+    Crowded,
+}
+
+/// How long one long yield keeps a loop from polling, at least and at most, in units of
+/// `crowded_cycles` (250 µs by default: 50 ms and 1.6 s). A task that wants the CPU for its time
+/// slice usually wants it for longer; each probe of whether it still does can cost a packet a
+/// time slice (a tick, 4 ms).
+const CROWDED_BACKOFF: (u64, u64) = (200, 6_400);
 
 impl Idler {
     /// The policy, blocking on `bell` and `fds` where it blocks at all; without a waiter (no
@@ -98,23 +124,41 @@ impl Idler {
             waiter,
             woken_by_io: false,
             futile: 0,
-            crowded: false,
+            crowded_until: 0,
+            backoff: policy.crowded_cycles.saturating_mul(CROWDED_BACKOFF.0),
+            window: Window::Unpolled,
+            long_in_a_row: 0,
         }
     }
 
-    /// A poll found nothing, the last `for_cycles` of polls all empty; `idle()` re-checks, with
-    /// the loop's doorbell armed, whatever arrives without a wake-up fd (a worker's sockets).
+    /// A poll that started at TSC `t0` found nothing, the last `for_cycles` of polls all empty;
+    /// `idle()` re-checks, with the loop's doorbell armed, whatever arrives without a wake-up
+    /// fd (a worker's sockets).
     #[inline]
-    fn idle(&mut self, for_cycles: u64, stats: &LcoreStats, idle: impl FnOnce() -> bool) {
+    fn idle(&mut self, t0: u64, for_cycles: u64, stats: &LcoreStats, idle: impl FnOnce() -> bool) {
         if self.policy.sleep.is_zero() {
             eal::pause();
             return;
         }
-        if for_cycles < self.policy.poll_cycles && !self.crowded {
+        if for_cycles < self.policy.poll_cycles && t0 >= self.crowded_until {
             let t = eal::rdtsc();
             wake::yield_cpu();
-            self.crowded = eal::rdtsc().wrapping_sub(t) >= self.policy.crowded_cycles;
+            if eal::rdtsc().wrapping_sub(t) < self.policy.crowded_cycles {
+                self.long_in_a_row = 0;
+                if self.window == Window::Unpolled {
+                    self.window = Window::Clean;
+                }
+            } else if std::mem::replace(&mut self.long_in_a_row, 1) > 0 {
+                self.long_in_a_row = 0;
+                self.crowded_until = t0.saturating_add(self.backoff);
+                let most = self.policy.crowded_cycles.saturating_mul(CROWDED_BACKOFF.1);
+                self.backoff = self.backoff.saturating_mul(2).min(most);
+                self.window = Window::Crowded;
+            }
             return;
+        }
+        if std::mem::replace(&mut self.window, Window::Unpolled) == Window::Clean {
+            self.backoff = self.policy.crowded_cycles.saturating_mul(CROWDED_BACKOFF.0);
         }
         if std::mem::take(&mut self.woken_by_io) {
             self.futile = self.futile.saturating_add(1);
@@ -134,7 +178,7 @@ impl Idler {
     fn busy(&mut self) {
         self.woken_by_io = false;
         self.futile = 0;
-        self.crowded = false;
+        self.window = Window::Unpolled;
     }
 }
 
@@ -184,7 +228,7 @@ impl Polls {
                 self.empty_since = t0;
             }
             let for_cycles = t0.wrapping_sub(self.empty_since);
-            idler.idle(for_cycles, stats, idle);
+            idler.idle(t0, for_cycles, stats, idle);
         } else {
             stats.busy_polls.inc();
             self.busy_since = Some(t0);
@@ -380,20 +424,33 @@ mod tests {
         polls.end(3_000_000, 1, &stats, &mut idler, || true);
         polls.end(3_000_001, 0, &stats, &mut idler, || true);
         assert_eq!(blocks(&stats), 2);
-        // A yield that gave the CPU away for `crowded_cycles` (here: any) ends the window.
+        // Two yields in a row that gave the CPU away for `crowded_cycles` (here: any, 1 cycle)
+        // end the window and keep the loop from polling for a backoff (200 cycles), doubled at
+        // each; one does not.
         let crowded = IdlePolicy {
-            crowded_cycles: 0,
+            crowded_cycles: 1,
             ..policy
         };
         let mut idler = Idler::new(crowded, Some(Arc::new(Doorbell::new().unwrap())), &[]);
         polls.end(3_500_000, 1, &stats, &mut idler, || true);
         polls.end(3_500_001, 0, &stats, &mut idler, || true);
-        assert_eq!(blocks(&stats), 2, "the first empty poll yields");
+        assert_eq!(blocks(&stats), 2, "one long yield: polls on");
+        assert_eq!(idler.crowded_until, 0);
         polls.end(3_500_002, 0, &stats, &mut idler, || true);
+        assert_eq!(blocks(&stats), 2, "the second yields too");
+        assert_eq!(idler.crowded_until, 3_500_202, "two in a row: crowded");
+        polls.end(3_500_003, 0, &stats, &mut idler, || true);
         assert_eq!(blocks(&stats), 3, "crowded: blocks within the window");
+        polls.end(3_500_100, 1, &stats, &mut idler, || true);
+        polls.end(3_500_101, 0, &stats, &mut idler, || true);
+        assert_eq!(blocks(&stats), 4, "traffic within the backoff: blocks at once");
         polls.end(3_600_000, 1, &stats, &mut idler, || true);
         polls.end(3_600_001, 0, &stats, &mut idler, || true);
-        assert_eq!(blocks(&stats), 3, "traffic again: polls again");
+        polls.end(3_600_002, 0, &stats, &mut idler, || true);
+        assert_eq!(blocks(&stats), 4, "past the backoff: polls again");
+        assert_eq!(idler.crowded_until, 3_600_402, "crowded again: twice the backoff");
+        polls.end(3_600_003, 0, &stats, &mut idler, || true);
+        assert_eq!(blocks(&stats), 5);
         // Pure polling never blocks.
         let mut idler = Idler::new(
             IdlePolicy {
@@ -405,6 +462,6 @@ mod tests {
         );
         polls.end(4_000_000, 1, &stats, &mut idler, || true);
         polls.end(9_000_000, 0, &stats, &mut idler, || true);
-        assert_eq!(blocks(&stats), 3);
+        assert_eq!(blocks(&stats), 5);
     }
 }
