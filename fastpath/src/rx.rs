@@ -45,10 +45,22 @@ pub const ELECTION_BACKOFF: u32 = 63;
 /// where the guest's two vCPUs sit on distant cores. Publishing every 4 bursts instead of every
 /// burst took away open-sink's slow rounds (benches/NOTES.md, "One publication for several full
 /// bursts"). Held only under load (a full burst) and only for one socket (the burst's only one), so
-/// what a queue's consumer has not seen is at most `HOLD_BURSTS - 1` bursts of one lcore: a flood
-/// spread over many sockets holds nothing back (it would hold mbufs by the socket, enough to drain
-/// the pool).
+/// what a queue's consumer has not seen is at most `HOLD_BURSTS - 1` bursts of one lcore. A flood
+/// spread over many sockets is held by [`HOLD_MANY`].
 pub const HOLD_BURSTS: u32 = 4;
+
+/// Full bursts in a row, each touching several sockets, whose packets may stay unpublished in
+/// their sockets' queues: the last of them publishes every socket held.
+///
+/// A burst spread over many sockets crosses the cores once per socket (each queue's published
+/// index stored, its consumer's index read), where one socket crosses once per burst; held for
+/// a window, each socket's queue publishes once for all the packets it took in the window, and
+/// its consumer, shown nothing new meanwhile, writes nothing the producer reads (benches/NOTES.md,
+/// "Many sockets"). A socket is held only while what it holds stays within a quarter of its
+/// capacity (well in NORMAL room and under the flow limit's half), so the window never makes a
+/// socket look fuller to the fanout than a late worker would; the held packets are in their
+/// queues, charged to the pool's budget like any queued packet.
+pub const HOLD_MANY: u32 = 16;
 
 /// What the RX engine needs from the lcore that drives it.
 pub trait RxIo<B: LcoreBuf> {
@@ -165,9 +177,9 @@ pub struct RxEngine<B: LcoreBuf, Io: RxIo<B>> {
     /// (benches/NOTES.md, "The burst start warms the one socket the last burst enqueued to"). A
     /// burst that touched several sockets prefetched them at its end.
     warm: Option<usize>,
-    /// The socket whose queue holds packets its consumer has not been shown ([`HOLD_BURSTS`]),
-    /// and for how many bursts.
-    held: Option<(usize, u32)>,
+    /// The sockets whose queues hold packets their consumer has not been shown ([`HOLD_BURSTS`],
+    /// [`HOLD_MANY`]).
+    held: Held,
     /// The per-packet trace's state ([`crate::trace`]).
     trace: Box<trace::TraceScratch>,
     /// Whether the reassembler's releases are reported to the trace now.
@@ -199,6 +211,61 @@ fn count_rx_tx(stats: &LcoreStats) -> impl FnMut(Option<Outcome>, bool) + '_ {
     }
 }
 
+/// The sockets whose queues (of this lcore) hold packets not yet shown to their consumer.
+struct Held {
+    /// By socket index: held now.
+    marked: Vec<bool>,
+    /// The sockets marked, in the order they were (a socket published by an enqueue and held
+    /// again may be listed twice; only the marked are published). Reserved for the most a
+    /// window can list, so a push never allocates.
+    list: Vec<usize>,
+    /// Full bursts of the window so far.
+    bursts: u32,
+    /// Packets held in the window.
+    packets: usize,
+    /// Bursts left before several sockets may be held again: a window whose sockets took
+    /// fewer than [`HOLD_GAIN`] packets each saved no crossing and cost a second visit to each.
+    rest: u32,
+}
+
+/// Packets a held socket must take in a window, on average, for holding several to go on.
+const HOLD_GAIN: usize = 2;
+
+/// Bursts without holding several sockets after a window that did not pay ([`HOLD_GAIN`]): the
+/// next window is a probe, cut at half its length when it does not pay either.
+const HOLD_REST: u32 = 16 * HOLD_MANY;
+
+impl Held {
+    fn new(sockets: usize) -> Held {
+        Held {
+            marked: vec![false; sockets],
+            list: Vec::with_capacity((HOLD_MANY.max(HOLD_BURSTS) as usize * BURST).max(sockets)),
+            bursts: 0,
+            packets: 0,
+            rest: 0,
+        }
+    }
+
+    /// Socket `s`'s enqueue at the end of a burst holds (`hold`) or publishes it.
+    #[inline(always)]
+    fn note(&mut self, s: usize, hold: bool, n: usize) {
+        let m = &mut self.marked[s];
+        if hold {
+            if !*m {
+                self.list.push(s);
+            }
+            self.packets += n;
+        }
+        *m = hold;
+    }
+
+    /// Whether socket `s` is held, and nothing else.
+    #[inline]
+    fn only(&self, s: usize) -> bool {
+        self.marked[s] && self.list.iter().all(|&h| h == s || !self.marked[h])
+    }
+}
+
 fn staging<B>(t: &Tables) -> Vec<Vec<B>> {
     (0..t.sockets.len()).map(|_| Vec::with_capacity(BURST)).collect()
 }
@@ -212,6 +279,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
     /// one queue per port, queue `i` counted in `stats.tx[i]`).
     pub fn new(tables: Arc<Tables>, slot: usize, tx: Vec<Io::Tx>, io: Io, stats: Arc<LcoreStats>) -> Self {
         let pipeline = Pipeline::new(tables, slot);
+        let pipeline_sockets = pipeline.tables().sockets.len();
         let reasm = Reassembler::new(pipeline.tables().reassembly.clone());
         stats.set_generation(pipeline.generation());
         RxEngine {
@@ -239,7 +307,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
             scratch: Vec::with_capacity(64),
             spare: Vec::with_capacity(64),
             warm: None,
-            held: None,
+            held: Held::new(pipeline_sockets),
             trace: trace::TraceScratch::new(),
             trace_on: false,
         }
@@ -478,12 +546,19 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                     .each_touched(|tables, s| io.prefetch(&tables.sockets[s], slot, step));
             }
         }
-        let single = match self.pipeline.touched() {
+        let touched = self.pipeline.touched();
+        let single = match touched {
             1 => self.pipeline.first_touched(),
             _ => None,
         };
-        let hold = (single.is_some() || self.held.is_some()) && self.hold(single, full);
-        let (staged, io, stats, drops) = (&mut self.staged, &mut self.side.io, &*self.stats, &mut self.drops);
+        let window = self.hold_window(single, touched, full);
+        let (staged, io, stats, drops, held) = (
+            &mut self.staged,
+            &mut self.side.io,
+            &*self.stats,
+            &mut self.drops,
+            &mut self.held,
+        );
         // The tables borrowed, not cloned: an Arc clone is an atomic write to a line every
         // lcore shares.
         self.pipeline.each_staged(|tables, s, _| {
@@ -505,6 +580,11 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
                 }
                 n as u64
             } else {
+                // One socket keeps the rule of HOLD_BURSTS; among several, a socket is held only
+                // well inside NORMAL room (HOLD_MANY).
+                let hold = window
+                    && (single.is_some() || (socket.producer_len(slot, false).0 + pkts.len()) * 4 <= socket.capacity());
+                held.note(s, hold, pkts.len());
                 io.enqueue(socket, slot, pkts, hold) as u64
             };
             let c = &socket.counters.rx[slot];
@@ -554,37 +634,71 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         }
     }
 
-    /// Whether the end of a burst that enqueues to `single` alone (or to none or several) holds
-    /// its enqueue back: a full burst's one socket, for fewer than [`HOLD_BURSTS`] bursts in a
-    /// row. Anything else publishes; another socket held before is published first.
+    /// Whether the end of a burst that enqueues to `single` alone (or to `touched` sockets) may
+    /// hold its enqueues back, and the window's count of bursts moved on: a full burst's one
+    /// socket, for fewer than [`HOLD_BURSTS`] bursts in a row (another socket held before is
+    /// published first); a full burst's several sockets, for fewer than [`HOLD_MANY`]. When the
+    /// window closes, what this burst does not enqueue to is published here, the rest by its
+    /// enqueue without `hold`.
     #[inline]
-    fn hold(&mut self, single: Option<usize>, full: bool) -> bool {
-        let (hold, bursts) = match (single, self.held) {
-            (Some(s), Some((h, n))) if s == h => (full && n + 1 < HOLD_BURSTS, n + 1),
-            (Some(_), _) => (full, 1),
-            (None, _) => (false, 0),
-        };
-        if let Some((h, _)) = self.held.take() {
-            if single != Some(h) {
-                self.publish_socket(h);
+    fn hold_window(&mut self, single: Option<usize>, touched: usize, full: bool) -> bool {
+        let (bursts, limit) = match single {
+            Some(s) if self.held.only(s) => (self.held.bursts, HOLD_BURSTS),
+            Some(_) => {
+                self.publish_held();
+                (0, HOLD_BURSTS)
             }
+            None if touched == 0 => (0, 0),
+            None if self.held.rest > 0 => {
+                self.held.rest -= 1;
+                (0, 0)
+            }
+            // A window whose first half found a new socket for nearly every packet is spread
+            // too thin to pay (each socket would take about one packet in it): cut short.
+            None if self.held.bursts == HOLD_MANY / 2 && 2 * self.held.packets < 3 * self.held.list.len() => {
+                self.publish_held();
+                self.held.rest = HOLD_REST;
+                (0, 0)
+            }
+            None => (self.held.bursts, HOLD_MANY),
+        };
+        let window = full && bursts + 1 < limit;
+        if window {
+            self.held.bursts = bursts + 1;
+        } else {
+            self.publish_held();
         }
-        self.held = single.filter(|_| hold).map(|s| (s, bursts));
-        hold
-    }
-
-    /// Shows socket `s`'s queue (of this lcore) to its consumer ([`RxIo::publish`]).
-    fn publish_socket(&mut self, s: usize) {
-        if let Some(socket) = self.pipeline.tables().sockets.get(s) {
-            self.side.io.publish(socket, self.pipeline.slot());
-        }
+        window
     }
 
     /// Publishes what the last bursts held back ([`HOLD_BURSTS`]), if anything.
     pub fn publish_held(&mut self) {
-        if let Some((h, _)) = self.held.take() {
-            self.publish_socket(h);
+        self.held.bursts = 0;
+        let packets = std::mem::take(&mut self.held.packets);
+        if self.held.list.is_empty() {
+            return;
         }
+        let (held, io, tables) = (&mut self.held, &mut self.side.io, self.pipeline.tables());
+        let slot = self.pipeline.slot();
+        if held.list.len() > 1 {
+            if packets < HOLD_GAIN * held.list.len() {
+                held.rest = HOLD_REST;
+            }
+            // Each socket's queue is cold again by now: its lines asked for together.
+            for &s in &held.list {
+                if let Some(socket) = tables.sockets.get(s) {
+                    io.prefetch(socket, slot, 1);
+                }
+            }
+        }
+        for &s in &held.list {
+            if std::mem::take(&mut held.marked[s]) {
+                if let Some(socket) = tables.sockets.get(s) {
+                    io.publish(socket, slot);
+                }
+            }
+        }
+        held.list.clear();
     }
 
     /// A poll found nothing: what was held back is published and the sockets' queues do their
@@ -634,6 +748,7 @@ impl<B: LcoreBuf, Io: RxIo<B>> RxEngine<B, Io> {
         self.max_frame = max_frame(self.pipeline.tables());
         self.staged = staging(self.pipeline.tables());
         self.handoff = handoff_staging(self.pipeline.tables());
+        self.held = Held::new(self.pipeline.tables().sockets.len());
         self.warm = None;
         self.stats.set_generation(self.pipeline.generation());
     }
