@@ -47,8 +47,8 @@ per poll. A tunnel scenario (fastpathd-gre-encap, -untracked, -tracked, -flood) 
 there: its worker encapsulates each packet it takes, so the worker's instructions over the
 packets encapsulated (`fastpath_gre_encap_total`, printed as "instructions/packet encapsulated")
 are its cost of one (the poll's own cost spread over what it took). INSTRUCTIONS_IDLE_SERVICE=1 moves the sink to a port the traffic never reaches, so the
-worker polls one empty socket (its empty polls past `spin_polls` sleep, so that price includes
-the sleep and is not an empty poll's in a busy run).
+worker polls one empty socket (its empty polls past `idle_poll_us` block, so that price includes
+the wait and is not an empty poll's in a busy run).
 
 Capturing costs nothing until a tool attaches: `fastpathd-open-sink-free-on-rx-pdump`
 is `fastpathd-open-sink-free-on-rx` on hugepages with the shared runtime directory, where
