@@ -1488,6 +1488,7 @@ def main():
     # the full report is printed below); anywhere else it is results.md there, whole.
     readme = os.path.join(REPO, "benches", "README.md")
     if os.path.realpath(out_dir) == os.path.realpath(os.path.join(REPO, "benches")):
+        md_path = readme
         with open(readme) as f:
             text = f.read()
         start, end = "<!-- results:start -->", "<!-- results:end -->"
@@ -1499,7 +1500,8 @@ def main():
         with open(readme, "w") as f:
             f.write(head + start + "\n" + brief + "\n![Mpps per scenario](results.png)\n" + end + tail)
     else:
-        with open(os.path.join(out_dir, "results.md"), "w") as f:
+        md_path = os.path.join(out_dir, "results.md")
+        with open(md_path, "w") as f:
             f.write("# Macro benchmark results\n\nWritten by `ci/bench` (benches/macro_bench.py); "
                     "see benches/README.md.\n\n" + table + "\n![Mpps per scenario](results.png)\n")
     print()
