@@ -136,8 +136,8 @@ def run(sc, seconds, tmp):
     worker = os.environ.get("INSTRUCTIONS_LCORE") == "worker"
     # The RX lcore's loop; the second pattern is where it lived before the runtime split, so
     # binaries from before and after compare. Or the worker's (module docs).
-    collect = (["--toggle-collect=fastpath::runtime::worker::WorkerLcore::run*"] if worker else
-               ["--toggle-collect=fastpath::runtime::rx::RxLcore::run*",
+    collect = (["--toggle-collect=fastpath::runtime::worker_lcore::WorkerLcore::run*"] if worker else
+               ["--toggle-collect=fastpath::runtime::rx_lcore::RxLcore::run*",
                 "--toggle-collect=fastpath::runtime::RxLcore::run*"])
     metrics_dump = os.path.join(tmp, f"{sc['name']}.prom")
     cmd = ["valgrind", "--tool=callgrind", "--fair-sched=yes", f"--callgrind-out-file={out}", *dump, *collect,

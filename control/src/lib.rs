@@ -17,12 +17,12 @@ pub mod ctl;
 pub mod fuzzing;
 pub mod health;
 pub mod http;
-pub mod kernel;
+pub mod kernel_interface;
 #[doc(hidden)]
 pub mod locate;
 pub mod metrics;
 pub mod numa;
 pub mod reload;
 pub mod replay;
-pub mod tables;
+pub mod table_builder;
 pub mod trace;

@@ -12,7 +12,7 @@
 //! that writes in steps causes one reload; `[control] watch = false` leaves reloads to SIGHUP.
 
 use crate::config::{self, Config};
-use crate::tables::TableBuilder;
+use crate::table_builder::TableBuilder;
 use fastpath::generation::{Published, Retired};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -342,7 +342,7 @@ impl Reloader {
         };
         let old = self.published.publish(tables);
         self.retired.retire(old);
-        crate::kernel::sync_addresses(&self.running, &new);
+        crate::kernel_interface::sync_addresses(&self.running, &new);
         self.running = new;
         *self.shared.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(self.running.clone());
         self.stats.success.fetch_add(1, Ordering::Relaxed);

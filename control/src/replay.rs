@@ -7,7 +7,7 @@
 //! lcores gave each socket and handed each sequence tunnel's owner, as workers do at a stop.
 
 use crate::config::Config;
-use crate::tables::{OpenedPort, TableBuilder};
+use crate::table_builder::{OpenedPort, TableBuilder};
 use fastpath::buf::HeapBuf;
 use fastpath::outcome::Outcome;
 use fastpath::pipeline::{Instant, Tables};

@@ -26,7 +26,7 @@
 use super::errors::Errs;
 use super::{Config, LcoreMode};
 use crate::locate::Seg::Key;
-use crate::tables::HANDOFF_CAPACITY;
+use crate::table_builder::HANDOFF_CAPACITY;
 use fastpath::pipeline::reasm::ReasmConfig;
 
 /// Mbufs kept free for refilling RX descriptors whatever else holds mbufs: the answers to ARP,

@@ -5,7 +5,7 @@ use super::startup::Pools;
 use super::FinalPortStats;
 use crate::cli::Options;
 use crate::metrics::{self, Sources};
-use control::kernel::KernelInterface;
+use control::kernel_interface::KernelInterface;
 use fastpath::dpdk::{self, Eal, Mempool, Port};
 use fastpath::generation::Published;
 use fastpath::outcome::Outcome;

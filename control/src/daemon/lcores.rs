@@ -2,7 +2,7 @@
 
 use super::startup::Pools;
 use crate::config::{self, Config, LcoreMode};
-use control::kernel::KernelInterface;
+use control::kernel_interface::KernelInterface;
 use fastpath::dpdk::{Eal, Mempool, Port, WorkerTx};
 use fastpath::generation::Published;
 use fastpath::runtime::{IdlePolicy, RunControl, RxLcore, TscClock, WorkerLcore};

@@ -15,7 +15,7 @@ use crate::config::{self, Config};
 use crate::metrics;
 use crate::reload::Reloader;
 use crate::signals::Signals;
-use crate::tables::TableBuilder;
+use crate::table_builder::TableBuilder;
 use control::health::Health;
 use exit::{shutdown, Dataplane};
 use fastpath::dpdk;
@@ -155,7 +155,7 @@ fn start_and_serve(
     let numa = numa_plan(&cfg, &eal)?;
     let (pools, big) = make_pools(&cfg, &numa)?;
     let ports = open_ports(&cfg, &pools, &numa)?;
-    let kernel_ports = control::kernel::open(&cfg, &ports, &pools.main)?;
+    let kernel_ports = control::kernel_interface::open(&cfg, &ports, &pools.main)?;
     let (opened, port_names, port_info) = describe_ports(&cfg, &ports, &kernel_ports);
     let pin = housekeeping_pin(allowed.as_deref(), &cfg);
     // The checks start up (see `backends`), so the first generation has every backend.
@@ -175,7 +175,7 @@ fn start_and_serve(
     let published = Arc::new(Published::new(Arc::new(first)));
     // Where the kernel listens, known before the first packet.
     let listeners = match crate::config::KernelConfig::enabled(&cfg.ports) {
-        true => Some(control::kernel::ListenerWatch::new(builder.kernel_listeners())?),
+        true => Some(control::kernel_interface::ListenerWatch::new(builder.kernel_listeners())?),
         false => None,
     };
     let kit = LcoreKit::new(&cfg, &eal, (&ports, &kernel_ports), &published, (&pools, &big));

@@ -38,7 +38,7 @@ pub(super) fn spawn_control(
     signals: &Signals,
     sources: &Arc<Sources>,
     run_control: &Arc<RunControl>,
-    (mut reloader, mut watch, mut listeners): (Reloader, Watch, Option<control::kernel::ListenerWatch>),
+    (mut reloader, mut watch, mut listeners): (Reloader, Watch, Option<control::kernel_interface::ListenerWatch>),
     pin: impl Fn(&str) + Send + 'static,
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let stop = run_control.clone();
@@ -94,7 +94,7 @@ pub(super) fn control_loop(
     stop: &RunControl,
     signals: &Messages,
     src: &Sources,
-    (reloader, watch, mut listeners): (&mut Reloader, &mut Watch, Option<&mut control::kernel::ListenerWatch>),
+    (reloader, watch, mut listeners): (&mut Reloader, &mut Watch, Option<&mut control::kernel_interface::ListenerWatch>),
     exit_when_idle: Option<Duration>,
     interval: Option<Duration>,
 ) {

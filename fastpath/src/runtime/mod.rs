@@ -26,13 +26,13 @@ use std::time::Duration;
 
 mod forward;
 pub mod quiesce;
-mod rx;
-mod worker;
+mod rx_lcore;
+mod worker_lcore;
 
 pub use crate::rx::EXPIRE_BUDGET;
 pub use crate::tx::BURST;
-pub use rx::RxLcore;
-pub use worker::WorkerLcore;
+pub use rx_lcore::RxLcore;
+pub use worker_lcore::WorkerLcore;
 
 /// What a loop does when it polls and finds nothing.
 #[derive(Clone, Copy, Debug)]

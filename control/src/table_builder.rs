@@ -53,7 +53,7 @@ pub struct TableBuilder {
     tcp_reset_counters: Arc<ResetCounters>,
     kernel_counters: Arc<KernelCounters>,
     /// Where the kernel listens: one set for the daemon's life, kept current by the control
-    /// thread ([`crate::kernel::ListenerWatch`]).
+    /// thread ([`crate::kernel_interface::ListenerWatch`]).
     kernel_listeners: Arc<KernelListeners>,
     /// The kernel's solicitations in flight, kept across reloads like its counters.
     kernel_solicited: Arc<Solicitations>,
