@@ -10,7 +10,7 @@ mod placement;
 mod signals;
 
 // Shared with the tests and the fuzz targets through the library target (src/lib.rs).
-use control::{config, http, metrics, reload, tables};
+use control::{config, http, metrics, reload, table_builder};
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -175,7 +175,9 @@ fn start_and_serve(
     let published = Arc::new(Published::new(Arc::new(first)));
     // Where the kernel listens, known before the first packet.
     let listeners = match crate::config::KernelConfig::enabled(&cfg.ports) {
-        true => Some(control::kernel_interface::ListenerWatch::new(builder.kernel_listeners())?),
+        true => Some(control::kernel_interface::ListenerWatch::new(
+            builder.kernel_listeners(),
+        )?),
         false => None,
     };
     let kit = LcoreKit::new(&cfg, &eal, (&ports, &kernel_ports), &published, (&pools, &big));

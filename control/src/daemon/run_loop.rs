@@ -94,7 +94,11 @@ pub(super) fn control_loop(
     stop: &RunControl,
     signals: &Messages,
     src: &Sources,
-    (reloader, watch, mut listeners): (&mut Reloader, &mut Watch, Option<&mut control::kernel_interface::ListenerWatch>),
+    (reloader, watch, mut listeners): (
+        &mut Reloader,
+        &mut Watch,
+        Option<&mut control::kernel_interface::ListenerWatch>,
+    ),
     exit_when_idle: Option<Duration>,
     interval: Option<Duration>,
 ) {
