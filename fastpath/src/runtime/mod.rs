@@ -47,7 +47,8 @@ pub struct IdlePolicy {
     /// A yield that gives the CPU away this long (TSC cycles) ran another task for a time
     /// slice, not a client for an answer: polling on would compete with that task, and the
     /// lcore would run only when the scheduler got round to it, up to a slice late, where a
-    /// blocked lcore woken by its packet preempts at once. So the loop blocks until traffic.
+    /// blocked lcore woken by its packet preempts at once. Two in a row end the window and keep
+    /// the loop from polling for a backoff ([`CROWDED_BACKOFF`]).
     pub crowded_cycles: u64,
     /// How long to sleep per empty poll after that, where the loop has nothing to block on;
     /// 0 means never sleep nor block nor yield (pure busy polling).
@@ -97,11 +98,11 @@ enum Window {
     Unpolled,
     /// Every one was short.
     Clean,
-    /// One gave the CPU away for long.
+    /// Two in a row gave the CPU away for long.
     Crowded,
 }
 
-/// How long one long yield keeps a loop from polling, at least and at most, in units of
+/// How long two long yields in a row keep a loop from polling, at least and at most, in units of
 /// `crowded_cycles` (250 µs by default: 50 ms and 1.6 s). A task that wants the CPU for its time
 /// slice usually wants it for longer; each probe of whether it still does can cost a packet a
 /// time slice (a tick, 4 ms).
