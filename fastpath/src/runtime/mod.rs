@@ -48,7 +48,7 @@ pub struct IdlePolicy {
     /// slice, not a client for an answer: polling on would compete with that task, and the
     /// lcore would run only when the scheduler got round to it, up to a slice late, where a
     /// blocked lcore woken by its packet preempts at once. Two in a row end the window and keep
-    /// the loop from polling for a backoff ([`CROWDED_BACKOFF`]).
+    /// the loop from polling for a backoff (`CROWDED_BACKOFF`).
     pub crowded_cycles: u64,
     /// How long to sleep per empty poll after that, where the loop has nothing to block on;
     /// 0 means never sleep nor block nor yield (pure busy polling).
