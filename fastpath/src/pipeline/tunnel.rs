@@ -429,7 +429,7 @@ pub fn inner_dont_frag(frame: &[u8], l2: usize) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     /// Identification state for the tests (its values are not what they check).
     fn ids() -> Idents {
         Idents::with_keys([1, 2, 3, 4])
@@ -444,7 +444,8 @@ mod tests {
     const A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
     const B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 0xfe]);
 
-    fn tunnel(name: &str, key: Option<u32>, sequence: bool, checksum: bool, out: TunnelOut) -> Tunnel {
+    /// A GRE tunnel 192.0.2.1 -> 198.51.100.2 for tests (`port()` for a port's output).
+    pub(crate) fn tunnel(name: &str, key: Option<u32>, sequence: bool, checksum: bool, out: TunnelOut) -> Tunnel {
         Tunnel {
             name: name.into(),
             local: "192.0.2.1".parse().unwrap(),
@@ -462,7 +463,7 @@ mod tests {
         }
     }
 
-    fn port() -> TunnelOut {
+    pub(crate) fn port() -> TunnelOut {
         TunnelOut::Port {
             port: 0,
             src_mac: A,

@@ -10,7 +10,6 @@ use super::*;
 use crate::pipeline::kernel::PuntBudget;
 use crate::pipeline::source_limit::SourceLimitConfig;
 use crate::pipeline::tcp_state::TcpStateConfig;
-use crate::pipeline::tunnel::{Tunnel, TunnelCounters, TunnelOut};
 use std::net::IpAddr;
 
 fn reload(p: &mut Pipeline, edit: impl FnOnce(&mut Tables)) {
@@ -71,26 +70,8 @@ fn a_reload_keeps_the_seeds_and_the_punt_meters() {
 fn a_reload_keeps_the_gre_receive_sequences_by_tunnel_name() {
     let mut p = Pipeline::new(Arc::new(Tables::default()), 0);
     let mut t = (**p.tables()).clone();
-    let tunnel = |name: &str| Tunnel {
-        name: name.into(),
-        local: v4(1),
-        remote: v4(2),
-        key: None,
-        sequence: true,
-        checksum: false,
-        ttl: 64,
-        out: TunnelOut::Port {
-            port: 0,
-            src_mac: EthernetAddress([2, 0, 0, 0, 0, 1]),
-            dst_mac: EthernetAddress([2, 0, 0, 0, 0, 2]),
-            mtu: 1500,
-        },
-        depth: 1,
-        owner: 0,
-        counters: Arc::new(TunnelCounters::new(1, 1)),
-        handoff: None,
-        max_seq_jump: crate::pipeline::tunnel::DEFAULT_MAX_SEQ_JUMP,
-    };
+    use crate::pipeline::tunnel::tests::{port, tunnel as gre};
+    let tunnel = |name: &str| gre(name, None, true, false, port());
     t.tunnels = vec![tunnel("a"), tunnel("b")];
     p.apply(Arc::new(t));
     p.gre_seq = vec![Some(10), Some(20)];
